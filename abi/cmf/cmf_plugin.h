@@ -1,0 +1,201 @@
+/*
+ * cmf_plugin.h — the cmf plugin ABI, version 1 (CMF_PLUGIN_ABI_VERSION).
+ *
+ * For authors of codecs (dtypes), architectures and compute backends. A
+ * plugin is a shared module that does NOT link libcmf: everything it needs
+ * from the host comes through the `cmf_host_api` table it receives.
+ *
+ * Entry point (C linkage, default visibility):
+ *
+ *   cmf_error *cmf_plugin_init_v1(const cmf_host_api *host,
+ *                                 uint32_t *abi_version,
+ *                                 cmf_registrar *reg,
+ *                                 void **plugin_state);
+ *
+ * Negotiation (Vulkan-style): on entry *abi_version holds the newest plugin
+ * ABI the host speaks; the plugin writes back the version it speaks (<= the
+ * offered one) or returns an error. The host refuses plugins whose answer is
+ * below CMF_PLUGIN_ABI_MIN or above what it offered, with a message naming
+ * the file and both versions. A hard break of this ABI renames the symbol
+ * (cmf_plugin_init_v2), so old plugins fail cleanly with "no entry point".
+ *
+ * Optional:  void cmf_plugin_fini_v1(void *plugin_state);
+ *   called once, after every component it registered is released.
+ *
+ * Rules:
+ *  - every vtable starts with struct_size and abi_version; members are only
+ *    appended; the host calls a member only if it fits in struct_size and is
+ *    non-NULL; `void *ctx` (given at registration) is always the first argument;
+ *  - errors returned by plugins are created with host->error_create, so the
+ *    host frees them: no cross-module free;
+ *  - no C++ exception may leave a plugin function;
+ *  - the host copies strings at registration, except where said otherwise;
+ *    vtables and ctx must live until cmf_plugin_fini_v1;
+ *  - parallelism goes through host->parallel_for (one thread pool per
+ *    runtime); plugins create no threads of their own.
+ */
+#ifndef CMF_PLUGIN_H
+#define CMF_PLUGIN_H
+
+#include "cmf_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CMF_PLUGIN_ABI_VERSION 1
+#define CMF_PLUGIN_ABI_MIN 1
+#define CMF_PLUGIN_INIT_SYMBOL "cmf_plugin_init_v1"
+#define CMF_PLUGIN_FINI_SYMBOL "cmf_plugin_fini_v1"
+
+#if defined(__GNUC__)
+#  define CMF_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#  define CMF_PLUGIN_EXPORT
+#endif
+
+typedef struct cmf_registrar cmf_registrar; /* opaque, valid only during init */
+typedef struct cmf_host_api cmf_host_api;
+
+/* ---- codecs: one CMF dtype each ----------------------------------------- */
+
+/* cmf_codec_vt.flags */
+#define CMF_CODEC_VARIABLE_SIZE 0x1u /* payload size depends on the data (vbit, q1s, q1t) */
+#define CMF_CODEC_RESERVED      0x2u /* a reserved id: registered only to refuse it clearly */
+
+/* Returned through expected_size when the size is data-dependent. */
+#define CMF_SIZE_VARIABLE UINT64_MAX
+
+/* Options for quantize(). `options` is a codec-specific "key=value,key=value"
+ * string (NULL/"" = the converter defaults); act_rms is an optional per-column
+ * activation RMS used by codecs that weigh outliers by activation (q1t). */
+typedef struct cmf_quantize_params {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    const char *options;
+    const float *act_rms;
+    uint64_t act_rms_len;
+} cmf_quantize_params;
+
+typedef struct cmf_codec_vt {
+    uint32_t struct_size;        /* sizeof(cmf_codec_vt) as compiled into the plugin */
+    uint32_t abi_version;        /* CMF_PLUGIN_ABI_VERSION the vtable was written for */
+    const char *name;            /* dtype name, e.g. "q4tp" */
+    const char *version;         /* implementation version */
+    int32_t dtype_id;            /* CMF dtype id (0..255) */
+    uint32_t flags;              /* CMF_CODEC_* */
+    uint32_t required_features;  /* envelope bits a file needs when it holds this dtype */
+    uint32_t reserved0;
+
+    /* Payload size for a shape, or CMF_SIZE_VARIABLE. Error if the shape is
+     * illegal for this dtype (e.g. q4tp needs 2-D with cols % 32 == 0). Required. */
+    cmf_error *(*expected_size)(void *ctx, uint32_t ndim, const uint64_t *shape, uint64_t *out_nbytes);
+
+    /* Structural validation of a payload against its shape (overlay counts,
+     * row offsets, width bytes). Must not read past t->nbytes. Optional. */
+    cmf_error *(*validate)(void *ctx, const cmf_tensor_view *t);
+
+    /* Reference dequantization of rows [row_begin, row_end) into dst
+     * (row-major f32, (row_end-row_begin) * row_len floats). Rows are
+     * shape[0] for ndim >= 2 (row_len = product of the rest); a 1-D or 0-D
+     * tensor is one row. Reentrant: called concurrently. Required. */
+    cmf_error *(*dequantize_rows)(void *ctx, const cmf_tensor_view *t, uint64_t row_begin,
+                                  uint64_t row_end, float *dst);
+
+    /* Quantize an f32 tensor (row-major, product(shape) floats) and append the
+     * payload to `out`. Bit-exact with the original's encoder. Optional. */
+    cmf_error *(*quantize)(void *ctx, uint32_t ndim, const uint64_t *shape, const float *src,
+                           const cmf_quantize_params *params, const cmf_byte_sink *out);
+
+    /* Fast kernel: y[b * ldy + r] = dot(row r of W, x[b * ldx .. + cols])
+     * for b < n_batch and r in [row_begin, row_end). W is 2-D. Optional;
+     * called concurrently on disjoint row ranges. */
+    cmf_error *(*matmul_rows)(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx,
+                              uint64_t n_batch, uint64_t row_begin, uint64_t row_end, float *y,
+                              uint64_t ldy);
+} cmf_codec_vt;
+
+/* ---- backends: where compute happens ------------------------------------ */
+
+/*
+ * A backend executes the operations architectures need. Activations live in
+ * backend buffers (`void *` the arch treats as opaque handles, except on the
+ * CPU backend where they are host pointers); weights are bound once with
+ * weight_bind (the CPU backend keeps them in the mapping: zero copy).
+ * Operations not provided are NULL; archs check before use.
+ */
+typedef struct cmf_backend_weight cmf_backend_weight; /* opaque, backend-owned */
+
+typedef struct cmf_backend_vt {
+    uint32_t struct_size;
+    uint32_t abi_version;
+    const char *name;            /* e.g. "cpu" */
+    const char *version;
+    const char *description;     /* device and ISA summary, e.g. "x86-64 AVX-512, 2 threads" */
+
+    /* Bind a stored tensor for use as a matmul/embedding weight. The view's
+     * data must stay valid until weight_free. */
+    cmf_error *(*weight_bind)(void *ctx, const cmf_tensor_view *t, cmf_backend_weight **out);
+    void (*weight_free)(void *ctx, cmf_backend_weight *w);
+
+    /* Y[n_batch][rows] = X[n_batch][cols] · W^T for a 2-D weight [rows, cols]. */
+    cmf_error *(*matmul)(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch,
+                         float *y);
+} cmf_backend_vt;
+
+/* ---- architectures ------------------------------------------------------ */
+
+typedef struct cmf_arch_vt {
+    uint32_t struct_size;
+    uint32_t abi_version;
+    const char *name;            /* e.g. "qwen" */
+    const char *version;
+    const char *arch_names;      /* comma-separated header `arch.arch_name` values it runs */
+    const char *hf_model_types;  /* comma-separated HF config `model_type` values it converts */
+} cmf_arch_vt;
+
+/* ---- the host services table -------------------------------------------- */
+
+typedef void (*cmf_range_fn)(void *user, uint64_t begin, uint64_t end);
+
+struct cmf_host_api {
+    uint32_t struct_size;        /* sizeof(cmf_host_api) of the host */
+    uint32_t abi_version;        /* newest plugin ABI version of the host */
+    void *host_ctx;              /* pass back as first argument where asked */
+
+    /* Errors: the only way a plugin makes a cmf_error. `message` is copied. */
+    cmf_error *(*error_create)(int32_t code, const char *message);
+    /* Release an error the plugin received and will not return (NULL-safe). */
+    void (*error_free)(cmf_error *error);
+    /* Log through the runtime's log callback. */
+    void (*log)(void *host_ctx, int32_t level, const char *message);
+
+    /* Memory with the given power-of-two alignment; free with free_aligned. */
+    void *(*alloc_aligned)(size_t size, size_t alignment);
+    void (*free_aligned)(void *p);
+
+    /* Run fn over [begin, end) split into chunks of at least `grain`, on the
+     * runtime's thread pool; returns when all chunks are done. fn must not throw. */
+    void (*parallel_for)(void *host_ctx, uint64_t begin, uint64_t end, uint64_t grain,
+                         cmf_range_fn fn, void *user);
+    /* Threads of the runtime's pool. */
+    int32_t (*num_threads)(void *host_ctx);
+
+    /* Registration; valid only during cmf_plugin_init_v1. */
+    cmf_error *(*register_codec)(cmf_registrar *reg, const cmf_codec_vt *vt, void *ctx);
+    cmf_error *(*register_backend)(cmf_registrar *reg, const cmf_backend_vt *vt, void *ctx);
+    cmf_error *(*register_arch)(cmf_registrar *reg, const cmf_arch_vt *vt, void *ctx);
+
+    /* Codec lookup by dtype id (for backends and archs): NULL if none. */
+    const cmf_codec_vt *(*find_codec)(void *host_ctx, int32_t dtype_id, void **codec_ctx);
+};
+
+typedef cmf_error *(*cmf_plugin_init_fn)(const cmf_host_api *host, uint32_t *abi_version,
+                                         cmf_registrar *reg, void **plugin_state);
+typedef void (*cmf_plugin_fini_fn)(void *plugin_state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CMF_PLUGIN_H */

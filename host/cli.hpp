@@ -1,0 +1,55 @@
+// cmfhost: the command-line front end. It uses cmf.h only; every command is
+// a function in commands/, registered in main.cpp's table.
+#pragma once
+
+#include <cmf/cmf.h>
+
+#include <boost/program_options.hpp>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cmfhost {
+
+namespace po = boost::program_options;
+
+// A failure to report to the user: message and exit code.
+struct Failure : std::runtime_error {
+    Failure(const std::string &msg, int code = 1) : std::runtime_error(msg), exit_code(code) {}
+    int exit_code;
+};
+
+// Throws Failure carrying the error's code name and message (and frees it).
+void check(cmf_error *e, const std::string &context = {});
+
+struct RuntimeDeleter {
+    void operator()(cmf_runtime *rt) const { cmf_runtime_free(rt); }
+};
+using RuntimePtr = std::unique_ptr<cmf_runtime, RuntimeDeleter>;
+
+// Options every command that needs a runtime accepts.
+struct CommonOptions {
+    int threads = 0;
+    std::string plugin_path;
+    bool verbose = false;
+};
+void add_common_options(po::options_description &desc, CommonOptions &common);
+RuntimePtr make_runtime(const CommonOptions &common, int32_t quiet_level = CMF_LOG_WARN);
+
+// Parse `args` (the words after the subcommand) against `desc` and positional
+// `pos`; prints usage and returns false for --help.
+bool parse_args(const std::string &command, const std::string &usage, const std::vector<std::string> &args,
+                po::options_description &desc, const po::positional_options_description &pos,
+                po::variables_map &vm);
+
+struct Command {
+    const char *name;
+    const char *summary;
+    int (*run)(const std::vector<std::string> &args);
+};
+
+int cmd_plugins(const std::vector<std::string> &args);
+
+}  // namespace cmfhost

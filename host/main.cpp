@@ -1,0 +1,55 @@
+// cmfhost entry point: global flags, then one subcommand per table row.
+#include "cli.hpp"
+
+#include <cstring>
+#include <iostream>
+
+namespace {
+
+using cmfhost::Command;
+
+const Command kCommands[] = {
+    {"plugins", "list loaded plugins, their codecs/archs/backends, and refused plugins", cmfhost::cmd_plugins},
+};
+
+void print_help() {
+    std::cout << "cmfhost — run and inspect CMF v2 model files\n\n"
+                 "usage: cmfhost [--version] [--help] <command> [options]\n\ncommands:\n";
+    for (const auto &c : kCommands) std::printf("  %-12s %s\n", c.name, c.summary);
+    std::cout << "\n'cmfhost <command> --help' describes a command.\n"
+                 "Environment: CMF_PLUGIN_PATH (extra plugin dirs), CMF_THREADS (default thread count).\n";
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_help();
+        return 2;
+    }
+    std::string first = argv[1];
+    if (first == "--help" || first == "-h" || first == "help") {
+        print_help();
+        return 0;
+    }
+    if (first == "--version" || first == "-V") {
+        std::cout << "cmfhost " << cmf_version_string() << " (host ABI " << cmf_abi_version() << ", plugin ABI "
+                  << cmf_plugin_abi_min_version() << ".." << cmf_plugin_abi_version() << ")\n";
+        return 0;
+    }
+    std::vector<std::string> args(argv + 2, argv + argc);
+    for (const auto &c : kCommands) {
+        if (first != c.name) continue;
+        try {
+            return c.run(args);
+        } catch (const cmfhost::Failure &f) {
+            std::cerr << "cmfhost " << c.name << ": " << f.what() << "\n";
+            return f.exit_code;
+        } catch (const std::exception &e) {
+            std::cerr << "cmfhost " << c.name << ": " << e.what() << "\n";
+            return 1;
+        }
+    }
+    std::cerr << "cmfhost: unknown command '" << first << "' (see 'cmfhost --help')\n";
+    return 2;
+}

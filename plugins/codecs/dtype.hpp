@@ -1,0 +1,48 @@
+// One CMF dtype as the codecs module implements it. The plugin glue
+// (plugin.cpp) turns each Dtype into a cmf_codec_vt; implementations throw
+// cmf::sdk::Error and never see the C ABI's error plumbing.
+#pragma once
+
+#include <cmf/cmf_plugin.h>
+#include <cmf/plugin.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace cmf::codecs {
+
+using Shape = std::span<const uint64_t>;
+
+class Dtype {
+public:
+    virtual ~Dtype() = default;
+    virtual int32_t id() const = 0;
+    virtual const char *name() const = 0;
+    virtual uint32_t flags() const { return 0; }
+    virtual uint32_t required_features() const { return 0; }
+
+    // Payload size for a shape, or CMF_SIZE_VARIABLE; throws if the shape is illegal.
+    virtual uint64_t expected_size(Shape shape) const = 0;
+    // Structural check of a payload; the default checks the expected size.
+    virtual void validate(const cmf_tensor_view &t) const;
+    virtual void dequantize_rows(const cmf_tensor_view &t, uint64_t row_begin, uint64_t row_end,
+                                 float *dst) const = 0;
+    virtual bool can_quantize() const { return false; }
+    virtual void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                          std::vector<uint8_t> &out) const;
+    virtual bool has_matmul() const { return false; }
+    virtual void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,
+                             uint64_t row_begin, uint64_t row_end, float *y, uint64_t ldy) const;
+};
+
+// Every dtype this module provides, in id order.
+std::vector<std::unique_ptr<Dtype>> make_all_dtypes();
+
+// Shape helpers shared by the dtypes.
+uint64_t elements(Shape shape);                       // throws Bounds on overflow
+inline Shape shape_of(const cmf_tensor_view &t) { return Shape(t.shape, t.ndim); }
+[[noreturn]] void fail(int32_t code, const std::string &message);
+
+}  // namespace cmf::codecs

@@ -1,0 +1,62 @@
+// f32 (0), f16 (1), bf16 (2): row-major element arrays, little-endian.
+#include "dtype.hpp"
+#include "dtypes/all.hpp"
+#include "half.hpp"
+
+#include <cstring>
+
+namespace cmf::codecs {
+
+namespace {
+
+// Element codecs differ only in the element width and the two conversions.
+template <int Id, const char *Name, class Elem, float (*ToF32)(Elem), Elem (*FromF32)(float)>
+class ElementDtype final : public Dtype {
+public:
+    int32_t id() const override { return Id; }
+    const char *name() const override { return Name; }
+    uint64_t expected_size(Shape shape) const override {
+        uint64_t n = elements(shape);
+        if (n > UINT64_MAX / sizeof(Elem)) fail(CMF_ERR_BOUNDS, std::string(Name) + " payload size overflows");
+        return n * sizeof(Elem);
+    }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        uint64_t row_len = sdk::row_len_of(t);
+        const unsigned char *src = static_cast<const unsigned char *>(t.data) + r0 * row_len * sizeof(Elem);
+        uint64_t n = (r1 - r0) * row_len;
+        for (uint64_t i = 0; i < n; ++i) {
+            Elem e;
+            std::memcpy(&e, src + i * sizeof(Elem), sizeof(Elem));  // unaligned-safe, little-endian host
+            dst[i] = ToF32(e);
+        }
+    }
+    bool can_quantize() const override { return true; }
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *, std::vector<uint8_t> &out) const override {
+        uint64_t n = elements(shape);
+        size_t base = out.size();
+        out.resize(base + n * sizeof(Elem));
+        for (uint64_t i = 0; i < n; ++i) {
+            Elem e = FromF32(src[i]);
+            std::memcpy(out.data() + base + i * sizeof(Elem), &e, sizeof(Elem));
+        }
+    }
+};
+
+float f32_identity(float f) { return f; }
+constexpr char kF32[] = "f32";
+constexpr char kF16[] = "f16";
+constexpr char kBF16[] = "bf16";
+
+}  // namespace
+
+std::unique_ptr<Dtype> make_f32() {
+    return std::make_unique<ElementDtype<CMF_DTYPE_F32, kF32, float, f32_identity, f32_identity>>();
+}
+std::unique_ptr<Dtype> make_f16() {
+    return std::make_unique<ElementDtype<CMF_DTYPE_F16, kF16, uint16_t, f16_to_f32, f32_to_f16>>();
+}
+std::unique_ptr<Dtype> make_bf16() {
+    return std::make_unique<ElementDtype<CMF_DTYPE_BF16, kBF16, uint16_t, bf16_to_f32, f32_to_bf16>>();
+}
+
+}  // namespace cmf::codecs

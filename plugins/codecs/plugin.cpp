@@ -1,0 +1,111 @@
+// The codecs plugin: registers every Dtype of this module as a cmf codec.
+// Each init (one per runtime) gets its own state, so several runtimes in one
+// process each hold their own host table.
+#include "dtype.hpp"
+
+#include <cmf/cmf_plugin.h>
+#include <cmf/plugin.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace {
+
+using cmf::codecs::Dtype;
+
+struct PluginState;
+
+struct CodecCtx {
+    PluginState *state;
+    const Dtype *dtype;
+    cmf_codec_vt vt;
+};
+
+struct PluginState {
+    const cmf_host_api *host;
+    std::vector<std::unique_ptr<Dtype>> dtypes;
+    std::vector<std::unique_ptr<CodecCtx>> codecs;
+};
+
+CodecCtx *as_codec(void *ctx) { return static_cast<CodecCtx *>(ctx); }
+
+cmf_error *vt_expected_size(void *ctx, uint32_t ndim, const uint64_t *shape, uint64_t *out) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (ndim > CMF_MAX_DIMS) cmf::codecs::fail(CMF_ERR_PARSE, "ndim > 6");
+        *out = c->dtype->expected_size(cmf::codecs::Shape(shape, ndim));
+    });
+}
+
+cmf_error *vt_validate(void *ctx, const cmf_tensor_view *t) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] { c->dtype->validate(*t); });
+}
+
+cmf_error *vt_dequantize_rows(void *ctx, const cmf_tensor_view *t, uint64_t r0, uint64_t r1, float *dst) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (r0 > r1 || r1 > cmf::sdk::rows_of(*t)) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "row range out of bounds");
+        c->dtype->dequantize_rows(*t, r0, r1, dst);
+    });
+}
+
+cmf_error *vt_quantize(void *ctx, uint32_t ndim, const uint64_t *shape, const float *src,
+                       const cmf_quantize_params *params, const cmf_byte_sink *out) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (ndim > CMF_MAX_DIMS) cmf::codecs::fail(CMF_ERR_PARSE, "ndim > 6");
+        std::vector<uint8_t> bytes;
+        c->dtype->quantize(cmf::codecs::Shape(shape, ndim), src, params, bytes);
+        cmf::sdk::sink_append(out, bytes.data(), bytes.size());
+    });
+}
+
+cmf_error *vt_matmul_rows(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx, uint64_t n_batch,
+                          uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host,
+                          [&] { c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy); });
+}
+
+}  // namespace
+
+extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32_t *abi_version,
+                                                            cmf_registrar *reg, void **plugin_state) {
+    if (*abi_version < 1) return host->error_create(CMF_ERR_PLUGIN, "codecs plugin needs plugin ABI >= 1");
+    *abi_version = CMF_PLUGIN_ABI_VERSION;
+    auto state = std::make_unique<PluginState>();
+    state->host = host;
+    cmf_error *err = cmf::sdk::call(host, [&] {
+        state->dtypes = cmf::codecs::make_all_dtypes();
+        for (const auto &d : state->dtypes) {
+            auto c = std::make_unique<CodecCtx>();
+            c->state = state.get();
+            c->dtype = d.get();
+            cmf_codec_vt &vt = c->vt;
+            vt = cmf_codec_vt{};
+            vt.struct_size = sizeof(cmf_codec_vt);
+            vt.abi_version = CMF_PLUGIN_ABI_VERSION;
+            vt.name = d->name();
+            vt.version = CMF_CODECS_VERSION;
+            vt.dtype_id = d->id();
+            vt.flags = d->flags();
+            vt.required_features = d->required_features();
+            vt.expected_size = vt_expected_size;
+            vt.validate = vt_validate;
+            vt.dequantize_rows = vt_dequantize_rows;
+            vt.quantize = d->can_quantize() ? vt_quantize : nullptr;
+            vt.matmul_rows = d->has_matmul() ? vt_matmul_rows : nullptr;
+            state->codecs.push_back(std::move(c));
+        }
+    });
+    if (err) return err;
+    for (const auto &c : state->codecs)
+        if (cmf_error *e = host->register_codec(reg, &c->vt, c.get())) return e;
+    *plugin_state = state.release();
+    return nullptr;
+}
+
+extern "C" CMF_PLUGIN_EXPORT void cmf_plugin_fini_v1(void *plugin_state) {
+    delete static_cast<PluginState *>(plugin_state);
+}
