@@ -1,0 +1,45 @@
+// hash64 against the test vectors of COMPAT §2.2.
+#include <doctest/doctest.h>
+
+#include "common/hash64.hpp"
+
+#include <string>
+#include <vector>
+
+using cmf::hash64;
+
+namespace {
+uint64_t h(const std::string &s) { return hash64(s.data(), s.size()); }
+}  // namespace
+
+TEST_CASE("hash64: COMPAT §2.2 vectors") {
+    CHECK(h("") == 0x0000000000000000ull);
+    CHECK(h("CMF") == 0xb59aa39a074033ecull);
+    CHECK(h("0123456789abcdef") == 0x30d401310062ea9full);
+    CHECK(h("a") == 0x247f1eaecb8be39aull);
+    CHECK(h(std::string(8, '\0')) == 0x46abcca593a3c687ull);
+    CHECK(h("hello world") == 0x7a04b2fb6f5cae20ull);
+    CHECK(h("model.embed_tokens.weight") == 0xd4b275618347dadbull);
+    std::vector<unsigned char> b(256);
+    for (int i = 0; i < 256; ++i) b[i] = static_cast<unsigned char>(i);
+    CHECK(hash64(b.data(), 256) == 0x9955bb876c0706bfull);
+    CHECK(hash64(b.data(), 9) == 0x87103ac7d2393fa8ull);
+}
+
+TEST_CASE("hash64: every length 0..200 agrees with the one-word-at-a-time definition") {
+    auto fmix = [](uint64_t x) {
+        x ^= x >> 33; x *= 0xFF51AFD7ED558CCDull; x ^= x >> 33; x *= 0xC4CEB9FE1A85EC53ull; x ^= x >> 33;
+        return x;
+    };
+    std::vector<unsigned char> b(200);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<unsigned char>(i * 37 + 11);
+    for (size_t len = 0; len <= b.size(); ++len) {
+        uint64_t acc = 0;
+        for (size_t w = 0; w * 8 < len; ++w) {
+            uint64_t word = 0;
+            for (size_t k = 0; k < 8 && w * 8 + k < len; ++k) word |= uint64_t(b[w * 8 + k]) << (8 * k);
+            acc ^= fmix(word) ^ (w * 0x9E3779B97F4A7C15ull);
+        }
+        REQUIRE(hash64(b.data(), len) == fmix(acc ^ len));
+    }
+}
