@@ -145,13 +145,87 @@ typedef struct cmf_backend_vt {
 
 /* ---- architectures ------------------------------------------------------ */
 
+/*
+ * What an architecture sees of a model: the header's `arch` block, the whole
+ * header, and tensor lookup. The host builds one from an opened cmf_model
+ * (skill indirection and masks applied); tests and converters may build their
+ * own. Views stay valid until the model source's owner releases them (for a
+ * cmf_model: until cmf_close).
+ */
+typedef struct cmf_model_source {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    void *user;
+    const char *arch_json;         /* the header's "arch" object, UTF-8 JSON */
+    size_t arch_json_len;
+    const char *header_json;       /* the whole header JSON */
+    size_t header_json_len;
+    uint64_t tensor_count;
+    /* Tensor by exact name; CMF_ERR_MISSING_TENSOR (made with the host's
+     * error_create) if absent. */
+    cmf_error *(*tensor)(void *user, const char *name, cmf_tensor_view *out);
+    /* Tensor by index in [0, tensor_count); *name is borrowed like the view. */
+    cmf_error *(*tensor_at)(void *user, uint64_t index, const char **name, cmf_tensor_view *out);
+} cmf_model_source;
+
+typedef struct cmf_arch_model cmf_arch_model; /* opaque, arch-owned: bound weights */
+typedef struct cmf_arch_state cmf_arch_state; /* opaque, arch-owned: KV cache / recurrent state */
+
+typedef struct cmf_arch_model_params {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    const char *options;           /* arch-specific "key=value,..." or NULL */
+} cmf_arch_model_params;
+
+/* What a bound model tells its host. */
+typedef struct cmf_arch_model_info {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    uint64_t vocab_size;           /* logits per position */
+    uint64_t max_context;          /* from the header (max_position_embeddings), 0 = unknown */
+} cmf_arch_model_info;
+
+#define CMF_LOGITS_NONE 0  /* only advance the state */
+#define CMF_LOGITS_LAST 1  /* logits of the last token: vocab_size floats */
+#define CMF_LOGITS_ALL  2  /* logits of every token: n_tokens * vocab_size floats */
+
+typedef struct cmf_forward_args {
+    uint32_t struct_size;
+    uint32_t n_tokens;
+    const int32_t *tokens;
+    uint64_t pos;                  /* position of tokens[0]; the state must hold exactly pos tokens */
+    int32_t logits_mode;           /* CMF_LOGITS_* */
+    uint32_t reserved0;
+    float *logits;                 /* host memory, sized per logits_mode */
+} cmf_forward_args;
+
 typedef struct cmf_arch_vt {
     uint32_t struct_size;
     uint32_t abi_version;
-    const char *name;            /* e.g. "qwen" */
+    const char *name;              /* e.g. "qwen" */
     const char *version;
-    const char *arch_names;      /* comma-separated header `arch.arch_name` values it runs */
-    const char *hf_model_types;  /* comma-separated HF config `model_type` values it converts */
+    const char *arch_names;        /* comma-separated header `arch.arch_name` values it runs */
+    const char *hf_model_types;    /* comma-separated HF config `model_type` values it converts */
+
+    /* -- converter hooks (optional) -- */
+    /* HF config.json bytes -> the CMF header `arch` object (JSON) appended to out. */
+    cmf_error *(*import_config)(void *ctx, const char *hf_config_json, size_t len, const cmf_byte_sink *out);
+    /* How one HF tensor becomes CMF tensors, as JSON appended to out, given the
+     * arch block from import_config. "[]" drops it; see docs/convert.md for
+     * the plan format (renames, splits of fused projections, expert unpacking). */
+    cmf_error *(*import_tensor)(void *ctx, const char *arch_json, size_t arch_len, const char *hf_name,
+                                uint32_t ndim, const uint64_t *shape, const cmf_byte_sink *out);
+
+    /* -- running (optional: an arch may only convert) -- */
+    cmf_error *(*model_create)(void *ctx, const cmf_model_source *src, const cmf_backend_vt *backend,
+                               void *backend_ctx, const cmf_arch_model_params *params, cmf_arch_model **out);
+    void (*model_free)(void *ctx, cmf_arch_model *model);
+    cmf_error *(*model_info)(void *ctx, const cmf_arch_model *model, cmf_arch_model_info *out);
+    cmf_error *(*state_create)(void *ctx, cmf_arch_model *model, uint64_t n_ctx, cmf_arch_state **out);
+    void (*state_free)(void *ctx, cmf_arch_state *state);
+    /* Keep the first n_keep positions, drop the rest (rollback, reset with 0). */
+    cmf_error *(*state_truncate)(void *ctx, cmf_arch_state *state, uint64_t n_keep);
+    cmf_error *(*forward)(void *ctx, cmf_arch_model *model, cmf_arch_state *state, const cmf_forward_args *args);
 } cmf_arch_vt;
 
 /* ---- the host services table -------------------------------------------- */

@@ -83,7 +83,6 @@ namespace {
     CHECK_OFFSET(cmf_backend_vt, weight_bind, 32);
     CHECK_OFFSET(cmf_backend_vt, weight_free, 40);
     CHECK_OFFSET(cmf_backend_vt, matmul, 48);
-    CHECK_SIZE(cmf_arch_vt, 40);
     CHECK_OFFSET(cmf_arch_vt, abi_version, 4);
     CHECK_OFFSET(cmf_arch_vt, name, 8);
     CHECK_OFFSET(cmf_arch_vt, version, 16);
@@ -103,6 +102,35 @@ namespace {
     CHECK_OFFSET(cmf_host_api, register_backend, 80);
     CHECK_OFFSET(cmf_host_api, register_arch, 88);
     CHECK_OFFSET(cmf_host_api, find_codec, 96);
+    CHECK_OFFSET(cmf_arch_vt, import_config, 40);
+    CHECK_OFFSET(cmf_arch_vt, import_tensor, 48);
+    CHECK_OFFSET(cmf_arch_vt, model_create, 56);
+    CHECK_OFFSET(cmf_arch_vt, model_free, 64);
+    CHECK_OFFSET(cmf_arch_vt, model_info, 72);
+    CHECK_OFFSET(cmf_arch_vt, state_create, 80);
+    CHECK_OFFSET(cmf_arch_vt, state_free, 88);
+    CHECK_OFFSET(cmf_arch_vt, state_truncate, 96);
+    CHECK_OFFSET(cmf_arch_vt, forward, 104);
+    CHECK_SIZE(cmf_model_source, 72);
+    CHECK_OFFSET(cmf_model_source, user, 8);
+    CHECK_OFFSET(cmf_model_source, arch_json, 16);
+    CHECK_OFFSET(cmf_model_source, arch_json_len, 24);
+    CHECK_OFFSET(cmf_model_source, header_json, 32);
+    CHECK_OFFSET(cmf_model_source, header_json_len, 40);
+    CHECK_OFFSET(cmf_model_source, tensor_count, 48);
+    CHECK_OFFSET(cmf_model_source, tensor, 56);
+    CHECK_OFFSET(cmf_model_source, tensor_at, 64);
+    CHECK_SIZE(cmf_arch_model_params, 16);
+    CHECK_OFFSET(cmf_arch_model_params, options, 8);
+    CHECK_SIZE(cmf_arch_model_info, 24);
+    CHECK_OFFSET(cmf_arch_model_info, vocab_size, 8);
+    CHECK_OFFSET(cmf_arch_model_info, max_context, 16);
+    CHECK_SIZE(cmf_forward_args, 40);
+    CHECK_OFFSET(cmf_forward_args, n_tokens, 4);
+    CHECK_OFFSET(cmf_forward_args, tokens, 8);
+    CHECK_OFFSET(cmf_forward_args, pos, 16);
+    CHECK_OFFSET(cmf_forward_args, logits_mode, 24);
+    CHECK_OFFSET(cmf_forward_args, logits, 32);
 }
 }  // namespace
 #endif
