@@ -1,0 +1,1 @@
+#include "codec_test_util.hpp"
