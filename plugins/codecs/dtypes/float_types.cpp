@@ -2,6 +2,7 @@
 #include "dtype.hpp"
 #include "dtypes/all.hpp"
 #include "half.hpp"
+#include "kernels/kernels.hpp"
 
 #include <cstring>
 
@@ -38,6 +39,23 @@ public:
         for (uint64_t i = 0; i < n; ++i) {
             Elem e = FromF32(src[i]);
             std::memcpy(out.data() + base + i * sizeof(Elem), &e, sizeof(Elem));
+        }
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        uint64_t cols = sdk::row_len_of(w);
+        const unsigned char *base = static_cast<const unsigned char *>(w.data);
+        for (uint64_t r = r0; r < r1; ++r) {
+            const void *row = base + r * cols * sizeof(Elem);
+            for (uint64_t b = 0; b < n_batch; ++b) {
+                const float *xb = x + b * ldx;
+                float v;
+                if constexpr (Id == CMF_DTYPE_F32) v = kernels::dot_f32(static_cast<const float *>(row), xb, cols);
+                else if constexpr (Id == CMF_DTYPE_F16) v = kernels::dot_f16(static_cast<const uint16_t *>(row), xb, cols);
+                else v = kernels::dot_bf16(static_cast<const uint16_t *>(row), xb, cols);
+                y[b * ldy + r] = v;
+            }
         }
     }
 };

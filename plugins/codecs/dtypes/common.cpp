@@ -1,0 +1,138 @@
+#include "dtypes/common.hpp"
+
+#include "kernels/kernels.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+namespace cmf::codecs {
+
+namespace {
+
+struct Delta {
+    uint16_t arg;
+    int8_t delta;
+};
+
+// f16 arguments where glibc 2.36's exp2f is one ulp above the correctly
+// rounded value (COMPAT §4; exhaustive over all f16). Sorted for binary search.
+constexpr uint16_t kExp2PlusOne[] = {
+    0x1bf5, 0x21a6, 0x22d3, 0x2d80, 0x3263, 0x3352, 0x3749, 0x3959, 0x3c58, 0x402c, 0x422c,
+    0x4416, 0x4516, 0x4616, 0x4716, 0x480b, 0x488b, 0x490b, 0x498b, 0x4a0b, 0x4a8b, 0x4b0b,
+    0x4b8b, 0x9df8, 0x9f35, 0xb54e, 0xbb50, 0xbfa8, 0xc1d4, 0xc3d4, 0xc4ea, 0xc5ea, 0xc6ea,
+    0xc7ea, 0xc875, 0xc8f5, 0xc975, 0xc9f5, 0xca75, 0xcaf5, 0xcb75, 0xcbf5};
+
+// Same for log2f, with the sign of the difference.
+constexpr Delta kLog2Delta[] = {
+    {0x361c, +1}, {0x3a5e, +1}, {0x3b5f, +1}, {0x3bc9, +1}, {0x3bdd, +1}, {0x3bde, +1}, {0x3bdf, +1},
+    {0x3bed, -1}, {0x3bf6, -1}, {0x3bfb, -1}, {0x3c07, -1}, {0x3c16, +1}, {0x3c19, +1}, {0x3c21, -1},
+    {0x3ca7, -1}, {0x3d16, +1}, {0x3d9a, -1}, {0x3e12, +1}, {0x3e97, +1}, {0x3f18, -1}, {0x421c, -1}};
+
+float add_ulps(float r, int delta) noexcept {
+    return f32_from_bits(static_cast<uint32_t>(static_cast<int64_t>(f32_bits(r)) + delta));
+}
+
+}  // namespace
+
+float exp2f_f16(uint16_t h) noexcept {
+    // The double result rounds correctly to f32 for every f16 argument (COMPAT §4).
+    float r = static_cast<float>(std::exp2(static_cast<double>(f16_to_f32(h))));
+    if (std::binary_search(std::begin(kExp2PlusOne), std::end(kExp2PlusOne), h)) r = add_ulps(r, +1);
+    return r;
+}
+
+float log2f_f16(uint16_t h) noexcept {
+    float r = static_cast<float>(std::log2(static_cast<double>(f16_to_f32(h))));
+    auto it = std::lower_bound(std::begin(kLog2Delta), std::end(kLog2Delta), h,
+                               [](const Delta &d, uint16_t v) { return d.arg < v; });
+    if (it != std::end(kLog2Delta) && it->arg == h) r = add_ulps(r, it->delta);
+    return r;
+}
+
+Matrix require_2d_groups(Shape shape, const char *dtype) {
+    if (shape.size() != 2)
+        fail(CMF_ERR_INVALID_ARGUMENT,
+             std::string(dtype) + " needs a 2-D shape, got " + std::to_string(shape.size()) + "-D");
+    if (shape[1] == 0 || shape[1] % 32 != 0)
+        fail(CMF_ERR_INVALID_ARGUMENT, std::string(dtype) + " needs cols to be a positive multiple of 32, got " +
+                                           std::to_string(shape[1]));
+    elements(shape);
+    return {shape[0], shape[1]};
+}
+
+Matrix require_rows(Shape shape, const char *dtype) {
+    if (shape.size() < 2)
+        fail(CMF_ERR_INVALID_ARGUMENT,
+             std::string(dtype) + " needs a 2-D shape, got " + std::to_string(shape.size()) + "-D");
+    uint64_t n = elements(shape);
+    uint64_t rows = shape[0];
+    return {rows, rows ? n / rows : 0};
+}
+
+uint64_t checked_mad(uint64_t a, uint64_t b, uint64_t c, const char *dtype) {
+    uint64_t p;
+    if (__builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(p, c, &p))
+        fail(CMF_ERR_BOUNDS, std::string(dtype) + " payload size overflows 64 bits");
+    return p;
+}
+
+Options::Options(const cmf_quantize_params *params, const char *dtype, std::initializer_list<const char *> allowed)
+    : dtype_(dtype) {
+    if (!params || !params->options) return;
+    std::string s = params->options;
+    size_t pos = 0;
+    while (pos < s.size()) {
+        size_t end = s.find(',', pos);
+        if (end == std::string::npos) end = s.size();
+        std::string item = s.substr(pos, end - pos);
+        pos = end + 1;
+        if (item.empty()) continue;
+        size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0)
+            fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " option '" + item + "' is not key=value");
+        std::string key = item.substr(0, eq);
+        bool known = false;
+        std::string list;
+        for (const char *a : allowed) {
+            known |= key == a;
+            list += list.empty() ? a : std::string(", ") + a;
+        }
+        if (!known)
+            fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " has no option '" + key + "'" +
+                                               (list.empty() ? std::string(" (it takes none)") : " (known: " + list + ")"));
+        values_[key] = item.substr(eq + 1);
+    }
+}
+
+float Options::get_float(const std::string &key, float fallback) const {
+    auto it = values_.find(key);
+    if (it == values_.end()) return fallback;
+    const char *b = it->second.c_str();
+    char *e = nullptr;
+    errno = 0;
+    float v = std::strtof(b, &e);
+    if (e == b || *e != '\0' || errno == ERANGE || !std::isfinite(v))
+        fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " option " + key + "='" + it->second + "' is not a finite number");
+    return v;
+}
+
+bool Options::get_bool(const std::string &key, bool fallback) const {
+    auto it = values_.find(key);
+    if (it == values_.end()) return fallback;
+    if (it->second == "1" || it->second == "true") return true;
+    if (it->second == "0" || it->second == "false") return false;
+    fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " option " + key + "='" + it->second + "' is not 0/1/true/false");
+}
+
+void matmul_by_decode(const Dtype &d, const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,
+                      uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
+    uint64_t cols = sdk::row_len_of(w);
+    std::vector<float> row(cols);
+    for (uint64_t r = r0; r < r1; ++r) {
+        d.dequantize_rows(w, r, r + 1, row.data());
+        for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = kernels::dot_f32(row.data(), x + b * ldx, cols);
+    }
+}
+
+}  // namespace cmf::codecs

@@ -1,0 +1,119 @@
+// Numeric primitives and byte helpers shared by the quantized dtypes. Every
+// rule here is pinned by COMPAT §4: the original's NaN-ignoring max, the f16
+// scale floor, RNE then a saturating cast, and the exp2f/log2f values glibc
+// gives at f16 arguments. This file is compiled with -ffp-contract=off (see
+// meson.build): the original never fuses a multiply and an add.
+#pragma once
+
+#include "dtype.hpp"
+#include "half.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cmf::codecs {
+
+// IEEE maxNum as Rust's f32::max: a NaN operand is ignored.
+inline float maxnum(float a, float b) noexcept {
+    if (std::isnan(a)) return b;
+    if (std::isnan(b)) return a;
+    return a > b ? a : b;
+}
+inline double maxnum(double a, double b) noexcept {
+    if (std::isnan(a)) return b;
+    if (std::isnan(b)) return a;
+    return a > b ? a : b;
+}
+
+// max |w| over a range, NaN ignored, starting at 0.
+inline float amax_of(const float *w, uint64_t n) noexcept {
+    float m = 0.0f;
+    for (uint64_t i = 0; i < n; ++i) m = maxnum(m, std::fabs(w[i]));
+    return m;
+}
+
+constexpr float kF16MinNormal = 6.103515625e-05f;  // 2^-14, f16 0x0400
+
+// Every quantizer's scale: rounded to f16 first, floored at 2^-14 (NaN -> floor).
+inline float f16_scale(float x) noexcept { return maxnum(f16_to_f32(f32_to_f16(x)), kF16MinNormal); }
+
+// RNE (the default rounding mode; nothing here changes it).
+inline float rne(float x) noexcept { return std::nearbyint(x); }
+
+// Rust's saturating `as` cast of an already-rounded float: NaN -> 0.
+inline int32_t sat_cast(float x, int32_t lo, int32_t hi) noexcept {
+    if (std::isnan(x)) return 0;
+    if (x <= static_cast<float>(lo)) return lo;
+    if (x >= static_cast<float>(hi)) return hi;
+    return static_cast<int32_t>(x);
+}
+// clamp(RNE(x), lo, hi) as an integer, NaN -> 0.
+inline int32_t rne_clamp(float x, int32_t lo, int32_t hi) noexcept { return sat_cast(rne(x), lo, hi); }
+
+// Rust f32::round: half away from zero.
+inline float round_half_away(float x) noexcept { return std::round(x); }
+
+// glibc-exact exp2f/log2f at f16 arguments (COMPAT §4 recipe + exception tables).
+float exp2f_f16(uint16_t h) noexcept;
+float log2f_f16(uint16_t h) noexcept;
+
+// ---- little-endian byte access ---------------------------------------------
+inline uint16_t load_u16(const uint8_t *p) noexcept {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+inline uint32_t load_u32(const uint8_t *p) noexcept {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+inline float load_f16(const uint8_t *p) noexcept { return f16_to_f32(load_u16(p)); }
+inline void put_u16(std::vector<uint8_t> &out, uint16_t v) {
+    out.push_back(static_cast<uint8_t>(v));
+    out.push_back(static_cast<uint8_t>(v >> 8));
+}
+inline void put_u32(std::vector<uint8_t> &out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+inline void store_u16(uint8_t *p, uint16_t v) noexcept { std::memcpy(p, &v, 2); }
+inline void store_u32(uint8_t *p, uint32_t v) noexcept { std::memcpy(p, &v, 4); }
+
+inline const uint8_t *bytes_of(const cmf_tensor_view &t) noexcept { return static_cast<const uint8_t *>(t.data); }
+
+// ---- shapes ------------------------------------------------------------------
+struct Matrix {
+    uint64_t rows, cols;
+};
+// 2-D shape with cols % 32 == 0 and cols > 0 (q4tp, q2tp, vbit and the writers of
+// q4_tiled/q1*); throws a clear error otherwise.
+Matrix require_2d_groups(Shape shape, const char *dtype);
+// ndim >= 2: rows = shape[0], cols = product of the rest (q8_row, q8_2f).
+Matrix require_rows(Shape shape, const char *dtype);
+inline uint64_t groups_of(uint64_t n) noexcept { return n / 32 + (n % 32 != 0); }
+// a * b + c with overflow -> Bounds error naming the dtype.
+uint64_t checked_mad(uint64_t a, uint64_t b, uint64_t c, const char *dtype);
+
+// ---- encoder options ("key=value,key=value") ----------------------------------
+class Options {
+public:
+    // Throws InvalidArgument on syntax errors or keys outside `allowed`.
+    Options(const cmf_quantize_params *params, const char *dtype, std::initializer_list<const char *> allowed);
+    bool has(const std::string &key) const { return values_.count(key) != 0; }
+    float get_float(const std::string &key, float fallback) const;
+    bool get_bool(const std::string &key, bool fallback) const;
+
+private:
+    std::string dtype_;
+    std::map<std::string, std::string> values_;
+};
+
+// Portable matmul through the reference decoder (used where no faster path exists).
+void matmul_by_decode(const Dtype &d, const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,
+                      uint64_t r0, uint64_t r1, float *y, uint64_t ldy);
+
+}  // namespace cmf::codecs

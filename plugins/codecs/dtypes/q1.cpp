@@ -1,0 +1,391 @@
+// q1 (12), q1s (13), q1t (14): binary and ternary codes per 32-group with an
+// f16 scale (COMPAT §5.8–§5.10). q1s appends an exact outlier list, q1t a
+// per-row outlier overlay. Groups are taken over the flattened tensor, as the
+// original's decoder does; its encoders need 2-D with cols % 32 == 0.
+#include "dtypes/all.hpp"
+#include "dtypes/common.hpp"
+#include "kernels/kernels.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace cmf::codecs {
+
+namespace {
+
+// ---- q1 base tiles [f16 s][4 B bits, LSB-first] ----------------------------------
+float q1_value(const uint8_t *tiles, uint64_t i) {
+    const uint8_t *tile = tiles + 6 * (i / 32);
+    unsigned k = static_cast<unsigned>(i % 32);
+    float s = load_f16(tile);
+    return ((tile[2 + k / 8] >> (k % 8)) & 1u) ? s : -s;
+}
+
+// Encodes q1 tiles for a 2-D matrix. `outlier` (optional) marks elements that
+// neither enter the scale nor the carry; `diffuse` turns on the q1p carry.
+void encode_q1_tiles(const float *src, Matrix m, bool diffuse, const std::vector<bool> *outlier, uint8_t *tiles) {
+    uint64_t gpr = m.cols / 32;
+    for (uint64_t r = 0; r < m.rows; ++r) {
+        float carry = 0.0f;
+        for (uint64_t g = 0; g < gpr; ++g) {
+            uint64_t base = r * m.cols + 32 * g;
+            const float *w = src + base;
+            float sum = 0.0f;
+            uint32_t count = 0;
+            for (int i = 0; i < 32; ++i)
+                if (!outlier || !(*outlier)[base + i]) sum += std::fabs(w[i]), ++count;
+            float mean = outlier ? (count ? sum / static_cast<float>(count) : 0.0f) : sum / 32.0f;
+            float s = f16_scale(mean);
+            uint8_t *tile = tiles + 6 * (r * gpr + g);
+            store_u16(tile, f32_to_f16(s));
+            uint32_t bits = 0;
+            for (int i = 0; i < 32; ++i) {
+                bool bit;
+                if ((outlier && (*outlier)[base + i]) || !diffuse) {
+                    bit = w[i] >= 0.0f;
+                } else {
+                    float v = w[i] + carry;
+                    bit = v >= 0.0f;
+                    carry = v - (bit ? s : -s);
+                }
+                bits |= static_cast<uint32_t>(bit) << i;
+            }
+            store_u32(tile + 2, bits);
+        }
+    }
+}
+
+class Q1 final : public Dtype {
+public:
+    int32_t id() const override { return CMF_DTYPE_Q1; }
+    const char *name() const override { return "q1"; }
+    uint64_t expected_size(Shape shape) const override { return checked_mad(groups_of(elements(shape)), 6, 0, name()); }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        uint64_t len = sdk::row_len_of(t);
+        for (uint64_t i = r0 * len, end = r1 * len; i < end; ++i) *dst++ = q1_value(bytes_of(t), i);
+    }
+    bool can_quantize() const override { return true; }
+    // Option error_diffusion=1 is the converter's `--quant q1p`.
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override {
+        Options opt(params, name(), {"error_diffusion"});
+        Matrix m = require_2d_groups(shape, name());
+        size_t base = out.size();
+        out.resize(base + expected_size(shape));
+        encode_q1_tiles(src, m, opt.get_bool("error_diffusion", false), nullptr, out.data() + base);
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        uint64_t cols = sdk::row_len_of(w);
+        if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
+        uint64_t gpr = cols / 32;
+        for (uint64_t r = r0; r < r1; ++r)
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] = kernels::dot_q1(bytes_of(w) + 6 * r * gpr, x + b * ldx, gpr);
+    }
+};
+
+// ---- q1s -----------------------------------------------------------------------
+struct Q1sView {
+    uint64_t n, count;
+    const uint8_t *tiles, *entries;
+};
+
+Q1sView q1s_view(const cmf_tensor_view &t) {
+    Q1sView v;
+    v.n = elements(shape_of(t));
+    uint64_t base = checked_mad(groups_of(v.n), 6, 0, "q1s");
+    if (t.nbytes < base + 4)
+        fail(CMF_ERR_BOUNDS, "q1s payload is " + std::to_string(t.nbytes) + " bytes, its base and count need " +
+                                 std::to_string(base + 4));
+    v.tiles = bytes_of(t);
+    v.count = load_u32(v.tiles + base);
+    v.entries = v.tiles + base + 4;
+    if (t.nbytes != base + 4 + 6 * v.count)
+        fail(CMF_ERR_BOUNDS, "q1s payload is " + std::to_string(t.nbytes) + " bytes, " + std::to_string(v.count) +
+                                 " outliers need " + std::to_string(base + 4 + 6 * v.count));
+    return v;
+}
+
+class Q1s final : public Dtype {
+public:
+    int32_t id() const override { return CMF_DTYPE_Q1S; }
+    const char *name() const override { return "q1s"; }
+    uint32_t flags() const override { return CMF_CODEC_VARIABLE_SIZE; }
+    uint64_t expected_size(Shape shape) const override {
+        elements(shape);
+        return CMF_SIZE_VARIABLE;
+    }
+    void validate(const cmf_tensor_view &t) const override {
+        Q1sView v = q1s_view(t);
+        for (uint64_t e = 0; e < v.count; ++e) {
+            uint32_t idx = load_u32(v.entries + 6 * e);
+            if (idx >= v.n)
+                fail(CMF_ERR_PARSE, "q1s outlier " + std::to_string(e) + " has index " + std::to_string(idx) +
+                                        " >= element count " + std::to_string(v.n));
+        }
+    }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);
+        Q1sView v = q1s_view(t);
+        uint64_t len = sdk::row_len_of(t);
+        uint64_t begin = r0 * len, end = r1 * len;
+        for (uint64_t i = begin; i < end; ++i) dst[i - begin] = q1_value(v.tiles, i);
+        for (uint64_t e = 0; e < v.count; ++e) {
+            uint32_t idx = load_u32(v.entries + 6 * e);
+            if (idx >= begin && idx < end) dst[idx - begin] = load_f16(v.entries + 6 * e + 4);
+        }
+    }
+    bool can_quantize() const override { return true; }
+    // Option keep=F: outlier fraction (default 0.01, clamped to [0, 0.25]), as CMF_Q1S_KEEP upstream.
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override {
+        Options opt(params, name(), {"keep"});
+        Matrix m = require_2d_groups(shape, name());
+        uint64_t n = m.rows * m.cols;
+        float keep = std::clamp(opt.get_float("keep", 0.01f), 0.0f, 0.25f);
+        uint64_t n_out = std::min<uint64_t>(static_cast<uint64_t>(round_half_away(static_cast<float>(n) * keep)), n);
+        std::vector<bool> outlier(n, false);
+        if (n_out > 0) {
+            std::vector<float> mags(n);
+            for (uint64_t i = 0; i < n; ++i) {
+                if (std::isnan(src[i]))
+                    fail(CMF_ERR_INVALID_ARGUMENT, "q1s cannot select outliers in a tensor containing NaN");
+                mags[i] = std::fabs(src[i]);
+            }
+            std::nth_element(mags.begin(), mags.begin() + static_cast<int64_t>(n - n_out), mags.end());
+            float theta = mags[n - n_out];
+            for (uint64_t i = 0; i < n; ++i) outlier[i] = std::fabs(src[i]) >= theta;
+        }
+        size_t base = out.size();
+        uint64_t groups = groups_of(n);
+        out.resize(base + 6 * groups);
+        encode_q1_tiles(src, m, true, &outlier, out.data() + base);
+        uint64_t count = static_cast<uint64_t>(std::count(outlier.begin(), outlier.end(), true));
+        if (n > UINT32_MAX) fail(CMF_ERR_BOUNDS, "q1s tensors are limited to 2^32 elements (u32 indices)");
+        put_u32(out, static_cast<uint32_t>(count));
+        for (uint64_t i = 0; i < n; ++i)
+            if (outlier[i]) {
+                put_u32(out, static_cast<uint32_t>(i));
+                put_u16(out, f32_to_f16(src[i]));
+            }
+    }
+};
+
+// ---- q1t -----------------------------------------------------------------------
+// Ternary digit k of a 7-byte group: 0 -> 0, 1 -> +s, 2 -> -s.
+unsigned trit(const uint8_t *digits, unsigned k) {
+    static constexpr unsigned kPow3[5] = {1, 3, 9, 27, 81};
+    unsigned d = digits[k / 5] / kPow3[k % 5] % 3;
+    if (k / 5 == 6 ? digits[6] > 8 : digits[k / 5] > 242)
+        fail(CMF_ERR_PARSE, "q1t base-3 byte " + std::to_string(digits[k / 5]) + " is not a valid digit group");
+    return d;
+}
+float trit_value(unsigned d, float s) { return d == 0 ? 0.0f : (d == 1 ? s : -s); }
+
+struct Q1tView {
+    Matrix m;
+    uint64_t groups;
+    const uint8_t *tiles, *row_ptr, *entries;
+    uint32_t ptr(uint64_t r) const { return load_u32(row_ptr + 4 * r); }
+};
+
+Q1tView q1t_view(const cmf_tensor_view &t, bool check_entries) {
+    Q1tView v;
+    v.m = require_rows(shape_of(t), "q1t");
+    v.groups = groups_of(v.m.rows * v.m.cols);
+    uint64_t header = checked_mad(v.m.rows + 1, 4, checked_mad(v.groups, 9, 0, "q1t"), "q1t");
+    if (t.nbytes < header)
+        fail(CMF_ERR_BOUNDS, "q1t payload is " + std::to_string(t.nbytes) + " bytes, its tiles and row table need " +
+                                 std::to_string(header));
+    v.tiles = bytes_of(t);
+    v.row_ptr = v.tiles + 9 * v.groups;
+    v.entries = bytes_of(t) + header;
+    if (v.ptr(0) != 0) fail(CMF_ERR_PARSE, "q1t row_ptr[0] is " + std::to_string(v.ptr(0)) + ", not 0");
+    for (uint64_t r = 0; r < v.m.rows; ++r)
+        if (v.ptr(r + 1) < v.ptr(r))
+            fail(CMF_ERR_PARSE, "q1t row_ptr decreases at row " + std::to_string(r));
+    uint64_t total = header + 4 * static_cast<uint64_t>(v.ptr(v.m.rows));
+    if (total != t.nbytes)
+        fail(CMF_ERR_BOUNDS, "q1t payload is " + std::to_string(t.nbytes) + " bytes, its overlay needs " +
+                                 std::to_string(total));
+    if (check_entries)
+        for (uint64_t e = 0; e < v.ptr(v.m.rows); ++e)
+            if (load_u16(v.entries + 4 * e) >= v.m.cols)
+                fail(CMF_ERR_PARSE, "q1t overlay entry " + std::to_string(e) + " has column " +
+                                        std::to_string(load_u16(v.entries + 4 * e)) + " >= " +
+                                        std::to_string(v.m.cols));
+    return v;
+}
+
+class Q1t final : public Dtype {
+public:
+    int32_t id() const override { return CMF_DTYPE_Q1T; }
+    const char *name() const override { return "q1t"; }
+    uint32_t flags() const override { return CMF_CODEC_VARIABLE_SIZE; }
+    uint64_t expected_size(Shape shape) const override {
+        require_rows(shape, name());
+        return CMF_SIZE_VARIABLE;
+    }
+    void validate(const cmf_tensor_view &t) const override { q1t_view(t, true); }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        Q1tView v = q1t_view(t, true);
+        uint64_t cols = v.m.cols;
+        for (uint64_t i = r0 * cols, end = r1 * cols; i < end; ++i) {
+            const uint8_t *tile = v.tiles + 9 * (i / 32);
+            *dst++ = trit_value(trit(tile + 2, static_cast<unsigned>(i % 32)), load_f16(tile));
+        }
+        dst -= (r1 - r0) * cols;
+        for (uint64_t r = r0; r < r1; ++r)
+            for (uint32_t e = v.ptr(r); e < v.ptr(r + 1); ++e)
+                dst[(r - r0) * cols + load_u16(v.entries + 4 * e)] = load_f16(v.entries + 4 * e + 2);
+    }
+    bool can_quantize() const override { return true; }
+    // Options: keep=F outlier fraction (default 0, the converter's choice),
+    // correct=0|1 row scale correction (default 1; 0 = CMF_GPTQ_NOCORRECT=1).
+    // params->act_rms (cols floats) weighs outlier scores and errors; default 1.
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override;
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        Q1tView v = q1t_view(w, true);
+        if (v.m.cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
+        uint64_t gpr = v.m.cols / 32;
+        for (uint64_t r = r0; r < r1; ++r)
+            for (uint64_t b = 0; b < n_batch; ++b) {
+                const float *xb = x + b * ldx;
+                float acc = kernels::dot_q1t(v.tiles + 9 * r * gpr, xb, gpr);
+                // The overlay replaces the base value at its column.
+                for (uint32_t e = v.ptr(r); e < v.ptr(r + 1); ++e) {
+                    uint16_t c = load_u16(v.entries + 4 * e);
+                    const uint8_t *tile = v.tiles + 9 * (r * gpr + c / 32);
+                    float base = trit_value(trit(tile + 2, c % 32), load_f16(tile));
+                    acc += (load_f16(v.entries + 4 * e + 2) - base) * xb[c];
+                }
+                y[b * ldy + r] = acc;
+            }
+    }
+};
+
+void Q1t::quantize(Shape shape, const float *src, const cmf_quantize_params *params, std::vector<uint8_t> &out) const {
+    Options opt(params, name(), {"keep", "correct"});
+    Matrix m = require_2d_groups(shape, name());
+    if (m.cols > 65536) fail(CMF_ERR_INVALID_ARGUMENT, "q1t needs cols <= 65536 (u16 overlay columns)");
+    uint64_t n = m.rows * m.cols, gpr = m.cols / 32;
+    float keep = opt.get_float("keep", 0.0f);
+    if (!(keep >= 0.0f && keep <= 1.0f)) fail(CMF_ERR_INVALID_ARGUMENT, "q1t keep must be in [0, 1]");
+    bool correct = opt.get_bool("correct", true);
+    std::vector<float> act(m.cols, 1.0f);
+    if (params && params->act_rms) {
+        if (params->act_rms_len != m.cols)
+            fail(CMF_ERR_INVALID_ARGUMENT, "q1t act_rms has " + std::to_string(params->act_rms_len) +
+                                               " values, the tensor has " + std::to_string(m.cols) + " columns");
+        std::copy(params->act_rms, params->act_rms + m.cols, act.begin());
+    }
+    // 1. outliers: the n_out largest |w|*act_rms[col], ties to the lower flat index.
+    uint64_t n_out = static_cast<uint64_t>(round_half_away(static_cast<float>(n) * keep));
+    std::vector<bool> outlier(n, false);
+    if (n_out > 0 && n_out < n) {
+        std::vector<float> score(n);
+        for (uint64_t i = 0; i < n; ++i) {
+            score[i] = std::fabs(src[i]) * act[i % m.cols];
+            if (std::isnan(score[i]))
+                fail(CMF_ERR_INVALID_ARGUMENT, "q1t cannot select outliers: NaN weight or activation RMS at element " +
+                                                   std::to_string(i));
+        }
+        std::vector<uint64_t> idx(n);
+        std::iota(idx.begin(), idx.end(), uint64_t{0});
+        auto before = [&](uint64_t a, uint64_t b) { return score[a] != score[b] ? score[a] > score[b] : a < b; };
+        std::nth_element(idx.begin(), idx.begin() + static_cast<int64_t>(n_out - 1), idx.end(), before);
+        for (uint64_t k = 0; k < n_out; ++k) outlier[idx[k]] = true;
+    }
+    // 2. per group: legacy vs adaptive ternary, chosen by weighted error.
+    std::vector<float> scales(m.rows * gpr);
+    std::vector<int8_t> codes(n, 0);  // -1, 0, +1
+    for (uint64_t r = 0; r < m.rows; ++r) {
+        for (uint64_t g = 0; g < gpr; ++g) {
+            uint64_t base = r * m.cols + 32 * g;
+            const float *w = src + base;
+            float sum = 0.0f;
+            uint32_t count = 0;
+            for (int i = 0; i < 32; ++i)
+                if (!outlier[base + i]) sum += std::fabs(w[i]), ++count;
+            float mean = count ? sum / static_cast<float>(count) : 0.0f;
+            float s_l = f16_scale(mean);
+            float tau = 0.7f * mean;
+            double sd = 0.0, sdw = 0.0;
+            for (int i = 0; i < 32; ++i)
+                if (!outlier[base + i] && std::fabs(w[i]) >= tau) {
+                    double d = static_cast<double>(act[32 * g + i]) * static_cast<double>(act[32 * g + i]);
+                    sd += d;
+                    sdw += d * static_cast<double>(std::fabs(w[i]));
+                }
+            float s_a = sd == 0.0 ? s_l : f16_scale(static_cast<float>(sdw / sd));
+            int8_t leg[32], ada[32];
+            double err_l = 0.0, err_a = 0.0;
+            for (int i = 0; i < 32; ++i) {
+                leg[i] = ada[i] = 0;
+                if (outlier[base + i]) continue;
+                leg[i] = w[i] >= 0.5f * s_l ? 1 : (w[i] <= -0.5f * s_l ? -1 : 0);
+                if (std::fabs(w[i]) >= tau) ada[i] = w[i] >= 0.0f ? 1 : -1;
+                double d = static_cast<double>(act[32 * g + i]) * static_cast<double>(act[32 * g + i]);
+                double el = static_cast<double>(w[i]) - static_cast<double>(leg[i]) * static_cast<double>(s_l);
+                double ea = static_cast<double>(w[i]) - static_cast<double>(ada[i]) * static_cast<double>(s_a);
+                err_l += d * (el * el);
+                err_a += d * (ea * ea);
+            }
+            bool adaptive = err_a < err_l;
+            scales[r * gpr + g] = adaptive ? s_a : s_l;
+            std::copy(adaptive ? ada : leg, (adaptive ? ada : leg) + 32, codes.begin() + static_cast<int64_t>(base));
+        }
+        // 3. row correction: least-squares common factor of the row's scales.
+        if (correct) {
+            double num = 0.0, den = 0.0;
+            for (uint64_t c = 0; c < m.cols; ++c) {
+                uint64_t i = r * m.cols + c;
+                if (outlier[i] || codes[i] == 0) continue;
+                double q = static_cast<double>(codes[i]) * static_cast<double>(scales[r * gpr + c / 32]);
+                double d = static_cast<double>(act[c]) * static_cast<double>(act[c]);
+                num += q * static_cast<double>(src[i]) * d;
+                den += q * q * d;
+            }
+            if (den > 1e-20) {
+                float alpha = static_cast<float>(std::clamp(num / den, 0.5, 2.0));
+                for (uint64_t g = 0; g < gpr; ++g) scales[r * gpr + g] *= alpha;
+            }
+        }
+    }
+    // Tiles, row_ptr, entries.
+    size_t at = out.size();
+    out.resize(at + 9 * (n / 32));
+    for (uint64_t g = 0; g < n / 32; ++g) {
+        uint8_t *tile = out.data() + at + 9 * g;
+        store_u16(tile, f32_to_f16(scales[g]));
+        for (int k = 0; k < 32; ++k) {
+            int8_t c = codes[32 * g + static_cast<uint64_t>(k)];
+            static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+            tile[2 + k / 5] = static_cast<uint8_t>(tile[2 + k / 5] + (c == 0 ? 0 : (c > 0 ? 1 : 2)) * kPow3[k % 5]);
+        }
+    }
+    uint32_t running = 0;
+    put_u32(out, 0);
+    for (uint64_t r = 0; r < m.rows; ++r) {
+        for (uint64_t c = 0; c < m.cols; ++c) running += outlier[r * m.cols + c];
+        put_u32(out, running);
+    }
+    for (uint64_t i = 0; i < n; ++i)
+        if (outlier[i]) {
+            put_u16(out, static_cast<uint16_t>(i % m.cols));
+            put_u16(out, f32_to_f16(src[i]));
+        }
+}
+
+}  // namespace
+
+std::unique_ptr<Dtype> make_q1() { return std::make_unique<Q1>(); }
+std::unique_ptr<Dtype> make_q1s() { return std::make_unique<Q1s>(); }
+std::unique_ptr<Dtype> make_q1t() { return std::make_unique<Q1t>(); }
+
+}  // namespace cmf::codecs

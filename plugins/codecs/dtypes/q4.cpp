@@ -1,0 +1,94 @@
+// q4_block (4) and q4_tiled (11): 4-bit codes per 32-element group with an f16
+// scale (COMPAT §5.3, §5.4). Both flatten the tensor into groups of 32 (the
+// last zero-padded); q4_block stores all nibble blocks then all scales,
+// q4_tiled interleaves [f16 scale][16 B nibbles] per group.
+#include "dtypes/all.hpp"
+#include "dtypes/common.hpp"
+#include "kernels/kernels.hpp"
+
+namespace cmf::codecs {
+
+namespace {
+
+// One group: 32 values (already zero-padded) -> 16 nibble bytes, returns the f16 scale.
+uint16_t quantize_q4_group(const float *w, uint8_t *nib) {
+    float s = f16_scale(amax_of(w, 32) / 7.0f);
+    for (int k = 0; k < 16; ++k) {
+        int lo = rne_clamp(w[2 * k] / s, -8, 7) + 8;
+        int hi = rne_clamp(w[2 * k + 1] / s, -8, 7) + 8;
+        nib[k] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    return f32_to_f16(s);
+}
+
+template <bool Tiled>
+class Q4 final : public Dtype {
+public:
+    int32_t id() const override { return Tiled ? CMF_DTYPE_Q4_TILED : CMF_DTYPE_Q4_BLOCK; }
+    const char *name() const override { return Tiled ? "q4_tiled" : "q4_block"; }
+    uint64_t expected_size(Shape shape) const override { return checked_mad(groups_of(elements(shape)), 18, 0, name()); }
+
+    // Where group g's nibbles and scale live.
+    static const uint8_t *nibbles(const uint8_t *p, uint64_t g) { return Tiled ? p + 18 * g + 2 : p + 16 * g; }
+    static float scale(const uint8_t *p, uint64_t groups, uint64_t g) {
+        return load_f16(Tiled ? p + 18 * g : p + 16 * groups + 2 * g);
+    }
+
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        uint64_t len = sdk::row_len_of(t);
+        uint64_t groups = groups_of(elements(shape_of(t)));
+        const uint8_t *p = bytes_of(t);
+        for (uint64_t i = r0 * len, end = r1 * len; i < end; ++i) {
+            uint64_t g = i / 32;
+            unsigned k = static_cast<unsigned>(i % 32);
+            uint8_t byte = nibbles(p, g)[k / 2];
+            int q = (k & 1) ? (byte >> 4) : (byte & 15);
+            *dst++ = static_cast<float>(q - 8) * scale(p, groups, g);
+        }
+    }
+    bool can_quantize() const override { return true; }
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override {
+        Options opt(params, name(), {});
+        uint64_t n = elements(shape);
+        uint64_t groups = groups_of(n);
+        size_t base = out.size();
+        out.resize(base + expected_size(shape));
+        uint8_t *p = out.data() + base;
+        float w[32];
+        for (uint64_t g = 0; g < groups; ++g) {
+            uint64_t take = std::min<uint64_t>(32, n - 32 * g);
+            std::fill(w, w + 32, 0.0f);
+            std::copy(src + 32 * g, src + 32 * g + take, w);
+            uint8_t *nib = Tiled ? p + 18 * g + 2 : p + 16 * g;
+            uint16_t s = quantize_q4_group(w, nib);
+            store_u16(Tiled ? p + 18 * g : p + 16 * groups + 2 * g, s);
+        }
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        uint64_t cols = sdk::row_len_of(w);
+        if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
+        uint64_t gpr = cols / 32;
+        uint64_t groups = groups_of(elements(shape_of(w)));
+        const uint8_t *p = bytes_of(w);
+        if (Tiled) {
+            for (uint64_t r = r0; r < r1; ++r)
+                for (uint64_t b = 0; b < n_batch; ++b)
+                    y[b * ldy + r] = kernels::dot_q4_tiled(p + 18 * r * gpr, x + b * ldx, gpr);
+            return;
+        }
+        for (uint64_t r = r0; r < r1; ++r)
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] =
+                    kernels::dot_q4_split(p + 16 * r * gpr, p + 16 * groups + 2 * r * gpr, x + b * ldx, gpr);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Dtype> make_q4_block() { return std::make_unique<Q4<false>>(); }
+std::unique_ptr<Dtype> make_q4_tiled() { return std::make_unique<Q4<true>>(); }
+
+}  // namespace cmf::codecs

@@ -1,0 +1,146 @@
+// q8_row (3) and q8_2f (9): int8 codes with f16 row scales (COMPAT §5.2, §5.5).
+#include "dtypes/all.hpp"
+#include "dtypes/common.hpp"
+#include "kernels/kernels.hpp"
+
+#include <cmath>
+
+namespace cmf::codecs {
+
+namespace {
+
+// Layout [i8 rows*cols][f16 rows].
+class Q8Row final : public Dtype {
+public:
+    int32_t id() const override { return CMF_DTYPE_Q8_ROW; }
+    const char *name() const override { return "q8_row"; }
+    uint64_t expected_size(Shape shape) const override {
+        Matrix m = require_rows(shape, name());
+        return checked_mad(m.rows, 2, m.rows * m.cols, name());
+    }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        Matrix m = require_rows(shape_of(t), name());
+        const uint8_t *p = bytes_of(t);
+        const uint8_t *scales = p + m.rows * m.cols;
+        for (uint64_t r = r0; r < r1; ++r) {
+            float s = load_f16(scales + 2 * r);
+            const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
+            for (uint64_t c = 0; c < m.cols; ++c) *dst++ = static_cast<float>(q[c]) * s;
+        }
+    }
+    bool can_quantize() const override { return true; }
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override {
+        Options opt(params, name(), {});
+        Matrix m = require_rows(shape, name());
+        size_t base = out.size();
+        out.resize(base + expected_size(shape));
+        uint8_t *q = out.data() + base;
+        uint8_t *scales = q + m.rows * m.cols;
+        for (uint64_t r = 0; r < m.rows; ++r) {
+            const float *w = src + r * m.cols;
+            float s = f16_scale(amax_of(w, m.cols) / 127.0f);
+            for (uint64_t c = 0; c < m.cols; ++c)
+                q[r * m.cols + c] = static_cast<uint8_t>(static_cast<int8_t>(rne_clamp(w[c] / s, -128, 127)));
+            store_u16(scales + 2 * r, f32_to_f16(s));
+        }
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        Matrix m = require_rows(shape_of(w), name());
+        const uint8_t *p = bytes_of(w);
+        for (uint64_t r = r0; r < r1; ++r) {
+            float s = load_f16(p + m.rows * m.cols + 2 * r);
+            const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] = s * kernels::dot_i8_f32(q, x + b * ldx, m.cols);
+        }
+    }
+};
+
+// Layout [i8 rows*cols][f16 row scales][f16 col field].
+class Q82F final : public Dtype {
+public:
+    int32_t id() const override { return CMF_DTYPE_Q8_2F; }
+    const char *name() const override { return "q8_2f"; }
+    uint32_t required_features() const override { return CMF_FEATURE_QUANT_2F; }
+    uint64_t expected_size(Shape shape) const override {
+        Matrix m = require_rows(shape, name());
+        return checked_mad(m.rows + m.cols, 2, m.rows * m.cols, name());
+    }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        Matrix m = require_rows(shape_of(t), name());
+        const uint8_t *p = bytes_of(t);
+        const uint8_t *rs = p + m.rows * m.cols;
+        const uint8_t *cf = rs + 2 * m.rows;
+        for (uint64_t r = r0; r < r1; ++r) {
+            float s = load_f16(rs + 2 * r);
+            const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
+            for (uint64_t c = 0; c < m.cols; ++c) *dst++ = static_cast<float>(q[c]) * s * load_f16(cf + 2 * c);
+        }
+    }
+    bool can_quantize() const override { return true; }
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override {
+        Options opt(params, name(), {});
+        Matrix m = require_rows(shape, name());
+        size_t base = out.size();
+        out.resize(base + expected_size(shape));
+        uint8_t *q = out.data() + base;
+        uint8_t *rs = q + m.rows * m.cols;
+        uint8_t *cf = rs + 2 * m.rows;
+        // Column field: f64 sum of squares in fixed 256-row blocks, block sums added in order.
+        std::vector<double> total(m.cols, 0.0), block(m.cols);
+        for (uint64_t b0 = 0; b0 < m.rows; b0 += 256) {
+            std::fill(block.begin(), block.end(), 0.0);
+            uint64_t b1 = std::min<uint64_t>(m.rows, b0 + 256);
+            for (uint64_t r = b0; r < b1; ++r)
+                for (uint64_t c = 0; c < m.cols; ++c) {
+                    double v = static_cast<double>(src[r * m.cols + c]);
+                    block[c] += v * v;
+                }
+            for (uint64_t c = 0; c < m.cols; ++c) total[c] += block[c];
+        }
+        std::vector<float> col(m.cols);
+        for (uint64_t c = 0; c < m.cols; ++c) {
+            double rms = maxnum(std::sqrt(total[c] / static_cast<double>(m.rows)), 1e-12);
+            col[c] = maxnum(f16_to_f32(f32_to_f16(static_cast<float>(rms))), kF16MinNormal);
+            store_u16(cf + 2 * c, f32_to_f16(col[c]));
+        }
+        std::vector<float> u(m.cols);
+        for (uint64_t r = 0; r < m.rows; ++r) {
+            const float *w = src + r * m.cols;
+            for (uint64_t c = 0; c < m.cols; ++c) u[c] = w[c] / col[c];
+            float s = f16_scale(maxnum(amax_of(u.data(), m.cols), 1e-12f) / 127.0f);
+            for (uint64_t c = 0; c < m.cols; ++c)
+                q[r * m.cols + c] = static_cast<uint8_t>(static_cast<int8_t>(rne_clamp(u[c] / s, -127, 127)));
+            store_u16(rs + 2 * r, f32_to_f16(s));
+        }
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        Matrix m = require_rows(shape_of(w), name());
+        const uint8_t *p = bytes_of(w);
+        const uint8_t *rs = p + m.rows * m.cols;
+        const uint8_t *cf = rs + 2 * m.rows;
+        // Fold the column field into the activations once per call: y = s_r * sum q * (col * x).
+        std::vector<float> xc(m.cols * n_batch);
+        for (uint64_t b = 0; b < n_batch; ++b)
+            for (uint64_t c = 0; c < m.cols; ++c) xc[b * m.cols + c] = load_f16(cf + 2 * c) * x[b * ldx + c];
+        for (uint64_t r = r0; r < r1; ++r) {
+            float s = load_f16(rs + 2 * r);
+            const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] = s * kernels::dot_i8_f32(q, xc.data() + b * m.cols, m.cols);
+        }
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Dtype> make_q8_row() { return std::make_unique<Q8Row>(); }
+std::unique_ptr<Dtype> make_q8_2f() { return std::make_unique<Q82F>(); }
+
+}  // namespace cmf::codecs

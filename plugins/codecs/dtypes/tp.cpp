@@ -1,0 +1,245 @@
+// q4tp (15) and q2tp (16): 4-/2-bit codes whose group scales come from a per-row
+// geometric ladder (f16 lo, f16 step) indexed by a 5-bit code (COMPAT §5.11,
+// §5.12). Layout: weight chunks (16 B / 8 B per (row, group)) | per row
+// (f16 lo, f16 step) | per row ceil(5*gpr/8) bytes of 5-bit codes, LSB-first.
+#include "dtypes/all.hpp"
+#include "dtypes/common.hpp"
+#include "kernels/kernels.hpp"
+
+#include <array>
+#include <limits>
+
+namespace cmf::codecs {
+
+namespace {
+
+// Rung values of one row: q4tp t[c] = exp2f(lo) * exp2f(step)^c (31 sequential f32
+// multiplies); q2tp puts an exact 0 at rung 0 and shifts the q4tp ladder up by one.
+template <bool Two>
+std::array<float, 32> ladder(uint16_t lo_h, uint16_t step_h) {
+    std::array<float, 32> t{};
+    float e = exp2f_f16(step_h);
+    int first = Two ? 1 : 0;
+    t[first] = exp2f_f16(lo_h);
+    for (int c = first + 1; c < 32; ++c) t[c] = t[c - 1] * e;
+    return t;
+}
+
+uint32_t read_code(const uint8_t *codes, uint64_t g) {
+    uint64_t bit = 5 * g;
+    uint32_t v = codes[bit / 8];
+    if (bit % 8 > 3) v |= static_cast<uint32_t>(codes[bit / 8 + 1]) << 8;
+    return (v >> (bit % 8)) & 31u;
+}
+void write_code(uint8_t *codes, uint64_t g, uint32_t code) {
+    uint64_t bit = 5 * g;
+    uint32_t v = code << (bit % 8);
+    codes[bit / 8] |= static_cast<uint8_t>(v);
+    if (v >> 8) codes[bit / 8 + 1] |= static_cast<uint8_t>(v >> 8);
+}
+
+// The ulp walk that makes `lo_r + steps*step >= top` hold (at most 64 increments).
+uint16_t fit_step(float lo_r, float top, float steps) {
+    uint16_t step_h = f32_to_f16(maxnum(top - lo_r, 0.0f) / steps);
+    for (int i = 0; i < 64; ++i) {
+        float v = f16_to_f32(step_h);
+        if (v > 0.0f && lo_r + steps * v >= top) break;
+        ++step_h;
+    }
+    return step_h;
+}
+
+template <bool Two>
+class Tp final : public Dtype {
+    static constexpr uint64_t kChunk = Two ? 8 : 16;
+
+public:
+    int32_t id() const override { return Two ? CMF_DTYPE_Q2TP : CMF_DTYPE_Q4TP; }
+    const char *name() const override { return Two ? "q2tp" : "q4tp"; }
+    static uint64_t stride(uint64_t gpr) { return (5 * gpr + 7) / 8; }
+    uint64_t expected_size(Shape shape) const override {
+        Matrix m = require_2d_groups(shape, name());
+        uint64_t gpr = m.cols / 32;
+        return checked_mad(m.rows, gpr * kChunk + 4 + stride(gpr), 0, name());
+    }
+
+    struct Layout {
+        Matrix m;
+        uint64_t gpr;
+        const uint8_t *chunks, *params, *codes;
+    };
+    Layout layout(const cmf_tensor_view &t) const {
+        validate(t);
+        Layout l;
+        l.m = require_2d_groups(shape_of(t), name());
+        l.gpr = l.m.cols / 32;
+        l.chunks = bytes_of(t);
+        l.params = l.chunks + l.m.rows * l.gpr * kChunk;
+        l.codes = l.params + 4 * l.m.rows;
+        return l;
+    }
+    static std::array<float, 32> row_ladder(const Layout &l, uint64_t r) {
+        return ladder<Two>(load_u16(l.params + 4 * r), load_u16(l.params + 4 * r + 2));
+    }
+    static float weight(const uint8_t *chunk, unsigned i, float s) {
+        if (Two) return (static_cast<float>((chunk[i / 4] >> (2 * (i % 4))) & 3u) - 1.5f) * s;
+        int q = (i & 1) ? (chunk[i / 2] >> 4) : (chunk[i / 2] & 15);
+        return static_cast<float>(q - 8) * s;
+    }
+
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        Layout l = layout(t);
+        for (uint64_t r = r0; r < r1; ++r) {
+            std::array<float, 32> lad = row_ladder(l, r);
+            for (uint64_t g = 0; g < l.gpr; ++g) {
+                float s = lad[read_code(l.codes + r * stride(l.gpr), g)];
+                const uint8_t *chunk = l.chunks + (r * l.gpr + g) * kChunk;
+                for (unsigned i = 0; i < 32; ++i) *dst++ = weight(chunk, i, s);
+            }
+        }
+    }
+    bool can_quantize() const override { return true; }
+    // Option search=0|1 (default 1; 0 = CMF_Q2TP_SEARCH=0 upstream).
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override;
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        Layout l = layout(w);
+        std::vector<float> scales(l.gpr);
+        for (uint64_t r = r0; r < r1; ++r) {
+            std::array<float, 32> lad = row_ladder(l, r);
+            for (uint64_t g = 0; g < l.gpr; ++g) scales[g] = lad[read_code(l.codes + r * stride(l.gpr), g)];
+            const uint8_t *chunks = l.chunks + r * l.gpr * kChunk;
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] = Two ? kernels::dot_q2_groups(chunks, scales.data(), x + b * ldx, l.gpr)
+                                     : kernels::dot_q4_groups(chunks, scales.data(), x + b * ldx, l.gpr);
+        }
+    }
+
+private:
+    // Codes of one group for rung value t, and the f32 squared error.
+    static float group_error(const float *w, float t) {
+        float err = 0.0f;
+        if (Two) {
+            float inv = t > 0.0f ? 1.0f / t : 0.0f;
+            for (int i = 0; i < 32; ++i) {
+                float c = static_cast<float>(rne_clamp(w[i] * inv + 1.5f, 0, 3));
+                float d = w[i] - (c - 1.5f) * t;
+                err += d * d;
+            }
+        } else {
+            float inv = 1.0f / t;
+            for (int i = 0; i < 32; ++i) {
+                float d = w[i] - static_cast<float>(rne_clamp(w[i] * inv, -8, 7)) * t;
+                err += d * d;
+            }
+        }
+        return err;
+    }
+    // First strictly smallest error over rungs [lo, hi]; `fallback` if none is finite-smaller.
+    static uint32_t best_rung(const float *w, const std::array<float, 32> &t, int lo, int hi, uint32_t fallback,
+                              float *best_err) {
+        float best = std::numeric_limits<float>::infinity();
+        uint32_t code = fallback;
+        for (int c = lo; c <= hi; ++c) {
+            float e = group_error(w, t[c]);
+            if (e < best) best = e, code = static_cast<uint32_t>(c);
+        }
+        if (best_err) *best_err = best;
+        return code;
+    }
+    static void encode_chunk(const float *w, float t, uint8_t *chunk) {
+        if (Two) {
+            float inv = t > 0.0f ? 1.0f / t : 0.0f;
+            for (int i = 0; i < 32; ++i)
+                chunk[i / 4] |= static_cast<uint8_t>(rne_clamp(w[i] * inv + 1.5f, 0, 3) << (2 * (i % 4)));
+        } else {
+            float inv = 1.0f / t;
+            for (int i = 0; i < 32; ++i)
+                chunk[i / 2] |= static_cast<uint8_t>((rne_clamp(w[i] * inv, -8, 7) + 8) << (4 * (i % 2)));
+        }
+    }
+};
+
+template <bool Two>
+void Tp<Two>::quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                       std::vector<uint8_t> &out) const {
+    Options opt(params, name(), {"search"});
+    bool search = opt.get_bool("search", true);
+    Matrix m = require_2d_groups(shape, name());
+    uint64_t gpr = m.cols / 32, st = stride(gpr);
+    size_t base = out.size();
+    out.resize(base + expected_size(shape), 0);
+    uint8_t *chunks = out.data() + base;
+    uint8_t *params_out = chunks + m.rows * gpr * kChunk;
+    uint8_t *codes_out = params_out + 4 * m.rows;
+    const float levels = Two ? 1.5f : 7.0f;
+    const float steps = Two ? 30.0f : 31.0f;
+    std::vector<float> lg(gpr);
+    std::vector<bool> live(gpr);
+    for (uint64_t r = 0; r < m.rows; ++r) {
+        const float *row = src + r * m.cols;
+        float lo = 0.0f, hi = 0.0f;
+        bool any = false;
+        for (uint64_t g = 0; g < gpr; ++g) {
+            float a = amax_of(row + 32 * g, 32);
+            live[g] = a != 0.0f;
+            lg[g] = log2f_f16(f32_to_f16(f16_scale(a / levels)));
+            if (!live[g]) continue;
+            if (!any || lg[g] < lo) lo = lg[g];
+            if (!any || lg[g] > hi) hi = lg[g];
+            any = true;
+        }
+        if (!any) lo = hi = lg[0];
+        uint16_t lo_h = f32_to_f16(lo);
+        float lo_r = f16_to_f32(lo_h);
+        auto nominal = [&](uint64_t g, float step) -> int {
+            if (!live[g]) return 0;
+            if (Two) return step <= 0.0f ? 1 : 1 + rne_clamp((lg[g] - lo_r) / step, 0, 30);
+            return step <= 0.0f ? 0 : rne_clamp((lg[g] - lo_r) / step, 0, 31);
+        };
+        float top = hi;
+        if (Two && search && hi > lo_r) {
+            static constexpr float kFractions[] = {1.0f, 0.9f, 0.8f, 0.7f};
+            float best = std::numeric_limits<float>::infinity();
+            for (float f : kFractions) {
+                float top_f = lo_r + (hi - lo_r) * f;
+                uint16_t step_h = fit_step(lo_r, top_f, steps);
+                std::array<float, 32> t = ladder<Two>(lo_h, step_h);
+                float score = 0.0f;
+                for (uint64_t g = 0; g < gpr; ++g) {
+                    if (!live[g]) continue;
+                    int nom = nominal(g, f16_to_f32(step_h));
+                    float e;
+                    best_rung(row + 32 * g, t, std::max(nom - 2, 1), std::min(nom + 2, 31), 0, &e);
+                    score += e;
+                }
+                if (score < best) best = score, top = top_f;
+            }
+        }
+        uint16_t step_h = fit_step(lo_r, top, steps);
+        float step = f16_to_f32(step_h);
+        std::array<float, 32> t = ladder<Two>(lo_h, step_h);
+        store_u16(params_out + 4 * r, lo_h);
+        store_u16(params_out + 4 * r + 2, step_h);
+        for (uint64_t g = 0; g < gpr; ++g) {
+            int nom = nominal(g, step);
+            uint32_t code = static_cast<uint32_t>(nom);
+            if (search && live[g] && step > 0.0f)
+                code = best_rung(row + 32 * g, t, std::max(nom - 2, Two ? 1 : 0), std::min(nom + 1, 31), code,
+                                 nullptr);
+            else if (Two && search && live[g])
+                code = best_rung(row + 32 * g, t, std::max(nom - 2, 1), std::min(nom + 1, 31), code, nullptr);
+            write_code(codes_out + r * st, g, code);
+            encode_chunk(row + 32 * g, t[code], chunks + (r * gpr + g) * kChunk);
+        }
+    }
+}
+
+}  // namespace
+
+std::unique_ptr<Dtype> make_q4tp() { return std::make_unique<Tp<false>>(); }
+std::unique_ptr<Dtype> make_q2tp() { return std::make_unique<Tp<true>>(); }
+
+}  // namespace cmf::codecs

@@ -1,0 +1,178 @@
+// vbit (8) and vbit_ro (10): per-row bit widths in {3,4,5,6,8}, f16 scales per
+// (row, 32-group), codes packed MSB-first per row (COMPAT §5.6, §5.7).
+// vbit_ro adds a u32 row-offset table so rows can be addressed directly.
+//
+// Width allocation calls the platform log2f on arbitrary f32 row maxima; the
+// original ran on glibc, whose log2f is not correctly rounded, so identical
+// widths at decision boundaries need glibc's log2f (this build links glibc).
+#include "dtypes/all.hpp"
+#include "dtypes/common.hpp"
+#include "kernels/kernels.hpp"
+
+#include <math.h>
+
+namespace cmf::codecs {
+
+namespace {
+
+bool legal_width(uint8_t b) { return b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
+uint64_t row_bytes(uint64_t cols, unsigned b) { return (cols * b + 7) / 8; }
+
+// A validated view of a vbit/vbit_ro payload.
+struct VbitView {
+    Matrix m;
+    uint64_t gpr;
+    const uint8_t *widths;
+    const uint8_t *scales;
+    const uint8_t *packed;
+    std::vector<uint64_t> row_start;  // rows+1 offsets into `packed`
+};
+
+template <bool RowOffsets>
+VbitView view_of(const cmf_tensor_view &t, const char *dtype) {
+    VbitView v;
+    v.m = require_2d_groups(shape_of(t), dtype);
+    v.gpr = v.m.cols / 32;
+    uint64_t rows = v.m.rows;
+    uint64_t header = checked_mad(rows, 2 * v.gpr, rows, dtype);
+    if (RowOffsets) header = checked_mad(rows + 1, 4, header, dtype);
+    if (t.nbytes < header)
+        fail(CMF_ERR_BOUNDS, std::string(dtype) + " payload is " + std::to_string(t.nbytes) +
+                                 " bytes, shorter than its " + std::to_string(header) + "-byte header");
+    const uint8_t *p = bytes_of(t);
+    v.widths = p;
+    v.scales = p + rows;
+    v.packed = p + header;
+    v.row_start.resize(rows + 1);
+    v.row_start[0] = 0;
+    const uint8_t *offsets = p + rows + 2 * rows * v.gpr;
+    if (RowOffsets && load_u32(offsets) != 0)
+        fail(CMF_ERR_PARSE, std::string(dtype) + " row offset table does not start at 0");
+    for (uint64_t r = 0; r < rows; ++r) {
+        uint8_t b = v.widths[r];
+        if (!legal_width(b))
+            fail(CMF_ERR_PARSE, std::string(dtype) + " row " + std::to_string(r) + " has bit width " +
+                                    std::to_string(b) + " (legal: 3, 4, 5, 6, 8)");
+        v.row_start[r + 1] = v.row_start[r] + row_bytes(v.m.cols, b);
+        if (RowOffsets && load_u32(offsets + 4 * (r + 1)) != v.row_start[r + 1])
+            fail(CMF_ERR_PARSE, std::string(dtype) + " row offset " + std::to_string(r + 1) + " is " +
+                                    std::to_string(load_u32(offsets + 4 * (r + 1))) + ", widths give " +
+                                    std::to_string(v.row_start[r + 1]));
+    }
+    if (header + v.row_start[rows] != t.nbytes)
+        fail(CMF_ERR_BOUNDS, std::string(dtype) + " payload is " + std::to_string(t.nbytes) +
+                                 " bytes, its widths need " + std::to_string(header + v.row_start[rows]));
+    return v;
+}
+
+// Per-row widths from the row maxima (COMPAT §5.6).
+std::vector<uint8_t> allocate_widths(const float *src, Matrix m, float mean_bits_opt) {
+    float clamped = mean_bits_opt < 3.0f ? 3.0f : (mean_bits_opt > 8.0f ? 8.0f : mean_bits_opt);
+    int32_t thousandths = static_cast<int32_t>(clamped * 1000.0f);  // truncation, as stored upstream
+    float mean_bits = static_cast<float>(thousandths) / 1000.0f;
+    std::vector<float> a(m.rows);
+    float sum = 0.0f;
+    for (uint64_t r = 0; r < m.rows; ++r) {
+        a[r] = ::log2f(maxnum(amax_of(src + r * m.cols, m.cols), 1e-12f));
+        sum += a[r];
+    }
+    float mean = sum / static_cast<float>(m.rows);
+    static constexpr uint8_t kLevels[] = {3, 4, 5, 6, 8};
+    std::vector<uint8_t> widths(m.rows);
+    for (uint64_t r = 0; r < m.rows; ++r) {
+        float raw = mean_bits + (a[r] - mean);
+        uint8_t best = 3;
+        float best_d = std::fabs(raw - 3.0f);
+        for (uint8_t l : kLevels) {
+            float d = std::fabs(raw - static_cast<float>(l));
+            if (d < best_d) best = l, best_d = d;
+        }
+        widths[r] = best;
+    }
+    return widths;
+}
+
+template <bool RowOffsets>
+class Vbit final : public Dtype {
+public:
+    int32_t id() const override { return RowOffsets ? CMF_DTYPE_VBIT_RO : CMF_DTYPE_VBIT; }
+    const char *name() const override { return RowOffsets ? "vbit_ro" : "vbit"; }
+    uint32_t flags() const override { return CMF_CODEC_VARIABLE_SIZE; }
+    uint32_t required_features() const override { return RowOffsets ? 0 : CMF_FEATURE_QUANT_2F; }
+    uint64_t expected_size(Shape shape) const override {
+        require_2d_groups(shape, name());
+        return CMF_SIZE_VARIABLE;
+    }
+    void validate(const cmf_tensor_view &t) const override { view_of<RowOffsets>(t, name()); }
+    static void decode_row(const VbitView &v, uint64_t r, float *dst) {
+        unsigned b = v.widths[r];
+        int32_t L = (1 << (b - 1)) - 1;
+        const uint8_t *row = v.packed + v.row_start[r];
+        uint64_t bit = 0;
+        for (uint64_t c = 0; c < v.m.cols; ++c) {
+            uint32_t u = 0;
+            for (unsigned k = 0; k < b; ++k, ++bit) u = (u << 1) | ((row[bit / 8] >> (7 - bit % 8)) & 1u);
+            float s = load_f16(v.scales + 2 * (r * v.gpr + c / 32));
+            *dst++ = static_cast<float>(static_cast<int32_t>(u) - L) * s;
+        }
+    }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        VbitView v = view_of<RowOffsets>(t, name());
+        for (uint64_t r = r0; r < r1; ++r, dst += v.m.cols) decode_row(v, r, dst);
+    }
+    bool can_quantize() const override { return true; }
+    void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
+                  std::vector<uint8_t> &out) const override {
+        Options opt(params, name(), {"mean_bits"});
+        Matrix m = require_2d_groups(shape, name());
+        uint64_t gpr = m.cols / 32;
+        std::vector<uint8_t> widths = m.rows ? allocate_widths(src, m, opt.get_float("mean_bits", 4.25f))
+                                             : std::vector<uint8_t>{};
+        std::vector<uint8_t> scales(2 * m.rows * gpr);
+        std::vector<uint8_t> packed;
+        std::vector<uint32_t> offsets{0};
+        for (uint64_t r = 0; r < m.rows; ++r) {
+            unsigned b = widths[r];
+            int32_t L = (1 << (b - 1)) - 1;
+            int32_t umax = (1 << b) - 1;
+            uint64_t start = packed.size();
+            packed.resize(start + row_bytes(m.cols, b), 0);
+            uint64_t bit = 0;
+            for (uint64_t g = 0; g < gpr; ++g) {
+                const float *w = src + r * m.cols + 32 * g;
+                float s = f16_scale(amax_of(w, 32) / static_cast<float>(L));
+                store_u16(scales.data() + 2 * (r * gpr + g), f32_to_f16(s));
+                for (int i = 0; i < 32; ++i) {
+                    uint32_t u = static_cast<uint32_t>(sat_cast(rne(w[i] / s) + static_cast<float>(L), 0, umax));
+                    for (int k = static_cast<int>(b) - 1; k >= 0; --k, ++bit)
+                        if ((u >> k) & 1u) packed[start + bit / 8] |= static_cast<uint8_t>(0x80u >> (bit % 8));
+                }
+            }
+            if (packed.size() > UINT32_MAX) fail(CMF_ERR_BOUNDS, std::string(name()) + " payload exceeds 4 GiB");
+            offsets.push_back(static_cast<uint32_t>(packed.size()));
+        }
+        out.insert(out.end(), widths.begin(), widths.end());
+        out.insert(out.end(), scales.begin(), scales.end());
+        if (RowOffsets)
+            for (uint32_t o : offsets) put_u32(out, o);
+        out.insert(out.end(), packed.begin(), packed.end());
+    }
+    bool has_matmul() const override { return RowOffsets; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        VbitView v = view_of<RowOffsets>(w, name());
+        std::vector<float> row(v.m.cols);
+        for (uint64_t r = r0; r < r1; ++r) {
+            decode_row(v, r, row.data());
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] = kernels::dot_f32(row.data(), x + b * ldx, v.m.cols);
+        }
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Dtype> make_vbit() { return std::make_unique<Vbit<false>>(); }
+std::unique_ptr<Dtype> make_vbit_ro() { return std::make_unique<Vbit<true>>(); }
+
+}  // namespace cmf::codecs

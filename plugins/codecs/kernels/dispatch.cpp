@@ -1,0 +1,43 @@
+// Picks AVX2+FMA+F16C kernels at run time when the CPU has them.
+#include "kernels/kernels.hpp"
+#include "kernels/portable.hpp"
+
+namespace cmf::codecs::kernels {
+
+namespace {
+bool has_avx2() {
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
+    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                            __builtin_cpu_supports("f16c");
+    return yes;
+#else
+    return false;
+#endif
+}
+}  // namespace
+
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
+#define CMF_PICK(fn, ...) (has_avx2() ? avx2::fn(__VA_ARGS__) : portable::fn(__VA_ARGS__))
+#else
+#define CMF_PICK(fn, ...) portable::fn(__VA_ARGS__)
+#endif
+
+const char *active_isa() { return has_avx2() ? "avx2" : "portable"; }
+float dot_f32(const float *a, const float *x, uint64_t n) { return CMF_PICK(dot_f32, a, x, n); }
+float dot_f16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_f16, h, x, n); }
+float dot_bf16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_bf16, h, x, n); }
+float dot_i8_f32(const int8_t *q, const float *x, uint64_t n) { return CMF_PICK(dot_i8_f32, q, x, n); }
+float dot_q4_tiled(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q4_tiled, t, x, g); }
+float dot_q4_split(const uint8_t *n, const uint8_t *s, const float *x, uint64_t g) {
+    return CMF_PICK(dot_q4_split, n, s, x, g);
+}
+float dot_q4_groups(const uint8_t *n, const float *s, const float *x, uint64_t g) {
+    return CMF_PICK(dot_q4_groups, n, s, x, g);
+}
+float dot_q2_groups(const uint8_t *c, const float *s, const float *x, uint64_t g) {
+    return CMF_PICK(dot_q2_groups, c, s, x, g);
+}
+float dot_q1(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1, t, x, g); }
+float dot_q1t(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1t, t, x, g); }
+
+}  // namespace cmf::codecs::kernels

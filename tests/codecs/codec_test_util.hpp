@@ -1,0 +1,76 @@
+// Helpers shared by the codec tests: find a dtype by id, encode, decode.
+#pragma once
+
+#include "dtypes/all.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace codec_test {
+
+using cmf::codecs::Dtype;
+
+inline const Dtype &dtype(int32_t id) {
+    static const auto all = cmf::codecs::make_all_dtypes();
+    for (const auto &d : all)
+        if (d->id() == id) return *d;
+    FAIL("no dtype " << id);
+    throw 0;
+}
+
+inline cmf_tensor_view view(int32_t id, const std::vector<uint64_t> &shape, const std::vector<uint8_t> &bytes) {
+    cmf_tensor_view t{};
+    t.struct_size = sizeof t;
+    t.dtype = id;
+    t.ndim = static_cast<uint32_t>(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+    t.data = bytes.data();
+    t.nbytes = bytes.size();
+    return t;
+}
+
+inline std::vector<uint8_t> encode(int32_t id, const std::vector<uint64_t> &shape, const float *src,
+                                   const std::string &options = "", const float *act_rms = nullptr,
+                                   uint64_t act_len = 0) {
+    cmf_quantize_params p{};
+    p.struct_size = sizeof p;
+    p.options = options.c_str();
+    p.act_rms = act_rms;
+    p.act_rms_len = act_len;
+    std::vector<uint8_t> out;
+    dtype(id).quantize(shape, src, &p, out);
+    return out;
+}
+
+inline std::vector<float> decode(int32_t id, const std::vector<uint64_t> &shape, const std::vector<uint8_t> &bytes) {
+    cmf_tensor_view t = view(id, shape, bytes);
+    uint64_t n = 1;
+    for (auto s : shape) n *= s;
+    std::vector<float> out(n);
+    const Dtype &d = dtype(id);
+    d.validate(t);
+    d.dequantize_rows(t, 0, cmf::sdk::rows_of(t), out.data());
+    return out;
+}
+
+inline std::string hex(const std::vector<uint8_t> &b) {
+    static const char *digits = "0123456789abcdef";
+    std::string s;
+    for (size_t i = 0; i < b.size(); ++i) {
+        if (i) s += ' ';
+        s += digits[b[i] >> 4];
+        s += digits[b[i] & 15];
+    }
+    return s;
+}
+
+inline uint32_t bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+
+}  // namespace codec_test

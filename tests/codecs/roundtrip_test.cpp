@@ -1,0 +1,245 @@
+// Round-trip error bounds on Gaussian data with outliers, malformed-payload
+// fuzz of every validator/decoder, the matmul kernels against the reference
+// decode, reserved ids, shape errors, and the converter policy.
+#include "codec_test_util.hpp"
+
+#include "kernels/kernels.hpp"
+#include "kernels/portable.hpp"
+#include "policy.hpp"
+
+#include <cmath>
+#include <random>
+
+namespace {
+
+using namespace codec_test;
+
+std::vector<float> gaussian(uint64_t n, uint32_t seed, float outlier_rate = 0.002f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> g(0.0f, 0.02f);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto &x : v) x = u(rng) < outlier_rate ? g(rng) * 20.0f : g(rng);
+    return v;
+}
+
+double rel_rms(const std::vector<float> &a, const std::vector<float> &b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += double(a[i]) * a[i];
+    }
+    return std::sqrt(num / den);
+}
+
+constexpr int32_t kLive[] = {CMF_DTYPE_F32,   CMF_DTYPE_F16,      CMF_DTYPE_BF16, CMF_DTYPE_Q8_ROW,
+                             CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_VBIT,  CMF_DTYPE_Q8_2F, CMF_DTYPE_VBIT_RO,
+                             CMF_DTYPE_Q4_TILED, CMF_DTYPE_Q1,    CMF_DTYPE_Q1S,  CMF_DTYPE_Q1T,
+                             CMF_DTYPE_Q4TP,  CMF_DTYPE_Q2TP};
+
+}  // namespace
+
+TEST_CASE("roundtrip: relative RMS error per dtype on Gaussian data with outliers") {
+    const std::vector<uint64_t> shape{48, 256};
+    std::vector<float> w = gaussian(48 * 256, 7);
+    // Upper bounds with some headroom over what the encoders reach on this data.
+    struct Bound {
+        int32_t id;
+        double max_rel;
+    };
+    const Bound bounds[] = {{CMF_DTYPE_F32, 0.0},       {CMF_DTYPE_F16, 1e-3},     {CMF_DTYPE_BF16, 5e-3},
+                            {CMF_DTYPE_Q8_ROW, 0.05},   {CMF_DTYPE_Q8_2F, 0.05},   {CMF_DTYPE_Q4_BLOCK, 0.15},
+                            {CMF_DTYPE_Q4_TILED, 0.15}, {CMF_DTYPE_Q4TP, 0.16},    {CMF_DTYPE_VBIT, 0.15},
+                            {CMF_DTYPE_VBIT_RO, 0.15},  {CMF_DTYPE_Q2TP, 0.75},     {CMF_DTYPE_Q1, 0.9},
+                            {CMF_DTYPE_Q1S, 0.75},      {CMF_DTYPE_Q1T, 0.75}};
+    for (const auto &b : bounds) {
+        CAPTURE(b.id);
+        std::vector<float> d = decode(b.id, shape, encode(b.id, shape, w.data()));
+        double e = rel_rms(w, d);
+        MESSAGE("dtype " << b.id << " rel rms " << e);
+        CHECK(e <= b.max_rel);
+    }
+    // q4tp (4.66 bits/weight with its ladder) stays within a few percent of q4_tiled (4.5).
+    double tiled = rel_rms(w, decode(CMF_DTYPE_Q4_TILED, shape, encode(CMF_DTYPE_Q4_TILED, shape, w.data())));
+    double tp = rel_rms(w, decode(CMF_DTYPE_Q4TP, shape, encode(CMF_DTYPE_Q4TP, shape, w.data())));
+    CHECK(tp >= tiled * 0.9);
+    CHECK(tp <= tiled * 1.05);
+}
+
+TEST_CASE("roundtrip: sizes match expected_size for fixed-size dtypes") {
+    for (int32_t id : kLive) {
+        CAPTURE(id);
+        std::vector<uint64_t> shape{3, 64};
+        std::vector<float> w = gaussian(3 * 64, static_cast<uint32_t>(id));
+        std::vector<uint8_t> p = encode(id, shape, w.data());
+        uint64_t want = dtype(id).expected_size(shape);
+        if (want != CMF_SIZE_VARIABLE) CHECK(p.size() == want);
+        CHECK_NOTHROW(dtype(id).validate(view(id, shape, p)));
+    }
+}
+
+TEST_CASE("roundtrip: illegal shapes give clear errors") {
+    const std::vector<uint64_t> odd{4, 40}, one_d{64};
+    for (int32_t id : {CMF_DTYPE_Q4TP, CMF_DTYPE_Q2TP, CMF_DTYPE_VBIT, CMF_DTYPE_VBIT_RO}) {
+        CHECK_THROWS_WITH(dtype(id).expected_size(odd), doctest::Contains("multiple of 32"));
+        CHECK_THROWS_WITH(dtype(id).expected_size(one_d), doctest::Contains("2-D"));
+    }
+    for (int32_t id : {CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F}) CHECK_THROWS_WITH(dtype(id).expected_size(one_d), doctest::Contains("2-D"));
+    std::vector<float> w(160, 0.5f);
+    CHECK_THROWS_WITH(encode(CMF_DTYPE_Q1, odd, w.data()), doctest::Contains("multiple of 32"));
+    CHECK_THROWS_WITH(encode(CMF_DTYPE_Q8_ROW, {2, 32}, w.data(), "bogus=1"), doctest::Contains("no option 'bogus'"));
+    CHECK_THROWS_WITH(encode(CMF_DTYPE_VBIT, {2, 32}, w.data(), "mean_bits=abc"), doctest::Contains("not a finite number"));
+    // q4_block and q8_row work on any row length, like the original.
+    CHECK(encode(CMF_DTYPE_Q4_BLOCK, {7, 9}, w.data()).size() == 36);
+}
+
+TEST_CASE("roundtrip: reserved ids open with any size but refuse to decode") {
+    for (int32_t id : {CMF_DTYPE_MIX8_4, CMF_DTYPE_U8, CMF_DTYPE_Q4_COL}) {
+        const Dtype &d = dtype(id);
+        CHECK((d.flags() & CMF_CODEC_RESERVED) != 0);
+        CHECK(d.expected_size(std::vector<uint64_t>{5, 7}) == CMF_SIZE_VARIABLE);
+        std::vector<uint8_t> bytes(13, 1);
+        cmf_tensor_view t = view(id, {13}, bytes);
+        CHECK_NOTHROW(d.validate(t));
+        float out[13];
+        try {
+            d.dequantize_rows(t, 0, 1, out);
+            FAIL("reserved dtype decoded");
+        } catch (const cmf::sdk::Error &e) {
+            CHECK(e.code() == CMF_ERR_UNSUPPORTED);
+            CHECK(std::string(e.what()).find("reserved dtype") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("roundtrip: required features") {
+    for (int32_t id : kLive)
+        CHECK(dtype(id).required_features() == ((id == CMF_DTYPE_Q8_2F || id == CMF_DTYPE_VBIT) ? CMF_FEATURE_QUANT_2F : 0u));
+}
+
+TEST_CASE("roundtrip: malformed payloads never crash and fail clearly") {
+    std::mt19937 rng(12345);
+    for (int32_t id : kLive) {
+        CAPTURE(id);
+        for (int iter = 0; iter < 60; ++iter) {
+            uint64_t rows = 1 + rng() % 5, cols = 32 * (1 + rng() % 3);
+            std::vector<uint64_t> shape{rows, cols};
+            std::vector<float> w = gaussian(rows * cols, rng(), 0.05f);
+            std::vector<uint8_t> p = encode(id, shape, w.data(), id == CMF_DTYPE_Q1T ? "keep=0.05" : "");
+            // Mutations: truncate, extend, flip bytes.
+            switch (iter % 3) {
+            case 0: p.resize(rng() % (p.size() + 1)); break;
+            case 1: p.resize(p.size() + 1 + rng() % 8, 0xff); break;
+            default:
+                for (int k = 0; k < 4; ++k) p[rng() % p.size()] = static_cast<uint8_t>(rng());
+            }
+            // Copy into an exactly sized heap buffer so ASan sees any overread.
+            auto *buf = new uint8_t[p.size() + 1];
+            std::copy(p.begin(), p.end(), buf);
+            cmf_tensor_view t = view(id, shape, p);
+            t.data = buf;
+            std::vector<float> out(rows * cols);
+            bool ok = true;
+            try {
+                dtype(id).validate(t);
+                dtype(id).dequantize_rows(t, 0, rows, out.data());
+            } catch (const cmf::sdk::Error &e) {
+                ok = false;
+                CHECK(std::string(e.what()).size() > 10);
+                CHECK(e.code() != CMF_ERR_INTERNAL);
+            }
+            // Size changes of fixed-size dtypes must be rejected.
+            uint64_t want = dtype(id).expected_size(shape);
+            if (want != CMF_SIZE_VARIABLE && p.size() != want) CHECK_FALSE(ok);
+            delete[] buf;
+        }
+    }
+}
+
+TEST_CASE("roundtrip: matmul kernels match the reference decode") {
+    std::mt19937 rng(99);
+    const int32_t ids[] = {CMF_DTYPE_F16,  CMF_DTYPE_BF16,     CMF_DTYPE_F32,  CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F,
+                           CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_Q4_TILED, CMF_DTYPE_Q4TP, CMF_DTYPE_VBIT_RO, CMF_DTYPE_Q1,
+                           CMF_DTYPE_Q1T,  CMF_DTYPE_Q2TP};
+    MESSAGE("kernels: " << cmf::codecs::kernels::active_isa());
+    for (int32_t id : ids) {
+        for (int iter = 0; iter < 6; ++iter) {
+            uint64_t rows = 1 + 2 * (rng() % 6), cols = 32 * (1 + rng() % 5), batch = 1 + rng() % 3;
+            if (iter == 0) rows = 1, cols = 32, batch = 1;  // smallest legal size
+            CAPTURE(id);
+            CAPTURE(rows);
+            CAPTURE(cols);
+            std::vector<uint64_t> shape{rows, cols};
+            std::vector<float> w = gaussian(rows * cols, rng(), 0.01f);
+            std::vector<uint8_t> p = encode(id, shape, w.data(), id == CMF_DTYPE_Q1T ? "keep=0.03" : "");
+            std::vector<float> ref = decode(id, shape, p);
+            std::vector<float> x = gaussian(batch * (cols + 3), rng());
+            const uint64_t ldx = cols + 3, ldy = rows + 1;
+            std::vector<float> y(batch * ldy, -7.0f);
+            REQUIRE(dtype(id).has_matmul());
+            cmf_tensor_view t = view(id, shape, p);
+            // Odd row split, as a caller parallelising over rows would do.
+            uint64_t mid = rows / 2;
+            dtype(id).matmul_rows(t, x.data(), ldx, batch, 0, mid, y.data(), ldy);
+            dtype(id).matmul_rows(t, x.data(), ldx, batch, mid, rows, y.data(), ldy);
+            for (uint64_t b = 0; b < batch; ++b) {
+                for (uint64_t r = 0; r < rows; ++r) {
+                    double want = 0, mag = 0;
+                    for (uint64_t c = 0; c < cols; ++c) {
+                        want += double(ref[r * cols + c]) * x[b * ldx + c];
+                        mag += std::fabs(double(ref[r * cols + c]) * x[b * ldx + c]);
+                    }
+                    CHECK(std::fabs(y[b * ldy + r] - want) <= 1e-5 * mag + 1e-30);
+                }
+                CHECK(y[b * ldy + rows] == -7.0f);  // padding untouched
+            }
+        }
+    }
+}
+
+TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
+    if (std::string(cmf::codecs::kernels::active_isa()) != "avx2") return;
+    namespace k = cmf::codecs::kernels;
+    std::mt19937 rng(5);
+    std::vector<uint8_t> bytes(9 * 64 * 2);
+    for (auto &b : bytes) b = static_cast<uint8_t>(rng() % 243);
+    for (size_t i = 0; i < bytes.size(); i += 2) bytes[i + 1] &= 0x3b;  // keep f16 scales finite-ish
+    std::vector<float> x = gaussian(64 * 32, 3, 0.0f), s(64, 0.5f);
+    auto near = [](float a, float b) { return std::fabs(a - b) <= 1e-4f * (std::fabs(a) + std::fabs(b)) + 1e-6f; };
+    for (uint64_t g : {1u, 3u, 64u}) {
+        CHECK(near(k::avx2::dot_q4_tiled(bytes.data(), x.data(), g), k::portable::dot_q4_tiled(bytes.data(), x.data(), g)));
+        CHECK(near(k::avx2::dot_q4_groups(bytes.data(), s.data(), x.data(), g),
+                   k::portable::dot_q4_groups(bytes.data(), s.data(), x.data(), g)));
+        CHECK(near(k::avx2::dot_q2_groups(bytes.data(), s.data(), x.data(), g),
+                   k::portable::dot_q2_groups(bytes.data(), s.data(), x.data(), g)));
+        CHECK(near(k::avx2::dot_q1(bytes.data(), x.data(), g), k::portable::dot_q1(bytes.data(), x.data(), g)));
+        CHECK(near(k::avx2::dot_q1t(bytes.data(), x.data(), g), k::portable::dot_q1t(bytes.data(), x.data(), g)));
+        uint64_t n = 32 * g - 5;
+        CHECK(near(k::avx2::dot_i8_f32(reinterpret_cast<const int8_t *>(bytes.data()), x.data(), n),
+                   k::portable::dot_i8_f32(reinterpret_cast<const int8_t *>(bytes.data()), x.data(), n)));
+        CHECK(near(k::avx2::dot_f32(x.data() + 7, x.data(), n), k::portable::dot_f32(x.data() + 7, x.data(), n)));
+    }
+}
+
+TEST_CASE("roundtrip: converter dtype policy (COMPAT §5.13)") {
+    using cmf::codecs::choose_dtype;
+    using V = std::vector<uint64_t>;
+    CHECK(choose_dtype("model.layers.0.mlp.experts.tid2eid", V{4, 64}, "q4tp").dtype == CMF_DTYPE_F32);
+    CHECK(choose_dtype("model.norm.weight", V{4096}, "q4tp").dtype == CMF_DTYPE_F16);
+    CHECK(choose_dtype("tiny", V{4, 7}, "q8").dtype == CMF_DTYPE_F16);
+    CHECK(choose_dtype("conv.taps", V{4, 32, 3}, "q8").dtype == CMF_DTYPE_F16);
+    CHECK(choose_dtype("model.layers.0.mlp.gate.weight", V{64, 4096}, "q8").dtype == CMF_DTYPE_F16);
+    CHECK(choose_dtype("model.layers.0.linear_attn.in_proj_a.weight", V{32, 4096}, "q8").dtype == CMF_DTYPE_F16);
+    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 4096}, "vbit").dtype == CMF_DTYPE_VBIT_RO);
+    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 100}, "vbit").dtype == CMF_DTYPE_Q8_2F);
+    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 100}, "q4").dtype == CMF_DTYPE_Q4_BLOCK);
+    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 100}, "q8").dtype == CMF_DTYPE_Q8_ROW);
+    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 128}, "q2tp").dtype == CMF_DTYPE_Q4TP);
+    CHECK(choose_dtype("model.layers.0.mlp.gate_proj.weight", V{64, 128}, "q2tp").dtype == CMF_DTYPE_Q2TP);
+    auto q1p = choose_dtype("model.layers.0.mlp.up_proj.weight", V{64, 128}, "q1p");
+    CHECK(q1p.dtype == CMF_DTYPE_Q1);
+    CHECK(q1p.options == "error_diffusion=1");
+    CHECK_THROWS_WITH(choose_dtype("x", V{64, 128}, "q3"), doctest::Contains("unknown --quant"));
+    CHECK(std::string(cmf::codecs::quant_type_label("q4tp")) == "Q4_BLOCK");
+    CHECK(std::string(cmf::codecs::quant_type_label("q1t")) == "VBIT");
+}
