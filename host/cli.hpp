@@ -51,5 +51,7 @@ struct Command {
 };
 
 int cmd_plugins(const std::vector<std::string> &args);
+int cmd_tokenize(const std::vector<std::string> &args);
+int cmd_detokenize(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

@@ -10,6 +10,8 @@ using cmfhost::Command;
 
 const Command kCommands[] = {
     {"plugins", "list loaded plugins, their codecs/archs/backends, and refused plugins", cmfhost::cmd_plugins},
+    {"tokenize", "encode text to token ids with a tokenizer.json", cmfhost::cmd_tokenize},
+    {"detokenize", "decode token ids to text with a tokenizer.json", cmfhost::cmd_detokenize},
 };
 
 void print_help() {

