@@ -27,7 +27,7 @@ done
 build_pkgs=(g++ meson ninja-build pkgconf cmake
   libboost1.81-dev libboost-program-options1.81-dev libboost-json1.81-dev
   libsimdjson-dev libtbb-dev doctest-dev libssl-dev libpcre2-dev libutf8proc-dev)
-test_pkgs=(python3 clang libclang-rt-14-dev)
+test_pkgs=(python3 clang libclang-rt-14-dev python3-torch python3-numpy libopenblas0-pthread)
 
 pkgs=("${build_pkgs[@]}")
 [ "$want_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
