@@ -232,6 +232,114 @@ CMF_API cmf_error *cmf_detokenizer_push(cmf_detokenizer *d, int32_t id, char **o
 CMF_API cmf_error *cmf_detokenizer_finish(cmf_detokenizer *d, char **out, size_t *out_len);
 CMF_API void cmf_detokenizer_free(cmf_detokenizer *d);
 
+/* ---- session: running a model (issue 7) --------------------------------- */
+
+/*
+ * A session binds a model with its arch plugin on a backend, owns one state
+ * (KV cache) and the tokens it holds, and generates. It sees the model as a
+ * `struct cmf_model_source` (cmf_plugin.h): an opened container, a raw
+ * directory or anything that lists tensors; the source and everything it
+ * points to must outlive the session.
+ *
+ * Thread-safety: one thread at a time per session, except cmf_session_cancel
+ * (any thread). Sessions on one runtime share its thread pool.
+ */
+struct cmf_model_source;
+typedef struct cmf_session cmf_session;
+
+typedef struct cmf_session_options {
+    uint32_t struct_size;
+    int32_t n_threads;         /* 0 = the runtime's pool; any other value must equal it */
+    uint64_t n_ctx;            /* context tokens; 0 = min(max_position_embeddings, 4096) */
+    uint32_t n_batch;          /* prefill tokens per forward pass (default 512) */
+    uint32_t reserved0;
+    const char *backend;       /* backend name; NULL or "" = the default backend */
+    const char *arch_options;  /* arch-specific "key=value,..." or NULL */
+} cmf_session_options;
+
+CMF_API void cmf_session_options_init(cmf_session_options *opts);
+
+/* Called with each generated token id (stop ids are not delivered). Return 0
+ * to continue, nonzero to stop after this token. */
+typedef int32_t (*cmf_token_fn)(void *user, int32_t token);
+
+/* Sampling and stopping for one cmf_session_generate call. Chain order and
+ * semantics as upstream (ARCHS 6.1): penalties, temperature, softmax, min-p,
+ * top-k, top-p, renormalise, SplitMix64 draw; greedy when temperature < 1e-6. */
+typedef struct cmf_generate_options {
+    uint32_t struct_size;
+    uint32_t max_tokens;           /* default 256; 0 = until a stop id or the context is full */
+    float temperature;             /* default 0.7 */
+    int32_t top_k;                 /* default 40; <= 0 = off */
+    float top_p;                   /* default 0.9; >= 1 = off */
+    float min_p;                   /* default 0.05; <= 0 = off */
+    float repetition_penalty;      /* default 1.1; 1 = off */
+    float presence_penalty;        /* default 0 */
+    uint64_t seed;                 /* default 0 */
+    const int32_t *stop_ids;       /* borrowed for the call (eos ids); may be NULL */
+    size_t n_stop_ids;
+    cmf_token_fn on_token;         /* may be NULL */
+    void *user;
+} cmf_generate_options;
+
+CMF_API void cmf_generate_options_init(cmf_generate_options *opts);
+
+/* Why generation stopped. */
+#define CMF_STOP_MAX_TOKENS   1
+#define CMF_STOP_EOS          2  /* a stop id was sampled */
+#define CMF_STOP_CALLBACK     3  /* on_token returned nonzero */
+#define CMF_STOP_CANCELLED    4  /* cmf_session_cancel */
+#define CMF_STOP_CONTEXT_FULL 5
+
+typedef struct cmf_generate_stats {
+    uint32_t struct_size;
+    int32_t stop_reason;           /* CMF_STOP_* */
+    uint64_t prompt_tokens;
+    uint64_t generated_tokens;
+    uint64_t n_past;               /* tokens in the context afterwards */
+    double prefill_seconds;
+    double decode_seconds;
+    double prefill_tok_s;          /* prompt_tokens / prefill_seconds */
+    double decode_tok_s;           /* generated_tokens / decode_seconds */
+} cmf_generate_stats;
+
+CMF_API void cmf_generate_stats_init(cmf_generate_stats *stats);
+
+/* Create a session: finds the arch plugin for the source's arch.arch_name,
+ * binds the weights on the backend, allocates the state. `opts` may be NULL. */
+CMF_API cmf_error *cmf_session_create(cmf_runtime *rt, const struct cmf_model_source *src,
+                                      const cmf_session_options *opts, cmf_session **out);
+CMF_API void cmf_session_free(cmf_session *s); /* NULL-safe */
+
+/* Append the prompt to the context (prefill in n_batch chunks), then sample
+ * and decode until max_tokens, a stop id, the callback, cancel, or a full
+ * context. Generated tokens stay in the context, so a later call continues.
+ * A cancel is not an error: stats->stop_reason says CMF_STOP_CANCELLED.
+ * `opts` and `stats` may be NULL. */
+CMF_API cmf_error *cmf_session_generate(cmf_session *s, const int32_t *prompt, size_t n_prompt,
+                                        const cmf_generate_options *opts, cmf_generate_stats *stats);
+/* Make a running cmf_session_generate return at its next token; any thread. */
+CMF_API void cmf_session_cancel(cmf_session *s);
+/* Empty the context (keeps the bound model). */
+CMF_API cmf_error *cmf_session_reset(cmf_session *s);
+/* Keep the first n_keep tokens of the context, drop the rest. */
+CMF_API cmf_error *cmf_session_truncate(cmf_session *s, uint64_t n_keep);
+
+/* Append tokens to the context and return logits: CMF_LOGITS_LAST (0 ..
+ * vocab floats) or CMF_LOGITS_ALL (n * vocab floats) as in cmf_plugin.h
+ * (CMF_LOGITS_NONE only advances); logits_len is the capacity of `logits` in floats. */
+#ifndef CMF_LOGITS_NONE
+#define CMF_LOGITS_NONE 0
+#define CMF_LOGITS_LAST 1
+#define CMF_LOGITS_ALL  2
+#endif
+CMF_API cmf_error *cmf_session_eval(cmf_session *s, const int32_t *tokens, size_t n, int32_t logits_mode,
+                                    float *logits, size_t logits_len);
+
+CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s); /* logits per position */
+CMF_API uint64_t cmf_session_n_ctx(const cmf_session *s);
+CMF_API uint64_t cmf_session_n_past(const cmf_session *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -133,15 +133,85 @@ typedef struct cmf_backend_vt {
     const char *version;
     const char *description;     /* device and ISA summary, e.g. "x86-64 AVX-512, 2 threads" */
 
-    /* Bind a stored tensor for use as a matmul/embedding weight. The view's
-     * data must stay valid until weight_free. */
+    /* Bind a stored tensor for use as a matmul/embedding weight (2-D) or a
+     * norm weight / bias (1-D). The view's data must stay valid until
+     * weight_free. */
     cmf_error *(*weight_bind)(void *ctx, const cmf_tensor_view *t, cmf_backend_weight **out);
     void (*weight_free)(void *ctx, cmf_backend_weight *w);
 
     /* Y[n_batch][rows] = X[n_batch][cols] · W^T for a 2-D weight [rows, cols]. */
     cmf_error *(*matmul)(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch,
                          float *y);
+
+    /* ---- transformer operations (issue 7) ----
+     * Activation buffers are device addresses of f32 arrays: an arch may
+     * offset them by whole floats (p + n) but never dereferences them; it
+     * moves data to and from the host only with buffer_write/buffer_read.
+     * `x`/`y` of matmul above are such buffers, rows contiguous (row-major),
+     * and n_batch > 1 is the batched (prefill) path. Weights given to the
+     * element-wise operations (norm weights, biases) are bound with
+     * weight_bind like matmul weights; 1-D vectors are accepted there.
+     * Operations on one backend context may be called from one thread at a
+     * time per arch state; they parallelise internally. */
+
+    /* Device memory for n_bytes, 64-byte aligned, uninitialised. */
+    cmf_error *(*buffer_alloc)(void *ctx, size_t n_bytes, float **out);
+    void (*buffer_free)(void *ctx, float *buf); /* NULL-safe */
+    cmf_error *(*buffer_write)(void *ctx, float *dst, const void *src_host, size_t n_bytes);
+    cmf_error *(*buffer_read)(void *ctx, void *dst_host, const float *src, size_t n_bytes);
+    /* dst[i] = src[i] for i < n (device to device). */
+    cmf_error *(*copy)(void *ctx, float *dst, const float *src, uint64_t n);
+
+    /* RMSNorm of n_rows rows of `dim` floats (row stride `dim`); `w` is a
+     * [dim] weight; style CMF_NORM_QWEN (x^*w) or CMF_NORM_GEMMA (x^*(1+w)).
+     * y may equal x. Also serves the per-head q/k-norm (rows = heads). */
+    cmf_error *(*rms_norm)(void *ctx, const float *x, const cmf_backend_weight *w, uint64_t n_rows,
+                           uint64_t dim, float eps, int32_t style, float *y);
+
+    /* Half-split (NeoX) RoPE in place on x = [n_tokens][ld] holding n_heads
+     * heads of head_dim at the start of each row; token t has position
+     * pos0 + t; the first rot_dim (even) dims of each head rotate, with
+     * inv_freq_i = 1 / theta^(2i/rot_dim) computed in f32 (ARCHS 1.6). */
+    cmf_error *(*rope)(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads,
+                       uint32_t head_dim, uint32_t rot_dim, uint64_t pos0, float theta);
+
+    /* Causal softmax attention with GQA over a KV cache.
+     * q: [n_tokens][n_heads*head_dim]; k_cache, v_cache: [>= pos0+n_tokens]
+     * rows of n_kv_heads*head_dim (the new tokens' K/V already stored at
+     * rows pos0..); query t (position pos0+t) attends rows j <= pos0+t, and
+     * j > pos0+t-window when window > 0; softcap > 0 applies
+     * c*tanh(s/c) to scores. Query head h reads KV head h/(n_heads/n_kv_heads).
+     * out: [n_tokens][n_heads*head_dim]. */
+    cmf_error *(*attention)(void *ctx, const float *q, const float *k_cache, const float *v_cache,
+                            float *out, uint64_t n_tokens, uint64_t pos0, uint32_t n_heads,
+                            uint32_t n_kv_heads, uint32_t head_dim, float scale, uint32_t window,
+                            float softcap);
+
+    /* Gated FFN middle: out[i] = act(gate[i]) * up[i], i < n; act is
+     * CMF_ACT_SILU or CMF_ACT_GELU_TANH. out may equal gate. */
+    cmf_error *(*gated_act)(void *ctx, const float *gate, const float *up, uint64_t n, int32_t act,
+                            float *out);
+
+    /* y[i] += x[i] for i < n (residual add). */
+    cmf_error *(*add)(void *ctx, float *y, const float *x, uint64_t n);
+
+    /* y[r][j] += b[j] for r < n_rows, j < dim; b is a bound [dim] vector. */
+    cmf_error *(*add_bias)(void *ctx, float *y, const cmf_backend_weight *b, uint64_t n_rows, uint64_t dim);
+
+    /* out[t] = row tokens[t] of the 2-D weight `table` (any dtype: rows are
+     * decoded with the codec's dequantize_rows), times `scale`. tokens are
+     * host memory; an id outside the table's rows is CMF_ERR_BOUNDS. */
+    cmf_error *(*embed)(void *ctx, const cmf_backend_weight *table, const int32_t *tokens,
+                        uint64_t n_tokens, float scale, float *out);
 } cmf_backend_vt;
+
+/* cmf_backend_vt.rms_norm styles (ARCHS 1.5) */
+#define CMF_NORM_QWEN  0 /* y = x^ * w       */
+#define CMF_NORM_GEMMA 1 /* y = x^ * (1 + w) */
+
+/* cmf_backend_vt.gated_act activations (ARCHS 1.8) */
+#define CMF_ACT_SILU      0
+#define CMF_ACT_GELU_TANH 1
 
 /* ---- architectures ------------------------------------------------------ */
 

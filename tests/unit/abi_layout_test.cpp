@@ -75,7 +75,7 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, dequantize_rows, 56);
     CHECK_OFFSET(cmf_codec_vt, quantize, 64);
     CHECK_OFFSET(cmf_codec_vt, matmul_rows, 72);
-    CHECK_SIZE(cmf_backend_vt, 56);
+    CHECK_SIZE(cmf_backend_vt, 152);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);
     CHECK_OFFSET(cmf_backend_vt, name, 8);
     CHECK_OFFSET(cmf_backend_vt, version, 16);
@@ -83,6 +83,18 @@ namespace {
     CHECK_OFFSET(cmf_backend_vt, weight_bind, 32);
     CHECK_OFFSET(cmf_backend_vt, weight_free, 40);
     CHECK_OFFSET(cmf_backend_vt, matmul, 48);
+    CHECK_OFFSET(cmf_backend_vt, buffer_alloc, 56);
+    CHECK_OFFSET(cmf_backend_vt, buffer_free, 64);
+    CHECK_OFFSET(cmf_backend_vt, buffer_write, 72);
+    CHECK_OFFSET(cmf_backend_vt, buffer_read, 80);
+    CHECK_OFFSET(cmf_backend_vt, copy, 88);
+    CHECK_OFFSET(cmf_backend_vt, rms_norm, 96);
+    CHECK_OFFSET(cmf_backend_vt, rope, 104);
+    CHECK_OFFSET(cmf_backend_vt, attention, 112);
+    CHECK_OFFSET(cmf_backend_vt, gated_act, 120);
+    CHECK_OFFSET(cmf_backend_vt, add, 128);
+    CHECK_OFFSET(cmf_backend_vt, add_bias, 136);
+    CHECK_OFFSET(cmf_backend_vt, embed, 144);
     CHECK_OFFSET(cmf_arch_vt, abi_version, 4);
     CHECK_OFFSET(cmf_arch_vt, name, 8);
     CHECK_OFFSET(cmf_arch_vt, version, 16);

@@ -4,11 +4,13 @@
 // dequantize-tiles path for a dtype whose codec has no kernel (f16).
 #include <doctest/doctest.h>
 
+#include "half.hpp"
 #include "kernels.hpp"
 #include "plugins/runtime.hpp"
 
 #include <cmf/cmf.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -101,9 +103,11 @@ TEST_CASE("cpu backend: every available ISA kernel agrees with the portable one"
     MESSAGE("ISA kernels compared: " << tested << ", best: " << std::string(cmf::cpu::kernels().isa));
 }
 
-TEST_CASE("cpu backend: f16 weights go through the codec's dequantizer") {
+TEST_CASE("cpu backend: f16 weights (F16C row kernel for decode, panel GEMM for prefill) match the dequantized reference") {
     TestRuntime t;
-    const size_t rows = 45, cols = 70, batch = 2;
+    const size_t rows = 45, cols = 70;
+    for (size_t batch : {size_t(2), size_t(7)}) {
+    CAPTURE(batch);
     auto w = random_vec(rows * cols, 5);
     // Quantize through the f16 codec, then compare with the f16-rounded weights.
     void *codec_ctx = nullptr;
@@ -135,6 +139,43 @@ TEST_CASE("cpu backend: f16 weights go through the codec's dequantizer") {
     std::vector<float> y;
     run_matmul(t.rt, CMF_DTYPE_F16, bytes.data(), bytes.size(), rows, cols, x, batch, y);
     for (size_t i = 0; i < y.size(); ++i) REQUIRE(std::fabs(y[i] - ref[i]) <= 1e-3 * (1.0 + std::fabs(ref[i])));
+    }
+}
+
+TEST_CASE("cpu backend: 16-bit row kernels, conversions and the panel GEMM agree across ISAs") {
+    const size_t rows = 21, cols = 203, batch = 8;
+    auto wf = random_vec(rows * cols, 7);
+    auto x = random_vec(batch * cols, 8);
+    std::vector<uint16_t> wh(rows * cols), wb(rows * cols);
+    for (size_t i = 0; i < wf.size(); ++i) {
+        wh[i] = cmf::codecs::f32_to_f16(wf[i]);
+        wb[i] = cmf::codecs::f32_to_bf16(wf[i]);
+    }
+    const cmf::cpu::Kernels *p = cmf::cpu::kernels_for("portable");
+    auto close = [](const std::vector<float> &a, const std::vector<float> &b) {
+        for (size_t i = 0; i < a.size(); ++i)
+            if (std::fabs(a[i] - b[i]) > 1e-4f * (1.0f + std::fabs(a[i]))) return false;
+        return true;
+    };
+    for (const char *isa : {"portable", "avx2", "avx512"}) {
+        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+        if (!k) continue;
+        CAPTURE(isa);
+        std::vector<float> y0(batch * rows), y1(batch * rows);
+        p->matmul_f32(wf.data(), cols, x.data(), cols, batch, 0, rows, y0.data(), rows);
+        k->gemm_panel(wf.data(), rows, cols, x.data(), cols, batch, y1.data(), rows);
+        CHECK(close(y0, y1));
+        for (bool bf : {false, true}) {
+            const auto &bits = bf ? wb : wh;
+            std::vector<float> wide(rows * cols), wide_p(rows * cols);
+            (bf ? k->convert_bf16 : k->convert_f16)(bits.data(), bits.size(), wide.data());
+            (bf ? p->convert_bf16 : p->convert_f16)(bits.data(), bits.size(), wide_p.data());
+            CHECK(wide == wide_p);
+            p->matmul_f32(wide.data(), cols, x.data(), cols, batch, 0, rows, y0.data(), rows);
+            (bf ? k->matmul_bf16 : k->matmul_f16)(bits.data(), cols, x.data(), cols, batch, 0, rows, y1.data(), rows);
+            CHECK(close(y0, y1));
+        }
+    }
 }
 
 TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear error") {
@@ -156,4 +197,122 @@ TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear 
     CHECK(cmf_error_code(e) == CMF_ERR_UNKNOWN_DTYPE);
     CHECK(std::string(cmf_error_message(e)).find("250") != std::string::npos);
     cmf_error_free(e);
+}
+
+namespace {
+// Binds a host f32 vector as a 1-D or 2-D weight.
+cmf_backend_weight *bind_f32(const cmf::BackendEntry *be, const std::vector<float> &v, uint64_t rows, uint64_t cols) {
+    cmf_tensor_view t{};
+    t.struct_size = sizeof t;
+    t.dtype = CMF_DTYPE_F32;
+    t.ndim = rows == 0 ? 1 : 2;
+    t.shape[0] = rows == 0 ? cols : rows;
+    t.shape[1] = cols;
+    t.data = v.data();
+    t.nbytes = v.size() * 4;
+    cmf_backend_weight *w = nullptr;
+    REQUIRE(be->vt.weight_bind(be->ctx, &t, &w) == nullptr);
+    return w;
+}
+}  // namespace
+
+TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA attention, gelu_tanh, embed") {
+    TestRuntime t;
+    const cmf::BackendEntry *be = t.rt->backend("cpu");
+    REQUIRE(be != nullptr);
+    const auto &vt = be->vt;
+    void *c = be->ctx;
+
+    // RMSNorm, gemma style x^*(1+w), 3 rows of 10.
+    auto x = random_vec(30, 11), w = random_vec(10, 12);
+    cmf_backend_weight *wn = bind_f32(be, w, 0, 10);
+    std::vector<float> y(30);
+    REQUIRE(vt.rms_norm(c, x.data(), wn, 3, 10, 1e-6f, CMF_NORM_GEMMA, y.data()) == nullptr);
+    for (int r = 0; r < 3; ++r) {
+        double ss = 0;
+        for (int j = 0; j < 10; ++j) ss += double(x[r * 10 + j]) * x[r * 10 + j];
+        double inv = 1.0 / std::sqrt(ss / 10 + 1e-6);
+        for (int j = 0; j < 10; ++j) CHECK(y[r * 10 + j] == doctest::Approx(x[r * 10 + j] * inv * (1 + w[j])).epsilon(1e-5));
+    }
+    cmf_error *e = vt.rms_norm(c, x.data(), wn, 3, 9, 1e-6f, CMF_NORM_QWEN, y.data());
+    REQUIRE(e != nullptr);  // weight length does not match dim
+    cmf_error_free(e);
+    vt.weight_free(c, wn);
+
+    // Partial RoPE: head_dim 8, rot_dim 4 (dims 4..7 pass through), 2 heads, positions 5, 6.
+    auto q = random_vec(2 * 16, 13), q0 = q;
+    REQUIRE(vt.rope(c, q.data(), 2, 16, 2, 8, 4, 5, 10000.0f) == nullptr);
+    for (int tkn = 0; tkn < 2; ++tkn)
+        for (int h = 0; h < 2; ++h) {
+            const float *a = &q0[tkn * 16 + h * 8];
+            const float *b = &q[tkn * 16 + h * 8];
+            for (int i = 0; i < 2; ++i) {
+                double ang = (5 + tkn) * std::pow(10000.0, -2.0 * i / 4);
+                CHECK(b[i] == doctest::Approx(a[i] * std::cos(ang) - a[i + 2] * std::sin(ang)).epsilon(1e-4));
+                CHECK(b[i + 2] == doctest::Approx(a[i + 2] * std::cos(ang) + a[i] * std::sin(ang)).epsilon(1e-4));
+            }
+            for (int i = 4; i < 8; ++i) CHECK(b[i] == a[i]);
+        }
+
+    // Attention: 4 query heads over 2 KV heads, head_dim 4, 3 new tokens at
+    // positions 2..4 over a 5-row cache, window 2, softcap 1.5.
+    const uint32_t nh = 4, nkv = 2, hd = 4, n = 3, pos0 = 2, win = 2;
+    const float scale = 0.5f, cap = 1.5f;
+    auto qa = random_vec(n * nh * hd, 14), kc = random_vec(5 * nkv * hd, 15), vc = random_vec(5 * nkv * hd, 16);
+    std::vector<float> out(n * nh * hd);
+    REQUIRE(vt.attention(c, qa.data(), kc.data(), vc.data(), out.data(), n, pos0, nh, nkv, hd, scale, win, cap) == nullptr);
+    for (uint32_t tk = 0; tk < n; ++tk)
+        for (uint32_t h = 0; h < nh; ++h) {
+            uint32_t kvh = h / (nh / nkv), p = pos0 + tk;
+            std::vector<double> s;
+            std::vector<uint32_t> js;
+            for (uint32_t j = 0; j <= p; ++j) {
+                if (j + win <= p) continue;  // outside the window
+                double d = 0;
+                for (uint32_t i = 0; i < hd; ++i) d += double(qa[(tk * nh + h) * hd + i]) * kc[(j * nkv + kvh) * hd + i];
+                d *= scale;
+                s.push_back(cap * std::tanh(d / cap));
+                js.push_back(j);
+            }
+            double mx = *std::max_element(s.begin(), s.end()), z = 0;
+            for (double &v : s) z += (v = std::exp(v - mx));
+            for (uint32_t i = 0; i < hd; ++i) {
+                double o = 0;
+                for (size_t m = 0; m < js.size(); ++m) o += s[m] / z * vc[(js[m] * nkv + kvh) * hd + i];
+                CHECK(out[(tk * nh + h) * hd + i] == doctest::Approx(o).epsilon(1e-4));
+            }
+        }
+
+    // gelu_tanh gated product.
+    std::vector<float> g = {-2.0f, -0.5f, 0.0f, 0.7f, 3.0f}, u = {1.0f, 2.0f, 3.0f, -1.0f, 0.5f}, o(5);
+    REQUIRE(vt.gated_act(c, g.data(), u.data(), 5, CMF_ACT_GELU_TANH, o.data()) == nullptr);
+    for (int i = 0; i < 5; ++i) {
+        double gg = g[i];
+        double ref = 0.5 * gg * (1 + std::tanh(std::sqrt(2 / M_PI) * (gg + 0.044715 * gg * gg * gg))) * u[i];
+        CHECK(o[i] == doctest::Approx(ref).epsilon(1e-5));
+    }
+
+    // Embedding rows of an f16 table, scaled; an id outside the table is Bounds.
+    std::vector<uint16_t> tab(6 * 3);
+    for (size_t i = 0; i < tab.size(); ++i) tab[i] = cmf::codecs::f32_to_f16(float(i) * 0.25f);
+    cmf_tensor_view tv{};
+    tv.struct_size = sizeof tv;
+    tv.dtype = CMF_DTYPE_F16;
+    tv.ndim = 2;
+    tv.shape[0] = 6;
+    tv.shape[1] = 3;
+    tv.data = tab.data();
+    tv.nbytes = tab.size() * 2;
+    cmf_backend_weight *tw = nullptr;
+    REQUIRE(vt.weight_bind(c, &tv, &tw) == nullptr);
+    int32_t ids[2] = {4, 1};
+    std::vector<float> emb(6);
+    REQUIRE(vt.embed(c, tw, ids, 2, 2.0f, emb.data()) == nullptr);
+    CHECK(emb == std::vector<float>{6.0f, 6.5f, 7.0f, 1.5f, 2.0f, 2.5f});
+    int32_t bad[1] = {6};
+    e = vt.embed(c, tw, bad, 1, 1.0f, emb.data());
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_BOUNDS);
+    cmf_error_free(e);
+    vt.weight_free(c, tw);
 }

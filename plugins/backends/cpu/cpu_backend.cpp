@@ -1,31 +1,45 @@
 // The CPU backend plugin: the default compute path. Weights stay where the
 // file mapping has them (zero copy); every parallel loop runs on the
-// runtime's pool through host->parallel_for.
+// runtime's pool through host->parallel_for. Activation buffers are host
+// memory from host->alloc_aligned.
 //
-// How a matmul over a stored weight is computed, first match wins:
-//  1. this backend's own kernel for the dtype (f32 today);
-//  2. the codec's matmul_rows kernel;
-//  3. dequantize tiles of rows into a per-chunk buffer, then the f32 kernel.
+// How a matmul over a stored 2-D weight is computed, first match wins:
+//  - few tokens (decode, n_batch < kGemmMinBatch): memory-bound; the
+//    backend's own row kernels for f32/f16/bf16 (f16 widened with F16C in
+//    registers), else the codec's matmul_rows, else dequantized row tiles;
+//  - many tokens (prefill): compute-bound; f32/f16/bf16 panels of
+//    kPanelRows rows are widened once into a per-chunk f32 buffer and run
+//    through the register-blocked gemm_panel kernel over all tokens. Codecs
+//    with matmul_rows keep their kernel; others are dequantized per panel.
 #include "kernels.hpp"
 
 #include <cmf/cmf_plugin.h>
 #include <cmf/plugin.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 struct cmf_backend_weight {
     cmf_tensor_view view;
-    const cmf_codec_vt *codec;  // NULL for dtypes with a native kernel
+    const cmf_codec_vt *codec;  // NULL for f32
     void *codec_ctx;
     uint64_t rows;
     uint64_t cols;
+    // 1-D vectors (norm weights, biases) are decoded to f32 once at bind
+    // time: they are tiny and read by element-wise operations.
+    std::vector<float> vec;
 };
 
 namespace {
 
 using cmf::sdk::Error;
+
+constexpr uint64_t kGemmMinBatch = 4;
+constexpr uint64_t kPanelRows = 16;
 
 struct Backend {
     const cmf_host_api *host;
@@ -35,29 +49,52 @@ struct Backend {
 
 Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }
 
+// Runs body(begin, end) over [0, n) on the runtime pool.
+template <class F>
+void parallel(Backend *be, uint64_t n, uint64_t grain, F &&body) {
+    if (n == 0) return;
+    auto tramp = [](void *user, uint64_t b, uint64_t e) { (*static_cast<F *>(user))(b, e); };
+    be->host->parallel_for(be->host->host_ctx, 0, n, std::max<uint64_t>(1, grain), tramp, &body);
+}
+
 cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight **out) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
         if (t == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "weight_bind: NULL argument");
-        if (t->ndim != 2) throw Error(CMF_ERR_UNSUPPORTED, "weight_bind: a matmul weight must be 2-D");
+        if (t->ndim < 1 || t->ndim > 2)
+            throw Error(CMF_ERR_UNSUPPORTED, "weight_bind: a weight must be 1-D (vector) or 2-D (matrix)");
         auto w = std::make_unique<cmf_backend_weight>();
         w->view = *t;
-        w->rows = t->shape[0];
-        w->cols = t->shape[1];
+        w->rows = t->ndim == 2 ? t->shape[0] : 1;
+        w->cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
         w->codec = nullptr;
         w->codec_ctx = nullptr;
         if (t->dtype != CMF_DTYPE_F32) {
             w->codec = be->host->find_codec(be->host->host_ctx, t->dtype, &w->codec_ctx);
             if (w->codec == nullptr)
                 throw Error(CMF_ERR_UNKNOWN_DTYPE, "no codec plugin provides dtype " + std::to_string(t->dtype));
+            uint64_t expect = 0;
+            if (cmf_error *e = w->codec->expected_size(w->codec_ctx, t->ndim, t->shape, &expect)) throw cmf::sdk::HostError{e};
+            if (expect != CMF_SIZE_VARIABLE && expect != t->nbytes)
+                throw Error(CMF_ERR_BOUNDS, "weight_bind: payload size does not match its shape and dtype");
         } else if (t->nbytes != w->rows * w->cols * sizeof(float)) {
             throw Error(CMF_ERR_BOUNDS, "weight_bind: f32 payload size does not match its shape");
+        }
+        if (t->ndim == 1) {
+            w->vec.resize(w->cols);
+            if (w->codec == nullptr) {
+                std::memcpy(w->vec.data(), t->data, w->cols * sizeof(float));
+            } else if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, t, 0, 1, w->vec.data())) {
+                throw cmf::sdk::HostError{e};
+            }
         }
         *out = w.release();
     });
 }
 
 void weight_free(void *, cmf_backend_weight *w) { delete w; }
+
+// ---- matmul -------------------------------------------------------------------
 
 struct MatmulJob {
     const cmf_backend_weight *w;
@@ -75,11 +112,27 @@ void record_error(MatmulJob *job, cmf_error *e) {
         job->host->error_free(e);
 }
 
+bool native_dtype(int32_t dtype) {
+    return dtype == CMF_DTYPE_F32 || dtype == CMF_DTYPE_F16 || dtype == CMF_DTYPE_BF16;
+}
+
 void matmul_chunk_native(void *user, uint64_t r0, uint64_t r1) {
     auto *job = static_cast<MatmulJob *>(user);
     const cmf_backend_weight *w = job->w;
-    cmf::cpu::kernels().matmul_f32(static_cast<const float *>(w->view.data), w->cols, job->x, w->cols, job->n_batch,
-                                   r0, r1, job->y, w->rows);
+    const auto &k = cmf::cpu::kernels();
+    switch (w->view.dtype) {
+    case CMF_DTYPE_F16:
+        k.matmul_f16(static_cast<const uint16_t *>(w->view.data), w->cols, job->x, w->cols, job->n_batch, r0, r1,
+                     job->y, w->rows);
+        break;
+    case CMF_DTYPE_BF16:
+        k.matmul_bf16(static_cast<const uint16_t *>(w->view.data), w->cols, job->x, w->cols, job->n_batch, r0, r1,
+                      job->y, w->rows);
+        break;
+    default:
+        k.matmul_f32(static_cast<const float *>(w->view.data), w->cols, job->x, w->cols, job->n_batch, r0, r1, job->y,
+                     w->rows);
+    }
 }
 
 void matmul_chunk_codec(void *user, uint64_t r0, uint64_t r1) {
@@ -107,17 +160,265 @@ void matmul_chunk_dequant(void *user, uint64_t r0, uint64_t r1) {
     }
 }
 
+// Prefill: [p0, p1) are panel indices. Each panel is widened to f32 once
+// (f32 weights are used in place) and multiplied against every token.
+void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
+    auto *job = static_cast<MatmulJob *>(user);
+    const cmf_backend_weight *w = job->w;
+    const auto &k = cmf::cpu::kernels();
+    std::vector<float> panel;
+    if (w->view.dtype != CMF_DTYPE_F32) panel.resize(kPanelRows * w->cols);
+    for (uint64_t p = p0; p < p1; ++p) {
+        uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows);
+        const float *src;
+        switch (w->view.dtype) {
+        case CMF_DTYPE_F32: src = static_cast<const float *>(w->view.data) + r0 * w->cols; break;
+        case CMF_DTYPE_F16:
+            k.convert_f16(static_cast<const uint16_t *>(w->view.data) + r0 * w->cols, (r1 - r0) * w->cols,
+                          panel.data());
+            src = panel.data();
+            break;
+        case CMF_DTYPE_BF16:
+            k.convert_bf16(static_cast<const uint16_t *>(w->view.data) + r0 * w->cols, (r1 - r0) * w->cols,
+                           panel.data());
+            src = panel.data();
+            break;
+        default:
+            if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, &w->view, r0, r1, panel.data())) {
+                record_error(job, e);
+                return;
+            }
+            src = panel.data();
+        }
+        k.gemm_panel(src, r1 - r0, w->cols, job->x, w->cols, job->n_batch, job->y + r0, w->rows);
+    }
+}
+
 cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch, float *y) {
     Backend *be = as_backend(ctx);
     if (w == nullptr || x == nullptr || y == nullptr)
         return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: NULL argument");
+    if (w->view.ndim != 2) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: the weight is not 2-D");
     MatmulJob job{w, x, n_batch, y, be->host, nullptr};
-    cmf_range_fn fn = matmul_chunk_native;
-    if (w->codec != nullptr) fn = w->codec->matmul_rows ? matmul_chunk_codec : matmul_chunk_dequant;
+    bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
+    bool native = native_dtype(w->view.dtype);
+    if (n_batch >= kGemmMinBatch && !has_kernel) {
+        uint64_t panels = (w->rows + kPanelRows - 1) / kPanelRows;
+        be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_gemm, &job);
+        return job.error;
+    }
+    cmf_range_fn fn = native ? matmul_chunk_native : has_kernel ? matmul_chunk_codec : matmul_chunk_dequant;
     // Enough rows per chunk to amortise scheduling, few enough to balance.
-    uint64_t grain = std::max<uint64_t>(1, 16384 / std::max<uint64_t>(1, w->cols));
+    uint64_t grain = std::max<uint64_t>(4, 16384 / std::max<uint64_t>(1, w->cols));
     be->host->parallel_for(be->host->host_ctx, 0, w->rows, grain, fn, &job);
     return job.error;
+}
+
+// ---- buffers ------------------------------------------------------------------
+
+cmf_error *buffer_alloc(void *ctx, size_t n_bytes, float **out) {
+    Backend *be = as_backend(ctx);
+    if (out == nullptr) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_alloc: NULL out");
+    void *p = be->host->alloc_aligned(std::max<size_t>(64, (n_bytes + 63) / 64 * 64), 64);
+    if (p == nullptr) return be->host->error_create(CMF_ERR_OUT_OF_MEMORY, "buffer_alloc: out of memory");
+    *out = static_cast<float *>(p);
+    return nullptr;
+}
+
+void buffer_free(void *ctx, float *buf) {
+    if (buf != nullptr) as_backend(ctx)->host->free_aligned(buf);
+}
+
+cmf_error *buffer_write(void *ctx, float *dst, const void *src, size_t n) {
+    if ((dst == nullptr || src == nullptr) && n > 0)
+        return as_backend(ctx)->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_write: NULL argument");
+    if (n > 0) std::memcpy(dst, src, n);
+    return nullptr;
+}
+
+cmf_error *buffer_read(void *ctx, void *dst, const float *src, size_t n) {
+    if ((dst == nullptr || src == nullptr) && n > 0)
+        return as_backend(ctx)->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_read: NULL argument");
+    if (n > 0) std::memcpy(dst, src, n);
+    return nullptr;
+}
+
+cmf_error *copy(void *ctx, float *dst, const float *src, uint64_t n) {
+    return buffer_write(ctx, dst, src, n * sizeof(float));
+}
+
+// ---- element-wise -------------------------------------------------------------
+
+const float *vector_of(Backend *be, const cmf_backend_weight *w, uint64_t dim, const char *op) {
+    if (w == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": NULL weight");
+    if (w->view.ndim != 1 || w->cols != dim)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": weight is not a vector of " + std::to_string(dim) +
+                                                  " elements");
+    (void)be;
+    return w->vec.data();
+}
+
+cmf_error *rms_norm(void *ctx, const float *x, const cmf_backend_weight *w, uint64_t n_rows, uint64_t dim, float eps,
+                    int32_t style, float *y) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        const float *wv = vector_of(be, w, dim, "rms_norm");
+        if (style != CMF_NORM_QWEN && style != CMF_NORM_GEMMA)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "rms_norm: unknown norm style " + std::to_string(style));
+        bool gemma = style == CMF_NORM_GEMMA;
+        parallel(be, n_rows, std::max<uint64_t>(1, 4096 / std::max<uint64_t>(1, dim)), [&](uint64_t r0, uint64_t r1) {
+            for (uint64_t r = r0; r < r1; ++r) {
+                const float *xr = x + r * dim;
+                float *yr = y + r * dim;
+                // Mean of squares in double (ARCHS 1.5: f64 or pairwise f32).
+                double ss = 0;
+                for (uint64_t j = 0; j < dim; ++j) ss += double(xr[j]) * xr[j];
+                float inv = static_cast<float>(1.0 / std::sqrt(ss / double(dim) + double(eps)));
+                if (gemma)
+                    for (uint64_t j = 0; j < dim; ++j) yr[j] = (xr[j] * inv) * (1.0f + wv[j]);
+                else
+                    for (uint64_t j = 0; j < dim; ++j) yr[j] = (xr[j] * inv) * wv[j];
+            }
+        });
+    });
+}
+
+cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads, uint32_t head_dim,
+                uint32_t rot_dim, uint64_t pos0, float theta) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (rot_dim % 2 != 0 || rot_dim > head_dim || uint64_t(n_heads) * head_dim > ld)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "rope: rot_dim must be even and <= head_dim, heads must fit ld");
+        uint32_t half = rot_dim / 2;
+        // HF computes inv_freq = 1 / theta^(2i/d) and the angle in f32.
+        std::vector<float> inv_freq(half);
+        for (uint32_t i = 0; i < half; ++i)
+            inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot_dim));
+        parallel(be, n_tokens, 1, [&](uint64_t t0, uint64_t t1) {
+            std::vector<float> cs(half), sn(half);
+            for (uint64_t t = t0; t < t1; ++t) {
+                float p = static_cast<float>(pos0 + t);
+                for (uint32_t i = 0; i < half; ++i) {
+                    float a = p * inv_freq[i];
+                    cs[i] = std::cos(a);
+                    sn[i] = std::sin(a);
+                }
+                for (uint32_t h = 0; h < n_heads; ++h) {
+                    float *v = x + t * ld + uint64_t(h) * head_dim;
+                    for (uint32_t i = 0; i < half; ++i) {
+                        float a = v[i], b = v[i + half];
+                        v[i] = a * cs[i] - b * sn[i];
+                        v[i + half] = b * cs[i] + a * sn[i];
+                    }
+                }
+            }
+        });
+    });
+}
+
+cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
+                     uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                     float scale, uint32_t window, float softcap) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "attention: n_heads must be a multiple of n_kv_heads");
+        const uint64_t qd = uint64_t(n_heads) * head_dim, kvd = uint64_t(n_kv_heads) * head_dim;
+        const uint32_t group = n_heads / n_kv_heads;
+        const auto &k = cmf::cpu::kernels();
+        // One work item per (token, head): prefill parallelises over both,
+        // decode over heads.
+        parallel(be, n_tokens * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
+            std::vector<float> s;
+            for (uint64_t i = i0; i < i1; ++i) {
+                uint64_t t = i / n_heads;
+                uint32_t h = static_cast<uint32_t>(i % n_heads);
+                uint64_t p = pos0 + t;
+                uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+                uint64_t n = p + 1 - j0;
+                s.resize(n);
+                const float *qh = q + t * qd + uint64_t(h) * head_dim;
+                const float *kh = k_cache + uint64_t(h / group) * head_dim;
+                const float *vh = v_cache + uint64_t(h / group) * head_dim;
+                float mx = -INFINITY;
+                for (uint64_t j = 0; j < n; ++j) {
+                    float sc = k.dot(qh, kh + (j0 + j) * kvd, head_dim) * scale;
+                    if (softcap > 0.0f) sc = softcap * std::tanh(sc / softcap);
+                    s[j] = sc;
+                    mx = std::max(mx, sc);
+                }
+                float sum = 0.0f;
+                for (uint64_t j = 0; j < n; ++j) {
+                    s[j] = std::exp(s[j] - mx);
+                    sum += s[j];
+                }
+                float *o = out + t * qd + uint64_t(h) * head_dim;
+                std::fill(o, o + head_dim, 0.0f);
+                float inv = 1.0f / sum;
+                for (uint64_t j = 0; j < n; ++j) k.axpy(s[j] * inv, vh + (j0 + j) * kvd, o, head_dim);
+            }
+        });
+    });
+}
+
+float gelu_tanh(float t) {
+    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+    return 0.5f * t * (1.0f + std::tanh(kC * (t + 0.044715f * t * t * t)));
+}
+
+cmf_error *gated_act(void *ctx, const float *gate, const float *up, uint64_t n, int32_t act, float *out) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (act != CMF_ACT_SILU && act != CMF_ACT_GELU_TANH)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "gated_act: unknown activation " + std::to_string(act));
+        parallel(be, n, 8192, [&](uint64_t i0, uint64_t i1) {
+            if (act == CMF_ACT_SILU)
+                for (uint64_t i = i0; i < i1; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+            else
+                for (uint64_t i = i0; i < i1; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+        });
+    });
+}
+
+cmf_error *add(void *ctx, float *y, const float *x, uint64_t n) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        parallel(be, n, 16384, [&](uint64_t i0, uint64_t i1) {
+            for (uint64_t i = i0; i < i1; ++i) y[i] += x[i];
+        });
+    });
+}
+
+cmf_error *add_bias(void *ctx, float *y, const cmf_backend_weight *b, uint64_t n_rows, uint64_t dim) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        const float *bv = vector_of(be, b, dim, "add_bias");
+        for (uint64_t r = 0; r < n_rows; ++r)
+            for (uint64_t j = 0; j < dim; ++j) y[r * dim + j] += bv[j];
+    });
+}
+
+cmf_error *embed(void *ctx, const cmf_backend_weight *table, const int32_t *tokens, uint64_t n_tokens, float scale,
+                 float *out) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (table == nullptr || table->view.ndim != 2) throw Error(CMF_ERR_INVALID_ARGUMENT, "embed: table is not 2-D");
+        const uint64_t dim = table->cols;
+        for (uint64_t t = 0; t < n_tokens; ++t) {
+            if (tokens[t] < 0 || uint64_t(tokens[t]) >= table->rows)
+                throw Error(CMF_ERR_BOUNDS, "embed: token id " + std::to_string(tokens[t]) + " outside the table's " +
+                                                std::to_string(table->rows) + " rows");
+            uint64_t r = uint64_t(tokens[t]);
+            float *o = out + t * dim;
+            if (table->codec == nullptr) {
+                std::memcpy(o, static_cast<const float *>(table->view.data) + r * dim, dim * sizeof(float));
+            } else if (cmf_error *e = table->codec->dequantize_rows(table->codec_ctx, &table->view, r, r + 1, o)) {
+                throw cmf::sdk::HostError{e};
+            }
+            if (scale != 1.0f)
+                for (uint64_t j = 0; j < dim; ++j) o[j] *= scale;
+        }
+    });
 }
 
 }  // namespace
@@ -139,6 +440,18 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.weight_bind = weight_bind;
     vt.weight_free = weight_free;
     vt.matmul = matmul;
+    vt.buffer_alloc = buffer_alloc;
+    vt.buffer_free = buffer_free;
+    vt.buffer_write = buffer_write;
+    vt.buffer_read = buffer_read;
+    vt.copy = copy;
+    vt.rms_norm = rms_norm;
+    vt.rope = rope;
+    vt.attention = attention;
+    vt.gated_act = gated_act;
+    vt.add = add;
+    vt.add_bias = add_bias;
+    vt.embed = embed;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();
     return nullptr;

@@ -1,0 +1,212 @@
+#include "runtime/session.hpp"
+
+#include "common/error.hpp"
+#include "plugins/runtime.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+namespace cmf::runtime {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+std::string arch_name_of(const char *arch_json, size_t len) {
+    if (arch_json == nullptr || len == 0) throw Error(CMF_ERR_PARSE, "the model has no arch object");
+    simdjson::dom::parser parser;
+    simdjson::dom::element root;
+    if (auto err = parser.parse(simdjson::padded_string(arch_json, len)).get(root))
+        throw Error(CMF_ERR_PARSE, std::string("arch: invalid JSON: ") + simdjson::error_message(err));
+    std::string_view name;
+    if (root["arch_name"].get_string().get(name) != simdjson::SUCCESS)
+        throw Error(CMF_ERR_PARSE, "arch.arch_name: required string is missing");
+    return std::string(name);
+}
+
+Session::Session(Runtime &rt, const cmf_model_source &src, const SessionConfig &cfg) : rt_(rt), src_(src), cfg_(cfg) {
+    if (cfg_.n_batch == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "session: n_batch must be > 0");
+    arch_name_ = arch_name_of(src.arch_json, src.arch_json_len);
+    arch_ = rt.arch_for(arch_name_);
+    if (arch_ == nullptr)
+        throw Error(CMF_ERR_UNSUPPORTED, "no arch plugin runs arch_name \"" + arch_name_ + "\"");
+    if (!arch_->vt.model_create || !arch_->vt.model_free || !arch_->vt.model_info || !arch_->vt.state_create ||
+        !arch_->vt.state_free || !arch_->vt.state_truncate || !arch_->vt.forward)
+        throw Error(CMF_ERR_UNSUPPORTED, "arch plugin '" + arch_->name + "' cannot run models (converter only)");
+    const BackendEntry *be = rt.backend(cfg_.backend);
+    if (be == nullptr)
+        throw Error(CMF_ERR_NOT_FOUND, cfg_.backend.empty() ? std::string("no compute backend is loaded")
+                                                            : "no backend named \"" + cfg_.backend + "\"");
+    cmf_arch_model_params params{};
+    params.struct_size = sizeof params;
+    params.options = cfg_.arch_options.empty() ? nullptr : cfg_.arch_options.c_str();
+    throw_if_error(arch_->vt.model_create(arch_->ctx, &src_, &be->vt, be->ctx, &params, &model_),
+                   "arch '" + arch_->name + "'");
+    try {
+        cmf_arch_model_info info{};
+        info.struct_size = sizeof info;
+        throw_if_error(arch_->vt.model_info(arch_->ctx, model_, &info));
+        vocab_ = info.vocab_size;
+        n_ctx_ = cfg_.n_ctx;
+        if (n_ctx_ == 0) n_ctx_ = info.max_context ? std::min<uint64_t>(info.max_context, 4096) : 4096;
+        throw_if_error(arch_->vt.state_create(arch_->ctx, model_, n_ctx_, &state_));
+    } catch (...) {
+        arch_->vt.model_free(arch_->ctx, model_);
+        throw;
+    }
+}
+
+Session::~Session() {
+    arch_->vt.state_free(arch_->ctx, state_);
+    arch_->vt.model_free(arch_->ctx, model_);
+}
+
+void Session::forward(std::span<const int32_t> tokens, int32_t mode, float *logits) {
+    cmf_forward_args a{};
+    a.struct_size = sizeof a;
+    a.n_tokens = static_cast<uint32_t>(tokens.size());
+    a.tokens = tokens.data();
+    a.pos = tokens_.size();
+    a.logits_mode = mode;
+    a.logits = logits;
+    throw_if_error(arch_->vt.forward(arch_->ctx, model_, state_, &a));
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+}
+
+void Session::eval(std::span<const int32_t> tokens, int32_t mode, float *logits) {
+    if (mode != CMF_LOGITS_NONE && mode != CMF_LOGITS_LAST && mode != CMF_LOGITS_ALL)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "eval: unknown logits mode " + std::to_string(mode));
+    if (mode != CMF_LOGITS_NONE && logits == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "eval: NULL logits");
+    if (tokens.empty()) throw Error(CMF_ERR_INVALID_ARGUMENT, "eval: no tokens");
+    if (tokens_.size() + tokens.size() > n_ctx_)
+        throw Error(CMF_ERR_BOUNDS, "eval: " + std::to_string(tokens_.size() + tokens.size()) +
+                                        " tokens exceed the session context of " + std::to_string(n_ctx_));
+    for (size_t i = 0; i < tokens.size(); i += cfg_.n_batch) {
+        size_t n = std::min<size_t>(cfg_.n_batch, tokens.size() - i);
+        bool last = i + n == tokens.size();
+        int32_t m = mode == CMF_LOGITS_ALL ? CMF_LOGITS_ALL : (last ? mode : CMF_LOGITS_NONE);
+        forward(tokens.subspan(i, n), m, m == CMF_LOGITS_ALL ? logits + i * vocab_ : logits);
+    }
+}
+
+void Session::truncate(uint64_t n_keep) {
+    if (n_keep > tokens_.size())
+        throw Error(CMF_ERR_BOUNDS, "truncate: " + std::to_string(n_keep) + " > " + std::to_string(tokens_.size()) +
+                                        " tokens in the context");
+    throw_if_error(arch_->vt.state_truncate(arch_->ctx, state_, n_keep));
+    tokens_.resize(n_keep);
+}
+
+GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateConfig &cfg) {
+    cancel_.store(false);
+    GenerateStats st;
+    st.prompt_tokens = prompt.size();
+    if (prompt.empty() && tokens_.empty())
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "generate: empty prompt and empty context");
+    for (int32_t t : prompt)
+        if (t < 0 || uint64_t(t) >= vocab_)
+            throw Error(CMF_ERR_BOUNDS, "generate: prompt token " + std::to_string(t) + " outside the vocabulary of " +
+                                            std::to_string(vocab_));
+    std::vector<float> logits(vocab_);
+    auto t0 = Clock::now();
+    if (!prompt.empty()) {
+        // Prefill in batches; cancel is checked between them.
+        for (size_t i = 0; i < prompt.size(); i += cfg_.n_batch) {
+            if (cancel_.load()) {
+                st.stop_reason = CMF_STOP_CANCELLED;
+                st.prefill_seconds = seconds_since(t0);
+                return st;
+            }
+            size_t n = std::min<size_t>(cfg_.n_batch, prompt.size() - i);
+            if (tokens_.size() + n > n_ctx_) {
+                st.stop_reason = CMF_STOP_CONTEXT_FULL;
+                st.prefill_seconds = seconds_since(t0);
+                return st;
+            }
+            bool last = i + n == prompt.size();
+            forward(prompt.subspan(i, n), last ? CMF_LOGITS_LAST : CMF_LOGITS_NONE, logits.data());
+        }
+    } else {
+        // Continue from the context: recompute the last token's logits.
+        int32_t last = tokens_.back();
+        truncate(tokens_.size() - 1);
+        forward(std::span<const int32_t>(&last, 1), CMF_LOGITS_LAST, logits.data());
+    }
+    st.prefill_seconds = seconds_since(t0);
+
+    Sampler sampler(cfg.sampler);
+    auto t1 = Clock::now();
+    st.stop_reason = CMF_STOP_MAX_TOKENS;
+    while (cfg.max_tokens == 0 || st.generated_tokens < cfg.max_tokens) {
+        if (cancel_.load()) {
+            st.stop_reason = CMF_STOP_CANCELLED;
+            break;
+        }
+        int32_t tok = sampler.sample(logits, tokens_);
+        if (std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), tok) != cfg.stop_ids.end()) {
+            st.stop_reason = CMF_STOP_EOS;
+            break;
+        }
+        ++st.generated_tokens;
+        bool go_on = !cfg.on_token || cfg.on_token(tok);
+        if (tokens_.size() + 1 > n_ctx_) {
+            st.stop_reason = CMF_STOP_CONTEXT_FULL;
+            break;
+        }
+        // The token joins the context even when this is the last one, so a
+        // later generate() continues after it.
+        bool more = go_on && (cfg.max_tokens == 0 || st.generated_tokens < cfg.max_tokens);
+        forward(std::span<const int32_t>(&tok, 1), more ? CMF_LOGITS_LAST : CMF_LOGITS_NONE, logits.data());
+        if (!go_on) {
+            st.stop_reason = CMF_STOP_CALLBACK;
+            break;
+        }
+    }
+    st.decode_seconds = seconds_since(t1);
+    return st;
+}
+
+GenerateStats bench_pp_tg(Session &s, uint32_t n_prompt, uint32_t n_gen, uint64_t seed) {
+    s.truncate(0);
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> prompt(n_prompt);
+    for (auto &t : prompt) t = static_cast<int32_t>(rng() % s.vocab_size());
+    GenerateConfig g;
+    g.max_tokens = n_gen;
+    g.sampler.temperature = 0;
+    g.sampler.repetition_penalty = 1.0f;
+    return s.generate(prompt, g);
+}
+
+double perplexity(Session &s, std::span<const int32_t> tokens) {
+    if (tokens.size() < 2) throw Error(CMF_ERR_INVALID_ARGUMENT, "perplexity: needs at least 2 tokens");
+    const uint64_t V = s.vocab_size();
+    const size_t window = static_cast<size_t>(s.n_ctx());
+    double nll = 0;
+    size_t count = 0;
+    std::vector<float> logits;
+    for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += window) {
+        size_t n = std::min(window, tokens.size() - w0);
+        if (n < 2) break;
+        s.truncate(0);
+        logits.resize(n * V);
+        s.eval(tokens.subspan(w0, n), CMF_LOGITS_ALL, logits.data());
+        for (size_t i = 0; i + 1 < n; ++i) {
+            const float *l = logits.data() + i * V;
+            float mx = *std::max_element(l, l + V);
+            double z = 0;
+            for (uint64_t j = 0; j < V; ++j) z += std::exp(double(l[j]) - mx);
+            nll += std::log(z) + mx - l[tokens[w0 + i + 1]];
+            ++count;
+        }
+    }
+    s.truncate(0);
+    return std::exp(nll / double(count));
+}
+
+}  // namespace cmf::runtime

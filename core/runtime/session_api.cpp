@@ -1,0 +1,171 @@
+// C entry points of cmf.h's session section.
+#include "common/error.hpp"
+#include "plugins/runtime.hpp"
+#include "runtime/session.hpp"
+
+#include <cmf/cmf.h>
+#include <cmf/cmf_plugin.h>
+
+#include <algorithm>
+#include <cstring>
+
+using cmf::Error;
+using cmf::guard;
+
+struct cmf_session {
+    std::unique_ptr<cmf::runtime::Session> impl;
+};
+
+namespace {
+// Reads the caller's struct into a full-size, defaulted copy (only the
+// fields that fit in its struct_size).
+template <class T>
+T copy_in(const T *src, void (*init)(T *)) {
+    T out;
+    init(&out);
+    if (src == nullptr) return out;
+    if (src->struct_size < sizeof(uint32_t))
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call the *_init function)");
+    std::memcpy(reinterpret_cast<char *>(&out) + sizeof(uint32_t), reinterpret_cast<const char *>(src) + sizeof(uint32_t),
+                std::min<size_t>(src->struct_size, sizeof(T)) - sizeof(uint32_t));
+    return out;
+}
+template <class T>
+void copy_out(T *dst, const T &src) {
+    uint32_t n = dst->struct_size;
+    if (n < sizeof(uint32_t)) throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call the *_init function)");
+    std::memcpy(reinterpret_cast<char *>(dst) + sizeof(uint32_t), reinterpret_cast<const char *>(&src) + sizeof(uint32_t),
+                std::min<size_t>(n, sizeof(T)) - sizeof(uint32_t));
+}
+cmf::runtime::Session &session_of(cmf_session *s) {
+    if (s == nullptr || !s->impl) throw Error(CMF_ERR_INVALID_ARGUMENT, "NULL session");
+    return *s->impl;
+}
+}  // namespace
+
+extern "C" {
+
+CMF_API void cmf_session_options_init(cmf_session_options *o) {
+    if (o == nullptr) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+    o->n_batch = 512;
+}
+
+CMF_API void cmf_generate_options_init(cmf_generate_options *o) {
+    if (o == nullptr) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+    cmf::runtime::SamplerParams d;
+    o->max_tokens = 256;
+    o->temperature = d.temperature;
+    o->top_k = d.top_k;
+    o->top_p = d.top_p;
+    o->min_p = d.min_p;
+    o->repetition_penalty = d.repetition_penalty;
+    o->presence_penalty = d.presence_penalty;
+    o->seed = d.seed;
+}
+
+CMF_API void cmf_generate_stats_init(cmf_generate_stats *s) {
+    if (s == nullptr) return;
+    std::memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+}
+
+CMF_API cmf_error *cmf_session_create(cmf_runtime *rt, const struct cmf_model_source *src,
+                                      const cmf_session_options *opts, cmf_session **out) {
+    return guard([&] {
+        if (rt == nullptr || src == nullptr || out == nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create: NULL argument");
+        if (src->struct_size < offsetof(cmf_model_source, tensor_at) + sizeof(void *) || src->tensor_at == nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create: the model source has no tensor_at");
+        cmf_session_options o = copy_in(opts, cmf_session_options_init);
+        if (o.n_threads != 0 && o.n_threads != rt->pool().threads())
+            throw Error(CMF_ERR_UNSUPPORTED, "cmf_session_create: sessions use the runtime's pool of " +
+                                                 std::to_string(rt->pool().threads()) +
+                                                 " threads; create the runtime with n_threads = " +
+                                                 std::to_string(o.n_threads));
+        cmf::runtime::SessionConfig cfg;
+        cfg.n_ctx = o.n_ctx;
+        cfg.n_batch = o.n_batch;
+        cfg.backend = o.backend ? o.backend : "";
+        cfg.arch_options = o.arch_options ? o.arch_options : "";
+        auto s = std::make_unique<cmf_session>();
+        s->impl = std::make_unique<cmf::runtime::Session>(*rt, *src, cfg);
+        *out = s.release();
+    });
+}
+
+CMF_API void cmf_session_free(cmf_session *s) { delete s; }
+
+CMF_API cmf_error *cmf_session_generate(cmf_session *s, const int32_t *prompt, size_t n_prompt,
+                                        const cmf_generate_options *opts, cmf_generate_stats *stats) {
+    return guard([&] {
+        auto &sess = session_of(s);
+        if (prompt == nullptr && n_prompt > 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_generate: NULL prompt");
+        cmf_generate_options o = copy_in(opts, cmf_generate_options_init);
+        cmf::runtime::GenerateConfig g;
+        g.max_tokens = o.max_tokens;
+        g.sampler.temperature = o.temperature;
+        g.sampler.top_k = o.top_k;
+        g.sampler.top_p = o.top_p;
+        g.sampler.min_p = o.min_p;
+        g.sampler.repetition_penalty = o.repetition_penalty;
+        g.sampler.presence_penalty = o.presence_penalty;
+        g.sampler.seed = o.seed;
+        if (o.stop_ids != nullptr) g.stop_ids.assign(o.stop_ids, o.stop_ids + o.n_stop_ids);
+        if (o.on_token != nullptr) {
+            cmf_token_fn fn = o.on_token;
+            void *user = o.user;
+            g.on_token = [fn, user](int32_t t) { return fn(user, t) == 0; };
+        }
+        auto st = sess.generate(std::span<const int32_t>(prompt, n_prompt), g);
+        if (stats != nullptr) {
+            cmf_generate_stats out;
+            cmf_generate_stats_init(&out);
+            out.stop_reason = st.stop_reason;
+            out.prompt_tokens = st.prompt_tokens;
+            out.generated_tokens = st.generated_tokens;
+            out.n_past = sess.n_past();
+            out.prefill_seconds = st.prefill_seconds;
+            out.decode_seconds = st.decode_seconds;
+            out.prefill_tok_s = st.prefill_tok_s();
+            out.decode_tok_s = st.decode_tok_s();
+            copy_out(stats, out);
+        }
+    });
+}
+
+CMF_API void cmf_session_cancel(cmf_session *s) {
+    if (s != nullptr && s->impl) s->impl->cancel();
+}
+
+CMF_API cmf_error *cmf_session_reset(cmf_session *s) {
+    return guard([&] { session_of(s).truncate(0); });
+}
+
+CMF_API cmf_error *cmf_session_truncate(cmf_session *s, uint64_t n_keep) {
+    return guard([&] { session_of(s).truncate(n_keep); });
+}
+
+CMF_API cmf_error *cmf_session_eval(cmf_session *s, const int32_t *tokens, size_t n, int32_t logits_mode, float *logits,
+                                    size_t logits_len) {
+    return guard([&] {
+        auto &sess = session_of(s);
+        if (tokens == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_eval: NULL tokens");
+        size_t need = logits_mode == CMF_LOGITS_ALL ? n * sess.vocab_size()
+                      : logits_mode == CMF_LOGITS_LAST ? sess.vocab_size()
+                                                       : 0;
+        if (logits_len < need)
+            throw Error(CMF_ERR_BOUNDS, "cmf_session_eval: logits holds " + std::to_string(logits_len) + " floats, " +
+                                            std::to_string(need) + " needed");
+        sess.eval(std::span<const int32_t>(tokens, n), logits_mode, logits);
+    });
+}
+
+CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s) { return s && s->impl ? s->impl->vocab_size() : 0; }
+CMF_API uint64_t cmf_session_n_ctx(const cmf_session *s) { return s && s->impl ? s->impl->n_ctx() : 0; }
+CMF_API uint64_t cmf_session_n_past(const cmf_session *s) { return s && s->impl ? s->impl->n_past() : 0; }
+
+}  // extern "C"

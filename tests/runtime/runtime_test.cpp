@@ -1,0 +1,318 @@
+// Generation core and qwen arch tests.
+//  - sampler: SplitMix64 stream, greedy ties, the filter chain;
+//  - parity: the qwen arch on the CPU backend against the PyTorch
+//    reference written by make_reference.py (dir in CMF_PARITY_DIR): logits
+//    at every position, greedy continuation, KV-cache decode vs full
+//    recompute, batched prefill chunking, and f16/bf16 weights.
+#include <doctest/doctest.h>
+
+#include "common/error.hpp"
+#include "half.hpp"
+#include "plugins/runtime.hpp"
+#include "runtime/memory_source.hpp"
+#include "runtime/sampler.hpp"
+#include "runtime/session.hpp"
+
+#include <cmf/cmf.h>
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+using cmf::runtime::GenerateConfig;
+using cmf::runtime::MemoryModel;
+using cmf::runtime::Sampler;
+using cmf::runtime::SamplerParams;
+using cmf::runtime::Session;
+using cmf::runtime::SessionConfig;
+
+// ---- sampler --------------------------------------------------------------------
+
+TEST_CASE("sampler: SplitMix64 matches the reference stream") {
+    SamplerParams p;
+    p.seed = 0;
+    Sampler s(p);
+    CHECK(s.next_u64() == 0xE220A8397B1DCDAFull);
+    CHECK(s.next_u64() == 0x6E789E6AA1B965F4ull);
+}
+
+TEST_CASE("sampler: greedy picks the lowest index on ties and applies the repetition penalty") {
+    SamplerParams p;
+    p.temperature = 0;
+    p.repetition_penalty = 1.0f;
+    Sampler s(p);
+    std::vector<float> l = {1.0f, 3.0f, 3.0f, -1.0f};
+    CHECK(s.sample(l, {}) == 1);
+    p.repetition_penalty = 2.0f;
+    Sampler s2(p);
+    std::vector<float> l2 = {1.0f, 3.0f, 2.0f, -1.0f};
+    int32_t hist[] = {1, 1};
+    CHECK(s2.sample(l2, hist) == 2);  // 3/2 = 1.5 < 2
+    CHECK(l2[1] == doctest::Approx(1.5f));
+}
+
+TEST_CASE("sampler: top-k 1 and tight top-p always give the argmax; seeds reproduce") {
+    std::vector<float> base = {0.1f, 2.0f, 1.9f, 0.5f, -3.0f};
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+        SamplerParams p;
+        p.temperature = 1.0f;
+        p.repetition_penalty = 1.0f;
+        p.min_p = 0;
+        p.top_p = 1.0f;
+        p.top_k = 1;
+        p.seed = seed;
+        auto l = base;
+        CHECK(Sampler(p).sample(l, {}) == 1);
+        p.top_k = 0;
+        p.top_p = 0.01f;
+        l = base;
+        CHECK(Sampler(p).sample(l, {}) == 1);
+    }
+    // top-k 2 keeps tokens 1 and 2 only; over many draws both appear.
+    SamplerParams p;
+    p.temperature = 1.0f;
+    p.repetition_penalty = 1.0f;
+    p.min_p = 0;
+    p.top_p = 1.0f;
+    p.top_k = 2;
+    p.seed = 7;
+    Sampler s(p), s_again(p);
+    int count[5] = {};
+    for (int i = 0; i < 400; ++i) {
+        auto l = base, l2 = base;
+        int32_t t = s.sample(l, {});
+        CHECK(t == s_again.sample(l2, {}));
+        ++count[t];
+    }
+    CHECK(count[0] + count[3] + count[4] == 0);
+    CHECK(count[1] > 100);
+    CHECK(count[2] > 100);
+}
+
+// ---- parity -------------------------------------------------------------------
+
+namespace {
+
+struct TestRuntime {
+    cmf_runtime *rt = nullptr;
+    TestRuntime() {
+        cmf_runtime_options o;
+        cmf_runtime_options_init(&o);
+        o.n_threads = 2;
+        REQUIRE(cmf_runtime_create(&o, &rt) == nullptr);
+    }
+    ~TestRuntime() { cmf_runtime_free(rt); }
+};
+
+std::vector<float> read_f32(const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    REQUIRE_MESSAGE(f.good(), "cannot read " << path);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<float> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), v.size() * 4);
+    return v;
+}
+
+struct Case {
+    std::string arch_json;
+    std::vector<float> weights, logits;
+    struct T {
+        std::string name;
+        std::vector<uint64_t> shape;
+        uint64_t offset, count;
+    };
+    std::vector<T> tensors;
+    std::vector<int32_t> prompt, greedy;
+    uint64_t positions = 0, vocab = 0;
+};
+
+Case load_case(const std::string &dir) {
+    Case c;
+    simdjson::dom::parser parser;
+    simdjson::padded_string json;
+    REQUIRE(simdjson::padded_string::load(dir + "/index.json").get(json) == simdjson::SUCCESS);
+    simdjson::dom::element root = parser.parse(json);
+    c.arch_json = simdjson::minify(root["arch"]);
+    for (simdjson::dom::element t : root["tensors"].get_array()) {
+        Case::T e;
+        e.name = std::string(std::string_view(t["name"]));
+        e.count = 1;
+        for (simdjson::dom::element d : t["shape"].get_array()) {
+            e.shape.push_back(uint64_t(d));
+            e.count *= uint64_t(d);
+        }
+        e.offset = uint64_t(t["offset"]);
+        c.tensors.push_back(e);
+    }
+    for (simdjson::dom::element x : root["prompt"].get_array()) c.prompt.push_back(int32_t(int64_t(x)));
+    for (simdjson::dom::element x : root["greedy"].get_array()) c.greedy.push_back(int32_t(int64_t(x)));
+    c.positions = uint64_t(root["positions"]);
+    c.vocab = uint64_t(root["vocab"]);
+    c.weights = read_f32(dir + "/weights.f32");
+    c.logits = read_f32(dir + "/logits.f32");
+    REQUIRE(c.logits.size() == c.positions * c.vocab);
+    return c;
+}
+
+// The case's weights as a model source, every tensor stored as `dtype`.
+std::unique_ptr<MemoryModel> model_of(const Case &c, int32_t dtype) {
+    auto m = std::make_unique<MemoryModel>();
+    m->set_arch_json(c.arch_json);
+    for (const auto &t : c.tensors) {
+        const float *src = c.weights.data() + t.offset;
+        REQUIRE(t.offset + t.count <= c.weights.size());
+        if (dtype == CMF_DTYPE_F32) {
+            m->add_borrowed(t.name, dtype, t.shape, src, t.count * 4);
+            continue;
+        }
+        std::vector<uint8_t> bytes(t.count * 2);
+        for (uint64_t i = 0; i < t.count; ++i) {
+            uint16_t h = dtype == CMF_DTYPE_F16 ? cmf::codecs::f32_to_f16(src[i]) : cmf::codecs::f32_to_bf16(src[i]);
+            std::memcpy(bytes.data() + 2 * i, &h, 2);
+        }
+        m->add(t.name, dtype, t.shape, std::move(bytes));
+    }
+    return m;
+}
+
+// max |a - b| / max |ref|: the error relative to the logit scale.
+double rel_err(const float *a, const float *ref, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; ++i) {
+        d = std::max(d, double(std::fabs(a[i] - ref[i])));
+        s = std::max(s, double(std::fabs(ref[i])));
+    }
+    return d / std::max(s, 1e-30);
+}
+
+std::vector<int32_t> sequence_of(const Case &c) {
+    std::vector<int32_t> seq = c.prompt;
+    seq.insert(seq.end(), c.greedy.begin(), c.greedy.end() - 1);
+    return seq;
+}
+
+std::vector<float> all_logits(Session &s, const std::vector<int32_t> &seq) {
+    std::vector<float> out(seq.size() * s.vocab_size());
+    s.truncate(0);
+    s.eval(seq, CMF_LOGITS_ALL, out.data());
+    return out;
+}
+
+void run_case(const std::string &name) {
+    const char *root = std::getenv("CMF_PARITY_DIR");
+    REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
+    Case c = load_case(std::string(root) + "/" + name);
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+    SessionConfig cfg;
+    cfg.n_ctx = 128;
+    Session s(*t.rt, *model->source(), cfg);
+    REQUIRE(s.vocab_size() == c.vocab);
+    const auto seq = sequence_of(c);
+
+    // 1. Logits at every position (one batched prefill: the GEMM path).
+    auto got = all_logits(s, seq);
+    double worst = 0;
+    for (uint64_t p = 0; p < c.positions; ++p)
+        worst = std::max(worst, rel_err(got.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
+    MESSAGE(name << " f32: max |logit diff| / max |ref logit| over " << c.positions << " positions = " << worst);
+    CHECK(worst < 1e-3);
+
+    // 2. Greedy continuation through generate(): batched prefill, then
+    //    token-by-token decode on the KV cache.
+    s.truncate(0);
+    GenerateConfig g;
+    g.max_tokens = uint32_t(c.greedy.size());
+    g.sampler.temperature = 0;
+    g.sampler.repetition_penalty = 1.0f;
+    std::vector<int32_t> produced;
+    g.on_token = [&](int32_t tok) {
+        produced.push_back(tok);
+        return true;
+    };
+    auto st = s.generate(c.prompt, g);
+    CHECK(st.stop_reason == CMF_STOP_MAX_TOKENS);
+    CHECK(st.prompt_tokens == c.prompt.size());
+    CHECK(st.generated_tokens == c.greedy.size());
+    CHECK(produced == c.greedy);
+    CHECK(s.n_past() == c.prompt.size() + c.greedy.size());
+
+    // 3. KV-cache decode (one token per forward) equals the full recompute,
+    //    and so does prefill in odd-sized chunks.
+    s.truncate(0);
+    std::vector<float> step(c.vocab);
+    double kv_worst = 0;
+    for (size_t i = 0; i < seq.size(); ++i) {
+        s.eval(std::span<const int32_t>(&seq[i], 1), CMF_LOGITS_LAST, step.data());
+        kv_worst = std::max(kv_worst, rel_err(step.data(), got.data() + i * c.vocab, c.vocab));
+    }
+    MESSAGE(name << " KV decode vs full recompute: " << kv_worst);
+    CHECK(kv_worst < 1e-5);
+    SessionConfig chunked = cfg;
+    chunked.n_batch = 7;
+    Session s7(*t.rt, *model->source(), chunked);
+    auto got7 = all_logits(s7, seq);
+    CHECK(rel_err(got7.data(), got.data(), got.size()) < 1e-5);
+    // Rollback: truncate to the prompt and recompute the first generated step.
+    s.truncate(c.prompt.size() - 1);
+    s.eval(std::span<const int32_t>(&c.prompt.back(), 1), CMF_LOGITS_LAST, step.data());
+    CHECK(rel_err(step.data(), got.data() + (c.prompt.size() - 1) * c.vocab, c.vocab) < 1e-5);
+
+    // 4. f16 / bf16 weights stay close to the f32 reference.
+    for (int32_t dtype : {CMF_DTYPE_F16, CMF_DTYPE_BF16}) {
+        auto mh = model_of(c, dtype);
+        Session sh(*t.rt, *mh->source(), cfg);
+        auto gh = all_logits(sh, seq);
+        double e = 0;
+        for (uint64_t p = 0; p < c.positions; ++p)
+            e = std::max(e, rel_err(gh.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
+        size_t agree = 0;
+        for (uint64_t p = 0; p < c.positions; ++p)
+            agree += cmf::runtime::argmax({gh.data() + p * c.vocab, c.vocab}) ==
+                     cmf::runtime::argmax({c.logits.data() + p * c.vocab, c.vocab});
+        std::string dn = dtype == CMF_DTYPE_F16 ? "f16" : "bf16";
+        MESSAGE(name << " " << dn << " weights: max rel logit diff " << e << ", argmax agrees at " << agree << "/"
+                     << c.positions << " positions");
+        CHECK(e < (dtype == CMF_DTYPE_F16 ? 5e-3 : 5e-2));
+        // The KV path must agree with the batched path in any dtype.
+        sh.truncate(0);
+        double kv = 0;
+        for (size_t i = 0; i < 8; ++i) {
+            sh.eval(std::span<const int32_t>(&seq[i], 1), CMF_LOGITS_LAST, step.data());
+            kv = std::max(kv, rel_err(step.data(), gh.data() + i * c.vocab, c.vocab));
+        }
+        CHECK(kv < 1e-5);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("parity: qwen2 with q/k/v biases and a tied head") { run_case("qwen2_tied"); }
+TEST_CASE("parity: qwen3 with q/k-norm, head_dim != hidden/heads, untied head") { run_case("qwen3_untied"); }
+TEST_CASE("parity: qwen2 untied, MQA, head rows < vocab_size") { run_case("qwen2_short_head"); }
+
+TEST_CASE("session: errors are specific") {
+    TestRuntime t;
+    MemoryModel m;
+    m.set_arch_json(R"({"arch_name":"nope"})");
+    CHECK_THROWS_WITH_AS(Session(*t.rt, *m.source(), SessionConfig{}), "no arch plugin runs arch_name \"nope\"",
+                         cmf::Error);
+    MemoryModel q;
+    q.set_arch_json(R"({"arch_name":"qwen3","hidden_size":8})");
+    CHECK_THROWS_WITH_AS(Session(*t.rt, *q.source(), SessionConfig{}),
+                         doctest::Contains("arch.intermediate_size: required key is missing"), cmf::Error);
+    MemoryModel e;
+    e.set_arch_json(R"({"arch_name":"qwen3","hidden_size":8,"intermediate_size":8,"num_layers":1,
+        "num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":4,"layer_types":["FullAttention"],
+        "rms_norm_eps":1e-6,"max_position_embeddings":16})");
+    CHECK_THROWS_WITH_AS(Session(*t.rt, *e.source(), SessionConfig{}),
+                         doctest::Contains("missing tensor model.embed_tokens.weight"), cmf::Error);
+}
