@@ -472,4 +472,11 @@ const ArchEntry *Runtime::arch_for(const std::string &arch_name) const {
     return nullptr;
 }
 
+const ArchEntry *Runtime::arch_for_hf_model_type(const std::string &model_type) const {
+    std::lock_guard lock(mutex_);
+    for (const auto &a : archs_)
+        if (list_contains(a.hf_model_types, model_type)) return &a;
+    return nullptr;
+}
+
 }  // namespace cmf

@@ -77,6 +77,8 @@ public:
     const CodecEntry *codec(int32_t dtype_id) const;
     const BackendEntry *backend(const std::string &name) const;  // "" = default (first)
     const ArchEntry *arch_for(const std::string &arch_name) const;
+    // The arch that converts checkpoints of this HF config `model_type` (converter).
+    const ArchEntry *arch_for_hf_model_type(const std::string &model_type) const;
 
     // The directory libcmf's default plugins are installed in.
     static std::string default_plugin_dir();

@@ -8,6 +8,7 @@
 // GDN mixer (layer_types LinearAttention), gated attention (q_proj with
 // 2*heads*head_dim rows), and an MTP head (model.mtp.*); today those are
 // refused with CMF_ERR_UNSUPPORTED naming the tensor or key.
+#include "hf_import.hpp"
 #include "config.hpp"
 
 #include <cmf/cmf_plugin.h>
@@ -464,6 +465,23 @@ cmf_error *forward(void *ctx, cmf_arch_model *model, cmf_arch_state *state, cons
 
 }  // namespace
 
+namespace {
+
+// Converter hooks: the HF config -> arch block mapping and tensor plans
+// (hf_import.cpp, shared machinery in ../common).
+cmf_error *vt_import_config(void *ctx, const char *json, size_t len, const cmf_byte_sink *out) {
+    return cmf::archs::import_config_hook(static_cast<Plugin *>(ctx)->host, json, len, out,
+                                          cmf::archs::qwen::import_config);
+}
+
+cmf_error *vt_import_tensor(void *ctx, const char *arch_json, size_t arch_len, const char *hf_name, uint32_t ndim,
+                            const uint64_t *shape, const cmf_byte_sink *out) {
+    return cmf::archs::import_tensor_hook(static_cast<Plugin *>(ctx)->host, arch_json, arch_len, hf_name, ndim, shape,
+                                          out, cmf::archs::qwen::import_tensor);
+}
+
+}  // namespace
+
 extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32_t *abi_version,
                                                             cmf_registrar *reg, void **plugin_state) {
     if (*abi_version < 1) return host->error_create(CMF_ERR_PLUGIN, "qwen arch needs plugin ABI >= 1");
@@ -477,7 +495,11 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.name = "qwen";
     vt.version = CMF_QWEN_VERSION;
     vt.arch_names = "qwen2,qwen3";
-    vt.hf_model_types = "";  // the converter hooks come with the converter
+    // Runs the dense families; converts every Qwen family (MoE and hybrid
+    // files convert now and run once their forward passes land).
+    vt.hf_model_types = cmf::archs::qwen::kModelTypes;
+    vt.import_config = vt_import_config;
+    vt.import_tensor = vt_import_tensor;
     vt.model_create = model_create;
     vt.model_free = model_free;
     vt.model_info = model_info;

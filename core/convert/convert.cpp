@@ -1,0 +1,523 @@
+#include "convert/convert.hpp"
+
+#include "common/error.hpp"
+#include "convert/safetensors.hpp"
+#include "plugins/runtime.hpp"
+
+#include <cmf/json_writer.hpp>
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <unistd.h>
+
+namespace cmf::convert {
+
+namespace fs = std::filesystem;
+namespace dom = simdjson::dom;
+
+namespace {
+
+std::optional<std::string> read_file_if_exists(const fs::path &p) {
+    std::error_code ec;
+    if (!fs::exists(p, ec)) return std::nullopt;
+    std::ifstream in(p, std::ios::binary);
+    if (!in) throw Error(CMF_ERR_IO, p.string() + ": cannot open");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad()) throw Error(CMF_ERR_IO, p.string() + ": read failed");
+    return ss.str();
+}
+
+dom::object parse_object(dom::parser &parser, const std::string &text, const std::string &file) {
+    dom::element doc;
+    if (auto err = parser.parse(text).get(doc)) throw Error(CMF_ERR_PARSE, file + ": not valid JSON: " + simdjson::error_message(err));
+    dom::object o;
+    if (doc.get_object().get(o)) throw Error(CMF_ERR_PARSE, file + ": not a JSON object");
+    return o;
+}
+
+struct StringSink {
+    std::string s;
+    cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, this, [](void *u, const void *d, size_t n) -> cmf_error * {
+                           try {
+                               static_cast<StringSink *>(u)->s.append(static_cast<const char *>(d), n);
+                               return nullptr;
+                           } catch (...) {
+                               return error_from_current_exception();
+                           }
+                       }};
+};
+
+// An output tensor: which source, which part of it, which dtype.
+struct OutTensor {
+    PlannedTensor p;
+    const SourceTensor *src = nullptr;
+    std::optional<uint64_t> index;
+    bool transpose = false;
+    std::vector<std::pair<uint64_t, uint64_t>> rows;
+    uint64_t elements = 0;
+};
+
+uint64_t product(const std::vector<uint64_t> &s, size_t from = 0) {
+    uint64_t n = 1;
+    for (size_t i = from; i < s.size(); ++i) n *= s[i];
+    return n;
+}
+
+std::string shape_text(const std::vector<uint64_t> &s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+}
+
+// Parse and check one plan (docs/convert.md) against its source tensor.
+std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTensor &src) {
+    const std::string where = src.file + ": tensor \"" + src.name + "\": arch plan: ";
+    dom::parser parser;
+    dom::element doc;
+    dom::array arr;
+    if (parser.parse(plan_json).get(doc) || doc.get_array().get(arr)) throw Error(CMF_ERR_PLUGIN, where + "not a JSON array: " + plan_json);
+    std::vector<OutTensor> out;
+    for (auto e : arr) {
+        OutTensor o;
+        o.src = &src;
+        o.p.source = src.name;
+        std::string_view name;
+        dom::array shape;
+        if (e["name"].get_string().get(name) || name.empty() || e["shape"].get_array().get(shape))
+            throw Error(CMF_ERR_PLUGIN, where + "an entry lacks name or shape: " + plan_json);
+        o.p.name = std::string(name);
+        for (auto d : shape) {
+            uint64_t v;
+            if (d.get_uint64().get(v)) throw Error(CMF_ERR_PLUGIN, where + "bad shape for " + o.p.name);
+            o.p.shape.push_back(v);
+        }
+        if (o.p.shape.size() > CMF_MAX_DIMS)
+            throw Error(CMF_ERR_PARSE, where + o.p.name + " has " + std::to_string(o.p.shape.size()) + " dimensions; CMF allows at most 6");
+        for (uint64_t d : o.p.shape)
+            if (d > UINT32_MAX) throw Error(CMF_ERR_BOUNDS, where + o.p.name + ": dimension " + std::to_string(d) + " does not fit the directory's u32");
+        uint64_t idx;
+        if (!e["index"].get_uint64().get(idx)) o.index = idx;
+        bool tr;
+        if (!e["transpose"].get_bool().get(tr)) o.transpose = tr;
+        dom::array rows;
+        if (!e["rows"].get_array().get(rows))
+            for (auto r : rows) {
+                dom::array pair;
+                uint64_t first, count;
+                if (r.get_array().get(pair) || pair.size() != 2 || pair.at(0).get_uint64().get(first) || pair.at(1).get_uint64().get(count))
+                    throw Error(CMF_ERR_PLUGIN, where + "bad rows entry for " + o.p.name);
+                o.rows.emplace_back(first, count);
+            }
+        // The slab the rows are taken from.
+        const auto &s = src.shape;
+        uint64_t slab_rows, slab_cols;
+        std::vector<uint64_t> slab;
+        if (o.index) {
+            if (s.size() < 3 || *o.index >= s[0])
+                throw Error(CMF_ERR_PLUGIN, where + o.p.name + ": index " + std::to_string(*o.index) + " is outside source shape " + shape_text(s));
+            slab.assign(s.begin() + 1, s.end());
+        } else {
+            slab = s;
+        }
+        if (slab.size() >= 2) {
+            slab_rows = slab[0];
+            slab_cols = product(slab, 1);
+        } else {
+            slab_rows = 1;
+            slab_cols = product(slab);
+        }
+        if (o.transpose) {
+            if (slab.size() != 2) throw Error(CMF_ERR_PLUGIN, where + o.p.name + ": transpose needs a 2-D slab");
+            std::swap(slab_rows, slab_cols);
+        }
+        uint64_t taken = 0;
+        for (auto [first, count] : o.rows) {
+            if (first > slab_rows || count > slab_rows - first)
+                throw Error(CMF_ERR_PLUGIN, where + o.p.name + ": rows [" + std::to_string(first) + ", +" + std::to_string(count) +
+                                                ") outside the " + std::to_string(slab_rows) + "-row source");
+            taken += count;
+        }
+        if (o.rows.empty()) taken = slab_rows;
+        o.elements = taken * slab_cols;
+        if (product(o.p.shape) != o.elements)
+            throw Error(CMF_ERR_PLUGIN, where + o.p.name + ": shape " + shape_text(o.p.shape) + " holds " + std::to_string(product(o.p.shape)) +
+                                            " elements but the plan selects " + std::to_string(o.elements));
+        out.push_back(std::move(o));
+    }
+    return out;
+}
+
+// Materialize one output tensor as f32.
+void gather_f32(const OutTensor &o, std::vector<float> &dst) {
+    const SourceTensor &t = *o.src;
+    const auto &s = t.shape;
+    uint64_t base = 0;
+    std::vector<uint64_t> slab = s;
+    if (o.index) {
+        slab.assign(s.begin() + 1, s.end());
+        base = *o.index * product(slab);
+    }
+    uint64_t rows = slab.size() >= 2 ? slab[0] : 1;
+    uint64_t cols = slab.size() >= 2 ? product(slab, 1) : product(slab);
+    dst.resize(o.elements);
+    if (!o.transpose) {
+        if (o.rows.empty()) {
+            read_f32(t, base, rows * cols, dst.data());
+            return;
+        }
+        uint64_t at = 0;
+        for (auto [first, count] : o.rows) {
+            read_f32(t, base + first * cols, count * cols, dst.data() + at);
+            at += count * cols;
+        }
+        return;
+    }
+    // Transposed slab [rows, cols] -> [cols, rows]; selected rows are source columns.
+    std::vector<float> full(rows * cols);
+    read_f32(t, base, rows * cols, full.data());
+    std::vector<std::pair<uint64_t, uint64_t>> sel = o.rows;
+    if (sel.empty()) sel.emplace_back(0, cols);
+    uint64_t at = 0;
+    for (auto [first, count] : sel)
+        for (uint64_t c = first; c < first + count; ++c)
+            for (uint64_t r = 0; r < rows; ++r) dst[at++] = full[r * cols + c];
+}
+
+// ---- canonical order -------------------------------------------------------
+
+int group_of(const std::string &n) {
+    if (n.rfind("model.embed_tokens.", 0) == 0) return 0;
+    if (n.rfind("model.norm.", 0) == 0) return 1;
+    if (n.rfind("lm_head.", 0) == 0) return 2;
+    if (n.rfind("model.layers.", 0) == 0) return 3;
+    if (n.rfind("model.mtp.", 0) == 0) return 4;
+    return 5;
+}
+
+// "mlp.experts.{e}.{role}" -> "mlp.experts.~{role rank}.{e}" so that all
+// experts of one role sort together.
+std::string order_key(const std::string &n) {
+    static const char *const marker = ".mlp.experts.";
+    size_t p = n.find(marker);
+    if (p == std::string::npos) return n;
+    size_t e0 = p + std::char_traits<char>::length(marker);
+    size_t e1 = n.find('.', e0);
+    if (e1 == std::string::npos || e1 == e0 || n.find_first_not_of("0123456789", e0) != e1) return n;
+    std::string role = n.substr(e1 + 1);
+    char rank = role.rfind("gate_proj", 0) == 0 ? '0' : role.rfind("up_proj", 0) == 0 ? '1' : role.rfind("down_proj", 0) == 0 ? '2' : '3';
+    return n.substr(0, e0) + "~" + rank + role + "." + n.substr(e0, e1 - e0);
+}
+
+// Compare with runs of digits taken as numbers ("layers.2" < "layers.10").
+bool natural_less(const std::string &a, const std::string &b) {
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        bool da = std::isdigit(static_cast<unsigned char>(a[i])), db = std::isdigit(static_cast<unsigned char>(b[j]));
+        if (da && db) {
+            size_t i2 = i, j2 = j;
+            while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) ++i2;
+            while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) ++j2;
+            std::string na = a.substr(i, i2 - i), nb = b.substr(j, j2 - j);
+            na.erase(0, std::min(na.find_first_not_of('0'), na.size() - 1));
+            nb.erase(0, std::min(nb.find_first_not_of('0'), nb.size() - 1));
+            if (na.size() != nb.size()) return na.size() < nb.size();
+            if (na != nb) return na < nb;
+            i = i2;
+            j = j2;
+        } else {
+            if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+            ++i;
+            ++j;
+        }
+    }
+    return a.size() - i < b.size() - j;
+}
+
+// ---- chat bundle (COMPAT §6) --------------------------------------------------
+
+void write_id_list(json::Writer &w, dom::element e, const std::string &where, bool &ok) {
+    uint64_t v;
+    dom::array arr;
+    if (!e.get_uint64().get(v)) {
+        w.begin_array().u64(v).end_array();
+        ok = true;
+    } else if (!e.get_array().get(arr)) {
+        w.begin_array();
+        for (auto x : arr) {
+            if (x.get_uint64().get(v)) throw Error(CMF_ERR_PARSE, where + ": eos_token_id holds a value that is not a token id");
+            w.u64(v);
+        }
+        w.end_array();
+        ok = true;
+    }
+}
+
+std::string tokenizer_config_json(const fs::path &dir, dom::object config) {
+    json::Writer w;
+    w.begin_object();
+    // chat_template: chat_template.jinja if non-blank, else tokenizer_config.json's string.
+    std::optional<std::string> tmpl;
+    if (auto j = read_file_if_exists(dir / "chat_template.jinja"); j && j->find_first_not_of(" \t\r\n") != std::string::npos) tmpl = *j;
+    if (!tmpl)
+        if (auto tc = read_file_if_exists(dir / "tokenizer_config.json")) {
+            dom::parser p;
+            dom::object o = parse_object(p, *tc, (dir / "tokenizer_config.json").string());
+            std::string_view s;
+            dom::array list;
+            if (!o["chat_template"].get_string().get(s)) tmpl = std::string(s);
+            else if (!o["chat_template"].get_array().get(list))
+                // The list form ([{name, template}]) names its default "default".
+                for (auto item : list) {
+                    std::string_view nm, t;
+                    if (!item["name"].get_string().get(nm) && nm == "default" && !item["template"].get_string().get(t)) tmpl = std::string(t);
+                }
+        }
+    if (tmpl) w.key("chat_template").string(*tmpl);
+    // eos_token_ids: generation_config.json's eos_token_id, else config.json's. Always written.
+    w.key("eos_token_ids");
+    bool ok = false;
+    if (auto gc = read_file_if_exists(dir / "generation_config.json")) {
+        dom::parser p;
+        dom::object o = parse_object(p, *gc, (dir / "generation_config.json").string());
+        dom::element e;
+        if (!o["eos_token_id"].get(e)) write_id_list(w, e, (dir / "generation_config.json").string(), ok);
+    }
+    dom::object tc = config;
+    dom::object inner;
+    if (!config["text_config"].get_object().get(inner)) tc = inner;
+    if (!ok) {
+        dom::element e;
+        if (!config["eos_token_id"].get(e) || !tc["eos_token_id"].get(e)) write_id_list(w, e, (dir / "config.json").string(), ok);
+    }
+    if (!ok) w.begin_array().end_array();
+    for (const char *k : {"bos_token_id", "pad_token_id"}) {
+        uint64_t v;
+        w.key(k);
+        if (!config[k].get_uint64().get(v) || !tc[k].get_uint64().get(v)) w.u64(v);
+        else w.null();
+    }
+    w.end_object();
+    return w.take();
+}
+
+// ---- progress --------------------------------------------------------------
+
+class Progress {
+public:
+    Progress(bool enabled, uint64_t tensors, uint64_t bytes)
+        : on_(enabled && ::isatty(2)), tensors_(tensors), bytes_(bytes), t0_(std::chrono::steady_clock::now()) {}
+    void update(uint64_t tensors_done, uint64_t bytes_done) {
+        if (!on_) return;
+        double el = seconds();
+        double frac = bytes_ ? static_cast<double>(bytes_done) / static_cast<double>(bytes_) : 1.0;
+        int width = 30, fill = static_cast<int>(frac * width);
+        double eta = frac > 0 ? el * (1 - frac) / frac : 0;
+        std::fprintf(stderr, "\r[%.*s%*s] %llu/%llu tensors  %.1f/%.1f MiB  ETA %d:%02d ", fill,
+                     "##############################", width - fill, "", static_cast<unsigned long long>(tensors_done),
+                     static_cast<unsigned long long>(tensors_), static_cast<double>(bytes_done) / 1048576.0,
+                     static_cast<double>(bytes_) / 1048576.0, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+        std::fflush(stderr);
+    }
+    void done() {
+        if (on_) std::fprintf(stderr, "\n");
+    }
+    double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+private:
+    bool on_;
+    uint64_t tensors_, bytes_;
+    std::chrono::steady_clock::time_point t0_;
+};
+
+struct Planned {
+    ConvertPlan plan;
+    std::unique_ptr<Checkpoint> ckpt;
+    std::vector<OutTensor> outs;
+};
+
+Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
+    Planned r;
+    const fs::path dir(opts.model_dir);
+    const fs::path cfg_path = dir / "config.json";
+    auto cfg_text = read_file_if_exists(cfg_path);
+    if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
+    dom::parser cfg_parser;
+    dom::object config = parse_object(cfg_parser, *cfg_text, cfg_path.string());
+    std::string_view mt;
+    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, cfg_path.string() + ": no \"model_type\" string");
+    const ArchEntry *arch = rt.arch_for_hf_model_type(std::string(mt));
+    if (!arch || !arch->vt.import_config || !arch->vt.import_tensor)
+        throw Error(CMF_ERR_UNSUPPORTED, cfg_path.string() + ": model_type \"" + std::string(mt) +
+                                             "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
+
+    StringSink arch_json;
+    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text->data(), cfg_text->size(), &arch_json.sink), cfg_path.string() + ": ");
+    const QuantPolicy policy(opts.quant, opts.quant_map);
+
+    // Header (COMPAT §13.1 key order); section_hashes is the writer's.
+    json::Writer h;
+    h.begin_object();
+    h.key("format").string("cmf");
+    h.key("version").u64(2);
+    h.key("arch").raw(arch_json.s);
+    h.key("quant_type").string(header_quant_type(policy.base()));
+    h.key("provenance").begin_object();
+    h.key("source_model").string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
+    h.key("tool").string(opts.tool);
+    h.end_object();
+    h.key("tokenizer_config").raw(tokenizer_config_json(dir, config));
+    h.end_object();
+    r.plan.header_json = h.take();
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) r.plan.vocab_bytes = std::move(*v);
+    else rt.log(CMF_LOG_WARN, (dir / "tokenizer.json").string() + " not found: the file will have no vocab section");
+
+    r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
+    std::map<std::string, std::string> produced_by;
+    for (const SourceTensor *t : r.ckpt->tensors()) {
+        if (t->shape.size() > CMF_MAX_DIMS)
+            throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
+        StringSink plan;
+        throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
+                                              static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
+                       t->file + ": ");
+        for (OutTensor &o : parse_plan(plan.s, *t)) {
+            auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
+            if (!fresh)
+                throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
+                                               "\" already produced");
+            o.p.dtype = policy.choose(o.p.name, o.p.shape);
+            r.outs.push_back(std::move(o));
+        }
+    }
+    if (r.outs.empty()) throw Error(CMF_ERR_PARSE, opts.model_dir + ": the checkpoint holds no convertible tensors");
+    std::stable_sort(r.outs.begin(), r.outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
+    for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
+    return r;
+}
+
+}  // namespace
+
+bool canonical_less(const std::string &a, const std::string &b) {
+    int ga = group_of(a), gb = group_of(b);
+    if (ga != gb) return ga < gb;
+    return natural_less(order_key(a), order_key(b));
+}
+
+ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) { return make_plan(rt, opts).plan; }
+
+ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink) {
+    try {
+        Planned pl = make_plan(rt, opts);
+        auto &outs = pl.outs;
+        // Every dtype must have an encoder before anything is written.
+        for (const auto &o : outs) {
+            const CodecEntry *c = rt.codec(o.p.dtype);
+            if (!c || !c->vt.quantize)
+                throw Error(CMF_ERR_UNKNOWN_DTYPE, "tensor \"" + o.p.name + "\" needs dtype " + dtype_name(o.p.dtype) +
+                                                       " but no loaded codec plugin can encode it");
+        }
+        ConvertStats st;
+        st.source_tensors = pl.ckpt->tensors().size();
+        st.tensors = outs.size();
+        uint64_t total_in = 0, largest = 0;
+        for (const auto &o : outs) {
+            total_in += o.elements * source_dtype_size(o.src->dtype);
+            largest = std::max(largest, o.elements * 4);
+        }
+        // Last output index reading each source tensor: its pages are
+        // released once that output is written.
+        std::map<const SourceTensor *, size_t> last_use;
+        for (size_t i = 0; i < outs.size(); ++i) last_use[outs[i].src] = i;
+        // Each source file's last use, for the sink's milestones.
+        std::map<const SafetensorsFile *, size_t> file_last;
+        for (auto [t, i] : last_use) {
+            auto &slot = file_last[&pl.ckpt->file_of(*t)];
+            slot = std::max(slot, i);
+        }
+
+        sink.begin(pl.plan.header_json, st.source_tensors, outs.size());
+        Progress progress(opts.progress, outs.size(), total_in);
+        const uint64_t budget = std::max(largest, opts.memory_budget ? opts.memory_budget : uint64_t(256) << 20);
+
+        struct Job {
+            const OutTensor *o;
+            std::vector<uint8_t> bytes;
+            cmf_error *err = nullptr;
+        };
+        size_t next = 0;
+        uint64_t done_bytes = 0;
+        while (next < outs.size()) {
+            std::vector<Job> batch;
+            uint64_t used = 0;
+            while (next < outs.size() && (batch.empty() || used + outs[next].elements * 4 <= budget)) {
+                used += outs[next].elements * 4;
+                batch.push_back(Job{&outs[next++], {}, nullptr});
+            }
+            struct Ctx {
+                Runtime *rt;
+                std::vector<Job> *batch;
+            } ctx{&rt, &batch};
+            rt.pool().parallel_for(0, batch.size(), 1, [](void *u, uint64_t b, uint64_t e) {
+                auto *c = static_cast<Ctx *>(u);
+                for (uint64_t i = b; i < e; ++i) {
+                    Job &j = (*c->batch)[i];
+                    j.err = guard([&] {
+                        std::vector<float> f32;
+                        gather_f32(*j.o, f32);
+                        const CodecEntry *codec = c->rt->codec(j.o->p.dtype);
+                        cmf_quantize_params params{sizeof(cmf_quantize_params), 0, nullptr, nullptr, 0};
+                        cmf_byte_sink bs{sizeof(cmf_byte_sink), 0, &j.bytes, [](void *user, const void *d, size_t n) -> cmf_error * {
+                                             return guard([&] {
+                                                 auto *v = static_cast<std::vector<uint8_t> *>(user);
+                                                 v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
+                                             });
+                                         }};
+                        throw_if_error(codec->vt.quantize(codec->ctx, static_cast<uint32_t>(j.o->p.shape.size()), j.o->p.shape.data(),
+                                                          f32.data(), &params, &bs),
+                                       "tensor \"" + j.o->p.name + "\" (" + dtype_name(j.o->p.dtype) + "): ");
+                    });
+                }
+            }, &ctx);
+            for (Job &j : batch) {
+                if (j.err) {
+                    for (Job &k : batch)
+                        if (k.err && k.err != j.err && !is_static_error(k.err)) delete k.err;
+                    throw_if_error(j.err);
+                }
+            }
+            for (Job &j : batch) {
+                const size_t idx = static_cast<size_t>(j.o - outs.data());
+                sink.add(j.o->p.name, j.o->p.dtype, j.o->p.shape, j.bytes.data(), j.bytes.size());
+                st.output_bytes += j.bytes.size();
+                uint64_t in = j.o->elements * source_dtype_size(j.o->src->dtype);
+                st.source_bytes += in;
+                done_bytes += in;
+                std::vector<uint8_t>().swap(j.bytes);
+                if (last_use[j.o->src] == idx) pl.ckpt->file_of(*j.o->src).release(*j.o->src);
+                for (auto &[f, last] : file_last)
+                    if (last == idx) sink.mark(f->path());
+                progress.update(idx + 1, done_bytes);
+            }
+        }
+        progress.done();
+        sink.finish(pl.plan.vocab_bytes);
+        st.seconds = progress.seconds();
+        return st;
+    } catch (...) {
+        sink.abort();
+        throw;
+    }
+}
+
+}  // namespace cmf::convert

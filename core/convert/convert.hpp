@@ -1,0 +1,101 @@
+// The native converter: a Hugging Face checkpoint directory -> the tensors
+// and header of a .cmf file, streamed into a TensorSink.
+//
+// Flow: config.json -> arch plugin (by HF model_type) -> `arch` block; every
+// safetensors tensor -> the plugin's tensor plan (renames, fused splits,
+// expert unpacking; docs/convert.md) -> output tensors in canonical order
+// (experts role-contiguous, spec §2.2) -> each read from the mapping,
+// converted to f32, quantized by the registered codec (in parallel, in
+// batches bounded by a memory budget), handed to the sink in order.
+// The chat bundle (tokenizer.json, tokenizer_config.json,
+// chat_template.jinja, generation_config.json) gives the vocab section and
+// header.tokenizer_config (COMPAT §6).
+#pragma once
+
+#include "convert/dtype_policy.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cmf {
+class Runtime;
+}
+
+namespace cmf::convert {
+
+// Where converted tensors go. The container writer implements it (W2
+// semantics, COMPAT §3.4: payloads in push order, header and directory
+// written at the end); tests implement it in memory. Calls come from one
+// thread, in this order: begin, (add | mark)*, finish — or abort after any
+// of them when the conversion fails.
+class TensorSink {
+public:
+    virtual ~TensorSink() = default;
+    // header_json: the complete header object (format, version, arch,
+    // quant_type, provenance, tokenizer_config) WITHOUT section_hashes, which
+    // the writer computes and appends as the last key. source_tensor_count:
+    // what W2 sizes its reserved gap from; planned_tensor_count: exactly how
+    // many add() calls follow.
+    virtual void begin(const std::string &header_json, uint64_t source_tensor_count, uint64_t planned_tensor_count) = 0;
+    // One payload. `data` is valid only during the call; the writer
+    // computes hash64 and places it (64/4096 alignment rule).
+    virtual void add(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, const uint8_t *data,
+                     uint64_t nbytes) = 0;
+    // All outputs that read from this source file have been added (the W2
+    // manifest's resume milestone). Informative; may be ignored.
+    virtual void mark(const std::string &) {}
+    // The vocab section bytes (tokenizer.json verbatim; empty = none). The
+    // file becomes visible only here (write to a temp name, rename).
+    virtual void finish(const std::string &vocab_bytes) = 0;
+    // The conversion failed: remove anything partial. Must not throw.
+    virtual void abort() noexcept {}
+};
+
+struct ConvertOptions {
+    std::string model_dir;
+    std::string quant = "q8";       // --quant
+    std::string quant_map;          // --quant-map "pattern=quant,..."
+    std::string source_name;        // provenance.source_model ("" = model_dir)
+    std::string tool = "cmfhost convert";
+    // Upper bound on f32 staging buffers of tensors converted at once; the
+    // largest single tensor is always allowed (0 = 256 MiB).
+    uint64_t memory_budget = 0;
+    bool progress = false;          // draw a progress bar on stderr when it is a terminal
+};
+
+struct ConvertStats {
+    uint64_t source_tensors = 0;
+    uint64_t tensors = 0;
+    uint64_t source_bytes = 0;      // bytes of the source tensors read
+    uint64_t output_bytes = 0;      // payload bytes handed to the sink
+    double seconds = 0;
+};
+
+// What the converter would do, without reading tensor data.
+struct PlannedTensor {
+    std::string name;
+    int32_t dtype;
+    std::vector<uint64_t> shape;
+    std::string source;             // the HF tensor it comes from
+};
+struct ConvertPlan {
+    std::string header_json;
+    std::string vocab_bytes;
+    std::vector<PlannedTensor> tensors;  // in output order
+};
+
+// Read config and chat bundle, ask the arch plugin, plan every tensor.
+// Throws cmf::Error naming the file/tensor on bad input.
+ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts);
+
+// The whole conversion into `sink`. On error calls sink.abort() and rethrows.
+ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink);
+
+// Canonical output order (docs/convert.md): embed, final norm, lm_head,
+// layers by index (experts role-contiguous: all gate_proj, then up_proj,
+// then down_proj, experts in numeric order), MTP, the rest; numbers compare
+// numerically.
+bool canonical_less(const std::string &a, const std::string &b);
+
+}  // namespace cmf::convert

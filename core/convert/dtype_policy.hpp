@@ -1,0 +1,40 @@
+// Which CMF dtype each converted tensor gets (COMPAT §5.13, §14).
+//
+// TODO(lead): the codecs plugin is getting a `choose_dtype` policy function
+// on another branch; unify this file with it when merging (keep one policy).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cmf::convert {
+
+// --quant name -> dtype id: f32, f16|fp16, bf16, q8|q8_row, q8_2f|q82f|q8f,
+// q4|q4_block, q4t|q4_tiled, q4tp, q2tp, vbit (writes vbit_ro), q1, q1s, q1t.
+// Throws cmf::Error(CMF_ERR_INVALID_ARGUMENT) listing the valid names.
+int32_t quant_dtype_from_name(const std::string &name);
+// Header `quant_type` for a --quant choice (COMPAT §5.13).
+const char *header_quant_type(int32_t dtype);
+// Short dtype name for messages ("q4tp").
+std::string dtype_name(int32_t dtype);
+
+class QuantPolicy {
+public:
+    // `quant`: the --quant name; `quant_map`: "pattern=name,pattern=name"
+    // where a pattern is a glob matched against the whole tensor name or
+    // any dot-separated suffix of it ("mlp.*" matches
+    // "model.layers.0.mlp.up_proj.weight"); first matching pattern wins.
+    explicit QuantPolicy(const std::string &quant, const std::string &quant_map = {});
+
+    int32_t base() const { return base_; }
+    // The dtype for one output tensor.
+    int32_t choose(const std::string &name, const std::vector<uint64_t> &shape) const;
+
+private:
+    int32_t base_;
+    std::vector<std::pair<std::string, int32_t>> overrides_;
+};
+
+}  // namespace cmf::convert

@@ -1,0 +1,90 @@
+// Reading Hugging Face safetensors checkpoints for the converter.
+//
+// A safetensors file is: u64 LE header length N, N bytes of JSON
+// {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+//  "__metadata__": {str: str}}, then the data region the offsets point into.
+// Files are memory-mapped read-only; every tensor is validated on open
+// (dtype, shape, offsets in range, size = elements x dtype size, no two
+// tensors overlapping), so later reads cannot go out of bounds. Errors are
+// cmf::Error naming the file and, where it applies, the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cmf::convert {
+
+// The source dtypes the converter reads (others are refused by name).
+enum class SourceDtype : uint8_t { F32, F16, BF16 };
+const char *source_dtype_name(SourceDtype d) noexcept;
+size_t source_dtype_size(SourceDtype d) noexcept;
+
+// Refuse headers larger than this (the reference safetensors crate uses the
+// same 100 MB cap): a corrupt length must not make us map or parse gigabytes.
+inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+struct SourceTensor {
+    std::string name;
+    SourceDtype dtype = SourceDtype::F32;
+    std::vector<uint64_t> shape;
+    const uint8_t *data = nullptr;  // into the file mapping (may be unaligned)
+    uint64_t nbytes = 0;
+    uint64_t elements = 0;
+    std::string file;  // path of the file holding it, for messages
+};
+
+// One mapped .safetensors file.
+class SafetensorsFile {
+public:
+    // Maps and validates the whole header. Throws cmf::Error.
+    explicit SafetensorsFile(const std::string &path);
+    ~SafetensorsFile();
+    SafetensorsFile(const SafetensorsFile &) = delete;
+    SafetensorsFile &operator=(const SafetensorsFile &) = delete;
+
+    const std::string &path() const { return path_; }
+    // Tensors sorted by name (byte order, as the original reads them).
+    const std::vector<SourceTensor> &tensors() const { return tensors_; }
+    const SourceTensor *find(const std::string &name) const;
+    const std::map<std::string, std::string> &metadata() const { return metadata_; }
+    // Tell the kernel a tensor's pages are no longer needed (bounds the
+    // converter's resident set to the tensors in flight).
+    void release(const SourceTensor &t) const;
+
+private:
+    std::string path_;
+    void *map_ = nullptr;
+    uint64_t size_ = 0;
+    std::vector<SourceTensor> tensors_;
+    std::map<std::string, std::string> metadata_;
+};
+
+// A checkpoint directory: `model.safetensors`, or the shards listed by
+// `model.safetensors.index.json` (its `weight_map`: tensor -> file).
+class Checkpoint {
+public:
+    explicit Checkpoint(const std::string &dir);
+
+    const std::string &dir() const { return dir_; }
+    // Files in the original's order: single file, or the index's distinct
+    // weight_map values sorted by name.
+    const std::vector<std::unique_ptr<SafetensorsFile>> &files() const { return files_; }
+    // Every tensor over all files, in file order then name order.
+    const std::vector<const SourceTensor *> &tensors() const { return all_; }
+    const SourceTensor *find(const std::string &name) const;
+    const SafetensorsFile &file_of(const SourceTensor &t) const;
+
+private:
+    std::string dir_;
+    std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    std::vector<const SourceTensor *> all_;
+    std::map<std::string, std::pair<const SourceTensor *, size_t>> by_name_;
+};
+
+// Convert `count` elements starting at element `first` of a source tensor to f32.
+void read_f32(const SourceTensor &t, uint64_t first, uint64_t count, float *dst);
+
+}  // namespace cmf::convert
