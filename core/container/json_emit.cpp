@@ -21,7 +21,8 @@ std::string spell(const char *buf, size_t n, bool neg, int lo, int hi) {
     size_t i = 0;
     for (; i < n && buf[i] != 'e'; ++i)
         if (buf[i] != '.') digits += buf[i];
-    int exp = std::atoi(buf + i + 1);
+    int exp = 0;
+    std::from_chars(buf + i + 1 + (buf[i + 1] == '+'), buf + n, exp);
     while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
     std::string out = neg ? "-" : "";
     if (digits == "0") return out + "0.0";

@@ -289,8 +289,8 @@ void write_w1(const std::string &path, FilePlan &plan) {
     // 2. directory, masks, index
     std::vector<uint8_t> dir = build_directory(plan.tensors, offs);
     bj::object &hobj = plan.header.as_object();
-    const Header parsed = parse_header(reinterpret_cast<const uint8_t *>(json::emit_header(plan.header).data()),
-                                       json::emit_header(plan.header).size());
+    const std::string draft = json::emit_header(plan.header);  // before section_hashes: arch and skills only
+    const Header parsed = parse_header(reinterpret_cast<const uint8_t *>(draft.data()), draft.size());
     const bool has_masks = plan.masks && !plan.masks->empty();
     std::vector<uint8_t> masks, index;
     if (has_masks) {

@@ -508,3 +508,150 @@ TEST_CASE("container: append-only growth is valid at every crash point, then com
     REQUIRE(cmf_compact(runtime().rt, sample_path().c_str(), c.c_str()) == nullptr);
     CHECK(sha256_hex(read_all(c)) == kSampleSha);
 }
+
+#include "container/json_emit.hpp"
+
+#include <boost/json.hpp>
+
+TEST_CASE("container: header floats are spelled as serde_json does") {
+    using namespace cmf::container::json;
+    CHECK(format_f64(1e-6) == "1e-6");
+    CHECK(format_f64(10000.0) == "10000.0");
+    CHECK(format_f64(1.0) == "1.0");
+    CHECK(format_f64(0.0) == "0.0");
+    CHECK(format_f64(-0.0) == "-0.0");
+    CHECK(format_f64(1.05) == "1.05");
+    CHECK(format_f64(-2.5) == "-2.5");
+    CHECK(format_f64(0.00001) == "0.00001");
+    CHECK(format_f64(1e15) == "1000000000000000.0");
+    CHECK(format_f64(1e16) == "1e+16");
+    CHECK(format_f64(1.5e300) == "1.5e+300");
+    CHECK(format_f64(1000000.0) == "1000000.0");
+    CHECK(format_f64(std::nan("")) == "null");
+    CHECK(format_f32(0.1f) == "0.1");
+    CHECK(format_f32(0.62f) == "0.62");
+    CHECK(format_f32(1e-6f) == "0.000001");
+    CHECK(format_f32(1e-7f) == "1e-7");
+    CHECK(format_f32(1e12f) == "1000000000000.0");
+    CHECK(format_f32(1e13f) == "1e+13");
+    std::string s;
+    append_string(s, "a\"b\\c\n\x01\xd0\x9f");
+    CHECK(s == "\"a\\\"b\\\\c\\n\\u0001\xd0\x9f\"");
+}
+
+TEST_CASE("container: header keys are re-emitted in the original's order") {
+    // Shuffled keys, an integer rope_theta, free-form provenance with unsorted keys.
+    const char *in = R"({"quant_type":"F16","arch":{"vocab_size":10,"arch_name":"t","rope_theta":500000,"hidden_size":8,)"
+                     R"("intermediate_size":16,"num_layers":2,"num_attention_heads":2,"num_kv_heads":1,"head_dim":4,)"
+                     R"("layer_types":["FullAttention","FullAttention"],"rms_norm_eps":0.00001,"max_position_embeddings":64,)"
+                     R"("hidden_act":"silu","embed_multiplier":1,"num_loops":1,"moe":{"top_k":2,"num_experts":4,"moe_intermediate_size":8}},)"
+                     R"("provenance":{"tool":"x","a":[1,2.5]},"version":2,"tokenizer_config":null})";
+    std::string out = cmf::container::json::emit_header(boost::json::parse(in));
+    CHECK(out ==
+          R"({"format":"cmf","version":2,"arch":{"arch_name":"t","hidden_size":8,"intermediate_size":16,"num_layers":2,)"
+          R"("num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":10,"layer_types":["FullAttention","FullAttention"],)"
+          R"("rms_norm_eps":0.00001,"norm_style":"qwen","rope_theta":500000.0,"tie_word_embeddings":false,"partial_rotary_factor":1.0,)"
+          R"("moe":{"num_experts":4,"top_k":2,"moe_intermediate_size":8,"norm_topk_prob":false},"max_position_embeddings":64,)"
+          R"("linear_conv_kernel_dim":null,"linear_num_key_heads":null,"linear_num_value_heads":null},"quant_type":"F16",)"
+          R"("provenance":{"a":[1,2.5],"tool":"x"}})");
+}
+
+namespace {
+std::string tiny_header(const std::string &arch_extra, const std::string &top_extra) {
+    return R"({"format":"cmf","version":2,"arch":{"arch_name":"tiny-test","hidden_size":8,"intermediate_size":16,)"
+           R"("num_layers":2,"num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":10,)"
+           R"("layer_types":["FullAttention","FullAttention"],"rms_norm_eps":1e-6,"max_position_embeddings":64)" +
+           arch_extra + R"(},"quant_type":"F16")" + top_extra + "}";
+}
+// Writes a file with one f16 tensor and the given masks; returns the error code.
+int32_t write_with(const fs::path &p, const std::string &header, const std::vector<cmf_mask_spec> &masks,
+                   int32_t dtype = CMF_DTYPE_F16, uint64_t nbytes = 16) {
+    cmf_writer *w = nullptr;
+    cmf_error *e = cmf_writer_create(runtime().rt, p.c_str(), header.data(), header.size(), nullptr, &w);
+    const uint64_t shape[] = {8};
+    if (!e) e = cmf_writer_add_tensor(w, "model.norm.weight", dtype, 1, shape, kNorm.data(), nbytes);
+    for (const auto &m : masks)
+        if (!e) e = cmf_writer_add_mask(w, &m);
+    if (!e) e = cmf_writer_finish(w);
+    cmf_writer_free(w);
+    int32_t code = cmf_error_code(e);
+    cmf_error_free(e);
+    return code;
+}
+cmf_mask_spec mask(const char *name, const Bytes &blob, bool experts = false) {
+    cmf_mask_spec m;
+    cmf_mask_spec_init(&m);
+    m.name = name;
+    m.sparsity = 0.25f;
+    m.blob = blob.data();
+    m.blob_len = blob.size();
+    m.has_expert_fields = experts;
+    return m;
+}
+uint32_t features_of(const fs::path &p) {
+    Bytes b = read_all(p);
+    uint32_t f;
+    std::memcpy(&f, b.data() + 12, 4);
+    return f;
+}
+}  // namespace
+
+TEST_CASE("container: feature bits, loop masks, expert fields and skill files") {
+    const fs::path p = tmpdir() / "features.cmf";
+    // plain: TENSOR_DIR only
+    REQUIRE(write_with(p, tiny_header("", ""), {}) == 0);
+    CHECK(features_of(p) == CMF_FEATURE_TENSOR_DIR);
+    // looped arch + masks stored per visit (4 FFN rows): LOOP_MASKS
+    const Bytes loop_blob = {0xff, 0xff, 0x0f, 0x00, 0xf0, 0x00, 0x01, 0x00, 0x03, 0x01, 0x03};
+    REQUIRE(write_with(p, tiny_header(R"(,"num_loops":2)", ""), {mask("loop", loop_blob)}) == 0);
+    CHECK(features_of(p) == (CMF_FEATURE_TENSOR_DIR | CMF_FEATURE_BINARY_MASKS | CMF_FEATURE_LOOP_MASKS));
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    cmf_mask_info mi;
+    cmf_mask_info_init(&mi);
+    REQUIRE(cmf_mask_at(m, 0, &mi) == nullptr);
+    CHECK(mi.ffn_rows == 4);
+    CHECK(mi.layers == 2);
+    CHECK(verify_problems(m).empty());
+    cmf_close(m);
+    // MoE expert fields: 10 experts -> 2 bytes per layer
+    const Bytes moe_blob = {0x55, 0x55, 0xff, 0x00, 0x03, 0x03, 0x03, 0xff, 0x03, 0x01, 0x00};
+    const std::string moe = R"(,"moe":{"num_experts":10,"top_k":2,"moe_intermediate_size":8})";
+    REQUIRE(write_with(p, tiny_header(moe, ""), {mask("experts", moe_blob, true)}) == 0);
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    REQUIRE(cmf_mask_at(m, 0, &mi) == nullptr);
+    CHECK(mi.has_expert_fields == 1);
+    CHECK(mi.expert_row_bytes == 2);
+    cmf_close(m);
+    // expert tail bits (experts 10..15) must be zero
+    Bytes bad_tail = moe_blob;
+    bad_tail[8] = 0x07;
+    CHECK(write_with(p, tiny_header(moe, ""), {mask("experts", bad_tail, true)}) == 0);  // writer copies blobs verbatim
+    CHECK(open_code(p) == CMF_ERR_PARSE);
+    // expert fields without moe: the writer refuses
+    CHECK(write_with(p, tiny_header("", ""), {mask("x", moe_blob, true)}) == CMF_ERR_INVALID_ARGUMENT);
+    // a skills record with base_dir_hash: SKILL_FILE; registry visible in info
+    REQUIRE(write_with(p, tiny_header("", R"(,"skills":[{"id":"sql","base_dir_hash":"2f09a1ab4cb543ab"}])"), {}) == 0);
+    CHECK(features_of(p) == (CMF_FEATURE_TENSOR_DIR | CMF_FEATURE_SKILL_FILE));
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    REQUIRE(cmf_model_get_info(m, &info) == nullptr);
+    CHECK(info.skill_count == 1);
+    CHECK(std::string(info.skills_json) == R"([{"id":"sql","layers":[],"base_dir_hash":"2f09a1ab4cb543ab"}])");
+    cmf_close(m);
+}
+
+TEST_CASE("container: the writer refuses what the reader would refuse, leaving no file") {
+    const fs::path p = tmpdir() / "refused.cmf";
+    fs::remove(p);
+    CHECK(write_with(p, tiny_header("", ""), {}, CMF_DTYPE_F16, 14) == CMF_ERR_BOUNDS);        // size != shape
+    CHECK(write_with(p, tiny_header("", ""), {}, CMF_DTYPE_Q8_ROW, 16) == CMF_ERR_UNKNOWN_DTYPE);  // no codec here
+    CHECK(write_with(p, tiny_header("", ""), {}, 40, 16) == CMF_ERR_UNKNOWN_DTYPE);
+    CHECK(write_with(p, R"({"version":2})", {}) == CMF_ERR_PARSE);
+    CHECK(write_with(p, "not json", {}) == CMF_ERR_PARSE);
+    CHECK(write_with(p, tiny_header("", ""), {mask("short", Bytes(3, 0))}) == CMF_ERR_INVALID_ARGUMENT);
+    CHECK(!fs::exists(p));
+    for (auto &e : fs::directory_iterator(tmpdir()))
+        CHECK_MESSAGE(e.path().filename().string().find("refused.cmf.tmp") == std::string::npos, "temp file left: " << e.path());
+}
