@@ -63,14 +63,13 @@ std::vector<TensorRec> decode_directory(const uint8_t *d, uint64_t len) {
 }
 
 // Step 10: bounds of one payload, then its size and structure via the codec.
-void check_tensor(Runtime &rt, const TensorRec &t, uint64_t data_len) {
+void check_tensor_bounds(const TensorRec &t, uint64_t data_len) {
     if (t.off % kTensorAlign != 0) bounds(tensor_label(t) + ": offset " + std::to_string(t.off) + " is not a multiple of 64");
     uint64_t end;
     if (!add_ok(t.off, t.nbytes, end)) bounds(tensor_label(t) + ": offset + nbytes overflows");
     if (end > data_len)
         bounds(tensor_label(t) + ": payload [" + std::to_string(t.off) + ", " + std::to_string(end) + ") beyond data_len " +
                std::to_string(data_len));
-    check_tensor_payload(rt, t);
 }
 
 }  // namespace
@@ -105,10 +104,6 @@ void check_tensor_payload(Runtime &rt, const TensorRec &t) {
 
 namespace {
 
-bool tail_bits_zero(const uint8_t *row, uint64_t row_bytes, uint64_t dim) {
-    if (dim % 8 == 0 || row_bytes == 0) return true;
-    return (row[row_bytes - 1] >> (dim % 8)) == 0;
-}
 
 void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vector<MaskRec> &masks,
                   std::string &default_task, MaskLayout &layout) {
@@ -174,9 +169,9 @@ void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vec
         if (!add_ok(m.blob_off, m.blob_len, end) || end > len)
             parse_fail(mw + "blob [" + std::to_string(m.blob_off) + ", +" + std::to_string(m.blob_len) + ") beyond the section");
         // FFN row count from blob_len: loop layout (one row per visit) or legacy (per physical layer).
-        const uint64_t tail = N * layout.head_row_bytes + layout.gate_bytes + (m.has_expert_fields ? N * layout.expert_row_bytes : 0);
-        const uint64_t loop_size = layout.visits * layout.ffn_row_bytes + tail;
-        const uint64_t legacy_size = N * layout.ffn_row_bytes + tail;
+        uint64_t loop_size = 0, legacy_size = 0;
+        if (!mask_blob_sizes(layout, m.has_expert_fields, loop_size, legacy_size))
+            parse_fail(mw + "the arch's mask dimensions overflow");
         if (m.blob_len == loop_size) m.ffn_rows = layout.visits;
         else if (m.blob_len == legacy_size) m.ffn_rows = N;
         else
@@ -185,19 +180,8 @@ void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vec
         m.blob = s + m.blob_off;
         // Tail bits beyond each dimension must be zero (spec §5): checked here,
         // stricter than the original, so popcounts never see phantom units.
-        const uint8_t *p = m.blob;
-        for (uint64_t r = 0; r < m.ffn_rows; ++r, p += layout.ffn_row_bytes)
-            if (!tail_bits_zero(p, layout.ffn_row_bytes, arch.intermediate_size))
-                parse_fail(mw + "FFN row " + std::to_string(r) + " has bits set beyond intermediate_size");
-        for (uint64_t r = 0; r < N; ++r, p += layout.head_row_bytes)
-            if (!tail_bits_zero(p, layout.head_row_bytes, arch.num_attention_heads))
-                parse_fail(mw + "head row " + std::to_string(r) + " has bits set beyond num_attention_heads");
-        if (!tail_bits_zero(p, layout.gate_bytes, N)) parse_fail(mw + "layer gates have bits set beyond num_layers");
-        p += layout.gate_bytes;
-        if (m.has_expert_fields)
-            for (uint64_t r = 0; r < N; ++r, p += layout.expert_row_bytes)
-                if (!tail_bits_zero(p, layout.expert_row_bytes, arch.moe_num_experts))
-                    parse_fail(mw + "expert row " + std::to_string(r) + " has bits set beyond num_experts");
+        std::string tail_problem = mask_tail_problem(arch, layout, m.blob, m.ffn_rows, m.has_expert_fields);
+        if (!tail_problem.empty()) parse_fail(mw + tail_problem);
         masks.push_back(std::move(m));
     }
 }
@@ -228,15 +212,50 @@ void decode_index(const uint8_t *s, uint64_t len, std::vector<IndexEntry> &out) 
 
 }  // namespace
 
+static bool tail_bits_zero(const uint8_t *row, uint64_t row_bytes, uint64_t dim) {
+    if (dim % 8 == 0 || row_bytes == 0) return true;
+    return (row[row_bytes - 1] >> (dim % 8)) == 0;
+}
+
 MaskLayout mask_layout_for(const ArchInfo &arch) {
+    auto bytes_for = [](uint64_t bits) { return bits / 8 + (bits % 8 != 0); };
     MaskLayout l;
     l.physical_layers = arch.num_layers;
-    l.visits = arch.num_layers * std::max<uint64_t>(arch.num_loops, 1);
-    l.ffn_row_bytes = (arch.intermediate_size + 7) / 8;
-    l.head_row_bytes = (arch.num_attention_heads + 7) / 8;
-    l.gate_bytes = (arch.num_layers + 7) / 8;
-    l.expert_row_bytes = arch.has_moe ? (arch.moe_num_experts + 7) / 8 : 0;
+    if (!mul_ok(arch.num_layers, std::max<uint64_t>(arch.num_loops, 1), l.visits)) l.visits = UINT64_MAX;
+    l.ffn_row_bytes = bytes_for(arch.intermediate_size);
+    l.head_row_bytes = bytes_for(arch.num_attention_heads);
+    l.gate_bytes = bytes_for(arch.num_layers);
+    l.expert_row_bytes = arch.has_moe ? bytes_for(arch.moe_num_experts) : 0;
     return l;
+}
+
+std::string mask_tail_problem(const ArchInfo &arch, const MaskLayout &layout, const uint8_t *blob, uint64_t ffn_rows,
+                              bool experts) {
+    const uint64_t N = layout.physical_layers;
+    const uint8_t *p = blob;
+    for (uint64_t r = 0; r < ffn_rows; ++r, p += layout.ffn_row_bytes)
+        if (!tail_bits_zero(p, layout.ffn_row_bytes, arch.intermediate_size))
+            return "FFN row " + std::to_string(r) + " has bits set beyond intermediate_size";
+    for (uint64_t r = 0; r < N; ++r, p += layout.head_row_bytes)
+        if (!tail_bits_zero(p, layout.head_row_bytes, arch.num_attention_heads))
+            return "head row " + std::to_string(r) + " has bits set beyond num_attention_heads";
+    if (!tail_bits_zero(p, layout.gate_bytes, N)) return "layer gates have bits set beyond num_layers";
+    p += layout.gate_bytes;
+    if (experts)
+        for (uint64_t r = 0; r < N; ++r, p += layout.expert_row_bytes)
+            if (!tail_bits_zero(p, layout.expert_row_bytes, arch.moe_num_experts))
+                return "expert row " + std::to_string(r) + " has bits set beyond num_experts";
+    return "";
+}
+
+bool mask_blob_sizes(const MaskLayout &l, bool experts, uint64_t &loop_size, uint64_t &legacy_size) {
+    const uint64_t N = l.physical_layers;
+    uint64_t heads, expert = 0, tail, ffn_loop, ffn_legacy;
+    if (!mul_ok(N, l.head_row_bytes, heads) || (experts && !mul_ok(N, l.expert_row_bytes, expert)) ||
+        !add_ok(heads, l.gate_bytes, tail) || !add_ok(tail, expert, tail) || !mul_ok(l.visits, l.ffn_row_bytes, ffn_loop) ||
+        !mul_ok(N, l.ffn_row_bytes, ffn_legacy) || !add_ok(ffn_loop, tail, loop_size) || !add_ok(ffn_legacy, tail, legacy_size))
+        return false;
+    return true;
 }
 
 Shard open_shard(Runtime &rt, const std::string &path, bool allow_mmap, std::vector<MaskRec> *masks,
@@ -272,8 +291,9 @@ Shard open_shard(Runtime &rt, const std::string &path, bool allow_mmap, std::vec
     sh.tensors = decode_directory(sh.section(kDir), env.len[kDir]);   // 9
     const uint8_t *data = sh.section(kData);
     for (auto &t : sh.tensors) {  // 10
-        t.data = data + t.off;    // pointer arithmetic only; checked before any use below
-        check_tensor(rt, t, env.len[kData]);
+        check_tensor_bounds(t, env.len[kData]);
+        t.data = data + t.off;  // only now known to lie inside the data section
+        check_tensor_payload(rt, t);
     }
     {  // 11
         std::unordered_map<std::string_view, size_t> seen;

@@ -106,6 +106,13 @@ void check_tensor_payload(Runtime &rt, const TensorRec &t);
 
 // The blob layout for an arch, and the expected blob sizes (loop / legacy).
 MaskLayout mask_layout_for(const ArchInfo &arch);
+// Blob sizes of the loop layout (one FFN row per visit) and the legacy one
+// (per physical layer); false when they overflow.
+bool mask_blob_sizes(const MaskLayout &l, bool experts, uint64_t &loop_size, uint64_t &legacy_size);
+// "" when every tail bit beyond a dimension is zero, else what is wrong.
+// The blob must have one of the sizes above (ffn_rows matching it).
+std::string mask_tail_problem(const ArchInfo &arch, const MaskLayout &layout, const uint8_t *blob, uint64_t ffn_rows,
+                              bool experts);
 
 // Splits "{stem}-{no:05}-of-{count:05}.cmf"; false when `path` does not match.
 bool parse_shard_name(const std::string &path, std::string &stem, uint64_t &no, uint64_t &count);

@@ -256,13 +256,14 @@ std::vector<uint8_t> build_index(const ArchInfo &arch, const std::vector<Pending
 // Validates a mask blob against the arch the same way the reader will.
 void check_mask(const ArchInfo &arch, const PendingMask &m) {
     const MaskLayout l = mask_layout_for(arch);
-    const uint64_t N = l.physical_layers;
     if (m.has_expert_fields && !arch.has_moe) throw Error(CMF_ERR_INVALID_ARGUMENT, "mask '" + m.name + "': has_expert_fields without arch.moe");
-    const uint64_t tail = N * l.head_row_bytes + l.gate_bytes + (m.has_expert_fields ? N * l.expert_row_bytes : 0);
-    const uint64_t a = l.visits * l.ffn_row_bytes + tail, b = N * l.ffn_row_bytes + tail;
+    uint64_t a = 0, b = 0;
+    if (!mask_blob_sizes(l, m.has_expert_fields, a, b)) throw Error(CMF_ERR_INVALID_ARGUMENT, "mask '" + m.name + "': the arch's mask dimensions overflow");
     if (m.blob.size() != a && m.blob.size() != b)
         throw Error(CMF_ERR_INVALID_ARGUMENT, "mask '" + m.name + "': blob is " + std::to_string(m.blob.size()) +
                                                   " bytes; the arch needs " + std::to_string(a) + " (or legacy " + std::to_string(b) + ")");
+    std::string tail = mask_tail_problem(arch, l, m.blob.data(), m.blob.size() == a ? l.visits : l.physical_layers, m.has_expert_fields);
+    if (!tail.empty()) throw Error(CMF_ERR_INVALID_ARGUMENT, "mask '" + m.name + "': " + tail);
 }
 
 uint32_t quant_bit(int32_t dtype) { return (dtype == CMF_DTYPE_Q8_2F || dtype == CMF_DTYPE_VBIT) ? CMF_FEATURE_QUANT_2F : 0u; }

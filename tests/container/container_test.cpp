@@ -623,10 +623,15 @@ TEST_CASE("container: feature bits, loop masks, expert fields and skill files") 
     CHECK(mi.has_expert_fields == 1);
     CHECK(mi.expert_row_bytes == 2);
     cmf_close(m);
-    // expert tail bits (experts 10..15) must be zero
+    // expert tail bits (experts 10..15) must be zero: the writer refuses, the reader too
     Bytes bad_tail = moe_blob;
     bad_tail[8] = 0x07;
-    CHECK(write_with(p, tiny_header(moe, ""), {mask("experts", bad_tail, true)}) == 0);  // writer copies blobs verbatim
+    CHECK(write_with(tmpdir() / "tail.cmf", tiny_header(moe, ""), {mask("experts", bad_tail, true)}) == CMF_ERR_INVALID_ARGUMENT);
+    Bytes file = read_all(p);
+    auto at = std::search(file.begin(), file.end(), moe_blob.begin(), moe_blob.end());
+    REQUIRE(at != file.end());
+    at[8] = 0x07;
+    write_all(p, file);
     CHECK(open_code(p) == CMF_ERR_PARSE);
     // expert fields without moe: the writer refuses
     CHECK(write_with(p, tiny_header("", ""), {mask("x", moe_blob, true)}) == CMF_ERR_INVALID_ARGUMENT);
