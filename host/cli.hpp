@@ -53,5 +53,13 @@ struct Command {
 int cmd_plugins(const std::vector<std::string> &args);
 int cmd_tokenize(const std::vector<std::string> &args);
 int cmd_detokenize(const std::vector<std::string> &args);
+// container (issue 3)
+int cmd_info(const std::vector<std::string> &args);
+int cmd_verify(const std::vector<std::string> &args);
+int cmd_sign(const std::vector<std::string> &args);
+int cmd_keygen(const std::vector<std::string> &args);
+int cmd_compact(const std::vector<std::string> &args);
+int cmd_tensor(const std::vector<std::string> &args);
+int cmd_masks(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

@@ -12,6 +12,13 @@ const Command kCommands[] = {
     {"plugins", "list loaded plugins, their codecs/archs/backends, and refused plugins", cmfhost::cmd_plugins},
     {"tokenize", "encode text to token ids with a tokenizer.json", cmfhost::cmd_tokenize},
     {"detokenize", "decode token ids to text with a tokenizer.json", cmfhost::cmd_detokenize},
+    {"info", "envelope, features, header, tensors, masks, skills and shards of a model", cmfhost::cmd_info},
+    {"verify", "check every hash (and signature) of a model; non-zero exit on any problem", cmfhost::cmd_verify},
+    {"sign", "write a detached Ed25519 signature MODEL.sig", cmfhost::cmd_sign},
+    {"keygen", "create an Ed25519 signing key (KEY and KEY.pub)", cmfhost::cmd_keygen},
+    {"compact", "rewrite a model as one file without dead bytes", cmfhost::cmd_compact},
+    {"tensor", "dequantize one tensor to raw f32", cmfhost::cmd_tensor},
+    {"masks", "list task masks and the sparse index", cmfhost::cmd_masks},
 };
 
 void print_help() {

@@ -172,6 +172,229 @@ CMF_API cmf_error *cmf_tensor(const cmf_model *m, const char *name, cmf_tensor_i
 
 /* ---- container (issue 3 grows this section) ----------------------------- */
 
+/* Model-wide facts: the envelope of shard 1 and its parsed header. Strings are
+ * borrowed from the model (valid until cmf_close); absent blocks read "". */
+typedef struct cmf_model_info {
+    uint32_t struct_size;
+    uint32_t version;            /* envelope version (2) */
+    uint32_t flags;              /* envelope flags (reserved, 0) */
+    uint32_t required_features;  /* CMF_FEATURE_* bits */
+    uint64_t header_off, header_len;
+    uint64_t dir_off, dir_len;
+    uint64_t data_off, data_len;
+    uint64_t masks_off, masks_len;   /* len 0 = absent */
+    uint64_t vocab_off, vocab_len;
+    uint64_t index_off, index_len;
+    uint64_t header_hash;        /* envelope 0x70: hash64 of the header JSON, 0 = not recorded */
+    uint64_t dir_hash;           /* envelope 0x78: hash64 of the directory (the file's identity) */
+    uint64_t file_size;          /* bytes of shard 1 */
+    uint32_t shard_count;        /* 1 for a single file */
+    uint32_t mask_count;
+    uint64_t tensor_count;       /* merged over shards */
+    const char *header_json;     /* shard 1's header JSON as stored, NUL-terminated */
+    uint64_t header_json_len;
+    const char *format;          /* header "format" ("cmf") */
+    const char *arch_name;
+    const char *quant_type;
+    const char *arch_json;             /* minified header.arch */
+    const char *tokenizer_config_json; /* minified header.tokenizer_config, "" if absent/null */
+    const char *skills_json;           /* minified header.skills array, "" if absent */
+    const char *provenance_json;       /* minified header.provenance, "" if absent */
+    uint64_t skill_count;
+} cmf_model_info;
+
+CMF_API void cmf_model_info_init(cmf_model_info *info);
+CMF_API cmf_error *cmf_model_get_info(const cmf_model *m, cmf_model_info *out);
+/* Path of shard `i` (0-based) as opened; NULL when out of range. Borrowed. */
+CMF_API const char *cmf_model_shard_path(const cmf_model *m, uint32_t i);
+
+/* The vocab section: HF tokenizer.json bytes verbatim (not NUL-terminated).
+ * *len = 0 (and *data = NULL) when the file has none. Borrowed. */
+CMF_API cmf_error *cmf_model_vocab(const cmf_model *m, const void **data, uint64_t *len);
+
+/* Task masks (spec §5). Blob layout (COMPAT §7.3), bits LSB-first, 1 = active:
+ * ffn_rows x ffn_row_bytes, layers x head_row_bytes, gate_bytes,
+ * then layers x expert_row_bytes when has_expert_fields. */
+typedef struct cmf_mask_info {
+    uint32_t struct_size;
+    uint32_t task_id;
+    const char *name;
+    const char *description;     /* NULL when null */
+    const char *parent;          /* NULL when null */
+    const char *priority;        /* "Fallback" | "Normal" | "Primary" */
+    const char *quality_json;    /* NULL when not measured */
+    float sparsity;
+    uint32_t has_hot_pack;
+    uint32_t has_expert_fields;
+    uint32_t reserved0;
+    const uint8_t *blob;         /* inside the mapping */
+    uint64_t blob_len;
+    uint64_t ffn_rows;           /* layers x loops (loop layout) or layers (legacy layout) */
+    uint64_t ffn_row_bytes, head_row_bytes, gate_bytes, expert_row_bytes;
+    uint64_t layers;             /* physical layers */
+} cmf_mask_info;
+
+CMF_API void cmf_mask_info_init(cmf_mask_info *info);
+CMF_API size_t cmf_mask_count(const cmf_model *m);
+/* The masks meta "default_task"; "" without masks. Borrowed. */
+CMF_API const char *cmf_mask_default_task(const cmf_model *m);
+CMF_API cmf_error *cmf_mask_at(const cmf_model *m, size_t index, cmf_mask_info *out);
+
+/* Sparse index entries (spec §7), in file order. Arrays are borrowed. */
+typedef struct cmf_index_entry {
+    uint32_t struct_size;
+    uint32_t task_id;
+    uint32_t layer;
+    uint32_t n_groups;           /* active FFN groups of 32 neurons */
+    uint32_t n_heads;
+    uint32_t reserved0;
+    const uint16_t *groups;
+    const uint8_t *heads;
+} cmf_index_entry;
+
+CMF_API void cmf_index_entry_init(cmf_index_entry *e);
+CMF_API size_t cmf_index_entry_count(const cmf_model *m);
+CMF_API cmf_error *cmf_index_entry_at(const cmf_model *m, size_t index, cmf_index_entry *out);
+
+/* Dequantize rows [row_begin, row_end) of tensor `index` to f32 through its
+ * codec, in parallel on the runtime's pool. Rows are shape[0] for ndim >= 2
+ * (row length = product of the rest); a 0-D/1-D tensor is one row. `dst`
+ * holds dst_count floats; it must hold at least (row_end-row_begin)*row_len. */
+CMF_API cmf_error *cmf_tensor_dequantize(const cmf_model *m, size_t index, uint64_t row_begin, uint64_t row_end,
+                                         float *dst, uint64_t dst_count);
+
+/* ---- verify and detached signatures -------------------------------------- */
+
+/* Progress of cmf_verify in payload bytes hashed. Called from pool threads,
+ * never concurrently; keep it cheap. */
+typedef void (*cmf_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+#define CMF_VERIFY_SKIP_SIGNATURE 0x1u  /* do not look for <file>.sig */
+
+typedef struct cmf_verify_options {
+    uint32_t struct_size;
+    uint32_t flags;                    /* CMF_VERIFY_* */
+    cmf_progress_fn progress;          /* NULL = none */
+    void *progress_user;
+    /* Trusted signers: each a 64-hex Ed25519 public key or its 16-hex
+     * fingerprint. With n_trusted_keys > 0, every file must carry a valid
+     * .sig by one of them. */
+    const char *const *trusted_keys;
+    size_t n_trusted_keys;
+} cmf_verify_options;
+
+CMF_API void cmf_verify_options_init(cmf_verify_options *opts);
+
+typedef struct cmf_verify_report cmf_verify_report;
+
+/*
+ * Check the whole hash chain of every shard (COMPAT §1.4): header hash,
+ * directory hash, section_hashes, every tensor's hash64 (in parallel), then,
+ * when a file's hashes are clean, its detached signature `<file>.sig` if one
+ * exists. Problems are collected in the report, each naming what failed; the
+ * returned error is only for failures to run the check (I/O, arguments).
+ */
+CMF_API cmf_error *cmf_verify(const cmf_model *m, const cmf_verify_options *opts, cmf_verify_report **out);
+CMF_API size_t cmf_verify_problem_count(const cmf_verify_report *r);
+/* e.g. "tensor 'lm_head.weight': hash64 mismatch (directory 0123..., payload 4567...)". */
+CMF_API const char *cmf_verify_problem(const cmf_verify_report *r, size_t i);
+/* Signatures found and valid: one per signed shard. */
+typedef struct cmf_signature_info {
+    uint32_t struct_size;
+    uint32_t trusted;            /* 1 if in the trusted list (or no list was given) */
+    const char *file;            /* the signed file */
+    const char *pubkey_hex;      /* 64 lowercase hex */
+    const char *fingerprint;     /* 16 hex: first 8 bytes of SHA-256(public key) */
+} cmf_signature_info;
+CMF_API void cmf_signature_info_init(cmf_signature_info *info);
+CMF_API size_t cmf_verify_signature_count(const cmf_verify_report *r);
+CMF_API cmf_error *cmf_verify_signature_at(const cmf_verify_report *r, size_t i, cmf_signature_info *out);
+CMF_API void cmf_verify_report_free(cmf_verify_report *r);  /* NULL-safe */
+
+/* Write a new Ed25519 key: `key_path` gets the 32-byte seed as 64 hex chars
+ * (no newline, mode 0600) and `key_path`.pub the public key as 64 hex.
+ * Refuses to overwrite an existing key. */
+CMF_API cmf_error *cmf_sign_keygen(const char *key_path);
+/* Sign `file` (any file, typically one .cmf shard): writes `file`.sig (COMPAT
+ * §12: pretty JSON, Ed25519 over the 32-byte SHA-256 of the file). The
+ * fingerprint of the signer is copied to fingerprint_out (17 bytes) if not NULL. */
+CMF_API cmf_error *cmf_sign_file(const char *file, const char *key_path, char *fingerprint_out);
+
+/* ---- writer (W1 layout, COMPAT §3.2) ------------------------------------- */
+
+typedef struct cmf_writer cmf_writer;
+
+typedef struct cmf_writer_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    /* > 0: split into shards `{stem}-NNNNN-of-NNNNN.cmf` (path must end in
+     * ".cmf"), starting a new shard when the next payload would push the
+     * current one past this many payload bytes (a shard holds at least one). */
+    uint64_t shard_max_bytes;
+    const char *default_task;    /* masks meta default_task; NULL = first mask's name */
+} cmf_writer_options;
+
+CMF_API void cmf_writer_options_init(cmf_writer_options *opts);
+
+/* A mask to write: blob in the COMPAT §7.3 layout for the header's arch. */
+typedef struct cmf_mask_spec {
+    uint32_t struct_size;
+    uint32_t task_id;
+    const char *name;
+    const char *description;     /* NULL = null */
+    float sparsity;
+    uint32_t has_hot_pack;
+    const char *quality_json;    /* JSON object, NULL = null (not measured) */
+    const char *parent;          /* NULL = null */
+    const char *priority;        /* NULL = "Normal" */
+    uint32_t has_expert_fields;
+    uint32_t reserved0;
+    const void *blob;
+    uint64_t blob_len;
+} cmf_mask_spec;
+
+CMF_API void cmf_mask_spec_init(cmf_mask_spec *spec);
+
+/*
+ * Start writing `path`. `header_json` is the header as JSON (any spacing and
+ * key order); it is re-emitted as the original's W1 writer does (COMPAT
+ * §13.1) with section_hashes set by the writer. Nothing touches `path` until
+ * cmf_writer_finish, which writes a temp file in the same directory and
+ * renames it over `path`: an error or a crash never replaces a good file.
+ * A writer is used from one thread at a time.
+ */
+CMF_API cmf_error *cmf_writer_create(cmf_runtime *rt, const char *path, const char *header_json, size_t header_len,
+                                     const cmf_writer_options *opts, cmf_writer **out);
+/* Append a tensor in the given order. `data` is BORROWED: it must stay valid
+ * until cmf_writer_finish returns. Checks ndim <= 6, the name and, through the
+ * dtype's codec, the payload size and structure. */
+CMF_API cmf_error *cmf_writer_add_tensor(cmf_writer *w, const char *name, int32_t dtype, uint32_t ndim,
+                                         const uint64_t *shape, const void *data, uint64_t nbytes);
+/* Masks (copied). The sparse index is built from them (COMPAT §7.4). */
+CMF_API cmf_error *cmf_writer_add_mask(cmf_writer *w, const cmf_mask_spec *spec);
+/* The vocab section (copied). len 0 = present but empty (COMPAT §2.3 edge). */
+CMF_API cmf_error *cmf_writer_set_vocab(cmf_writer *w, const void *data, uint64_t len);
+/* Write everything and rename into place. The writer is spent afterwards. */
+CMF_API cmf_error *cmf_writer_finish(cmf_writer *w);
+/* NULL-safe; an unfinished writer leaves no file behind. */
+CMF_API void cmf_writer_free(cmf_writer *w);
+
+/*
+ * Append-only growth (spec §9, COMPAT §9.5): add tensors to an existing file
+ * in place. The new payloads, directory and header go after the old end of
+ * file; only then is the envelope rewritten (one 128-byte write at offset 0),
+ * so the file is valid at every crash point (old or new content). Existing
+ * payload bytes and offsets never change. `header_json` NULL keeps the
+ * current header. Tensors are borrowed as in cmf_writer_add_tensor.
+ */
+CMF_API cmf_error *cmf_writer_open_append(cmf_runtime *rt, const char *path, const char *header_json,
+                                          size_t header_len, cmf_writer **out);
+
+/* Compaction: rewrite `in` (any shard name: merged) as one W1 file `out`,
+ * dropping dead bytes; masks, vocab and the header are kept (minus the shard
+ * block), the index is rebuilt. */
+CMF_API cmf_error *cmf_compact(cmf_runtime *rt, const char *in_path, const char *out_path);
+
 /* ---- text (issue 5 grows this section) ---------------------------------- */
 
 /*

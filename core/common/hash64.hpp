@@ -9,4 +9,12 @@ namespace cmf {
 
 uint64_t hash64(const void *data, size_t len) noexcept;
 
+// hash64 in pieces (words are mixed independently and XOR-combined, so a
+// long payload can be hashed by several threads): hash64_partial over bytes
+// that start at word index `first_word` (piece lengths other than the last
+// must be multiples of 8), XOR the partials, then hash64_finish with the
+// total length. hash64(p, n) == hash64_finish(hash64_partial(p, n, 0), n).
+uint64_t hash64_partial(const void *data, size_t len, uint64_t first_word) noexcept;
+uint64_t hash64_finish(uint64_t acc, uint64_t total_len) noexcept;
+
 }  // namespace cmf

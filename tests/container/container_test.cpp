@@ -1,0 +1,662 @@
+// Container tests through cmf.h (plus the writer's crash hook, white-box).
+#include <doctest/doctest.h>
+
+#include <cmf/cmf.h>
+
+#include "container/writer.hpp"
+
+#include <openssl/evp.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+struct Rt {
+    cmf_runtime *rt = nullptr;
+    Rt() {
+        cmf_runtime_options o;
+        cmf_runtime_options_init(&o);
+        o.n_threads = 2;
+        o.log_level = CMF_LOG_ERROR;
+        REQUIRE(cmf_runtime_create(&o, &rt) == nullptr);
+        // Refused (and harmless) once the real codecs plugin registers 11 and 13.
+        cmf_error_free(cmf_runtime_load_plugin(rt, CMF_TEST_CONTAINER_CODECS));
+    }
+    ~Rt() { cmf_runtime_free(rt); }
+};
+Rt &runtime() {
+    static Rt rt;
+    return rt;
+}
+
+fs::path tmpdir() {
+    static fs::path d = [] {
+        fs::path p = fs::temp_directory_path() / ("cmf-container-test-" + std::to_string(::getpid()));
+        fs::create_directories(p);
+        return p;
+    }();
+    return d;
+}
+Bytes read_all(const fs::path &p) {
+    std::ifstream f(p, std::ios::binary);
+    return Bytes(std::istreambuf_iterator<char>(f), {});
+}
+void write_all(const fs::path &p, const Bytes &b) {
+    std::ofstream f(p, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char *>(b.data()), std::streamsize(b.size()));
+}
+std::string sha256_hex(const Bytes &b) {
+    unsigned char d[32];
+    unsigned int n = 32;
+    EVP_Digest(b.data(), b.size(), d, &n, EVP_sha256(), nullptr);
+    char out[65];
+    for (int i = 0; i < 32; ++i) std::snprintf(out + 2 * i, 3, "%02x", d[i]);
+    return out;
+}
+// Error code of opening `p` (0 = opened); the message goes to `msg`.
+int32_t open_code(const fs::path &p, std::string *msg = nullptr, cmf_model **keep = nullptr, uint32_t flags = 0) {
+    cmf_open_options o;
+    cmf_open_options_init(&o);
+    o.flags = flags;
+    cmf_model *m = nullptr;
+    cmf_error *e = cmf_open(runtime().rt, p.c_str(), &o, &m);
+    int32_t code = cmf_error_code(e);
+    if (msg) *msg = cmf_error_message(e);
+    cmf_error_free(e);
+    if (keep) *keep = m;
+    else cmf_close(m);
+    return code;
+}
+std::vector<std::string> verify_problems(cmf_model *m, std::vector<const char *> trusted = {}) {
+    cmf_verify_options o;
+    cmf_verify_options_init(&o);
+    o.trusted_keys = trusted.data();
+    o.n_trusted_keys = trusted.size();
+    cmf_verify_report *r = nullptr;
+    REQUIRE(cmf_verify(m, &o, &r) == nullptr);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < cmf_verify_problem_count(r); ++i) out.push_back(cmf_verify_problem(r, i));
+    cmf_verify_report_free(r);
+    return out;
+}
+// Opens and verifies; returns "" when clean, else the first error or problem.
+std::string open_and_verify(const fs::path &p) {
+    cmf_model *m = nullptr;
+    std::string msg;
+    if (open_code(p, &msg, &m) != 0) return "open: " + msg;
+    auto probs = verify_problems(m);
+    cmf_close(m);
+    return probs.empty() ? "" : probs.front();
+}
+
+// ---- the COMPAT §3.6 sample ------------------------------------------------
+const char *kSampleHeader =
+    R"({"format":"cmf","version":2,"arch":{"arch_name":"tiny-test","hidden_size":8,"intermediate_size":16,)"
+    R"("num_layers":2,"num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":10,)"
+    R"("layer_types":["FullAttention","FullAttention"],"rms_norm_eps":1e-6,"norm_style":"qwen","rope_theta":10000.0,)"
+    R"("tie_word_embeddings":false,"partial_rotary_factor":1.0,"max_position_embeddings":64,)"
+    R"("linear_conv_kernel_dim":null,"linear_num_key_heads":null,"linear_num_value_heads":null},"quant_type":"F16"})";
+const Bytes kNorm = {0x00, 0x3c, 0x00, 0x3e, 0x00, 0x40, 0x00, 0xb8, 0x00, 0x34, 0x00, 0x30, 0x00, 0x42, 0x00, 0xbc};
+const Bytes kGate = {0x25, 0x31, 0x11, 0x53, 0xb7, 0x6f, 0x4b, 0x5b, 0x9e, 0x25, 0xde, 0xcc, 0xed, 0x52, 0xe9, 0xb5, 0xb4, 0xf6};
+const Bytes kMaskBlob = {0x55, 0x55, 0xff, 0x00, 0x03, 0x03, 0x03};
+const std::string kVocab = R"({"version":"1.0"})";
+const char *kSampleSha = "9063442b9b7fa9fbc43436c616890acf08cef97fe50e91426798da3f6f1d53ac";
+
+cmf_error *write_sample(const fs::path &p, uint64_t shard_max = 0, bool masks_and_vocab = true) {
+    cmf_writer_options o;
+    cmf_writer_options_init(&o);
+    o.shard_max_bytes = shard_max;
+    cmf_writer *w = nullptr;
+    if (cmf_error *e = cmf_writer_create(runtime().rt, p.c_str(), kSampleHeader, std::strlen(kSampleHeader), &o, &w)) return e;
+    const uint64_t s1[] = {8}, s2[] = {1, 32};
+    cmf_error *e = cmf_writer_add_tensor(w, "model.norm.weight", CMF_DTYPE_F16, 1, s1, kNorm.data(), kNorm.size());
+    if (!e) e = cmf_writer_add_tensor(w, "model.layers.0.mlp.gate_proj.weight", CMF_DTYPE_Q4_TILED, 2, s2, kGate.data(), kGate.size());
+    if (!e && masks_and_vocab) {
+        cmf_mask_spec m;
+        cmf_mask_spec_init(&m);
+        m.task_id = 0;
+        m.name = "general";
+        m.sparsity = 0.5f;
+        m.priority = "Fallback";
+        m.blob = kMaskBlob.data();
+        m.blob_len = kMaskBlob.size();
+        e = cmf_writer_add_mask(w, &m);
+        if (!e) e = cmf_writer_set_vocab(w, kVocab.data(), kVocab.size());
+    }
+    if (!e) e = cmf_writer_finish(w);
+    cmf_writer_free(w);
+    return e;
+}
+fs::path sample_path() {
+    static fs::path p = [] {
+        fs::path q = tmpdir() / "sample.cmf";
+        REQUIRE(write_sample(q) == nullptr);
+        return q;
+    }();
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("container: the COMPAT 3.6 sample is written byte for byte") {
+    Bytes b = read_all(sample_path());
+    CHECK(b.size() == 4490);
+    CHECK(sha256_hex(b) == kSampleSha);
+    // cli_test.sh asks for a copy to run cmfhost on.
+    if (const char *copy = std::getenv("CMF_TEST_SAMPLE_COPY")) fs::copy_file(sample_path(), copy, fs::copy_options::overwrite_existing);
+}
+
+TEST_CASE("container: the sample reads back") {
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(sample_path(), nullptr, &m) == 0);
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    REQUIRE(cmf_model_get_info(m, &info) == nullptr);
+    CHECK(info.required_features == 3u);
+    CHECK(info.header_len == 586);
+    CHECK(info.dir_off == 714);
+    CHECK(info.data_off == 4096);
+    CHECK(info.masks_off == 4178);
+    CHECK(info.index_len == 48);
+    CHECK(info.header_hash == 0xcbea33faee65d5daull);
+    CHECK(std::string(info.arch_name) == "tiny-test");
+    CHECK(std::string(info.quant_type) == "F16");
+    CHECK(info.shard_count == 1);
+    CHECK(cmf_tensor_count(m) == 2);
+    cmf_tensor_info t;
+    cmf_tensor_info_init(&t);
+    REQUIRE(cmf_tensor(m, "model.layers.0.mlp.gate_proj.weight", &t) == nullptr);
+    CHECK(t.dtype == CMF_DTYPE_Q4_TILED);
+    CHECK(t.offset == 64);
+    CHECK(t.nbytes == 18);
+    CHECK(t.hash == 0x2f9064c4a3f65aa7ull);
+    CHECK(std::memcmp(t.data, kGate.data(), 18) == 0);
+    cmf_error *e = cmf_tensor(m, "nope", &t);
+    CHECK(cmf_error_code(e) == CMF_ERR_MISSING_TENSOR);
+    cmf_error_free(e);
+    // f16 through the real codec: 1, 1.5, 2, -0.5, 0.25, 0.125, 3, -1
+    float f[8];
+    REQUIRE(cmf_tensor_dequantize(m, 0, 0, 1, f, 8) == nullptr);
+    const float want[8] = {1, 1.5f, 2, -0.5f, 0.25f, 0.125f, 3, -1};
+    for (int i = 0; i < 8; ++i) CHECK(f[i] == want[i]);
+    // q4_tiled decodes to input A within the quantization step (absmax/7 = 18/16/7).
+    float g[32];
+    REQUIRE(cmf_tensor_dequantize(m, 1, 0, 1, g, 32) == nullptr);
+    for (int i = 0; i < 32; ++i) CHECK(std::fabs(g[i] - float((i * i) % 37 - 18) / 16.0f) <= 18.0f / 16 / 7 / 2 + 1e-3f);
+    // vocab, masks, index
+    const void *v = nullptr;
+    uint64_t vlen = 0;
+    REQUIRE(cmf_model_vocab(m, &v, &vlen) == nullptr);
+    CHECK(std::string(static_cast<const char *>(v), vlen) == kVocab);
+    REQUIRE(cmf_mask_count(m) == 1);
+    CHECK(std::string(cmf_mask_default_task(m)) == "general");
+    cmf_mask_info mi;
+    cmf_mask_info_init(&mi);
+    REQUIRE(cmf_mask_at(m, 0, &mi) == nullptr);
+    CHECK(std::string(mi.name) == "general");
+    CHECK(std::string(mi.priority) == "Fallback");
+    CHECK(mi.quality_json == nullptr);
+    CHECK(mi.sparsity == 0.5f);
+    CHECK(mi.ffn_rows == 2);
+    CHECK(Bytes(mi.blob, mi.blob + mi.blob_len) == kMaskBlob);
+    REQUIRE(cmf_index_entry_count(m) == 2);
+    cmf_index_entry ie;
+    cmf_index_entry_init(&ie);
+    REQUIRE(cmf_index_entry_at(m, 1, &ie) == nullptr);
+    CHECK(ie.layer == 1);
+    CHECK(ie.n_groups == 1);
+    CHECK(ie.groups[0] == 0);
+    CHECK(ie.n_heads == 2);
+    CHECK(ie.heads[1] == 1);
+    CHECK(verify_problems(m).empty());
+    cmf_close(m);
+    // the read() fallback sees the same file
+    CHECK(open_code(sample_path(), nullptr, nullptr, CMF_OPEN_NO_MMAP) == 0);
+}
+
+namespace {
+struct Mutation {
+    const char *rule;
+    std::function<void(Bytes &)> apply;
+    int32_t code;
+};
+void put64(Bytes &b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); }
+void put32(Bytes &b, size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); }
+void replace(Bytes &b, const std::string &from, const std::string &to) {
+    REQUIRE(from.size() == to.size());
+    auto it = std::search(b.begin(), b.end(), from.begin(), from.end());
+    REQUIRE(it != b.end());
+    std::copy(to.begin(), to.end(), it);
+}
+constexpr size_t kDir = 714, kRec0 = kDir + 16, kRec1 = kRec0 + 56, kMasks = 4178, kIndex = 4442;
+}  // namespace
+
+TEST_CASE("container: every open() rule has its own crafted file and error code") {
+    const Bytes good = read_all(sample_path());
+    const std::vector<Mutation> cases = {
+        {"shorter than the envelope", [](Bytes &b) { b.resize(100); }, CMF_ERR_BOUNDS},
+        {"magic", [](Bytes &b) { b[3] = 2; }, CMF_ERR_INVALID_MAGIC},
+        {"version", [](Bytes &b) { put32(b, 4, 3); }, CMF_ERR_UNSUPPORTED_VERSION},
+        {"unknown feature bit (DELTA_MASKS)", [](Bytes &b) { put32(b, 12, 0x0b); }, CMF_ERR_UNSUPPORTED_FEATURE},
+        {"unknown feature bit 31", [](Bytes &b) { put32(b, 12, 0x80000003u); }, CMF_ERR_UNSUPPORTED_FEATURE},
+        {"header len 0", [](Bytes &b) { put64(b, 0x18, 0); }, CMF_ERR_BOUNDS},
+        {"dir len 0", [](Bytes &b) { put64(b, 0x28, 0); }, CMF_ERR_BOUNDS},
+        {"masks past EOF", [](Bytes &b) { put64(b, 0x48, 400); }, CMF_ERR_BOUNDS},
+        {"index off+len overflows", [](Bytes &b) { put64(b, 0x60, ~uint64_t(0) - 8); }, CMF_ERR_BOUNDS},
+        {"data_off not 4096-aligned", [](Bytes &b) { put64(b, 0x30, 64); }, CMF_ERR_BOUNDS},
+        {"header not JSON", [](Bytes &b) { b[128] = 'x'; }, CMF_ERR_PARSE},
+        {"header missing quant_type", [](Bytes &b) { replace(b, "\"quant_type\"", "\"quant_typX\""); }, CMF_ERR_PARSE},
+        {"header unknown quant_type", [](Bytes &b) { replace(b, "\"F16\"", "\"F17\""); }, CMF_ERR_PARSE},
+        {"header unknown layer type", [](Bytes &b) { replace(b, "\"FullAttention\"", "\"FullAttentiom\""); }, CMF_ERR_PARSE},
+        {"header invalid UTF-8", [](Bytes &b) { replace(b, "tiny-test", "tiny\xff" "test"); }, CMF_ERR_PARSE},
+        {"dir shorter than 16", [](Bytes &b) { put64(b, 0x28, 8); }, CMF_ERR_PARSE},
+        {"dir count overflows", [](Bytes &b) { put64(b, kDir, uint64_t(1) << 62); }, CMF_ERR_PARSE},
+        {"dir records past dir_len", [](Bytes &b) { put64(b, kDir, 4); }, CMF_ERR_PARSE},
+        {"pool_off beyond dir", [](Bytes &b) { put64(b, kDir + 8, 500); }, CMF_ERR_PARSE},
+        {"pool_off inside records", [](Bytes &b) { put64(b, kDir + 8, 64); }, CMF_ERR_PARSE},
+        {"ndim 7", [](Bytes &b) { b[kRec0 + 7] = 7; }, CMF_ERR_PARSE},
+        {"name beyond pool", [](Bytes &b) { b[kRec1 + 4] = 200; }, CMF_ERR_PARSE},
+        {"name not UTF-8", [](Bytes &b) { b[kDir + 128] = 0xff; }, CMF_ERR_PARSE},
+        {"dtype 17", [](Bytes &b) { b[kRec0 + 6] = 17; }, CMF_ERR_UNKNOWN_DTYPE},
+        {"offset not 64-aligned", [](Bytes &b) { put64(b, kRec1 + 32, 65); }, CMF_ERR_BOUNDS},
+        {"off+nbytes overflows", [](Bytes &b) { put64(b, kRec1 + 32, ~uint64_t(0) - 63); }, CMF_ERR_BOUNDS},
+        {"payload past data_len", [](Bytes &b) { put64(b, kRec1 + 32, 128); }, CMF_ERR_BOUNDS},
+        {"shape product overflows", [](Bytes &b) { b[kRec1 + 7] = 6; for (int k = 0; k < 6; ++k) put32(b, kRec1 + 8 + 4 * k, 0xffffffffu); }, CMF_ERR_BOUNDS},
+        {"nbytes != expected (f16)", [](Bytes &b) { put64(b, kRec0 + 40, 14); }, CMF_ERR_BOUNDS},
+        {"dtype without a codec (q8_row)", [](Bytes &b) { b[kRec1 + 6] = 3; }, CMF_ERR_UNKNOWN_DTYPE},
+        {"codec validate() refuses (q1s shorter than its count)", [](Bytes &b) { b[kRec0 + 6] = 13; put64(b, kRec0 + 40, 2); }, CMF_ERR_BOUNDS},
+        {"duplicate tensor name", [](Bytes &b) { put32(b, kRec1, 0); b[kRec1 + 4] = 17; b[kRec1 + 5] = 0; b[kRec1 + 6] = 1; b[kRec1 + 7] = 1; put32(b, kRec1 + 8, 9); }, CMF_ERR_PARSE},
+        {"n_masks != meta", [](Bytes &b) { put32(b, kMasks, 2); }, CMF_ERR_PARSE},
+        {"mask meta past section", [](Bytes &b) { put32(b, kMasks + 4, 4000); }, CMF_ERR_PARSE},
+        {"mask blob_len matches no layout", [](Bytes &b) { replace(b, "\"blob_len\":7", "\"blob_len\":6"); }, CMF_ERR_PARSE},
+        {"mask unknown priority", [](Bytes &b) { replace(b, "Fallback", "Fallbacc"); }, CMF_ERR_PARSE},
+        {"mask head tail bits set", [](Bytes &b) { b[kMasks + 240 + 4] = 0x07; }, CMF_ERR_PARSE},
+        {"mask gate tail bits set", [](Bytes &b) { b[kMasks + 240 + 6] = 0x07; }, CMF_ERR_PARSE},
+        {"index entries past the section", [](Bytes &b) { put32(b, kIndex, 9); }, CMF_ERR_PARSE},
+    };
+    int n = 0;
+    for (const auto &c : cases) {
+        Bytes b = good;
+        c.apply(b);
+        fs::path p = tmpdir() / ("rule" + std::to_string(n++) + ".cmf");
+        write_all(p, b);
+        std::string msg;
+        INFO(c.rule);
+        CHECK(cmf_error_code_name(open_code(p, &msg)) == std::string(cmf_error_code_name(c.code)));
+        CHECK(!msg.empty());
+    }
+    std::string msg;
+    CHECK(open_code(tmpdir() / "does-not-exist.cmf", &msg) == CMF_ERR_FILE_NOT_FOUND);
+    // The message names the unknown dtype id.
+    Bytes b = good;
+    b[kRec0 + 6] = 17;
+    write_all(tmpdir() / "dtype17.cmf", b);
+    open_code(tmpdir() / "dtype17.cmf", &msg);
+    CHECK(msg.find("17") != std::string::npos);
+}
+
+TEST_CASE("container: every byte flip in header and directory is caught") {
+    const Bytes good = read_all(sample_path());
+    const fs::path p = tmpdir() / "flip.cmf";
+    int caught = 0, total = 0;
+    for (size_t at = 128; at < kDir + 180; ++at) {
+        Bytes b = good;
+        b[at] ^= 0x20;
+        write_all(p, b);
+        ++total;
+        if (!open_and_verify(p).empty()) ++caught;
+        else FAIL_CHECK("flip at byte " << at << " went unnoticed");
+    }
+    CHECK(caught == total);
+    // and a payload flip is named by verify
+    Bytes b = good;
+    b[4096 + 70] ^= 1;
+    write_all(p, b);
+    CHECK(open_and_verify(p).find("tensor 'model.layers.0.mlp.gate_proj.weight': hash64 mismatch") == 0);
+}
+
+TEST_CASE("container: truncation at every section boundary") {
+    const Bytes good = read_all(sample_path());
+    for (size_t cut : {size_t(128), size_t(714), size_t(894), size_t(4096), size_t(4177), size_t(4178), size_t(4425),
+                       size_t(4442), size_t(4489)}) {
+        Bytes b(good.begin(), good.begin() + long(cut));
+        fs::path p = tmpdir() / "cut.cmf";
+        write_all(p, b);
+        INFO("cut at " << cut);
+        CHECK(open_code(p) == CMF_ERR_BOUNDS);
+    }
+}
+
+TEST_CASE("container: sharded round trip") {
+    const fs::path base = tmpdir() / "sh";
+    fs::create_directories(base);
+    REQUIRE(write_sample(base / "m.cmf", 17) == nullptr);
+    REQUIRE(fs::exists(base / "m-00001-of-00002.cmf"));
+    REQUIRE(fs::exists(base / "m-00002-of-00002.cmf"));
+    for (const char *name : {"m-00001-of-00002.cmf", "m-00002-of-00002.cmf"}) {
+        cmf_model *m = nullptr;
+        INFO(name);
+        REQUIRE(open_code(base / name, nullptr, &m) == 0);
+        CHECK(cmf_tensor_count(m) == 2);
+        cmf_tensor_info t;
+        cmf_tensor_info_init(&t);
+        REQUIRE(cmf_tensor(m, "model.layers.0.mlp.gate_proj.weight", &t) == nullptr);
+        CHECK(t.shard == 1);
+        CHECK(std::memcmp(t.data, kGate.data(), 18) == 0);
+        CHECK(cmf_mask_count(m) == 1);
+        cmf_model_info info;
+        cmf_model_info_init(&info);
+        REQUIRE(cmf_model_get_info(m, &info) == nullptr);
+        CHECK(info.shard_count == 2);
+        CHECK(verify_problems(m).empty());
+        cmf_close(m);
+    }
+    // one shard alone
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(base / "m-00002-of-00002.cmf", nullptr, &m, CMF_OPEN_NO_SHARD_MERGE) == 0);
+    CHECK(cmf_tensor_count(m) == 1);
+    cmf_close(m);
+    // count mismatch between name and header; missing neighbour
+    fs::copy_file(base / "m-00001-of-00002.cmf", base / "m-00001-of-00003.cmf");
+    std::string msg;
+    CHECK(open_code(base / "m-00001-of-00003.cmf", &msg) == CMF_ERR_PARSE);
+    fs::remove(base / "m-00002-of-00002.cmf");
+    CHECK(open_code(base / "m-00001-of-00002.cmf", &msg) == CMF_ERR_FILE_NOT_FOUND);
+    CHECK(msg.find("m-00002-of-00002.cmf") != std::string::npos);
+}
+
+TEST_CASE("container: signatures round trip, untrusted and tampered") {
+    const fs::path dir = tmpdir() / "sig";
+    fs::create_directories(dir);
+    const fs::path model = dir / "s.cmf", key = dir / "k.key", other = dir / "other.key";
+    REQUIRE(write_sample(model) == nullptr);
+    REQUIRE(cmf_sign_keygen(key.c_str()) == nullptr);
+    REQUIRE(cmf_sign_keygen(other.c_str()) == nullptr);
+    cmf_error *e = cmf_sign_keygen(key.c_str());
+    CHECK(cmf_error_code(e) == CMF_ERR_IO);  // never overwrites a key
+    cmf_error_free(e);
+    char fp[17];
+    REQUIRE(cmf_sign_file(model.c_str(), key.c_str(), fp) == nullptr);
+    Bytes pub = read_all(key.string() + ".pub");
+    std::string pub_hex(pub.begin(), pub.end()), other_pub;
+    {
+        Bytes o = read_all(other.string() + ".pub");
+        other_pub.assign(o.begin(), o.end());
+    }
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(model, nullptr, &m) == 0);
+    cmf_verify_report *r = nullptr;
+    REQUIRE(cmf_verify(m, nullptr, &r) == nullptr);
+    CHECK(cmf_verify_problem_count(r) == 0);
+    REQUIRE(cmf_verify_signature_count(r) == 1);
+    cmf_signature_info si;
+    cmf_signature_info_init(&si);
+    REQUIRE(cmf_verify_signature_at(r, 0, &si) == nullptr);
+    CHECK(std::string(si.fingerprint) == fp);
+    CHECK(std::string(si.pubkey_hex) == pub_hex);
+    cmf_verify_report_free(r);
+    CHECK(verify_problems(m, {pub_hex.c_str()}).empty());
+    CHECK(verify_problems(m, {fp}).empty());
+    auto untrusted = verify_problems(m, {other_pub.c_str()});
+    REQUIRE(untrusted.size() == 1);
+    CHECK(untrusted[0].find("not a trusted key") != std::string::npos);
+    cmf_close(m);
+    // Tamper a byte nothing else covers (envelope flags): only the signature sees it.
+    Bytes b = read_all(model);
+    b[8] = 1;
+    write_all(model, b);
+    REQUIRE(open_code(model, nullptr, &m) == 0);
+    auto probs = verify_problems(m);
+    REQUIRE(probs.size() == 1);
+    CHECK(probs[0].find("signature: SHA-256") == 0);
+    cmf_close(m);
+    // no .sig but trusted keys required
+    fs::remove(model.string() + ".sig");
+    REQUIRE(open_code(model, nullptr, &m) == 0);
+    CHECK(verify_problems(m, {pub_hex.c_str()}).size() == 1);
+    cmf_close(m);
+}
+
+namespace {
+// Runs `body` in a child that SIGKILLs itself at the hook point `point`.
+void run_and_kill_at(const char *point, const std::function<void()> &body) {
+    fflush(nullptr);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        static const char *target;
+        target = point;
+        cmf::container::write_crash_hook = [](const char *p) {
+            if (std::strcmp(p, target) == 0) ::raise(SIGKILL);
+        };
+        body();
+        _exit(0);  // the hook did not fire
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+}
+}  // namespace
+
+TEST_CASE("container: a killed writer never replaces a good file") {
+    const fs::path p = tmpdir() / "kill.cmf";
+    fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+    const Bytes before = read_all(p);
+    for (const char *point : {"payload", "before-rename"}) {
+        run_and_kill_at(point, [&] { (void)write_sample(p, 0, false); });
+        CHECK(read_all(p) == before);
+        CHECK(open_and_verify(p) == "");
+    }
+}
+
+TEST_CASE("container: append-only growth is valid at every crash point, then compacts") {
+    const fs::path p = tmpdir() / "grow.cmf";
+    fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+    const Bytes before = read_all(p);
+    std::vector<uint16_t> big(20000, 0x3c00);  // 40000 bytes of f16 ones: page-aligned payload
+    auto append = [&] {
+        cmf_writer *w = nullptr;
+        REQUIRE(cmf_writer_open_append(runtime().rt, p.c_str(), nullptr, 0, &w) == nullptr);
+        const uint64_t s[] = {100, 200};
+        REQUIRE(cmf_writer_add_tensor(w, "skill.sql.model.norm.weight", CMF_DTYPE_F16, 2, s, big.data(), 40000) == nullptr);
+        cmf_error *e = cmf_writer_finish(w);
+        cmf_writer_free(w);
+        return e;
+    };
+    for (const char *point : {"payload", "before-envelope"}) {
+        run_and_kill_at(point, [&] { cmf_error_free(append()); });
+        INFO(point);
+        CHECK(open_and_verify(p) == "");
+        const Bytes now = read_all(p);
+        CHECK(Bytes(now.begin(), now.begin() + 128) == Bytes(before.begin(), before.begin() + 128));
+    }
+    fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+    REQUIRE(append() == nullptr);
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    CHECK(cmf_tensor_count(m) == 3);
+    cmf_tensor_info t;
+    cmf_tensor_info_init(&t);
+    REQUIRE(cmf_tensor(m, "model.layers.0.mlp.gate_proj.weight", &t) == nullptr);
+    CHECK(t.offset == 64);  // old payloads never move
+    REQUIRE(cmf_tensor(m, "skill.sql.model.norm.weight", &t) == nullptr);
+    CHECK(t.offset % 4096 == 0);
+    CHECK(verify_problems(m).empty());
+    CHECK(cmf_mask_count(m) == 1);
+    cmf_close(m);
+    const Bytes grown = read_all(p);
+    CHECK(Bytes(grown.begin() + 4096, grown.begin() + 4490) == Bytes(before.begin() + 4096, before.end()));
+    // compaction drops the dead header/directory bytes
+    const fs::path c = tmpdir() / "compact.cmf";
+    REQUIRE(cmf_compact(runtime().rt, p.c_str(), c.c_str()) == nullptr);
+    CHECK(fs::file_size(c) < fs::file_size(p));
+    CHECK(open_and_verify(c) == "");
+    // compacting the untouched sample reproduces it exactly
+    REQUIRE(cmf_compact(runtime().rt, sample_path().c_str(), c.c_str()) == nullptr);
+    CHECK(sha256_hex(read_all(c)) == kSampleSha);
+}
+
+#include "container/json_emit.hpp"
+
+#include <boost/json.hpp>
+
+TEST_CASE("container: header floats are spelled as serde_json does") {
+    using namespace cmf::container::json;
+    CHECK(format_f64(1e-6) == "1e-6");
+    CHECK(format_f64(10000.0) == "10000.0");
+    CHECK(format_f64(1.0) == "1.0");
+    CHECK(format_f64(0.0) == "0.0");
+    CHECK(format_f64(-0.0) == "-0.0");
+    CHECK(format_f64(1.05) == "1.05");
+    CHECK(format_f64(-2.5) == "-2.5");
+    CHECK(format_f64(0.00001) == "0.00001");
+    CHECK(format_f64(1e15) == "1000000000000000.0");
+    CHECK(format_f64(1e16) == "1e+16");
+    CHECK(format_f64(1.5e300) == "1.5e+300");
+    CHECK(format_f64(1000000.0) == "1000000.0");
+    CHECK(format_f64(std::nan("")) == "null");
+    CHECK(format_f32(0.1f) == "0.1");
+    CHECK(format_f32(0.62f) == "0.62");
+    CHECK(format_f32(1e-6f) == "0.000001");
+    CHECK(format_f32(1e-7f) == "1e-7");
+    CHECK(format_f32(1e12f) == "1000000000000.0");
+    CHECK(format_f32(1e13f) == "1e+13");
+    std::string s;
+    append_string(s, "a\"b\\c\n\x01\xd0\x9f");
+    CHECK(s == "\"a\\\"b\\\\c\\n\\u0001\xd0\x9f\"");
+}
+
+TEST_CASE("container: header keys are re-emitted in the original's order") {
+    // Shuffled keys, an integer rope_theta, free-form provenance with unsorted keys.
+    const char *in = R"({"quant_type":"F16","arch":{"vocab_size":10,"arch_name":"t","rope_theta":500000,"hidden_size":8,)"
+                     R"("intermediate_size":16,"num_layers":2,"num_attention_heads":2,"num_kv_heads":1,"head_dim":4,)"
+                     R"("layer_types":["FullAttention","FullAttention"],"rms_norm_eps":0.00001,"max_position_embeddings":64,)"
+                     R"("hidden_act":"silu","embed_multiplier":1,"num_loops":1,"moe":{"top_k":2,"num_experts":4,"moe_intermediate_size":8}},)"
+                     R"("provenance":{"tool":"x","a":[1,2.5]},"version":2,"tokenizer_config":null})";
+    std::string out = cmf::container::json::emit_header(boost::json::parse(in));
+    CHECK(out ==
+          R"({"format":"cmf","version":2,"arch":{"arch_name":"t","hidden_size":8,"intermediate_size":16,"num_layers":2,)"
+          R"("num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":10,"layer_types":["FullAttention","FullAttention"],)"
+          R"("rms_norm_eps":0.00001,"norm_style":"qwen","rope_theta":500000.0,"tie_word_embeddings":false,"partial_rotary_factor":1.0,)"
+          R"("moe":{"num_experts":4,"top_k":2,"moe_intermediate_size":8,"norm_topk_prob":false},"max_position_embeddings":64,)"
+          R"("linear_conv_kernel_dim":null,"linear_num_key_heads":null,"linear_num_value_heads":null},"quant_type":"F16",)"
+          R"("provenance":{"a":[1,2.5],"tool":"x"}})");
+}
+
+namespace {
+std::string tiny_header(const std::string &arch_extra, const std::string &top_extra) {
+    return R"({"format":"cmf","version":2,"arch":{"arch_name":"tiny-test","hidden_size":8,"intermediate_size":16,)"
+           R"("num_layers":2,"num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":10,)"
+           R"("layer_types":["FullAttention","FullAttention"],"rms_norm_eps":1e-6,"max_position_embeddings":64)" +
+           arch_extra + R"(},"quant_type":"F16")" + top_extra + "}";
+}
+// Writes a file with one f16 tensor and the given masks; returns the error code.
+int32_t write_with(const fs::path &p, const std::string &header, const std::vector<cmf_mask_spec> &masks,
+                   int32_t dtype = CMF_DTYPE_F16, uint64_t nbytes = 16) {
+    cmf_writer *w = nullptr;
+    cmf_error *e = cmf_writer_create(runtime().rt, p.c_str(), header.data(), header.size(), nullptr, &w);
+    const uint64_t shape[] = {8};
+    if (!e) e = cmf_writer_add_tensor(w, "model.norm.weight", dtype, 1, shape, kNorm.data(), nbytes);
+    for (const auto &m : masks)
+        if (!e) e = cmf_writer_add_mask(w, &m);
+    if (!e) e = cmf_writer_finish(w);
+    cmf_writer_free(w);
+    int32_t code = cmf_error_code(e);
+    cmf_error_free(e);
+    return code;
+}
+cmf_mask_spec mask(const char *name, const Bytes &blob, bool experts = false) {
+    cmf_mask_spec m;
+    cmf_mask_spec_init(&m);
+    m.name = name;
+    m.sparsity = 0.25f;
+    m.blob = blob.data();
+    m.blob_len = blob.size();
+    m.has_expert_fields = experts;
+    return m;
+}
+uint32_t features_of(const fs::path &p) {
+    Bytes b = read_all(p);
+    uint32_t f;
+    std::memcpy(&f, b.data() + 12, 4);
+    return f;
+}
+}  // namespace
+
+TEST_CASE("container: feature bits, loop masks, expert fields and skill files") {
+    const fs::path p = tmpdir() / "features.cmf";
+    // plain: TENSOR_DIR only
+    REQUIRE(write_with(p, tiny_header("", ""), {}) == 0);
+    CHECK(features_of(p) == CMF_FEATURE_TENSOR_DIR);
+    // looped arch + masks stored per visit (4 FFN rows): LOOP_MASKS
+    const Bytes loop_blob = {0xff, 0xff, 0x0f, 0x00, 0xf0, 0x00, 0x01, 0x00, 0x03, 0x01, 0x03};
+    REQUIRE(write_with(p, tiny_header(R"(,"num_loops":2)", ""), {mask("loop", loop_blob)}) == 0);
+    CHECK(features_of(p) == (CMF_FEATURE_TENSOR_DIR | CMF_FEATURE_BINARY_MASKS | CMF_FEATURE_LOOP_MASKS));
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    cmf_mask_info mi;
+    cmf_mask_info_init(&mi);
+    REQUIRE(cmf_mask_at(m, 0, &mi) == nullptr);
+    CHECK(mi.ffn_rows == 4);
+    CHECK(mi.layers == 2);
+    CHECK(verify_problems(m).empty());
+    cmf_close(m);
+    // MoE expert fields: 10 experts -> 2 bytes per layer
+    const Bytes moe_blob = {0x55, 0x55, 0xff, 0x00, 0x03, 0x03, 0x03, 0xff, 0x03, 0x01, 0x00};
+    const std::string moe = R"(,"moe":{"num_experts":10,"top_k":2,"moe_intermediate_size":8})";
+    REQUIRE(write_with(p, tiny_header(moe, ""), {mask("experts", moe_blob, true)}) == 0);
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    REQUIRE(cmf_mask_at(m, 0, &mi) == nullptr);
+    CHECK(mi.has_expert_fields == 1);
+    CHECK(mi.expert_row_bytes == 2);
+    cmf_close(m);
+    // expert tail bits (experts 10..15) must be zero: the writer refuses, the reader too
+    Bytes bad_tail = moe_blob;
+    bad_tail[8] = 0x07;
+    CHECK(write_with(tmpdir() / "tail.cmf", tiny_header(moe, ""), {mask("experts", bad_tail, true)}) == CMF_ERR_INVALID_ARGUMENT);
+    Bytes file = read_all(p);
+    auto at = std::search(file.begin(), file.end(), moe_blob.begin(), moe_blob.end());
+    REQUIRE(at != file.end());
+    at[8] = 0x07;
+    write_all(p, file);
+    CHECK(open_code(p) == CMF_ERR_PARSE);
+    // expert fields without moe: the writer refuses
+    CHECK(write_with(p, tiny_header("", ""), {mask("x", moe_blob, true)}) == CMF_ERR_INVALID_ARGUMENT);
+    // a skills record with base_dir_hash: SKILL_FILE; registry visible in info
+    REQUIRE(write_with(p, tiny_header("", R"(,"skills":[{"id":"sql","base_dir_hash":"2f09a1ab4cb543ab"}])"), {}) == 0);
+    CHECK(features_of(p) == (CMF_FEATURE_TENSOR_DIR | CMF_FEATURE_SKILL_FILE));
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    REQUIRE(cmf_model_get_info(m, &info) == nullptr);
+    CHECK(info.skill_count == 1);
+    CHECK(std::string(info.skills_json) == R"([{"id":"sql","layers":[],"base_dir_hash":"2f09a1ab4cb543ab"}])");
+    cmf_close(m);
+}
+
+TEST_CASE("container: the writer refuses what the reader would refuse, leaving no file") {
+    const fs::path p = tmpdir() / "refused.cmf";
+    fs::remove(p);
+    CHECK(write_with(p, tiny_header("", ""), {}, CMF_DTYPE_F16, 14) == CMF_ERR_BOUNDS);        // size != shape
+    CHECK(write_with(p, tiny_header("", ""), {}, CMF_DTYPE_Q8_ROW, 16) == CMF_ERR_UNKNOWN_DTYPE);  // no codec here
+    CHECK(write_with(p, tiny_header("", ""), {}, 40, 16) == CMF_ERR_UNKNOWN_DTYPE);
+    CHECK(write_with(p, R"({"version":2})", {}) == CMF_ERR_PARSE);
+    CHECK(write_with(p, "not json", {}) == CMF_ERR_PARSE);
+    CHECK(write_with(p, tiny_header("", ""), {mask("short", Bytes(3, 0))}) == CMF_ERR_INVALID_ARGUMENT);
+    CHECK(!fs::exists(p));
+    for (auto &e : fs::directory_iterator(tmpdir()))
+        CHECK_MESSAGE(e.path().filename().string().find("refused.cmf.tmp") == std::string::npos, "temp file left: " << e.path());
+}
