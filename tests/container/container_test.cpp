@@ -275,7 +275,7 @@ TEST_CASE("container: every open() rule has its own crafted file and error code"
         {"payload past data_len", [](Bytes &b) { put64(b, kRec1 + 32, 128); }, CMF_ERR_BOUNDS},
         {"shape product overflows", [](Bytes &b) { b[kRec1 + 7] = 6; for (int k = 0; k < 6; ++k) put32(b, kRec1 + 8 + 4 * k, 0xffffffffu); }, CMF_ERR_BOUNDS},
         {"nbytes != expected (f16)", [](Bytes &b) { put64(b, kRec0 + 40, 14); }, CMF_ERR_BOUNDS},
-        {"dtype without a codec (q8_row)", [](Bytes &b) { b[kRec1 + 6] = 3; }, CMF_ERR_UNKNOWN_DTYPE},
+        {"dtype size rule (q8_row: n + 2*rows bytes)", [](Bytes &b) { b[kRec1 + 6] = 3; }, CMF_ERR_BOUNDS},
         {"codec validate() refuses (q1s shorter than its count)", [](Bytes &b) { b[kRec0 + 6] = 13; put64(b, kRec0 + 40, 2); }, CMF_ERR_BOUNDS},
         {"duplicate tensor name", [](Bytes &b) { put32(b, kRec1, 0); b[kRec1 + 4] = 17; b[kRec1 + 5] = 0; b[kRec1 + 6] = 1; b[kRec1 + 7] = 1; put32(b, kRec1 + 8, 9); }, CMF_ERR_PARSE},
         {"n_masks != meta", [](Bytes &b) { put32(b, kMasks, 2); }, CMF_ERR_PARSE},
@@ -651,7 +651,7 @@ TEST_CASE("container: the writer refuses what the reader would refuse, leaving n
     const fs::path p = tmpdir() / "refused.cmf";
     fs::remove(p);
     CHECK(write_with(p, tiny_header("", ""), {}, CMF_DTYPE_F16, 14) == CMF_ERR_BOUNDS);        // size != shape
-    CHECK(write_with(p, tiny_header("", ""), {}, CMF_DTYPE_Q8_ROW, 16) == CMF_ERR_UNKNOWN_DTYPE);  // no codec here
+    CHECK(write_with(p, tiny_header("", ""), {}, CMF_DTYPE_Q8_ROW, 16) == CMF_ERR_BOUNDS);  // size != q8_row rule
     CHECK(write_with(p, tiny_header("", ""), {}, 40, 16) == CMF_ERR_UNKNOWN_DTYPE);
     CHECK(write_with(p, R"({"version":2})", {}) == CMF_ERR_PARSE);
     CHECK(write_with(p, "not json", {}) == CMF_ERR_PARSE);
