@@ -109,6 +109,7 @@ TEST_CASE("roundtrip: reserved ids open with any size but refuse to decode") {
             CHECK(e.code() == CMF_ERR_UNSUPPORTED);
             CHECK(std::string(e.what()).find("reserved dtype") != std::string::npos);
         }
+        CHECK_THROWS_WITH(encode(id, {32}, std::vector<float>(32).data()), doctest::Contains("reserved dtype"));
     }
 }
 
@@ -164,7 +165,7 @@ TEST_CASE("roundtrip: matmul kernels match the reference decode") {
     MESSAGE("kernels: " << cmf::codecs::kernels::active_isa());
     for (int32_t id : ids) {
         for (int iter = 0; iter < 6; ++iter) {
-            uint64_t rows = 1 + 2 * (rng() % 6), cols = 32 * (1 + rng() % 5), batch = 1 + rng() % 3;
+            uint64_t rows = 1 + 2 * (rng() % 6), cols = 32 * (1 + rng() % 5), batch = 1 + rng() % 6;  // both the per-dot and the decode-once paths
             if (iter == 0) rows = 1, cols = 32, batch = 1;  // smallest legal size
             CAPTURE(id);
             CAPTURE(rows);
