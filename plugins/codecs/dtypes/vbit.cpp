@@ -111,6 +111,20 @@ public:
         int32_t L = (1 << (b - 1)) - 1;
         uint32_t mask = (1u << b) - 1;
         const uint8_t *row = v.packed + v.row_start[r];
+        if (b == 8 || b == 4) {  // byte-aligned widths: no bit window needed
+            for (uint64_t g = 0; g < v.gpr; ++g) {
+                float s = load_f16(v.scales + 2 * (r * v.gpr + g));
+                if (b == 8) {
+                    for (int i = 0; i < 32; ++i) *dst++ = static_cast<float>(static_cast<int32_t>(*row++) - L) * s;
+                } else {
+                    for (int i = 0; i < 16; ++i, ++row) {  // MSB-first: high nibble is the earlier code
+                        *dst++ = static_cast<float>(static_cast<int32_t>(*row >> 4) - L) * s;
+                        *dst++ = static_cast<float>(static_cast<int32_t>(*row & 15) - L) * s;
+                    }
+                }
+            }
+            return;
+        }
         uint32_t window = 0;
         unsigned have = 0;
         for (uint64_t g = 0; g < v.gpr; ++g) {
