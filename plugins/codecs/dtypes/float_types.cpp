@@ -22,6 +22,7 @@ public:
         return n * sizeof(Elem);
     }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);  // never read past nbytes, even if the caller skipped validation
         uint64_t row_len = sdk::row_len_of(t);
         const unsigned char *src = static_cast<const unsigned char *>(t.data) + r0 * row_len * sizeof(Elem);
         uint64_t n = (r1 - r0) * row_len;
@@ -44,6 +45,7 @@ public:
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
+        validate(w);
         uint64_t cols = sdk::row_len_of(w);
         const unsigned char *base = static_cast<const unsigned char *>(w.data);
         for (uint64_t r = r0; r < r1; ++r) {

@@ -61,8 +61,19 @@ public:
     const char *name() const override { return "q1"; }
     uint64_t expected_size(Shape shape) const override { return checked_mad(groups_of(elements(shape)), 6, 0, name()); }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);  // never read past nbytes, even if the caller skipped validation
         uint64_t len = sdk::row_len_of(t);
-        for (uint64_t i = r0 * len, end = r1 * len; i < end; ++i) *dst++ = q1_value(bytes_of(t), i);
+        for (uint64_t i = r0 * len, end = r1 * len; i < end;) {
+            if (i % 32 == 0 && end - i >= 32) {  // whole group
+                const uint8_t *tile = bytes_of(t) + 6 * (i / 32);
+                float s = load_f16(tile);
+                uint32_t bits = load_u32(tile + 2);
+                for (int k = 0; k < 32; ++k) *dst++ = ((bits >> k) & 1u) ? s : -s;
+                i += 32;
+            } else {
+                *dst++ = q1_value(bytes_of(t), i++);
+            }
+        }
     }
     bool can_quantize() const override { return true; }
     // Option error_diffusion=1 is the converter's `--quant q1p`.
@@ -77,6 +88,7 @@ public:
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
+        validate(w);
         uint64_t cols = sdk::row_len_of(w);
         if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
         uint64_t gpr = cols / 32;
@@ -232,9 +244,21 @@ public:
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         Q1tView v = q1t_view(t, true);
         uint64_t cols = v.m.cols;
-        for (uint64_t i = r0 * cols, end = r1 * cols; i < end; ++i) {
+        for (uint64_t i = r0 * cols, end = r1 * cols; i < end;) {
             const uint8_t *tile = v.tiles + 9 * (i / 32);
-            *dst++ = trit_value(trit(tile + 2, static_cast<unsigned>(i % 32)), load_f16(tile));
+            float s = load_f16(tile);
+            if (i % 32 == 0 && end - i >= 32) {  // whole group: 5 digits per byte
+                for (unsigned j = 0; j < 7; ++j) {
+                    unsigned byte = tile[2 + j];
+                    if (j == 6 ? byte > 8 : byte > 242)
+                        fail(CMF_ERR_PARSE, "q1t base-3 byte " + std::to_string(byte) + " is not a valid digit group");
+                    for (unsigned k = 0; k < (j == 6 ? 2u : 5u); ++k, byte /= 3) *dst++ = trit_value(byte % 3, s);
+                }
+                i += 32;
+            } else {
+                *dst++ = trit_value(trit(tile + 2, static_cast<unsigned>(i % 32)), s);
+                ++i;
+            }
         }
         dst -= (r1 - r0) * cols;
         for (uint64_t r = r0; r < r1; ++r)

@@ -35,15 +35,27 @@ public:
     }
 
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);  // never read past nbytes, even if the caller skipped validation
         uint64_t len = sdk::row_len_of(t);
         uint64_t groups = groups_of(elements(shape_of(t)));
         const uint8_t *p = bytes_of(t);
-        for (uint64_t i = r0 * len, end = r1 * len; i < end; ++i) {
+        uint64_t i = r0 * len, end = r1 * len;
+        while (i < end) {
             uint64_t g = i / 32;
+            const uint8_t *nib = nibbles(p, g);
+            float s = scale(p, groups, g);
+            if (i % 32 == 0 && end - i >= 32) {  // whole group
+                for (unsigned k = 0; k < 16; ++k) {
+                    *dst++ = static_cast<float>((nib[k] & 15) - 8) * s;
+                    *dst++ = static_cast<float>((nib[k] >> 4) - 8) * s;
+                }
+                i += 32;
+                continue;
+            }
             unsigned k = static_cast<unsigned>(i % 32);
-            uint8_t byte = nibbles(p, g)[k / 2];
-            int q = (k & 1) ? (byte >> 4) : (byte & 15);
-            *dst++ = static_cast<float>(q - 8) * scale(p, groups, g);
+            int q = (k & 1) ? (nib[k / 2] >> 4) : (nib[k / 2] & 15);
+            *dst++ = static_cast<float>(q - 8) * s;
+            ++i;
         }
     }
     bool can_quantize() const override { return true; }
@@ -68,6 +80,7 @@ public:
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
+        validate(w);
         uint64_t cols = sdk::row_len_of(w);
         if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
         uint64_t gpr = cols / 32;

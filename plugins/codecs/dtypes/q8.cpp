@@ -19,6 +19,7 @@ public:
         return checked_mad(m.rows, 2, m.rows * m.cols, name());
     }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);  // never read past nbytes, even if the caller skipped validation
         Matrix m = require_rows(shape_of(t), name());
         const uint8_t *p = bytes_of(t);
         const uint8_t *scales = p + m.rows * m.cols;
@@ -48,6 +49,7 @@ public:
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
+        validate(w);
         Matrix m = require_rows(shape_of(w), name());
         const uint8_t *p = bytes_of(w);
         for (uint64_t r = r0; r < r1; ++r) {
@@ -70,6 +72,7 @@ public:
         return checked_mad(m.rows + m.cols, 2, m.rows * m.cols, name());
     }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);  // never read past nbytes, even if the caller skipped validation
         Matrix m = require_rows(shape_of(t), name());
         const uint8_t *p = bytes_of(t);
         const uint8_t *rs = p + m.rows * m.cols;
@@ -121,6 +124,7 @@ public:
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
+        validate(w);
         Matrix m = require_rows(shape_of(w), name());
         const uint8_t *p = bytes_of(w);
         const uint8_t *rs = p + m.rows * m.cols;

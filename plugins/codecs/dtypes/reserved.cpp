@@ -24,6 +24,8 @@ public:
         fail(CMF_ERR_UNSUPPORTED, "reserved dtype " + std::string(name_) + " (id " + std::to_string(id_) +
                                       ") has no defined decoding");
     }
+    // Exposed so that a quantize request gets the "reserved dtype" message, not "no encoder".
+    bool can_quantize() const override { return true; }
     void quantize(Shape, const float *, const cmf_quantize_params *, std::vector<uint8_t> &) const override {
         fail(CMF_ERR_UNSUPPORTED, "reserved dtype " + std::string(name_) + " (id " + std::to_string(id_) +
                                       ") has no defined encoding");

@@ -104,16 +104,37 @@ public:
         return CMF_SIZE_VARIABLE;
     }
     void validate(const cmf_tensor_view &t) const override { view_of<RowOffsets>(t, name()); }
+    // Codes are read MSB-first through a small bit window refilled a byte at a
+    // time; it never reads beyond the row's ceil(cols*b/8) bytes.
     static void decode_row(const VbitView &v, uint64_t r, float *dst) {
         unsigned b = v.widths[r];
         int32_t L = (1 << (b - 1)) - 1;
+        uint32_t mask = (1u << b) - 1;
         const uint8_t *row = v.packed + v.row_start[r];
-        uint64_t bit = 0;
-        for (uint64_t c = 0; c < v.m.cols; ++c) {
-            uint32_t u = 0;
-            for (unsigned k = 0; k < b; ++k, ++bit) u = (u << 1) | ((row[bit / 8] >> (7 - bit % 8)) & 1u);
-            float s = load_f16(v.scales + 2 * (r * v.gpr + c / 32));
-            *dst++ = static_cast<float>(static_cast<int32_t>(u) - L) * s;
+        if (b == 8 || b == 4) {  // byte-aligned widths: no bit window needed
+            for (uint64_t g = 0; g < v.gpr; ++g) {
+                float s = load_f16(v.scales + 2 * (r * v.gpr + g));
+                if (b == 8) {
+                    for (int i = 0; i < 32; ++i) *dst++ = static_cast<float>(static_cast<int32_t>(*row++) - L) * s;
+                } else {
+                    for (int i = 0; i < 16; ++i, ++row) {  // MSB-first: high nibble is the earlier code
+                        *dst++ = static_cast<float>(static_cast<int32_t>(*row >> 4) - L) * s;
+                        *dst++ = static_cast<float>(static_cast<int32_t>(*row & 15) - L) * s;
+                    }
+                }
+            }
+            return;
+        }
+        uint32_t window = 0;
+        unsigned have = 0;
+        for (uint64_t g = 0; g < v.gpr; ++g) {
+            float s = load_f16(v.scales + 2 * (r * v.gpr + g));
+            for (int i = 0; i < 32; ++i) {
+                while (have < b) window = (window << 8) | *row++, have += 8;
+                have -= b;
+                uint32_t u = (window >> have) & mask;
+                *dst++ = static_cast<float>(static_cast<int32_t>(u) - L) * s;
+            }
         }
     }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {

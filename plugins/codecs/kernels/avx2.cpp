@@ -165,14 +165,16 @@ float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
 }
 
 namespace {
-// Byte value -> its 5 base-3 digits as signed codes (0, +1, -1); bytes > 242
-// never occur in valid payloads (the decoder rejects them) and map to 0 here.
+// Byte value -> its 5 base-3 digits as weights (0, +1, -1) in lanes 0..4 of
+// an 8-float row (lanes 5..7 zero). Bytes > 242 never occur in valid payloads
+// (the decoder rejects them) and map to 0 here. 8 KiB: stays in L1.
 struct TritTable {
-    int8_t v[256][5];
+    alignas(32) float v[256][8];
     TritTable() {
         for (int b = 0; b < 256; ++b) {
             int x = b;
-            for (int k = 0; k < 5; ++k, x /= 3) v[b][k] = b > 242 ? 0 : static_cast<int8_t>(x % 3 == 2 ? -1 : x % 3);
+            for (int k = 0; k < 8; ++k, x /= 3)
+                v[b][k] = (b > 242 || k >= 5) ? 0.0f : (x % 3 == 2 ? -1.0f : static_cast<float>(x % 3));
         }
     }
 };
@@ -180,14 +182,19 @@ const TritTable kTrits;
 }  // namespace
 
 float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
+    // Masked loads read exactly the 5 (last byte: 2) activations a byte covers,
+    // so nothing past the group (or the end of x) is touched.
+    const __m256i five = _mm256_setr_epi32(-1, -1, -1, -1, -1, 0, 0, 0);
+    const __m256i two = _mm256_setr_epi32(-1, -1, 0, 0, 0, 0, 0, 0);
     __m256 acc = _mm256_setzero_ps();
-    alignas(16) int8_t codes[40];
     for (uint64_t g = 0; g < groups; ++g) {
         const uint8_t *t = tiles + 9 * g;
-        for (int j = 0; j < 7; ++j) std::memcpy(codes + 5 * j, kTrits.v[t[2 + j]], 5);
-        __m128i lo = _mm_load_si128(reinterpret_cast<const __m128i *>(codes));
-        __m128i hi = _mm_load_si128(reinterpret_cast<const __m128i *>(codes + 16));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(t)), dot32_i8(lo, hi, x + 32 * g), acc);
+        const float *xg = x + 32 * g;
+        __m256 ga = _mm256_setzero_ps();
+        for (int j = 0; j < 6; ++j)
+            ga = _mm256_fmadd_ps(_mm256_load_ps(kTrits.v[t[2 + j]]), _mm256_maskload_ps(xg + 5 * j, five), ga);
+        ga = _mm256_fmadd_ps(_mm256_load_ps(kTrits.v[t[8]]), _mm256_maskload_ps(xg + 30, two), ga);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(t)), ga, acc);
     }
     return hsum(acc);
 }
