@@ -316,3 +316,109 @@ TEST_CASE("session: errors are specific") {
     CHECK_THROWS_WITH_AS(Session(*t.rt, *e.source(), SessionConfig{}),
                          doctest::Contains("missing tensor model.embed_tokens.weight"), cmf::Error);
 }
+
+TEST_CASE("parity: the C API drives a session (generate, callback stop, stop ids, cancel, eval, errors)") {
+    const char *root = std::getenv("CMF_PARITY_DIR");
+    REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
+    Case c = load_case(std::string(root) + "/qwen2_tied");
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+
+    cmf_session_options so;
+    cmf_session_options_init(&so);
+    so.n_threads = 3;  // the runtime has 2
+    cmf_session *s = nullptr;
+    cmf_error *e = cmf_session_create(t.rt, model->source(), &so, &s);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_UNSUPPORTED);
+    cmf_error_free(e);
+    so.n_threads = 0;
+    so.n_ctx = 100;
+    REQUIRE(cmf_session_create(t.rt, model->source(), &so, &s) == nullptr);
+    CHECK(cmf_session_vocab_size(s) == c.vocab);
+    CHECK(cmf_session_n_ctx(s) == 100);
+
+    struct Sink {
+        std::vector<int32_t> got;
+        size_t stop_after = 0;
+        cmf_session *cancel = nullptr;
+    } sink;
+    auto on_token = [](void *user, int32_t tok) -> int32_t {
+        auto *k = static_cast<Sink *>(user);
+        k->got.push_back(tok);
+        if (k->cancel) cmf_session_cancel(k->cancel);
+        return k->stop_after != 0 && k->got.size() >= k->stop_after;
+    };
+    cmf_generate_options go;
+    cmf_generate_options_init(&go);
+    go.temperature = 0;
+    go.repetition_penalty = 1.0f;
+    go.max_tokens = 8;
+    go.on_token = on_token;
+    go.user = &sink;
+    cmf_generate_stats st;
+    cmf_generate_stats_init(&st);
+    REQUIRE(cmf_session_generate(s, c.prompt.data(), c.prompt.size(), &go, &st) == nullptr);
+    CHECK(st.stop_reason == CMF_STOP_MAX_TOKENS);
+    CHECK(st.generated_tokens == 8);
+    CHECK(st.n_past == c.prompt.size() + 8);
+    CHECK(st.prefill_tok_s > 0);
+    CHECK(sink.got == std::vector<int32_t>(c.greedy.begin(), c.greedy.begin() + 8));
+
+    // Callback stop after 3 tokens.
+    REQUIRE(cmf_session_reset(s) == nullptr);
+    sink.got.clear();
+    sink.stop_after = 3;
+    REQUIRE(cmf_session_generate(s, c.prompt.data(), c.prompt.size(), &go, &st) == nullptr);
+    CHECK(st.stop_reason == CMF_STOP_CALLBACK);
+    CHECK(sink.got.size() == 3);
+
+    // A stop id: generation ends before delivering it.
+    REQUIRE(cmf_session_reset(s) == nullptr);
+    sink.got.clear();
+    sink.stop_after = 0;
+    int32_t stop = c.greedy[2];
+    go.stop_ids = &stop;
+    go.n_stop_ids = 1;
+    REQUIRE(cmf_session_generate(s, c.prompt.data(), c.prompt.size(), &go, &st) == nullptr);
+    size_t first = size_t(std::find(c.greedy.begin(), c.greedy.end(), stop) - c.greedy.begin());
+    CHECK(st.stop_reason == CMF_STOP_EOS);
+    CHECK(sink.got.size() == first);
+    go.stop_ids = nullptr;
+    go.n_stop_ids = 0;
+
+    // Cancel (here from the callback; any thread may call it).
+    REQUIRE(cmf_session_reset(s) == nullptr);
+    sink.got.clear();
+    sink.cancel = s;
+    REQUIRE(cmf_session_generate(s, c.prompt.data(), c.prompt.size(), &go, &st) == nullptr);
+    CHECK(st.stop_reason == CMF_STOP_CANCELLED);
+    CHECK(sink.got.size() == 1);
+    sink.cancel = nullptr;
+
+    // Context full: 64 prompt + at most 36 generated in a 100-token context.
+    REQUIRE(cmf_session_reset(s) == nullptr);
+    go.max_tokens = 0;
+    go.on_token = nullptr;
+    REQUIRE(cmf_session_generate(s, c.prompt.data(), c.prompt.size(), &go, &st) == nullptr);
+    CHECK(st.stop_reason == CMF_STOP_CONTEXT_FULL);
+    CHECK(cmf_session_n_past(s) == 100);
+
+    // eval: logits of the prompt's last position equal the reference; a
+    // short logits buffer is a Bounds error.
+    REQUIRE(cmf_session_reset(s) == nullptr);
+    std::vector<float> last(c.vocab);
+    e = cmf_session_eval(s, c.prompt.data(), c.prompt.size(), CMF_LOGITS_LAST, last.data(), c.vocab - 1);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_BOUNDS);
+    cmf_error_free(e);
+    REQUIRE(cmf_session_eval(s, c.prompt.data(), c.prompt.size(), CMF_LOGITS_LAST, last.data(), c.vocab) == nullptr);
+    CHECK(rel_err(last.data(), c.logits.data() + (c.prompt.size() - 1) * c.vocab, c.vocab) < 1e-3);
+    // An out-of-vocabulary prompt token is refused.
+    int32_t bad = int32_t(c.vocab);
+    e = cmf_session_generate(s, &bad, 1, &go, &st);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_BOUNDS);
+    cmf_error_free(e);
+    cmf_session_free(s);
+}

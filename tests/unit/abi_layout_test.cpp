@@ -216,6 +216,36 @@ namespace {
     CHECK_OFFSET(cmf_mask_spec, has_expert_fields, 56);
     CHECK_OFFSET(cmf_mask_spec, blob, 64);
     CHECK_OFFSET(cmf_mask_spec, blob_len, 72);
+
+    // session (issue 7)
+    CHECK_SIZE(cmf_session_options, 40);
+    CHECK_OFFSET(cmf_session_options, n_threads, 4);
+    CHECK_OFFSET(cmf_session_options, n_ctx, 8);
+    CHECK_OFFSET(cmf_session_options, n_batch, 16);
+    CHECK_OFFSET(cmf_session_options, backend, 24);
+    CHECK_OFFSET(cmf_session_options, arch_options, 32);
+    CHECK_SIZE(cmf_generate_options, 72);
+    CHECK_OFFSET(cmf_generate_options, max_tokens, 4);
+    CHECK_OFFSET(cmf_generate_options, temperature, 8);
+    CHECK_OFFSET(cmf_generate_options, top_k, 12);
+    CHECK_OFFSET(cmf_generate_options, top_p, 16);
+    CHECK_OFFSET(cmf_generate_options, min_p, 20);
+    CHECK_OFFSET(cmf_generate_options, repetition_penalty, 24);
+    CHECK_OFFSET(cmf_generate_options, presence_penalty, 28);
+    CHECK_OFFSET(cmf_generate_options, seed, 32);
+    CHECK_OFFSET(cmf_generate_options, stop_ids, 40);
+    CHECK_OFFSET(cmf_generate_options, n_stop_ids, 48);
+    CHECK_OFFSET(cmf_generate_options, on_token, 56);
+    CHECK_OFFSET(cmf_generate_options, user, 64);
+    CHECK_SIZE(cmf_generate_stats, 64);
+    CHECK_OFFSET(cmf_generate_stats, stop_reason, 4);
+    CHECK_OFFSET(cmf_generate_stats, prompt_tokens, 8);
+    CHECK_OFFSET(cmf_generate_stats, generated_tokens, 16);
+    CHECK_OFFSET(cmf_generate_stats, n_past, 24);
+    CHECK_OFFSET(cmf_generate_stats, prefill_seconds, 32);
+    CHECK_OFFSET(cmf_generate_stats, decode_seconds, 40);
+    CHECK_OFFSET(cmf_generate_stats, prefill_tok_s, 48);
+    CHECK_OFFSET(cmf_generate_stats, decode_tok_s, 56);
 }
 }  // namespace
 #endif
@@ -233,4 +263,8 @@ TEST_CASE("abi_layout: versions and constants") {
     CHECK(CMF_DTYPE_Q4TP == 15);
     CHECK(CMF_DTYPE_Q2TP == 16);
     CHECK(CMF_FEATURES_SUPPORTED == 0x67u);
+    CHECK(CMF_STOP_MAX_TOKENS == 1);
+    CHECK(CMF_STOP_CONTEXT_FULL == 5);
+    CHECK(CMF_NORM_GEMMA == 1);
+    CHECK(CMF_ACT_GELU_TANH == 1);
 }

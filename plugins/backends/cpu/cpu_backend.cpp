@@ -53,6 +53,12 @@ Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }
 template <class F>
 void parallel(Backend *be, uint64_t n, uint64_t grain, F &&body) {
     if (n == 0) return;
+    // One chunk's worth: run here; entering the pool costs more than the
+    // work (decode calls many tiny element-wise operations per token).
+    if (n <= grain) {
+        body(uint64_t(0), n);
+        return;
+    }
     auto tramp = [](void *user, uint64_t b, uint64_t e) { (*static_cast<F *>(user))(b, e); };
     be->host->parallel_for(be->host->host_ctx, 0, n, std::max<uint64_t>(1, grain), tramp, &body);
 }
