@@ -362,7 +362,7 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
                                              "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
 
     StringSink arch_json;
-    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text->data(), cfg_text->size(), &arch_json.sink), cfg_path.string() + ": ");
+    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text->data(), cfg_text->size(), &arch_json.sink), cfg_path.string());
     const QuantPolicy policy(opts.quant, opts.quant_map);
 
     // Header (COMPAT §13.1 key order); section_hashes is the writer's.
@@ -390,7 +390,7 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
         StringSink plan;
         throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
                                               static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
-                       t->file + ": ");
+                       t->file);
         for (OutTensor &o : parse_plan(plan.s, *t)) {
             auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
             if (!fresh)
@@ -485,7 +485,7 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
                                          }};
                         throw_if_error(codec->vt.quantize(codec->ctx, static_cast<uint32_t>(j.o->p.shape.size()), j.o->p.shape.data(),
                                                           f32.data(), &params, &bs),
-                                       "tensor \"" + j.o->p.name + "\" (" + dtype_name(j.o->p.dtype) + "): ");
+                                       "tensor \"" + j.o->p.name + "\" (" + dtype_name(j.o->p.dtype) + ")");
                     });
                 }
             }, &ctx);

@@ -457,6 +457,7 @@ TEST_CASE("convert: bad inputs name the file or tensor, and the sink is aborted"
             INFO(e.message());
             CHECK(e.code() == code);
             for (const auto &p : parts) CHECK(e.message().find(p) != std::string::npos);
+            CHECK(e.message().find(": :") == std::string::npos);
         }
         CHECK(s.aborted);
         CHECK_FALSE(s.finished);

@@ -5,7 +5,6 @@
 #include <simdjson.h>
 
 #include <cmath>
-#include <regex>
 
 namespace cmf::archs {
 
@@ -378,9 +377,16 @@ std::string canonical_name(const ArchView &, const std::string &n) {
 
 namespace {
 
-const std::regex &layer_re() {
-    static const std::regex re(R"(^model\.(layers|mtp\.layers)\.(\d+)\.(.+)$)");
-    return re;
+// "<prefix><digits>.<rest>" -> (number, rest). std::regex is avoided: it is
+// slow, and GCC 12 warns inside it under the sanitizers (-Werror).
+bool split_indexed(const std::string &s, const std::string &prefix, uint64_t &index, std::string &rest) {
+    if (s.compare(0, prefix.size(), prefix) != 0) return false;
+    size_t i = prefix.size(), j = i;
+    while (j < s.size() && j - i < 9 && s[j] >= '0' && s[j] <= '9') ++j;
+    if (j == i || j >= s.size() || s[j] != '.' || j + 1 == s.size()) return false;
+    index = std::stoull(s.substr(i, j - i));
+    rest = s.substr(j + 1);
+    return true;
 }
 
 void want(const std::string &name, const Shape &s, const Shape &expect) {
@@ -403,10 +409,13 @@ std::vector<PlanEntry> plan_layer(const ArchView &a, const std::string &name, co
     if (mtp && layer >= std::max<uint64_t>(a.mtp_layers, 1))
         throw Error(CMF_ERR_BOUNDS, "tensor \"" + name + "\" belongs to MTP layer " + std::to_string(layer) + " but the config declares " +
                                         std::to_string(a.mtp_layers));
-    static const std::regex norm_re(R"(^(input_layernorm|post_attention_layernorm|pre_feedforward_layernorm|post_feedforward_layernorm)\.weight$)");
-    static const std::regex expert_re(R"(^mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$)");
-    std::smatch m;
-    if (std::regex_match(role, norm_re)) want(name, s, {H});
+    uint64_t expert = 0;
+    std::string expert_role;
+    const bool is_expert = split_indexed(role, "mlp.experts.", expert, expert_role) &&
+                           (expert_role == "gate_proj.weight" || expert_role == "up_proj.weight" || expert_role == "down_proj.weight");
+    if (role == "input_layernorm.weight" || role == "post_attention_layernorm.weight" || role == "pre_feedforward_layernorm.weight" ||
+        role == "post_feedforward_layernorm.weight")
+        want(name, s, {H});
     else if (role == "self_attn.q_proj.weight") {
         want_cols(name, s, H);
         if (s[0] != a.heads * hd && s[0] != 2 * a.heads * hd)
@@ -422,12 +431,12 @@ std::vector<PlanEntry> plan_layer(const ArchView &a, const std::string &name, co
     else if (role == "mlp.gate.weight") {
         if (!a.num_experts) throw Error(CMF_ERR_BOUNDS, "tensor \"" + name + "\" is an MoE router but the config declares no experts (num_experts)");
         want(name, s, {a.num_experts, H});
-    } else if (std::regex_match(role, m, expert_re)) {
-        uint64_t e = std::stoull(m[1]);
+    } else if (is_expert) {
+        const uint64_t e = expert;
         if (!a.num_experts || e >= a.num_experts)
             throw Error(CMF_ERR_BOUNDS, "tensor \"" + name + "\" is expert " + std::to_string(e) + " but the config declares " +
                                             std::to_string(a.num_experts) + " experts");
-        if (m[2] == "down_proj") want(name, s, {H, a.moe_intermediate});
+        if (expert_role == "down_proj.weight") want(name, s, {H, a.moe_intermediate});
         else want(name, s, {a.moe_intermediate, H});
     } else if (role == "mlp.experts.gate_up_proj" || role == "mlp.experts.gate_up_proj.weight") {
         // Fused bank [E, 2I, H] (or transposed [E, H, 2I]) -> per-expert gate/up.
@@ -491,9 +500,10 @@ std::vector<PlanEntry> plan_tensor(const ArchView &a, const std::string &hf_name
         want(name, s, {H, 2 * H});
         return {keep(name, s)};
     }
-    std::smatch m;
-    if (std::regex_match(name, m, layer_re()))
-        return plan_layer(a, name, m[3], std::stoull(m[2]), m[1] != "layers", s);
+    uint64_t layer = 0;
+    std::string role;
+    if (split_indexed(name, "model.layers.", layer, role)) return plan_layer(a, name, role, layer, false, s);
+    if (split_indexed(name, "model.mtp.layers.", layer, role)) return plan_layer(a, name, role, layer, true, s);
     return {keep(name, s)};
 }
 

@@ -1,0 +1,124 @@
+// Converter throughput and memory: writes a synthetic qwen3 checkpoint
+// (BF16 safetensors, ~160 M parameters by default) and converts it into a
+// sink that only counts bytes. Reports wall time, source MB/s and peak RSS
+// next to the largest tensor's f32 size (the pipeline's memory bound).
+//
+//   convert_bench [--hidden 1024] [--layers 8] [--threads N] [--quant f16] [--dir /tmp/...]
+#include "convert/convert.hpp"
+#include "plugins/runtime.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <sys/resource.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct NullSink : cmf::convert::TensorSink {
+    uint64_t bytes = 0, n = 0;
+    void begin(const std::string &, uint64_t, uint64_t) override {}
+    void add(const std::string &, int32_t, const std::vector<uint64_t> &, const uint8_t *, uint64_t nb) override {
+        bytes += nb;
+        ++n;
+    }
+    void finish(const std::string &) override {}
+};
+
+void write_checkpoint(const fs::path &dir, uint64_t H, uint64_t L, uint64_t V, uint64_t I) {
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << "{\"model_type\":\"qwen3\",\"hidden_size\":" << H << ",\"intermediate_size\":" << I
+                                       << ",\"num_hidden_layers\":" << L << ",\"num_attention_heads\":" << H / 64
+                                       << ",\"num_key_value_heads\":" << H / 256 << ",\"head_dim\":64,\"vocab_size\":" << V
+                                       << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"tie_word_embeddings\":false}";
+    std::vector<std::pair<std::string, std::vector<uint64_t>>> ts = {{"model.embed_tokens.weight", {V, H}}, {"lm_head.weight", {V, H}},
+                                                                    {"model.norm.weight", {H}}};
+    for (uint64_t l = 0; l < L; ++l) {
+        std::string p = "model.layers." + std::to_string(l) + ".";
+        ts.push_back({p + "input_layernorm.weight", {H}});
+        ts.push_back({p + "post_attention_layernorm.weight", {H}});
+        ts.push_back({p + "self_attn.q_proj.weight", {H, H}});
+        ts.push_back({p + "self_attn.k_proj.weight", {H / 4, H}});
+        ts.push_back({p + "self_attn.v_proj.weight", {H / 4, H}});
+        ts.push_back({p + "self_attn.o_proj.weight", {H, H}});
+        ts.push_back({p + "self_attn.q_norm.weight", {64}});
+        ts.push_back({p + "self_attn.k_norm.weight", {64}});
+        ts.push_back({p + "mlp.gate_proj.weight", {I, H}});
+        ts.push_back({p + "mlp.up_proj.weight", {I, H}});
+        ts.push_back({p + "mlp.down_proj.weight", {H, I}});
+    }
+    std::string header = "{";
+    uint64_t off = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+        uint64_t n = 1;
+        for (auto d : ts[i].second) n *= d;
+        header += (i ? "," : "") + std::string("\"") + ts[i].first + "\":{\"dtype\":\"BF16\",\"shape\":[";
+        for (size_t k = 0; k < ts[i].second.size(); ++k) header += (k ? "," : "") + std::to_string(ts[i].second[k]);
+        header += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + 2 * n) + "]}";
+        off += 2 * n;
+    }
+    header += "}";
+    std::ofstream f(dir / "model.safetensors", std::ios::binary);
+    uint64_t hl = header.size();
+    f.write(reinterpret_cast<const char *>(&hl), 8);
+    f << header;
+    std::mt19937 rng(1);
+    std::vector<uint16_t> buf(1 << 20);
+    for (uint64_t left = off / 2; left;) {
+        uint64_t k = std::min<uint64_t>(left, buf.size());
+        for (uint64_t i = 0; i < k; ++i) buf[i] = static_cast<uint16_t>(0x3C00 + (rng() & 0x03FF) - 0x200) ^ ((rng() & 1) << 15);
+        f.write(reinterpret_cast<const char *>(buf.data()), static_cast<std::streamsize>(2 * k));
+        left -= k;
+    }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    uint64_t H = 1024, L = 8;
+    int threads = 0;
+    std::string quant = "f16", dir = (fs::temp_directory_path() / "cmf_convert_bench").string();
+    for (int i = 1; i + 1 < argc; i += 2) {
+        std::string k = argv[i];
+        if (k == "--hidden") H = std::stoull(argv[i + 1]);
+        else if (k == "--layers") L = std::stoull(argv[i + 1]);
+        else if (k == "--threads") threads = std::stoi(argv[i + 1]);
+        else if (k == "--quant") quant = argv[i + 1];
+        else if (k == "--dir") dir = argv[i + 1];
+    }
+    const uint64_t V = 32000, I = 3 * H;
+    if (!fs::exists(fs::path(dir) / "model.safetensors")) write_checkpoint(dir, H, L, V, I);
+    cmf_runtime_options o;
+    cmf_runtime_options_init(&o);
+    o.plugin_path = CMF_BENCH_PLUGIN_PATH;
+    o.flags = CMF_RUNTIME_IGNORE_ENV | CMF_RUNTIME_NO_DEFAULT_PLUGINS;
+    o.n_threads = threads;
+    cmf::Runtime rt(o);
+    rt.load_configured_plugins();
+    cmf::convert::ConvertOptions co;
+    co.model_dir = dir;
+    co.quant = quant;
+    NullSink sink;
+    cmf::convert::ConvertStats st;
+    try {
+        st = cmf::convert::convert_checkpoint(rt, co, sink);
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "convert_bench: %s\n", e.what());
+        return 1;
+    }
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    std::printf("threads %d  quant %s  tensors %llu  source %.1f MiB (bf16)  output %.1f MiB  %.2f s  %.0f MiB/s source  "
+                "peak RSS %.0f MiB  largest tensor f32 %.0f MiB\n",
+                rt.pool().threads(), quant.c_str(), static_cast<unsigned long long>(st.tensors), st.source_bytes / 1048576.0,
+                st.output_bytes / 1048576.0, st.seconds, st.source_bytes / 1048576.0 / st.seconds, ru.ru_maxrss / 1024.0,
+                V * H * 4 / 1048576.0);
+    return 0;
+}
