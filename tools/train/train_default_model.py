@@ -76,7 +76,7 @@ def parse_args():
     ap.add_argument("--ffn", type=int, default=512)
     ap.add_argument("--ctx", type=int, default=128, help="training sequence length")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=550)
+    ap.add_argument("--steps", type=int, default=380)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--weight-decay", type=float, default=0.1)
