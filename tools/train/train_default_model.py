@@ -36,8 +36,12 @@ import random
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+# The machine is shared and oversubscribed: let idle OpenMP threads sleep
+# instead of spinning (must be set before torch loads its OpenMP runtime).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import austen_corpus  # noqa: E402
@@ -76,7 +80,15 @@ def parse_args():
     ap.add_argument("--ffn", type=int, default=512)
     ap.add_argument("--ctx", type=int, default=128, help="training sequence length")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=380)
+    ap.add_argument("--steps", type=int, default=380,
+                    help="step count when --time-budget is 0")
+    ap.add_argument("--time-budget", type=float, default=2100,
+                    help="train for this many seconds instead of a fixed step count: "
+                         "the LR schedule runs on elapsed-time fraction and the LR of "
+                         "every step is recorded in train_log.json, so --replay-lr can "
+                         "repeat the run exactly on any machine speed")
+    ap.add_argument("--replay-lr", default="",
+                    help="train_log.json of an earlier run: replay its per-step LRs")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--weight-decay", type=float, default=0.1)
@@ -288,20 +300,46 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
 
-    def lr_at(step):
+    def lr_from_progress(step, prog):
+        # linear warmup over the first steps, then cosine from lr to lr/10
+        # over progress (fraction of steps or of the time budget) in [0, 1].
         if step < a.warmup:
             return a.lr * (step + 1) / a.warmup
-        prog = (step - a.warmup) / max(1, a.steps - a.warmup)
+        prog = min(1.0, max(0.0, prog))
         return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
+
+    replay = None
+    if a.replay_lr:
+        with open(a.replay_lr) as f:
+            replay = json.load(f)["lr_per_step"]
 
     n_chat = round(a.batch * a.chat_frac)
     n_raw = a.batch - n_chat
     gen = torch.Generator().manual_seed(a.seed)
     history = []
-    steps = 5 if a.bench else a.steps
+    steps = 5 if a.bench else (len(replay) if replay else a.steps)
+    lrs = []
     t_train = time.time()
+    t_sched = None  # time-budget clock starts after warmup's first step
     model.train()
-    for step in range(steps):
+    step = 0
+    while True:
+        if replay is not None:
+            if step >= len(replay):
+                break
+            lr = replay[step]
+        elif a.time_budget and not a.bench:
+            if t_sched is None:
+                t_sched = time.time()
+            prog = (time.time() - t_sched) / a.time_budget
+            if prog >= 1.0:
+                break
+            lr = lr_from_progress(step, prog)
+        else:
+            if step >= steps:
+                break
+            lr = lr_from_progress(step, step / max(1, steps - 1))
+        lrs.append(lr)
         starts = torch.randint(0, len(raw) - a.ctx - 1, (n_raw,), generator=gen)
         xr = torch.stack([raw[s:s + a.ctx + 1] for s in starts.tolist()])
         ci = torch.randint(0, len(chat_rows), (n_chat,), generator=gen)
@@ -313,20 +351,23 @@ def main():
                               reduction="none").view_as(mask)
         loss = (nll * mask).sum() / mask.sum()
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 10 == 0 or step == steps - 1:
+        if step % 10 == 0:
             el = time.time() - t_train
-            log(f"step {step}/{steps} loss {loss.item():.3f} lr {lr_at(step):.2e} "
+            log(f"step {step} loss {loss.item():.3f} lr {lr:.2e} "
                 f"{el / (step + 1):.2f}s/step")
             history.append({"step": step, "loss": round(loss.item(), 4)})
         if (step + 1) % 100 == 0 and not a.bench:
             hl, _ = heldout_loss(model, heldout_ids, a.ctx)
             log(f"  held-out loss {hl:.3f} ppl {math.exp(hl):.1f}")
             history.append({"step": step, "heldout_loss": round(hl, 4)})
+        step += 1
+    steps = step
+    log(f"trained {steps} steps, final batch loss {loss.item():.3f}")
     if a.bench:
         log(f"bench: {(time.time() - t_train) / steps:.2f}s/step "
             f"({a.batch * a.ctx} tokens/step)")
@@ -395,7 +436,8 @@ def main():
         "n_params": n_params,
         "train_tokens_raw_stream": len(raw),
         "chat_rows": len(chat_rows),
-        "tokens_seen": a.steps * a.batch * a.ctx,
+        "steps": steps,
+        "tokens_seen": steps * a.batch * a.ctx,
         "train_seconds": round(time.time() - t_train),
         "total_seconds": round(time.time() - t0),
         "torch_version": torch.__version__,
@@ -404,6 +446,7 @@ def main():
                     "perplexity": round(math.exp(hl), 3),
                     "bits_per_byte": round(hl * n_tok / n_bytes / math.log(2), 4)},
         "history": history,
+        "lr_per_step": lrs,
     }
     write_json("train_log.json", result)
     log(f"held-out: loss {hl:.4f} nats/token, perplexity {math.exp(hl):.2f} "
