@@ -56,6 +56,7 @@ def heldout_loss(model, ids, ctx):
     return total / n, n
 
 
+@torch.no_grad()
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     mdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "models", "austen-tiny")
