@@ -226,6 +226,40 @@ def load_safetensors(path):
     return out
 
 
+@torch.no_grad()
+def sample_generate(model, prompt_ids, max_new_tokens, eos_ids=(), temperature=0.8,
+                    top_k=40, top_p=0.95, repetition_penalty=1.1, generator=None):
+    """Sampling as HF generate() does with these settings: repetition penalty
+    (divide positive / multiply negative logits of already-present ids), then
+    temperature, top-k, top-p (keep the smallest set with mass >= top_p)."""
+    caches = [dict() for _ in model.model.layers]
+    logits = model(torch.tensor([prompt_ids]), 0, caches)
+    pos = len(prompt_ids)
+    seq = list(prompt_ids)
+    out = []
+    for _ in range(max_new_tokens):
+        z = logits[0, -1].clone()
+        if repetition_penalty != 1.0:
+            idx = torch.tensor(sorted(set(seq)))
+            v = z[idx]
+            z[idx] = torch.where(v > 0, v / repetition_penalty, v * repetition_penalty)
+        z = z / temperature
+        kth = torch.topk(z, top_k).values[-1]
+        z[z < kth] = float("-inf")
+        sz, si = torch.sort(z, descending=True)
+        cum = torch.softmax(sz, -1).cumsum(-1)
+        drop = cum - torch.softmax(sz, -1) >= top_p
+        z[si[drop]] = float("-inf")
+        nxt = int(torch.multinomial(torch.softmax(z, -1), 1, generator=generator))
+        out.append(nxt)
+        seq.append(nxt)
+        if nxt in eos_ids:
+            break
+        logits = model(torch.tensor([[nxt]]), pos, caches)
+        pos += 1
+    return out
+
+
 def load_checkpoint(model_dir, dtype=torch.float32):
     """Load config.json + model.safetensors into a Qwen3ForCausalLM (eval mode)."""
     with open(os.path.join(model_dir, "config.json")) as f:
@@ -243,16 +277,21 @@ def load_checkpoint(model_dir, dtype=torch.float32):
 
 
 @torch.no_grad()
-def greedy_generate(model, prompt_ids, max_new_tokens, eos_ids=()):
+def greedy_generate(model, prompt_ids, max_new_tokens, eos_ids=(), margins=None):
     """Greedy decoding with a KV cache (prefill then one token per step).
 
-    Ties in argmax resolve to the lowest id (torch.argmax semantics)."""
+    Ties in argmax resolve to the lowest id (torch.argmax semantics). If
+    `margins` is a list, the top-1 minus top-2 logit gap of every step is
+    appended to it (small gaps are where another runtime may diverge)."""
     caches = [dict() for _ in model.model.layers]
     logits = model(torch.tensor([prompt_ids]), 0, caches)
     pos = len(prompt_ids)
     out = []
     for _ in range(max_new_tokens):
         nxt = int(torch.argmax(logits[0, -1]))
+        if margins is not None:
+            top2 = torch.topk(logits[0, -1], 2).values
+            margins.append(float(top2[0] - top2[1]))
         out.append(nxt)
         if nxt in eos_ids:
             break

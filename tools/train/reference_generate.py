@@ -80,12 +80,14 @@ def main():
         ids = tok.encode(prompt)
         logits = model(torch.tensor([ids]))[0, -1]
         top = torch.topk(logits, 10)
-        gen = greedy_generate(model, ids, max_new, eos_ids=eos)
+        margins = []
+        gen = greedy_generate(model, ids, max_new, eos_ids=eos, margins=margins)
         stopped = bool(gen) and gen[-1] in eos
         text = tok.decode(gen[:-1] if stopped else gen)
         case = {"name": name, **extra, "prompt": prompt, "prompt_ids": ids,
                 "max_new_tokens": max_new, "generated_ids": gen,
                 "stopped_on_eos": stopped, "text": text,
+                "min_top2_logit_margin": round(min(margins), 5),
                 "first_step_top_logits": [[int(i), round(float(v), 5)]
                                           for v, i in zip(top.values, top.indices)]}
         cases.append(case)

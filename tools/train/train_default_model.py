@@ -287,7 +287,6 @@ def main():
         "eos_token_id": im_end,
         "pad_token_id": eot,
         "torch_dtype": "float32",
-        "transformers_version": "4.51.0",
     }
     model = Qwen3ForCausalLM(cfg)
     model.init_weights(cfg["initializer_range"])
@@ -394,7 +393,6 @@ def main():
         "top_k": 40,
         "top_p": 0.95,
         "repetition_penalty": 1.1,
-        "transformers_version": "4.51.0",
     })
     tok_json = tok.to_hf_json()
     tmp = os.path.join(out, "tokenizer.json.tmp")
