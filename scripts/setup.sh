@@ -4,6 +4,7 @@
 #   scripts/setup.sh            install build deps, build (./build), install into ./dist
 #   scripts/setup.sh --tests    also install what the test suite needs
 #   scripts/setup.sh --deps-only [--tests]   only install packages
+#   scripts/setup.sh --train    also install what tools/train/ needs (retraining the default model)
 #
 # Idempotent: packages already present are not fetched again, an existing
 # build directory is reused.
@@ -12,12 +13,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 want_tests=0
+want_train=0
 deps_only=0
 for arg in "$@"; do
   case "$arg" in
     --tests) want_tests=1 ;;
+    --train) want_train=1 ;;
     --deps-only) deps_only=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -34,7 +37,10 @@ test_pkgs=(python3 clang libclang-rt-14-dev python3-jinja2
 command -v npm >/dev/null 2>&1 || test_pkgs+=(nodejs npm)
 
 pkgs=("${build_pkgs[@]}")
+# tools/train/ (default model): torch, BPE regex, the Austen corpus.
+train_pkgs=(python3-torch python3-numpy python3-regex python3-jinja2 libopenblas0-pthread r-cran-janeaustenr)
 [ "$want_tests" = 1 ] && pkgs+=("${test_pkgs[@]}")
+[ "$want_train" = 1 ] && pkgs+=("${train_pkgs[@]}")
 
 missing=()
 for p in "${pkgs[@]}"; do
