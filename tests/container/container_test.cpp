@@ -41,13 +41,20 @@ Rt &runtime() {
     return rt;
 }
 
+// One scratch dir per test process, removed at exit (by the process that made it,
+// not by forked children, which leave through _exit).
+struct ScratchDir {
+    fs::path path = fs::temp_directory_path() / ("cmf-container-test-" + std::to_string(::getpid()));
+    pid_t owner = ::getpid();
+    ScratchDir() { fs::create_directories(path); }
+    ~ScratchDir() {
+        std::error_code ec;
+        if (::getpid() == owner) fs::remove_all(path, ec);
+    }
+};
 fs::path tmpdir() {
-    static fs::path d = [] {
-        fs::path p = fs::temp_directory_path() / ("cmf-container-test-" + std::to_string(::getpid()));
-        fs::create_directories(p);
-        return p;
-    }();
-    return d;
+    static ScratchDir d;
+    return d.path;
 }
 Bytes read_all(const fs::path &p) {
     std::ifstream f(p, std::ios::binary);
