@@ -41,13 +41,20 @@ Rt &runtime() {
     return rt;
 }
 
+// One scratch dir per test process, removed at exit (by the process that made it,
+// not by forked children, which leave through _exit).
+struct ScratchDir {
+    fs::path path = fs::temp_directory_path() / ("cmf-container-test-" + std::to_string(::getpid()));
+    pid_t owner = ::getpid();
+    ScratchDir() { fs::create_directories(path); }
+    ~ScratchDir() {
+        std::error_code ec;
+        if (::getpid() == owner) fs::remove_all(path, ec);
+    }
+};
 fs::path tmpdir() {
-    static fs::path d = [] {
-        fs::path p = fs::temp_directory_path() / ("cmf-container-test-" + std::to_string(::getpid()));
-        fs::create_directories(p);
-        return p;
-    }();
-    return d;
+    static ScratchDir d;
+    return d.path;
 }
 Bytes read_all(const fs::path &p) {
     std::ifstream f(p, std::ios::binary);
@@ -659,4 +666,29 @@ TEST_CASE("container: the writer refuses what the reader would refuse, leaving n
     CHECK(!fs::exists(p));
     for (auto &e : fs::directory_iterator(tmpdir()))
         CHECK_MESSAGE(e.path().filename().string().find("refused.cmf.tmp") == std::string::npos, "temp file left: " << e.path());
+}
+
+#include "common/hash64.hpp"
+
+TEST_CASE("container: verify splits large tensors into pieces and still matches hash64") {
+    Bytes data(9u << 20 | 5);  // > 8 MiB piece size, odd tail
+    for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 2654435761u >> 13);
+    const uint64_t whole = cmf::hash64(data.data(), data.size());
+    const size_t cut = 8u << 20;
+    CHECK(cmf::hash64_finish(cmf::hash64_partial(data.data(), cut, 0) ^
+                                 cmf::hash64_partial(data.data() + cut, data.size() - cut, cut / 8),
+                             data.size()) == whole);
+    const fs::path p = tmpdir() / "big.cmf";
+    cmf_writer *w = nullptr;
+    const std::string h = tiny_header("", "");
+    REQUIRE(cmf_writer_create(runtime().rt, p.c_str(), h.data(), h.size(), nullptr, &w) == nullptr);
+    const uint64_t shape[] = {(9u << 20) / 4};
+    REQUIRE(cmf_writer_add_tensor(w, "big", CMF_DTYPE_F32, 1, shape, data.data(), shape[0] * 4) == nullptr);
+    REQUIRE(cmf_writer_finish(w) == nullptr);
+    cmf_writer_free(w);
+    CHECK(open_and_verify(p) == "");
+    Bytes b = read_all(p);
+    b[b.size() - 3] ^= 1;  // inside the second piece
+    write_all(p, b);
+    CHECK(open_and_verify(p).find("tensor 'big': hash64 mismatch") == 0);
 }
