@@ -1,5 +1,6 @@
 // C entry points of cmf.h for versions, errors, the runtime and its plugins.
 #include "common/error.hpp"
+#include "container/c_api_util.hpp"
 #include "plugins/runtime.hpp"
 
 #include <cmf/cmf.h>
@@ -13,28 +14,8 @@
 using cmf::Error;
 using cmf::guard;
 
-namespace {
-// Copies `src` into `dst`, keeping dst->struct_size: only the fields that fit
-// in the caller's struct_size are written (the caller may be older or newer).
-template <class T>
-void copy_out(T *dst, const T &src) {
-    uint32_t n = dst->struct_size;
-    if (n < sizeof(uint32_t)) throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call the *_init function)");
-    std::memcpy(reinterpret_cast<char *>(dst) + sizeof(uint32_t), reinterpret_cast<const char *>(&src) + sizeof(uint32_t),
-                std::min<size_t>(n, sizeof(T)) - sizeof(uint32_t));
-}
-// Reads the caller's struct into a full-size, defaulted copy.
-template <class T>
-T copy_in(const T *src, void (*init)(T *)) {
-    T out;
-    init(&out);
-    if (src == nullptr) return out;
-    if (src->struct_size < sizeof(uint32_t)) throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call the *_init function)");
-    std::memcpy(reinterpret_cast<char *>(&out) + sizeof(uint32_t), reinterpret_cast<const char *>(src) + sizeof(uint32_t),
-                std::min<size_t>(src->struct_size, sizeof(T)) - sizeof(uint32_t));
-    return out;
-}
-}  // namespace
+using cmf::capi::copy_in;
+using cmf::capi::copy_out;
 
 extern "C" {
 
