@@ -53,5 +53,6 @@ struct Command {
 int cmd_plugins(const std::vector<std::string> &args);
 int cmd_tokenize(const std::vector<std::string> &args);
 int cmd_detokenize(const std::vector<std::string> &args);
+int cmd_render(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

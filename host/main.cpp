@@ -12,6 +12,7 @@ const Command kCommands[] = {
     {"plugins", "list loaded plugins, their codecs/archs/backends, and refused plugins", cmfhost::cmd_plugins},
     {"tokenize", "encode text to token ids with a tokenizer.json", cmfhost::cmd_tokenize},
     {"detokenize", "decode token ids to text with a tokenizer.json", cmfhost::cmd_detokenize},
+    {"render", "render a chat template (tokenizer_config.json) over a conversation", cmfhost::cmd_render},
 };
 
 void print_help() {

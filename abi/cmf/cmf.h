@@ -232,6 +232,30 @@ CMF_API cmf_error *cmf_detokenizer_push(cmf_detokenizer *d, int32_t id, char **o
 CMF_API cmf_error *cmf_detokenizer_finish(cmf_detokenizer *d, char **out, size_t *out_len);
 CMF_API void cmf_detokenizer_free(cmf_detokenizer *d);
 
+/*
+ * Chat templates: render a Hugging Face chat template (Jinja) with jinja2's
+ * semantics and HF's environment (trim_blocks, lstrip_blocks, tojson,
+ * raise_exception, strftime_now). See docs/text.md for what is covered.
+ *
+ * `context_json` is a JSON object holding the template variables: messages,
+ * tools, add_generation_prompt, enable_thinking, bos_token, eos_token, ...
+ * (a variable left out is undefined for the template, as in HF).
+ * `tmpl` NULL or `tmpl_len` 0 selects the ChatML fallback (spec 6.1).
+ * Errors: CMF_ERR_TEMPLATE (syntax error or raise_exception; the message
+ * names the template line or carries the raised text), CMF_ERR_PARSE (bad
+ * context JSON). Thread-safe (no shared state).
+ */
+typedef struct cmf_chat_options {
+    uint32_t struct_size;
+    uint32_t flags;   /* reserved, 0 */
+    int64_t now_unix; /* the time strftime_now formats (local time); -1 (default) = now */
+} cmf_chat_options;
+
+CMF_API void cmf_chat_options_init(cmf_chat_options *opts);
+/* *out (NUL-terminated) is freed with cmf_string_free. `options` may be NULL. */
+CMF_API cmf_error *cmf_chat_render(const char *tmpl, size_t tmpl_len, const char *context_json, size_t context_len,
+                                   const cmf_chat_options *options, char **out, size_t *out_len);
+
 #ifdef __cplusplus
 }
 #endif

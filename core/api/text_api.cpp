@@ -1,10 +1,12 @@
 // C entry points of cmf.h's text section: tokenizer, detokenizer, chat.
 #include "common/error.hpp"
+#include "text/jinja.hpp"
 #include "text/tokenizer.hpp"
 
 #include <cmf/cmf.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
 using cmf::Error;
@@ -132,5 +134,31 @@ CMF_API cmf_error *cmf_detokenizer_finish(cmf_detokenizer *d, char **out, size_t
 }
 
 CMF_API void cmf_detokenizer_free(cmf_detokenizer *d) { delete d; }
+
+CMF_API void cmf_chat_options_init(cmf_chat_options *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+    o->now_unix = -1;
+}
+
+CMF_API cmf_error *cmf_chat_render(const char *tmpl, size_t tmpl_len, const char *context_json, size_t context_len,
+                                   const cmf_chat_options *options, char **out, size_t *out_len) {
+    return guard([&] {
+        require(out, "out");
+        if (!context_json && context_len) throw Error(CMF_ERR_INVALID_ARGUMENT, "context_json is NULL");
+        cmf_chat_options o;
+        cmf_chat_options_init(&o);
+        if (options) {
+            if (options->struct_size < sizeof(uint32_t))
+                throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call cmf_chat_options_init)");
+            std::memcpy(reinterpret_cast<char *>(&o) + sizeof(uint32_t), reinterpret_cast<const char *>(options) + sizeof(uint32_t),
+                        std::min<size_t>(options->struct_size, sizeof o) - sizeof(uint32_t));
+        }
+        std::string_view src = (tmpl && tmpl_len) ? std::string_view(tmpl, tmpl_len) : std::string_view(cmf::text::kChatmlTemplate);
+        cmf::text::ChatTemplate t(src);
+        give_string(t.render(std::string_view(context_json ? context_json : "", context_len), o.now_unix), out, out_len);
+    });
+}
 
 }  // extern "C"

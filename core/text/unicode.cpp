@@ -80,6 +80,8 @@ std::string lowercase(std::string_view s) {
     return out;
 }
 
+std::string uppercase_cp(uint32_t cp) { return utf8_encode(uint32_t(utf8proc_toupper(utf8proc_int32_t(cp)))); }
+
 std::string strip_whitespace(std::string_view s, bool left, bool right) {
     size_t b = 0, e = s.size();
     if (left)

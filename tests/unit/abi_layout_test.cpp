@@ -27,6 +27,10 @@ namespace {
     CHECK_OFFSET(cmf_byte_sink, append, 16);
     CHECK_SIZE(cmf_runtime_options, 48);
     CHECK_OFFSET(cmf_runtime_options, n_threads, 4);
+    CHECK_SIZE(cmf_chat_options, 16);
+    CHECK_OFFSET(cmf_chat_options, struct_size, 0);
+    CHECK_OFFSET(cmf_chat_options, flags, 4);
+    CHECK_OFFSET(cmf_chat_options, now_unix, 8);
     CHECK_OFFSET(cmf_runtime_options, flags, 8);
     CHECK_OFFSET(cmf_runtime_options, plugin_path, 16);
     CHECK_OFFSET(cmf_runtime_options, log_fn, 24);
