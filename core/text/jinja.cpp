@@ -750,6 +750,7 @@ private:
     void end_tag() { expect(Tok::BlockEnd, "'%}'"); }
 
     NodeP parse_statement() {
+        DepthGuard g(depth_, peek().line);
         const Token &kw = next();
         int line = kw.line;
         const std::string &k = kw.text;
@@ -919,7 +920,18 @@ private:
     }
 
 public:
+    // Guards the recursive descent against absurdly nested input.
+    struct DepthGuard {
+        int &d;
+        DepthGuard(int &depth, int line) : d(depth) {
+            if (++d > 256) fail(line, "template nested too deeply");
+        }
+        ~DepthGuard() { --d; }
+    };
+    int depth_ = 0;
+
     NodeP parse_expr() {
+        DepthGuard g(depth_, peek().line);
         auto e = parse_or();
         while (is_name("if")) {
             int line = peek().line;
@@ -1028,6 +1040,7 @@ private:
         return e;
     }
     NodeP parse_unary(bool with_filter) {
+        DepthGuard g(depth_, peek().line);
         NodeP e;
         if (is_op("-") || is_op("+")) {
             auto n = mk(NK::Unary, peek().line);

@@ -69,6 +69,9 @@ TEST_CASE("chat: errors name the template line; raise_exception carries its mess
     CHECK(immutable.code == CMF_ERR_TEMPLATE);
     auto bad_ctx = render("x", "[1, 2]");
     CHECK(bad_ctx.code == CMF_ERR_PARSE);
+    auto deep = render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", "{}");
+    CHECK(deep.code == CMF_ERR_TEMPLATE);
+    CHECK(deep.text.find("nested too deeply") != std::string::npos);
     auto unclosed = render("{% for x in y %}never closed", R"({"y":[]})");
     CHECK(unclosed.code == CMF_ERR_TEMPLATE);
     CHECK(unclosed.text.find("endfor") != std::string::npos);
