@@ -124,10 +124,16 @@ TEST_CASE("tokenizer C API: create, encode, decode, lookups, streaming, errors")
         streamed += std::string(s, len);
         cmf_string_free(s);
     }
+    e = cmf_detokenizer_push(d, 99, &s, &len);  // not in the vocabulary: an error, the stream goes on
+    CHECK(cmf_error_code(e) == CMF_ERR_BOUNDS);
+    cmf_error_free(e);
+    REQUIRE(cmf_detokenizer_push(d, 1, &s, &len) == nullptr);
+    streamed += std::string(s, len);
+    cmf_string_free(s);
     REQUIRE(cmf_detokenizer_finish(d, &s, &len) == nullptr);
     streamed += s;
     cmf_string_free(s);
-    CHECK(streamed == "hihi");
+    CHECK(streamed == "hihii");
     cmf_detokenizer_free(d);
     cmf_tokenizer_free(t);
     cmf_tokenizer *bad = nullptr;
