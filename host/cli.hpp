@@ -61,5 +61,6 @@ int cmd_keygen(const std::vector<std::string> &args);
 int cmd_compact(const std::vector<std::string> &args);
 int cmd_tensor(const std::vector<std::string> &args);
 int cmd_masks(const std::vector<std::string> &args);
+int cmd_render(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"compact", "rewrite a model as one file without dead bytes", cmfhost::cmd_compact},
     {"tensor", "dequantize one tensor to raw f32", cmfhost::cmd_tensor},
     {"masks", "list task masks and the sparse index", cmfhost::cmd_masks},
+    {"render", "render a chat template (tokenizer_config.json) over a conversation", cmfhost::cmd_render},
 };
 
 void print_help() {

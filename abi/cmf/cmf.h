@@ -455,6 +455,68 @@ CMF_API cmf_error *cmf_detokenizer_push(cmf_detokenizer *d, int32_t id, char **o
 CMF_API cmf_error *cmf_detokenizer_finish(cmf_detokenizer *d, char **out, size_t *out_len);
 CMF_API void cmf_detokenizer_free(cmf_detokenizer *d);
 
+/*
+ * Chat templates: render a Hugging Face chat template (Jinja) with jinja2's
+ * semantics and HF's environment (trim_blocks, lstrip_blocks, tojson,
+ * raise_exception, strftime_now). See docs/text.md for what is covered.
+ *
+ * `context_json` is a JSON object holding the template variables: messages,
+ * tools, add_generation_prompt, enable_thinking, bos_token, eos_token, ...
+ * (a variable left out is undefined for the template, as in HF).
+ * `tmpl` NULL or `tmpl_len` 0 selects the ChatML fallback (spec 6.1).
+ * Errors: CMF_ERR_TEMPLATE (syntax error or raise_exception; the message
+ * names the template line or carries the raised text), CMF_ERR_PARSE (bad
+ * context JSON). Thread-safe (no shared state).
+ */
+typedef struct cmf_chat_options {
+    uint32_t struct_size;
+    uint32_t flags;   /* reserved, 0 */
+    int64_t now_unix; /* the time strftime_now formats (local time); -1 (default) = now */
+} cmf_chat_options;
+
+CMF_API void cmf_chat_options_init(cmf_chat_options *opts);
+/* *out (NUL-terminated) is freed with cmf_string_free. `options` may be NULL. */
+CMF_API cmf_error *cmf_chat_render(const char *tmpl, size_t tmpl_len, const char *context_json, size_t context_len,
+                                   const cmf_chat_options *options, char **out, size_t *out_len);
+
+/*
+ * Sampler: picks the next token from logits. Chain order (ARCHS.md 6.1,
+ * docs/text.md): suppressed ids -> repetition penalty (once per distinct
+ * token of the history: logit > 0 divided, else multiplied) -> presence
+ * penalty -> greedy if temperature < 1e-6 (lowest index among equal maxima)
+ * else: / temperature -> softmax -> min-p -> top-k (ties survive) -> top-p
+ * (shortest prefix reaching top_p) -> renormalise -> inverse-CDF draw with
+ * SplitMix64(seed). Same seed, same history, same logits: same ids.
+ * A cmf_sampler is used by one thread at a time.
+ */
+typedef struct cmf_sampler cmf_sampler;
+
+typedef struct cmf_sampler_params {
+    uint32_t struct_size;
+    float temperature;        /* default 0.7; < 1e-6 = greedy */
+    int32_t top_k;            /* default 40; <= 0 = off */
+    float top_p;              /* default 0.9; >= 1 = off */
+    float min_p;              /* default 0.05; 0 = off */
+    float repetition_penalty; /* default 1.1; 1 = off */
+    float presence_penalty;   /* default 0 = off */
+    uint32_t reserved0;
+    uint64_t seed;            /* default 0 */
+} cmf_sampler_params;
+
+CMF_API void cmf_sampler_params_init(cmf_sampler_params *p);
+CMF_API cmf_error *cmf_sampler_create(const cmf_sampler_params *p, cmf_sampler **out);
+CMF_API void cmf_sampler_free(cmf_sampler *s);
+/* Appends ids to the history the penalties see (the prompt, or tokens
+ * generated elsewhere); cmf_sampler_sample appends its own picks. */
+CMF_API cmf_error *cmf_sampler_accept(cmf_sampler *s, const int32_t *ids, size_t n);
+/* Ids that are never sampled (logit forced to -inf). */
+CMF_API cmf_error *cmf_sampler_suppress(cmf_sampler *s, const int32_t *ids, size_t n);
+/* Replaces the stop set (eos ids: any of them ends generation). */
+CMF_API cmf_error *cmf_sampler_set_stop_ids(cmf_sampler *s, const int32_t *ids, size_t n);
+/* 1 when `id` is in the stop set. */
+CMF_API int32_t cmf_sampler_is_stop(const cmf_sampler *s, int32_t id);
+CMF_API cmf_error *cmf_sampler_sample(cmf_sampler *s, const float *logits, size_t n_vocab, int32_t *out_id);
+
 /* ---- session: running a model (issue 7) --------------------------------- */
 
 /*

@@ -1,10 +1,13 @@
 // C entry points of cmf.h's text section: tokenizer, detokenizer, chat.
 #include "common/error.hpp"
+#include "text/jinja.hpp"
+#include "text/sampler.hpp"
 #include "text/tokenizer.hpp"
 
 #include <cmf/cmf.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
 using cmf::Error;
@@ -12,6 +15,9 @@ using cmf::guard;
 
 struct cmf_tokenizer {
     std::unique_ptr<cmf::text::Tokenizer> tok;
+};
+struct cmf_sampler {
+    cmf::text::Sampler s;
 };
 struct cmf_detokenizer {
     cmf::text::StreamDecoder dec;
@@ -132,5 +138,109 @@ CMF_API cmf_error *cmf_detokenizer_finish(cmf_detokenizer *d, char **out, size_t
 }
 
 CMF_API void cmf_detokenizer_free(cmf_detokenizer *d) { delete d; }
+
+CMF_API void cmf_chat_options_init(cmf_chat_options *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+    o->now_unix = -1;
+}
+
+CMF_API cmf_error *cmf_chat_render(const char *tmpl, size_t tmpl_len, const char *context_json, size_t context_len,
+                                   const cmf_chat_options *options, char **out, size_t *out_len) {
+    return guard([&] {
+        require(out, "out");
+        if (!context_json && context_len) throw Error(CMF_ERR_INVALID_ARGUMENT, "context_json is NULL");
+        cmf_chat_options o;
+        cmf_chat_options_init(&o);
+        if (options) {
+            if (options->struct_size < sizeof(uint32_t))
+                throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call cmf_chat_options_init)");
+            std::memcpy(reinterpret_cast<char *>(&o) + sizeof(uint32_t), reinterpret_cast<const char *>(options) + sizeof(uint32_t),
+                        std::min<size_t>(options->struct_size, sizeof o) - sizeof(uint32_t));
+        }
+        std::string_view src = (tmpl && tmpl_len) ? std::string_view(tmpl, tmpl_len) : std::string_view(cmf::text::kChatmlTemplate);
+        cmf::text::ChatTemplate t(src);
+        give_string(t.render(std::string_view(context_json ? context_json : "", context_len), o.now_unix), out, out_len);
+    });
+}
+
+}  // extern "C"
+
+extern "C" {
+
+CMF_API void cmf_sampler_params_init(cmf_sampler_params *p) {
+    if (!p) return;
+    std::memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    cmf::text::SamplerParams d;
+    p->temperature = d.temperature;
+    p->top_k = d.top_k;
+    p->top_p = d.top_p;
+    p->min_p = d.min_p;
+    p->repetition_penalty = d.repetition_penalty;
+    p->presence_penalty = d.presence_penalty;
+    p->seed = d.seed;
+}
+
+CMF_API cmf_error *cmf_sampler_create(const cmf_sampler_params *p, cmf_sampler **out) {
+    return guard([&] {
+        require(out, "out");
+        cmf_sampler_params q;
+        cmf_sampler_params_init(&q);
+        if (p) {
+            if (p->struct_size < sizeof(uint32_t))
+                throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call cmf_sampler_params_init)");
+            std::memcpy(reinterpret_cast<char *>(&q) + sizeof(uint32_t), reinterpret_cast<const char *>(p) + sizeof(uint32_t),
+                        std::min<size_t>(p->struct_size, sizeof q) - sizeof(uint32_t));
+        }
+        cmf::text::SamplerParams sp;
+        sp.temperature = q.temperature;
+        sp.top_k = q.top_k;
+        sp.top_p = q.top_p;
+        sp.min_p = q.min_p;
+        sp.repetition_penalty = q.repetition_penalty;
+        sp.presence_penalty = q.presence_penalty;
+        sp.seed = q.seed;
+        *out = new cmf_sampler{cmf::text::Sampler(sp)};
+    });
+}
+
+CMF_API void cmf_sampler_free(cmf_sampler *s) { delete s; }
+
+CMF_API cmf_error *cmf_sampler_accept(cmf_sampler *s, const int32_t *ids, size_t n) {
+    return guard([&] {
+        require(s, "sampler");
+        if (!ids && n) throw Error(CMF_ERR_INVALID_ARGUMENT, "ids is NULL");
+        s->s.accept(std::span<const int32_t>(ids, n));
+    });
+}
+
+CMF_API cmf_error *cmf_sampler_suppress(cmf_sampler *s, const int32_t *ids, size_t n) {
+    return guard([&] {
+        require(s, "sampler");
+        if (!ids && n) throw Error(CMF_ERR_INVALID_ARGUMENT, "ids is NULL");
+        s->s.suppress(std::span<const int32_t>(ids, n));
+    });
+}
+
+CMF_API cmf_error *cmf_sampler_set_stop_ids(cmf_sampler *s, const int32_t *ids, size_t n) {
+    return guard([&] {
+        require(s, "sampler");
+        if (!ids && n) throw Error(CMF_ERR_INVALID_ARGUMENT, "ids is NULL");
+        s->s.set_stop_ids(std::span<const int32_t>(ids, n));
+    });
+}
+
+CMF_API int32_t cmf_sampler_is_stop(const cmf_sampler *s, int32_t id) { return s && s->s.is_stop(id) ? 1 : 0; }
+
+CMF_API cmf_error *cmf_sampler_sample(cmf_sampler *s, const float *logits, size_t n_vocab, int32_t *out_id) {
+    return guard([&] {
+        require(s, "sampler");
+        require(logits, "logits");
+        require(out_id, "out_id");
+        *out_id = s->s.sample(std::span<const float>(logits, n_vocab));
+    });
+}
 
 }  // extern "C"

@@ -1109,8 +1109,14 @@ bool Tokenizer::is_special(int32_t id) const {
 std::string StreamDecoder::push(int32_t id) {
     ids_.push_back(id);
     std::span<const int32_t> all(ids_);
-    std::string before = tok_.decode_bytes(all.subspan(prefix_, read_ - prefix_), skip_);
-    std::string now = tok_.decode_bytes(all.subspan(prefix_), skip_);
+    std::string before, now;
+    try {
+        before = tok_.decode_bytes(all.subspan(prefix_, read_ - prefix_), skip_);
+        now = tok_.decode_bytes(all.subspan(prefix_), skip_);
+    } catch (...) {
+        ids_.pop_back();  // an id outside the vocabulary leaves the stream as it was
+        throw;
+    }
     if (now.size() <= before.size() || now.compare(0, before.size(), before) != 0) {
         if (now.size() < before.size() || now.compare(0, now.size(), before, 0, now.size()) != 0) {
             // The decoder rewrote earlier text (should not happen with HF decoders): restart the window.

@@ -44,6 +44,22 @@ bool is_alnum_cp(uint32_t cp) {
            (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
 }
 
+namespace {
+// True when every code point lies in a range whose characters are all
+// NFC_Quick_Check=Yes and never compose with a neighbour: below U+0300 (no
+// combining marks there), CJK Unified Ideographs, precomposed Hangul
+// syllables. Such text is its own NFC; anything else goes to utf8proc.
+bool nfc_quick_yes(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+        uint32_t cp;
+        i += utf8_decode(s, i, cp);
+        if (cp < 0x300 || (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7A3)) continue;
+        return false;
+    }
+    return true;
+}
+}  // namespace
+
 std::string normalize_unicode(std::string_view s, NormForm form) {
     // ASCII is invariant under every normalization form.
     bool ascii = true;
@@ -53,6 +69,7 @@ std::string normalize_unicode(std::string_view s, NormForm form) {
             break;
         }
     if (ascii) return std::string(s);
+    if (form == NormForm::NFC && nfc_quick_yes(s)) return std::string(s);
     int opts = UTF8PROC_STABLE;
     switch (form) {
     case NormForm::NFC: opts |= UTF8PROC_COMPOSE; break;
@@ -79,6 +96,8 @@ std::string lowercase(std::string_view s) {
     }
     return out;
 }
+
+std::string uppercase_cp(uint32_t cp) { return utf8_encode(uint32_t(utf8proc_toupper(utf8proc_int32_t(cp)))); }
 
 std::string strip_whitespace(std::string_view s, bool left, bool right) {
     size_t b = 0, e = s.size();

@@ -24,6 +24,8 @@ bool is_alnum_cp(uint32_t cp);
 
 std::string normalize_unicode(std::string_view s, NormForm form);
 std::string lowercase(std::string_view s);
+// UTF-8 of the simple uppercase mapping of one code point.
+std::string uppercase_cp(uint32_t cp);
 std::string strip_whitespace(std::string_view s, bool left, bool right);
 
 }  // namespace cmf::text

@@ -146,3 +146,97 @@ int cmd_detokenize(const std::vector<std::string> &args) {
 }
 
 }  // namespace cmfhost
+
+namespace cmfhost {
+
+namespace {
+boost::json::value parse_json_file(const std::string &path) {
+    try {
+        return boost::json::parse(read_file(path));
+    } catch (const Failure &) {
+        throw;
+    } catch (const std::exception &e) {
+        throw Failure(path + ": not valid JSON: " + e.what());
+    }
+}
+
+// tokenizer_config.json's chat_template: a string, or a list of {name, template}
+// (HF picks "tool_use" when tools are given and it exists, else "default").
+std::string pick_template(const boost::json::object &cfg, bool has_tools, const std::string &path) {
+    auto it = cfg.find("chat_template");
+    if (it == cfg.end() || it->value().is_null()) return {};  // ChatML fallback
+    if (it->value().is_string()) return std::string(it->value().as_string());
+    if (!it->value().is_array()) throw Failure(path + ": chat_template must be a string or a list");
+    std::string dflt, tool_use;
+    for (const auto &e : it->value().as_array()) {
+        if (!e.is_object() || !e.as_object().contains("name") || !e.as_object().contains("template"))
+            throw Failure(path + ": chat_template entries need 'name' and 'template'");
+        std::string name(e.as_object().at("name").as_string()), tmpl(e.as_object().at("template").as_string());
+        if (name == "default") dflt = tmpl;
+        if (name == "tool_use") tool_use = tmpl;
+    }
+    if (has_tools && !tool_use.empty()) return tool_use;
+    if (dflt.empty()) throw Failure(path + ": chat_template list has no 'default' entry");
+    return dflt;
+}
+}  // namespace
+
+int cmd_render(const std::vector<std::string> &args) {
+    std::string config, messages;
+    bool gen_prompt = false, thinking = false;
+    long long now = -1;
+    po::options_description desc("options");
+    desc.add_options()
+        ("tokenizer-config", po::value(&config), "HF tokenizer_config.json (chat_template, bos_token, eos_token, ...)")
+        ("messages", po::value(&messages), "conversation: a JSON array of messages, or an object with 'messages' "
+                                           "plus template variables (tools, enable_thinking, ...)")
+        ("add-generation-prompt", po::bool_switch(&gen_prompt), "end with the assistant turn's opening")
+        ("enable-thinking", po::bool_switch(&thinking), "set enable_thinking=true")
+        ("now", po::value(&now), "unix time strftime_now formats (default: the current time)");
+    po::variables_map vm;
+    if (!parse_args("render", "--tokenizer-config tokenizer_config.json --messages conv.json "
+                              "[--add-generation-prompt] [--enable-thinking]",
+                    args, desc, {}, vm))
+        return 0;
+    if (config.empty()) throw Failure("--tokenizer-config is required", 2);
+    if (messages.empty()) throw Failure("--messages is required", 2);
+    boost::json::value cfgv = parse_json_file(config);
+    if (!cfgv.is_object()) throw Failure(config + ": expected a JSON object");
+    const auto &cfg = cfgv.as_object();
+    boost::json::value conv = parse_json_file(messages);
+    boost::json::object ctx;
+    // HF passes the special tokens (strings, or AddedToken objects' content).
+    for (const auto &kv : cfg) {
+        std::string_view k = kv.key();
+        if (k.size() < 6 || k.substr(k.size() - 6) != "_token") continue;
+        if (kv.value().is_string()) ctx[k] = kv.value();
+        else if (kv.value().is_object() && kv.value().as_object().contains("content"))
+            ctx[k] = kv.value().as_object().at("content");
+    }
+    ctx["add_generation_prompt"] = false;
+    if (conv.is_array()) ctx["messages"] = conv;
+    else if (conv.is_object()) {
+        if (!conv.as_object().contains("messages")) throw Failure(messages + ": the object has no 'messages'");
+        for (const auto &kv : conv.as_object()) ctx[kv.key()] = kv.value();
+    } else
+        throw Failure(messages + ": expected an array of messages or an object with 'messages'");
+    // HF always passes these two, None when absent.
+    if (!ctx.contains("tools")) ctx["tools"] = nullptr;
+    if (!ctx.contains("documents")) ctx["documents"] = nullptr;
+    if (gen_prompt) ctx["add_generation_prompt"] = true;
+    if (thinking) ctx["enable_thinking"] = true;
+    bool has_tools = ctx.contains("tools") && !ctx.at("tools").is_null();
+    std::string tmpl = pick_template(cfg, has_tools, config);
+    std::string ctx_json = boost::json::serialize(ctx);
+    cmf_chat_options opts;
+    cmf_chat_options_init(&opts);
+    opts.now_unix = now;
+    char *s = nullptr;
+    size_t n = 0;
+    check(cmf_chat_render(tmpl.data(), tmpl.size(), ctx_json.data(), ctx_json.size(), &opts, &s, &n));
+    std::cout << take_string(s, n);
+    std::cout.flush();
+    return 0;
+}
+
+}  // namespace cmfhost

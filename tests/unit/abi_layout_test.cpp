@@ -27,6 +27,18 @@ namespace {
     CHECK_OFFSET(cmf_byte_sink, append, 16);
     CHECK_SIZE(cmf_runtime_options, 48);
     CHECK_OFFSET(cmf_runtime_options, n_threads, 4);
+    CHECK_SIZE(cmf_sampler_params, 40);
+    CHECK_OFFSET(cmf_sampler_params, temperature, 4);
+    CHECK_OFFSET(cmf_sampler_params, top_k, 8);
+    CHECK_OFFSET(cmf_sampler_params, top_p, 12);
+    CHECK_OFFSET(cmf_sampler_params, min_p, 16);
+    CHECK_OFFSET(cmf_sampler_params, repetition_penalty, 20);
+    CHECK_OFFSET(cmf_sampler_params, presence_penalty, 24);
+    CHECK_OFFSET(cmf_sampler_params, seed, 32);
+    CHECK_SIZE(cmf_chat_options, 16);
+    CHECK_OFFSET(cmf_chat_options, struct_size, 0);
+    CHECK_OFFSET(cmf_chat_options, flags, 4);
+    CHECK_OFFSET(cmf_chat_options, now_unix, 8);
     CHECK_OFFSET(cmf_runtime_options, flags, 8);
     CHECK_OFFSET(cmf_runtime_options, plugin_path, 16);
     CHECK_OFFSET(cmf_runtime_options, log_fn, 24);
