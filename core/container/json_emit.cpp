@@ -36,7 +36,12 @@ std::string spell(const char *buf, size_t n, bool neg, int lo, int hi) {
         return out + "0." + std::string(size_t(-exp - 1), '0') + digits;
     }
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {
+        // Appended in two steps: `"." + digits.substr(1)` trips GCC 12's
+        // -Wrestrict false positive at -O3 (GCC bug 105651).
+        out += '.';
+        out.append(digits, 1, std::string::npos);
+    }
     return out + "e" + (exp < 0 ? "-" : "+") + std::to_string(std::abs(exp));
 }
 
