@@ -61,5 +61,8 @@ int cmd_keygen(const std::vector<std::string> &args);
 int cmd_compact(const std::vector<std::string> &args);
 int cmd_tensor(const std::vector<std::string> &args);
 int cmd_masks(const std::vector<std::string> &args);
+// convert (issues 4/6)
+int cmd_convert(const std::vector<std::string> &args);
+int cmd_requant(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

@@ -19,6 +19,8 @@ const Command kCommands[] = {
     {"compact", "rewrite a model as one file without dead bytes", cmfhost::cmd_compact},
     {"tensor", "dequantize one tensor to raw f32", cmfhost::cmd_tensor},
     {"masks", "list task masks and the sparse index", cmfhost::cmd_masks},
+    {"convert", "convert a Hugging Face checkpoint directory to .cmf", cmfhost::cmd_convert},
+    {"requant", "re-encode the tensors of a .cmf to another dtype", cmfhost::cmd_requant},
 };
 
 void print_help() {
