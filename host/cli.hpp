@@ -63,4 +63,8 @@ int cmd_tensor(const std::vector<std::string> &args);
 int cmd_masks(const std::vector<std::string> &args);
 int cmd_render(const std::vector<std::string> &args);
 
+// convert (issues 4/6)
+int cmd_convert(const std::vector<std::string> &args);
+int cmd_requant(const std::vector<std::string> &args);
+
 }  // namespace cmfhost

@@ -20,6 +20,9 @@ const Command kCommands[] = {
     {"tensor", "dequantize one tensor to raw f32", cmfhost::cmd_tensor},
     {"masks", "list task masks and the sparse index", cmfhost::cmd_masks},
     {"render", "render a chat template (tokenizer_config.json) over a conversation", cmfhost::cmd_render},
+
+    {"convert", "convert a Hugging Face checkpoint directory to .cmf", cmfhost::cmd_convert},
+    {"requant", "re-encode the tensors of a .cmf to another dtype", cmfhost::cmd_requant},
 };
 
 void print_help() {

@@ -395,6 +395,55 @@ CMF_API cmf_error *cmf_writer_open_append(cmf_runtime *rt, const char *path, con
  * block), the index is rebuilt. */
 CMF_API cmf_error *cmf_compact(cmf_runtime *rt, const char *in_path, const char *out_path);
 
+/* ---- convert: HF checkpoint -> .cmf, re-encoding (issues 4/6) ------------ */
+
+/* Progress of cmf_convert / cmf_requant, called on the calling thread after
+ * each output tensor: tensors done/total and input bytes done/total. */
+typedef void (*cmf_convert_progress_fn)(void *user, uint64_t tensors_done, uint64_t tensors_total,
+                                        uint64_t bytes_done, uint64_t bytes_total);
+
+typedef struct cmf_convert_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *model_dir;       /* Hugging Face checkpoint: config.json, *.safetensors, tokenizer.json */
+    const char *output;          /* the .cmf to write (shards: {stem}-NNNNN-of-NNNNN.cmf) */
+    const char *quant;           /* f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1s|q1t; NULL = "q8" */
+    const char *quant_map;       /* "PATTERN=DTYPE,PATTERN=DTYPE" overrides, first match wins; NULL = none */
+    uint64_t shard_max_bytes;    /* > 0: shard the output (cmf_writer_options.shard_max_bytes) */
+    cmf_convert_progress_fn progress;  /* NULL = none */
+    void *progress_user;
+} cmf_convert_options;
+
+CMF_API void cmf_convert_options_init(cmf_convert_options *opts);
+
+/* Convert a checkpoint directory into a W1 .cmf (docs/convert.md). The
+ * output appears only when everything succeeded (temp file + rename); on any
+ * error nothing is left at `output`. Uses the runtime's arch plugins (by HF
+ * model_type), codecs and thread pool. Blocks; one call per runtime at a time. */
+CMF_API cmf_error *cmf_convert(cmf_runtime *rt, const cmf_convert_options *opts);
+
+typedef struct cmf_requant_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *input;           /* existing .cmf (any shard name) */
+    const char *output;          /* the .cmf to write; must differ from input */
+    const char *quant;           /* target --quant name as in cmf_convert_options */
+    const char *only;            /* glob: re-encode only matching tensors; NULL = all */
+    uint64_t shard_max_bytes;
+    cmf_convert_progress_fn progress;
+    void *progress_user;
+} cmf_requant_options;
+
+CMF_API void cmf_requant_options_init(cmf_requant_options *opts);
+
+/* Re-encode tensors: each selected tensor is dequantized through its codec
+ * and quantized to the dtype the converter's policy picks for `quant`
+ * (1-D, small and keep-f16 tensors become f16; unchanged dtypes are copied
+ * byte for byte). Masks, vocab and header are kept; quant_type is updated
+ * (unless `only` is set), feature bits and section hashes are recomputed.
+ * Atomic like cmf_convert. */
+CMF_API cmf_error *cmf_requant(cmf_runtime *rt, const cmf_requant_options *opts);
+
 /* ---- text (issue 5 grows this section) ---------------------------------- */
 
 /*

@@ -315,9 +315,11 @@ std::string tokenizer_config_json(const fs::path &dir, dom::object config) {
 
 class Progress {
 public:
-    Progress(bool enabled, uint64_t tensors, uint64_t bytes)
-        : on_(enabled && ::isatty(2)), tensors_(tensors), bytes_(bytes), t0_(std::chrono::steady_clock::now()) {}
+    Progress(bool enabled, uint64_t tensors, uint64_t bytes,
+             const std::function<void(uint64_t, uint64_t, uint64_t, uint64_t)> &cb)
+        : on_(enabled && ::isatty(2)), tensors_(tensors), bytes_(bytes), cb_(cb), t0_(std::chrono::steady_clock::now()) {}
     void update(uint64_t tensors_done, uint64_t bytes_done) {
+        if (cb_) cb_(tensors_done, tensors_, bytes_done, bytes_);
         if (!on_) return;
         double el = seconds();
         double frac = bytes_ ? static_cast<double>(bytes_done) / static_cast<double>(bytes_) : 1.0;
@@ -337,6 +339,7 @@ public:
 private:
     bool on_;
     uint64_t tensors_, bytes_;
+    const std::function<void(uint64_t, uint64_t, uint64_t, uint64_t)> &cb_;
     std::chrono::steady_clock::time_point t0_;
 };
 
@@ -447,7 +450,7 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
         }
 
         sink.begin(pl.plan.header_json, st.source_tensors, outs.size());
-        Progress progress(opts.progress, outs.size(), total_in);
+        Progress progress(opts.progress, outs.size(), total_in, opts.on_progress);
         const uint64_t budget = std::max(largest, opts.memory_budget ? opts.memory_budget : uint64_t(256) << 20);
 
         struct Job {

@@ -15,6 +15,7 @@
 #include "convert/dtype_policy.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct ConvertOptions {
     // largest single tensor is always allowed (0 = 256 MiB).
     uint64_t memory_budget = 0;
     bool progress = false;          // draw a progress bar on stderr when it is a terminal
+    // Called after each tensor handed to the sink (from the calling thread):
+    // tensors done/total, source bytes done/total. Empty = none.
+    std::function<void(uint64_t, uint64_t, uint64_t, uint64_t)> on_progress;
 };
 
 struct ConvertStats {

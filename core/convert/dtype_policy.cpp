@@ -48,6 +48,8 @@ bool pattern_matches(const std::string &pat, const std::string &name) {
 
 }  // namespace
 
+bool name_matches(const std::string &pattern, const std::string &name) { return pattern_matches(pattern, name); }
+
 int32_t quant_dtype_from_name(const std::string &name) {
     for (const auto &q : kNames)
         if (name == q.name) return q.dtype;

@@ -20,6 +20,10 @@ const char *header_quant_type(int32_t dtype);
 // Short dtype name for messages ("q4tp").
 std::string dtype_name(int32_t dtype);
 
+// Glob `pattern` (fnmatch) against the whole name or any dot-separated
+// suffix of it: the matching rule of --quant-map and requant --only.
+bool name_matches(const std::string &pattern, const std::string &name);
+
 class QuantPolicy {
 public:
     // `quant`: the --quant name; `quant_map`: "pattern=name,pattern=name"

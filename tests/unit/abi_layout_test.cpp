@@ -229,6 +229,26 @@ namespace {
     CHECK_OFFSET(cmf_mask_spec, blob, 64);
     CHECK_OFFSET(cmf_mask_spec, blob_len, 72);
 
+    // convert (issues 4/6)
+    CHECK_SIZE(cmf_convert_options, 64);
+    CHECK_OFFSET(cmf_convert_options, flags, 4);
+    CHECK_OFFSET(cmf_convert_options, model_dir, 8);
+    CHECK_OFFSET(cmf_convert_options, output, 16);
+    CHECK_OFFSET(cmf_convert_options, quant, 24);
+    CHECK_OFFSET(cmf_convert_options, quant_map, 32);
+    CHECK_OFFSET(cmf_convert_options, shard_max_bytes, 40);
+    CHECK_OFFSET(cmf_convert_options, progress, 48);
+    CHECK_OFFSET(cmf_convert_options, progress_user, 56);
+    CHECK_SIZE(cmf_requant_options, 64);
+    CHECK_OFFSET(cmf_requant_options, flags, 4);
+    CHECK_OFFSET(cmf_requant_options, input, 8);
+    CHECK_OFFSET(cmf_requant_options, output, 16);
+    CHECK_OFFSET(cmf_requant_options, quant, 24);
+    CHECK_OFFSET(cmf_requant_options, only, 32);
+    CHECK_OFFSET(cmf_requant_options, shard_max_bytes, 40);
+    CHECK_OFFSET(cmf_requant_options, progress, 48);
+    CHECK_OFFSET(cmf_requant_options, progress_user, 56);
+
     // session (issue 7)
     CHECK_SIZE(cmf_session_options, 40);
     CHECK_OFFSET(cmf_session_options, n_threads, 4);

@@ -1,0 +1,36 @@
+// The TensorSink that writes a .cmf file through the container's W1 writer
+// (COMPAT §3.2): header from the pipeline (the writer appends
+// section_hashes), payloads in push order, the vocab section; sharded when
+// shard_max_bytes > 0. The file appears only at finish() (temp + rename).
+#pragma once
+
+#include "convert/convert.hpp"
+
+#include <memory>
+
+namespace cmf::container { class Writer; }
+
+namespace cmf::convert {
+
+class ContainerSink : public TensorSink {
+public:
+    ContainerSink(Runtime &rt, std::string path, uint64_t shard_max_bytes);
+    ~ContainerSink() override;
+
+    void begin(const std::string &header_json, uint64_t source_tensor_count, uint64_t planned_tensor_count) override;
+    void add(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, const uint8_t *data,
+             uint64_t nbytes) override;
+    void finish(const std::string &vocab_bytes) override;
+    void abort() noexcept override;
+
+private:
+    Runtime &rt_;
+    std::string path_;
+    uint64_t shard_max_bytes_;
+    std::unique_ptr<container::Writer> writer_;
+    // The writer borrows payloads until finish (it lays out the file at the
+    // end), so the sink owns them: peak memory is the output model's size.
+    std::vector<std::vector<uint8_t>> payloads_;
+};
+
+}  // namespace cmf::convert

@@ -1,0 +1,77 @@
+// C entry points of the convert section of cmf.h: the converter pipeline
+// into the container writer, and re-encoding of an existing file.
+#include "container/c_api_util.hpp"
+#include "convert/container_sink.hpp"
+#include "convert/convert.hpp"
+#include "convert/requant.hpp"
+#include "plugins/runtime.hpp"
+
+#include <cmf/cmf.h>
+
+#include <filesystem>
+
+using cmf::Error;
+using cmf::guard;
+
+namespace {
+std::function<void(uint64_t, uint64_t, uint64_t, uint64_t)> progress_fn(cmf_convert_progress_fn fn, void *user) {
+    if (!fn) return {};
+    return [fn, user](uint64_t t, uint64_t tt, uint64_t b, uint64_t bt) { fn(user, t, tt, b, bt); };
+}
+}  // namespace
+
+extern "C" {
+
+CMF_API void cmf_convert_options_init(cmf_convert_options *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+CMF_API void cmf_requant_options_init(cmf_requant_options *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+CMF_API cmf_error *cmf_convert(cmf_runtime *rt, const cmf_convert_options *opts) {
+    return guard([&] {
+        if (!rt || !opts) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_convert: NULL argument");
+        cmf_convert_options o = cmf::capi::copy_in(opts, cmf_convert_options_init);
+        if (!o.model_dir || !*o.model_dir) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_convert: no model directory given");
+        if (!o.output || !*o.output) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_convert: no output path given");
+        std::error_code ec;
+        if (!std::filesystem::is_directory(o.model_dir, ec))
+            throw Error(CMF_ERR_FILE_NOT_FOUND, std::string("model directory \"") + o.model_dir + "\" does not exist or is not a directory");
+        cmf::convert::ConvertOptions c;
+        c.model_dir = o.model_dir;
+        if (o.quant) c.quant = o.quant;
+        if (o.quant_map) c.quant_map = o.quant_map;
+        // Fail on a bad --quant / --quant-map before reading any tensor.
+        cmf::convert::QuantPolicy check(c.quant, c.quant_map);
+        c.on_progress = progress_fn(o.progress, o.progress_user);
+        cmf::convert::ContainerSink sink(*rt, o.output, o.shard_max_bytes);
+        cmf::convert::convert_checkpoint(*rt, c, sink);
+    });
+}
+
+CMF_API cmf_error *cmf_requant(cmf_runtime *rt, const cmf_requant_options *opts) {
+    return guard([&] {
+        if (!rt || !opts) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_requant: NULL argument");
+        cmf_requant_options o = cmf::capi::copy_in(opts, cmf_requant_options_init);
+        if (!o.input || !o.output || !o.quant) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_requant: input, output and quant are required");
+        std::error_code ec;
+        if (std::filesystem::exists(o.output, ec) && std::filesystem::equivalent(o.input, o.output, ec))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, std::string("cmf_requant: output \"") + o.output + "\" is the input file");
+        cmf::convert::RequantOptions r;
+        r.input = o.input;
+        r.output = o.output;
+        r.quant = o.quant;
+        if (o.only) r.only = o.only;
+        r.shard_max_bytes = o.shard_max_bytes;
+        r.on_progress = progress_fn(o.progress, o.progress_user);
+        cmf::convert::requant(*rt, r);
+    });
+}
+
+}  // extern "C"
