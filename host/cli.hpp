@@ -61,5 +61,10 @@ int cmd_keygen(const std::vector<std::string> &args);
 int cmd_compact(const std::vector<std::string> &args);
 int cmd_tensor(const std::vector<std::string> &args);
 int cmd_masks(const std::vector<std::string> &args);
+// running models (issue 7)
+int cmd_run(const std::vector<std::string> &args);
+int cmd_bench(const std::vector<std::string> &args);
+int cmd_ppl(const std::vector<std::string> &args);
+int cmd_logits(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

@@ -19,6 +19,10 @@ const Command kCommands[] = {
     {"compact", "rewrite a model as one file without dead bytes", cmfhost::cmd_compact},
     {"tensor", "dequantize one tensor to raw f32", cmfhost::cmd_tensor},
     {"masks", "list task masks and the sparse index", cmfhost::cmd_masks},
+    {"run", "generate: one prompt (-p) or an interactive chat", cmfhost::cmd_run},
+    {"bench", "prompt-processing and generation speed (pp/tg), peak RSS", cmfhost::cmd_bench},
+    {"ppl", "perplexity of a text file", cmfhost::cmd_ppl},
+    {"logits", "f32 logits of every prompt position to a file", cmfhost::cmd_logits},
 };
 
 void print_help() {
