@@ -156,6 +156,19 @@ p = run(["run", os.path.join(work, "missing.cmf"), "-p", "x"], expect=1)
 check("missing.cmf" in p.stderr.decode(), "run on a missing file names it")
 p = run(["ppl", model_path], expect=2)
 check("file" in p.stderr.decode(), "ppl without --file: clear error")
+# ---- default model hook ---------------------------------------------------------
+import shutil  # noqa: E402
+prefix = os.path.join(work, "prefix")
+os.makedirs(os.path.join(prefix, "bin"), exist_ok=True)
+os.makedirs(os.path.join(prefix, "share", "cmf", "models"), exist_ok=True)
+shutil.copy2(cmfhost, os.path.join(prefix, "bin", "cmfhost"))
+shutil.copy2(model_path, os.path.join(prefix, "share", "cmf", "models", "default.cmf"))
+p = subprocess.run([os.path.join(prefix, "bin", "cmfhost"), "run", "--greedy", "--raw", "-n", "16", "-p", prompt],
+                   capture_output=True, timeout=300)
+check(p.returncode == 0 and p.stdout.decode() == expected_text and
+      "using the default model " + os.path.join(prefix, "share", "cmf", "models", "default.cmf") in p.stderr.decode(),
+      "run without MODEL uses <bin>/../share/cmf/models/default.cmf and says so")
+
 for c in ("run", "bench", "ppl", "logits"):
     check("usage: cmfhost " + c in run([c, "--help"]).stdout.decode(), c + " --help")
 
