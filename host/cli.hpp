@@ -67,4 +67,10 @@ int cmd_render(const std::vector<std::string> &args);
 int cmd_convert(const std::vector<std::string> &args);
 int cmd_requant(const std::vector<std::string> &args);
 
+// running models (issue 7)
+int cmd_run(const std::vector<std::string> &args);
+int cmd_bench(const std::vector<std::string> &args);
+int cmd_ppl(const std::vector<std::string> &args);
+int cmd_logits(const std::vector<std::string> &args);
+
 }  // namespace cmfhost

@@ -23,6 +23,10 @@ const Command kCommands[] = {
 
     {"convert", "convert a Hugging Face checkpoint directory to .cmf", cmfhost::cmd_convert},
     {"requant", "re-encode the tensors of a .cmf to another dtype", cmfhost::cmd_requant},
+    {"run", "generate: one prompt (-p) or an interactive chat", cmfhost::cmd_run},
+    {"bench", "prompt-processing and generation speed (pp/tg), peak RSS", cmfhost::cmd_bench},
+    {"ppl", "perplexity of a text file", cmfhost::cmd_ppl},
+    {"logits", "f32 logits of every prompt position to a file", cmfhost::cmd_logits},
 };
 
 void print_help() {

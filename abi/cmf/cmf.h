@@ -674,6 +674,47 @@ CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s); /* logits per pos
 CMF_API uint64_t cmf_session_n_ctx(const cmf_session *s);
 CMF_API uint64_t cmf_session_n_past(const cmf_session *s);
 
+/* ---- running an opened model (issue 7, CLI end) -------------------------- */
+
+/* A session over an opened container: the model's arch JSON, header JSON and
+ * tensors (views into the mapping). The model must outlive the session. */
+CMF_API cmf_error *cmf_session_create_for_model(cmf_runtime *rt, const cmf_model *m, const cmf_session_options *opts,
+                                                cmf_session **out);
+
+/* The model's tokenizer, from its vocab section (tokenizer.json).
+ * CMF_ERR_NOT_FOUND when the file has none. Free with cmf_tokenizer_free;
+ * it does not borrow the model. */
+CMF_API cmf_error *cmf_model_tokenizer(const cmf_model *m, cmf_tokenizer **out);
+
+#define CMF_MAX_EOS_IDS 16
+
+/* Special ids from header.tokenizer_config (COMPAT §6). Without the block or
+ * with an empty eos list, the ChatML fallback: the ids of "<|im_end|>" and
+ * "<|endoftext|>" in the vocab section's tokenizer, when present. */
+typedef struct cmf_model_special_ids {
+    uint32_t struct_size;
+    int32_t bos_id;                /* -1 = none */
+    int32_t pad_id;                /* -1 = none */
+    uint32_t n_eos_ids;            /* stop ids, <= CMF_MAX_EOS_IDS */
+    int32_t eos_ids[CMF_MAX_EOS_IDS];
+    uint32_t has_chat_template;    /* 1 when header.tokenizer_config.chat_template is a non-empty string */
+    uint32_t reserved0;
+} cmf_model_special_ids;
+
+CMF_API void cmf_model_special_ids_init(cmf_model_special_ids *ids);
+CMF_API cmf_error *cmf_model_get_special_ids(const cmf_model *m, cmf_model_special_ids *out);
+
+/* Render a chat with the file's chat template (spec §6.1) into the prompt
+ * text. `context_json`: {"messages": [{"role": str, "content": str}, ...],
+ * "add_generation_prompt": bool (default false)} — HF's template context;
+ * bos_token / eos_token (strings of the model's bos and first eos id) are
+ * added as template variables as HF does. Files without a template get
+ * ChatML (spec §6.1). Templates are not interpreted as general Jinja yet:
+ * a template in the ChatML family (it emits "<|im_start|>") renders as
+ * ChatML; any other gives CMF_ERR_UNSUPPORTED. *out: cmf_string_free. */
+CMF_API cmf_error *cmf_model_render_chat(const cmf_model *m, const char *context_json, size_t len, char **out,
+                                         size_t *out_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 // C entry points of cmf.h's session section.
 #include "common/error.hpp"
 #include "plugins/runtime.hpp"
+#include "runtime/container_source.hpp"
 #include "runtime/session.hpp"
 
 #include <cmf/cmf.h>
@@ -13,6 +14,8 @@ using cmf::Error;
 using cmf::guard;
 
 struct cmf_session {
+    // Declared first so it is destroyed last: the bound weights view it.
+    std::shared_ptr<const cmf_model_source> owned_source;  // set by cmf_session_create_for_model
     std::unique_ptr<cmf::runtime::Session> impl;
 };
 
@@ -94,6 +97,19 @@ CMF_API cmf_error *cmf_session_create(cmf_runtime *rt, const struct cmf_model_so
         auto s = std::make_unique<cmf_session>();
         s->impl = std::make_unique<cmf::runtime::Session>(*rt, *src, cfg);
         *out = s.release();
+    });
+}
+
+CMF_API cmf_error *cmf_session_create_for_model(cmf_runtime *rt, const cmf_model *m, const cmf_session_options *opts,
+                                                cmf_session **out) {
+    return guard([&] {
+        if (rt == nullptr || m == nullptr || out == nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create_for_model: NULL argument");
+        auto src = cmf::runtime::make_container_source(m);
+        cmf_session *s = nullptr;
+        cmf::throw_if_error(cmf_session_create(rt, src.get(), opts, &s));
+        s->owned_source = std::move(src);
+        *out = s;
     });
 }
 

@@ -278,6 +278,13 @@ namespace {
     CHECK_OFFSET(cmf_generate_stats, decode_seconds, 40);
     CHECK_OFFSET(cmf_generate_stats, prefill_tok_s, 48);
     CHECK_OFFSET(cmf_generate_stats, decode_tok_s, 56);
+    // running an opened model (issue 7, CLI end)
+    CHECK_SIZE(cmf_model_special_ids, 88);
+    CHECK_OFFSET(cmf_model_special_ids, bos_id, 4);
+    CHECK_OFFSET(cmf_model_special_ids, pad_id, 8);
+    CHECK_OFFSET(cmf_model_special_ids, n_eos_ids, 12);
+    CHECK_OFFSET(cmf_model_special_ids, eos_ids, 16);
+    CHECK_OFFSET(cmf_model_special_ids, has_chat_template, 80);
 }
 }  // namespace
 #endif

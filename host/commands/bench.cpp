@@ -1,0 +1,137 @@
+// cmfhost bench: prompt processing (pp: one batch of N tokens) and text
+// generation (tg: N single-token steps) from an empty context, as llama-bench
+// measures them; median and spread over repetitions, peak RSS.
+#include "session_util.hpp"
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sys/resource.h>
+
+namespace cmfhost {
+namespace {
+
+struct Summary {
+    double median = 0, mean = 0, stddev = 0, min = 0, max = 0;
+};
+Summary summarize(std::vector<double> v) {
+    Summary s;
+    if (v.empty()) return s;
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    for (double x : v) s.mean += x;
+    s.mean /= double(n);
+    for (double x : v) s.stddev += (x - s.mean) * (x - s.mean);
+    s.stddev = n > 1 ? std::sqrt(s.stddev / double(n - 1)) : 0;
+    s.min = v.front();
+    s.max = v.back();
+    return s;
+}
+
+// Peak resident set in bytes: VmHWM, else getrusage's maxrss.
+uint64_t peak_rss_bytes() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string> &args) {
+    CommonOptions common;
+    std::string model;
+    uint32_t n_prompt = 512, n_gen = 128, reps = 5;
+    bool json = false;
+    po::options_description desc("options");
+    desc.add_options()
+        ("model", po::value(&model), "model file (.cmf); default: <prefix>/share/cmf/models/default.cmf")
+        ("n-prompt,p", po::value(&n_prompt)->default_value(512), "pp test: prompt tokens in one batch (0 = skip)")
+        ("n-gen,n", po::value(&n_gen)->default_value(128), "tg test: generated tokens, one per step (0 = skip)")
+        ("reps,r", po::value(&reps)->default_value(5), "repetitions of each test")
+        ("json", po::bool_switch(&json), "print the results as JSON on stdout");
+    add_common_options(desc, common);
+    po::positional_options_description pos;
+    pos.add("model", 1);
+    po::variables_map vm;
+    if (!parse_args("bench", "[MODEL] [-p 512] [-n 128] [-r 5] [--json]", args, desc, pos, vm)) return 0;
+    if (reps == 0) throw Failure("-r must be at least 1", 2);
+    if (n_prompt == 0 && n_gen == 0) throw Failure("nothing to measure: -p and -n are both 0", 2);
+
+    model = resolve_model(model);
+    auto rt = make_runtime(common);
+    auto m = open_model(rt.get(), model);
+    uint64_t n_ctx = std::max<uint64_t>({n_prompt, n_gen, 1});
+    auto s = make_session(rt.get(), m.get(), n_ctx);
+    if (cmf_session_n_ctx(s.get()) < n_ctx)
+        throw Failure("the session context (" + std::to_string(cmf_session_n_ctx(s.get())) + ") is smaller than the test", 2);
+    const uint64_t vocab = cmf_session_vocab_size(s.get());
+    std::vector<float> logits(vocab);
+    // The session's prefill batch is n_batch (512 by default): pp up to that
+    // is one forward pass, as llama-bench's default.
+    std::mt19937_64 rng(1234);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
+    std::vector<int32_t> prompt(n_prompt);
+    for (auto &t : prompt) t = pick(rng);
+
+    std::vector<double> pp, tg;
+    for (uint32_t r = 0; r < reps; ++r) {
+        if (n_prompt) {
+            check(cmf_session_reset(s.get()), "session");
+            auto t0 = std::chrono::steady_clock::now();
+            check(cmf_session_eval(s.get(), prompt.data(), prompt.size(), CMF_LOGITS_LAST, logits.data(), logits.size()), "pp");
+            pp.push_back(double(n_prompt) / seconds_since(t0));
+        }
+        if (n_gen) {
+            check(cmf_session_reset(s.get()), "session");
+            int32_t tok = pick(rng);
+            auto t0 = std::chrono::steady_clock::now();
+            for (uint32_t i = 0; i < n_gen; ++i) {
+                check(cmf_session_eval(s.get(), &tok, 1, CMF_LOGITS_LAST, logits.data(), logits.size()), "tg");
+                tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            }
+            tg.push_back(double(n_gen) / seconds_since(t0));
+        }
+    }
+    const uint64_t rss = peak_rss_bytes();
+    const int threads = cmf_runtime_threads(rt.get());
+    auto row = [&](const char *name, uint32_t n, const std::vector<double> &v) {
+        Summary su = summarize(v);
+        if (!json)
+            std::printf("%s%-5u  %10.2f tok/s  ± %.2f (median of %zu; min %.2f, max %.2f)\n", name, n, su.median,
+                        su.stddev, v.size(), su.min, su.max);
+        boost::json::array samples;
+        for (double x : v) samples.push_back(x);
+        return boost::json::object{{"test", std::string(name) + std::to_string(n)}, {"n_tokens", n},
+                                   {"median_tok_s", su.median}, {"mean_tok_s", su.mean}, {"stddev_tok_s", su.stddev},
+                                   {"min_tok_s", su.min}, {"max_tok_s", su.max}, {"samples_tok_s", samples}};
+    };
+    if (!json) std::printf("model %s, %d threads, %u reps\n", model.c_str(), threads, reps);
+    boost::json::array tests;
+    if (n_prompt) tests.push_back(row("pp", n_prompt, pp));
+    if (n_gen) tests.push_back(row("tg", n_gen, tg));
+    if (json) {
+        boost::json::object o{{"model", model}, {"threads", threads}, {"reps", reps}, {"tests", tests},
+                              {"peak_rss_bytes", rss}};
+        std::cout << boost::json::serialize(o) << "\n";
+    } else {
+        std::printf("peak RSS %.1f MiB\n", double(rss) / (1024.0 * 1024.0));
+    }
+    return 0;
+}
+
+}  // namespace cmfhost

@@ -1,0 +1,98 @@
+#include "session_util.hpp"
+
+#include <boost/json.hpp>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <unistd.h>
+
+namespace cmfhost {
+
+std::string default_model_path() {
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return "";
+    return (exe.parent_path() / ".." / "share" / "cmf" / "models" / "default.cmf").lexically_normal().string();
+}
+
+std::string resolve_model(const std::string &given) {
+    if (!given.empty()) return given;
+    std::string def = default_model_path();
+    std::error_code ec;
+    if (def.empty() || !std::filesystem::is_regular_file(def, ec))
+        throw Failure("no MODEL given and no default model installed at " + (def.empty() ? std::string("<unknown>") : def) +
+                          "; pass the path of a .cmf file",
+                      2);
+    std::cerr << "using the default model " << def << "\n";
+    return def;
+}
+
+SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx) {
+    cmf_session_options o;
+    cmf_session_options_init(&o);
+    o.n_ctx = n_ctx;
+    cmf_session *s = nullptr;
+    check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
+    return SessionPtr(s);
+}
+
+TokenizerPtr model_tokenizer(const cmf_model *m) {
+    cmf_tokenizer *t = nullptr;
+    check(cmf_model_tokenizer(m, &t), "tokenizer");
+    return TokenizerPtr(t);
+}
+
+std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags) {
+    int32_t *ids = nullptr;
+    size_t n = 0;
+    check(cmf_tokenizer_encode(t, text.data(), text.size(), flags, &ids, &n), "tokenize");
+    std::vector<int32_t> v(ids, ids + n);
+    cmf_ids_free(ids);
+    return v;
+}
+
+std::vector<int32_t> parse_ids(const std::string &s) {
+    std::vector<int32_t> v;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        std::string w = s.substr(i, j - i);
+        char *end = nullptr;
+        errno = 0;
+        long x = std::strtol(w.c_str(), &end, 10);
+        if (w.empty() || *end != '\0' || errno || x < 0 || x > INT32_MAX)
+            throw Failure("--ids: '" + w + "' is not a token id (expected e.g. 1,2,3)", 2);
+        v.push_back(static_cast<int32_t>(x));
+        i = j + 1;
+    }
+    return v;
+}
+
+std::string render_chat(const cmf_model *m, const std::vector<std::pair<std::string, std::string>> &messages) {
+    boost::json::array msgs;
+    for (const auto &[role, content] : messages) msgs.push_back(boost::json::object{{"role", role}, {"content", content}});
+    std::string ctx = boost::json::serialize(boost::json::object{{"messages", msgs}, {"add_generation_prompt", true}});
+    char *out = nullptr;
+    size_t n = 0;
+    check(cmf_model_render_chat(m, ctx.data(), ctx.size(), &out, &n), "chat template (use --raw for plain completion)");
+    std::string s(out, n);
+    cmf_string_free(out);
+    return s;
+}
+
+const char *stop_reason_name(int32_t r) {
+    switch (r) {
+        case CMF_STOP_MAX_TOKENS: return "max-tokens";
+        case CMF_STOP_EOS: return "eos";
+        case CMF_STOP_CALLBACK: return "callback";
+        case CMF_STOP_CANCELLED: return "cancelled";
+        case CMF_STOP_CONTEXT_FULL: return "context-full";
+        default: return "?";
+    }
+}
+
+}  // namespace cmfhost

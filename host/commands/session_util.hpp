@@ -1,0 +1,44 @@
+// Helpers shared by the commands that run a model (run, bench, ppl, logits):
+// the default-model hook, sessions, tokenizers and token text.
+#pragma once
+
+#include "model_util.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cmfhost {
+
+struct SessionDeleter {
+    void operator()(cmf_session *s) const { cmf_session_free(s); }
+};
+using SessionPtr = std::unique_ptr<cmf_session, SessionDeleter>;
+struct TokenizerDeleter {
+    void operator()(cmf_tokenizer *t) const { cmf_tokenizer_free(t); }
+};
+using TokenizerPtr = std::unique_ptr<cmf_tokenizer, TokenizerDeleter>;
+struct DetokenizerDeleter {
+    void operator()(cmf_detokenizer *d) const { cmf_detokenizer_free(d); }
+};
+using DetokenizerPtr = std::unique_ptr<cmf_detokenizer, DetokenizerDeleter>;
+
+// `<dir of cmfhost>/../share/cmf/models/default.cmf`: the model used when
+// the MODEL argument is left out (installed by packaging).
+std::string default_model_path();
+// MODEL if given; else the default model, announced on stderr, or a Failure
+// telling the user to pass one.
+std::string resolve_model(const std::string &given);
+
+SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx);
+TokenizerPtr model_tokenizer(const cmf_model *m);
+std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags);
+// "1,2,3" -> ids (Failure on anything else).
+std::vector<int32_t> parse_ids(const std::string &s);
+// Renders one user turn (with an optional system message) through the
+// model's chat template, generation prompt added.
+std::string render_chat(const cmf_model *m, const std::vector<std::pair<std::string, std::string>> &messages);
+const char *stop_reason_name(int32_t r);
+
+}  // namespace cmfhost

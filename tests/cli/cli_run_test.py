@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""cmfhost run / bench / ppl / logits against the austen-tiny Qwen3 (models/).
+
+    cli_run_test.py CMFHOST MAKE_CLI_MODEL REPO_ROOT WORK_DIR
+
+Builds WORK_DIR/austen.cmf (f32) with the native converter + container
+writer, then checks:
+  logits  == the PyTorch model of tools/train/qwen3_torch.py (1e-3 relative)
+             and the recorded first-step top logits of expected_greedy.json;
+  run --greedy --raw -n 16  == prompt + text of the recorded greedy ids;
+  run -p (chat)             == the ChatML prompt, stats line on stderr;
+  run interactive (stdin)   two turns, two stats lines;
+  ppl                       == perplexity computed here from PyTorch logits;
+  bench --json              parses, with positive rates and peak RSS;
+  clear errors for bad arguments and a missing default model.
+Exit 77 (skip) without torch.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import torch
+except ImportError:
+    print("SKIP: /usr/bin/python3 has no torch/numpy", file=sys.stderr)
+    sys.exit(77)
+
+cmfhost, make_model, root, work = sys.argv[1:5]
+os.makedirs(work, exist_ok=True)
+hf = os.path.join(root, "models", "austen-tiny")
+sys.path.insert(0, os.path.join(root, "tools", "train"))
+from qwen3_torch import load_checkpoint  # noqa: E402
+
+torch.set_num_threads(1)
+model_path = os.path.join(work, "austen.cmf")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def run(args, stdin=None, expect=0):
+    p = subprocess.run([cmfhost] + args, input=stdin, capture_output=True, timeout=300)
+    if expect is not None and p.returncode != expect:
+        print("command:", " ".join([cmfhost] + args))
+        print("stdout:", p.stdout.decode(errors="replace")[-2000:])
+        print("stderr:", p.stderr.decode(errors="replace")[-2000:])
+        check(False, f"exit status {p.returncode} (expected {expect}) of {' '.join(args[:1])}")
+    return p
+
+
+subprocess.run([make_model, hf, model_path, "f32"], check=True)
+torch_model, cfg = load_checkpoint(hf)
+V = cfg["vocab_size"]
+ref = json.load(open(os.path.join(hf, "expected_greedy.json")))
+case = next(c for c in ref["cases"] if c["name"] == "raw")
+prompt, prompt_ids, gen_ids = case["prompt"], case["prompt_ids"], case["generated_ids"]
+
+
+def torch_logits(ids):
+    with torch.no_grad():
+        return torch_model(torch.tensor([ids]))[0].double().numpy()
+
+
+# ---- logits ------------------------------------------------------------------
+ids = prompt_ids + gen_ids[:15]
+out = os.path.join(work, "logits.f32")
+run(["logits", model_path, "--ids", ",".join(map(str, ids)), "--out", out])
+got = np.fromfile(out, dtype="<f4").astype(np.float64)
+check(got.size == len(ids) * V, f"logits file holds {len(ids)} x {V} floats (got {got.size})")
+if got.size == len(ids) * V:
+    got = got.reshape(len(ids), V)
+    want = torch_logits(ids)
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    check(rel <= 1e-3, f"logits vs PyTorch: max |diff| / max |ref| = {rel:.2e} <= 1e-3")
+    last = len(prompt_ids) - 1
+    top = [(i, v) for i, v in case["first_step_top_logits"]]
+    err = max(abs(got[last, i] - v) / max(1.0, abs(v)) for i, v in top)
+    check(err <= 1e-3, f"recorded first-step top logits: max relative error {err:.2e}")
+
+# logits -p (chat template) == logits --raw of the ChatML text
+a, b = os.path.join(work, "chat_a.f32"), os.path.join(work, "chat_b.f32")
+run(["logits", model_path, "-p", "Hello", "--out", a])
+run(["logits", model_path, "--raw", "-p", "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n", "--out", b])
+check(open(a, "rb").read() == open(b, "rb").read(), "logits -p renders the ChatML template of the file")
+
+# ---- run ---------------------------------------------------------------------
+p = run(["run", model_path, "--greedy", "--raw", "-n", "16", "-p", prompt])
+d = run(["detokenize", "--tokenizer", os.path.join(hf, "tokenizer.json")] + [str(i) for i in gen_ids[:16]])
+expected_text = prompt + d.stdout.decode().rstrip("\n") + "\n"
+check(p.stdout.decode() == expected_text, "run --greedy --raw -n 16 prints the reference greedy continuation")
+check(case["text"].startswith(d.stdout.decode().rstrip("\n")), "the 16-token text is a prefix of the recorded text")
+err = p.stderr.decode()
+check("prompt 11 tok, generated 16 tok" in err and "stop: max-tokens" in err and "decode" in err,
+      "run prints the stats line on stderr: " + err.strip().splitlines()[-1] if err.strip() else "(none)")
+
+p = run(["run", model_path, "--greedy", "-n", "8", "-p", "Hello"])
+check("stop:" in p.stderr.decode(), "run -p (chat) finishes with a stats line")
+p = run(["run", model_path, "--greedy", "-n", "6"], stdin=b"Hello there\nAnd then?\n")
+check(p.stderr.decode().count("stop:") == 2, "interactive chat on stdin answers two turns")
+
+# ---- ppl ---------------------------------------------------------------------
+text = open(os.path.join(hf, "heldout.txt"), encoding="utf-8").read()[:1200]
+tf = os.path.join(work, "ppl.txt")
+open(tf, "w", encoding="utf-8").write(text)
+p = run(["ppl", model_path, "--file", tf, "--ctx", "64"])
+line = p.stdout.decode()
+try:
+    got_ppl = float(line.split()[1])
+    n_tok = int(line.split("(")[1].split()[0])
+except (IndexError, ValueError):
+    got_ppl, n_tok = float("nan"), 0
+tk = run(["tokenize", "--tokenizer", os.path.join(hf, "tokenizer.json"), "--json", text])
+toks = json.loads(tk.stdout)["ids"]
+check(n_tok == len(toks), f"ppl tokenized {n_tok} tokens, tokenize gives {len(toks)}")
+nll, cnt = 0.0, 0
+for w0 in range(0, len(toks) - 1, 64):
+    w = toks[w0:w0 + 64]
+    if len(w) < 2:
+        break
+    lg = torch_logits(w)
+    mx = lg.max(axis=1, keepdims=True)
+    lse = (np.log(np.exp(lg - mx).sum(axis=1, keepdims=True)) + mx)[:, 0]
+    for i in range(len(w) - 1):
+        nll += lse[i] - lg[i, w[i + 1]]
+        cnt += 1
+want_ppl = math.exp(nll / cnt)
+check(math.isfinite(got_ppl) and abs(got_ppl - want_ppl) / want_ppl < 1e-3,
+      f"ppl {got_ppl:.4f} vs PyTorch {want_ppl:.4f} (windows of 64)")
+
+# ---- bench -------------------------------------------------------------------
+p = run(["bench", model_path, "-p", "32", "-n", "8", "-r", "2", "--json"])
+try:
+    bj = json.loads(p.stdout)
+    tests = {t["test"]: t for t in bj["tests"]}
+    ok = (set(tests) == {"pp32", "tg8"} and all(t["median_tok_s"] > 0 and len(t["samples_tok_s"]) == 2
+                                                for t in tests.values()) and bj["peak_rss_bytes"] > 0)
+except (ValueError, KeyError):
+    ok = False
+check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS")
+
+# ---- errors ------------------------------------------------------------------
+p = run(["run", "-p", "x"], expect=2)
+check("no MODEL given and no default model installed" in p.stderr.decode(), "run without MODEL and default: clear error")
+p = run(["logits", model_path, "-p", "x", "--ids", "1", "--out", out], expect=2)
+check("exactly one of" in p.stderr.decode(), "logits with -p and --ids: clear error")
+p = run(["logits", model_path, "--ids", "1,x", "--out", out], expect=2)
+check("not a token id" in p.stderr.decode(), "logits --ids with a bad id: clear error")
+p = run(["run", os.path.join(work, "missing.cmf"), "-p", "x"], expect=1)
+check("missing.cmf" in p.stderr.decode(), "run on a missing file names it")
+p = run(["ppl", model_path], expect=2)
+check("file" in p.stderr.decode(), "ppl without --file: clear error")
+# ---- default model hook ---------------------------------------------------------
+import shutil  # noqa: E402
+prefix = os.path.join(work, "prefix")
+os.makedirs(os.path.join(prefix, "bin"), exist_ok=True)
+os.makedirs(os.path.join(prefix, "share", "cmf", "models"), exist_ok=True)
+shutil.copy2(cmfhost, os.path.join(prefix, "bin", "cmfhost"))
+shutil.copy2(model_path, os.path.join(prefix, "share", "cmf", "models", "default.cmf"))
+p = subprocess.run([os.path.join(prefix, "bin", "cmfhost"), "run", "--greedy", "--raw", "-n", "16", "-p", prompt],
+                   capture_output=True, timeout=300)
+check(p.returncode == 0 and p.stdout.decode() == expected_text and
+      "using the default model " + os.path.join(prefix, "share", "cmf", "models", "default.cmf") in p.stderr.decode(),
+      "run without MODEL uses <bin>/../share/cmf/models/default.cmf and says so")
+
+for c in ("run", "bench", "ppl", "logits"):
+    check("usage: cmfhost " + c in run([c, "--help"]).stdout.decode(), c + " --help")
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
