@@ -64,6 +64,8 @@ fi
 # found next to libcmf).
 if [ ! -f build/build.ninja ]; then
   meson setup build --prefix="$root/dist" -Dbuildtype=release -Dwerror=true >/dev/null
+else
+  meson configure build --prefix="$root/dist" >/dev/null  # an older build dir may install elsewhere
 fi
 meson compile -C build
 meson install -C build --quiet >/dev/null

@@ -709,9 +709,9 @@ CMF_API cmf_error *cmf_model_get_special_ids(const cmf_model *m, cmf_model_speci
  * "add_generation_prompt": bool (default false)} — HF's template context;
  * bos_token / eos_token (strings of the model's bos and first eos id) are
  * added as template variables as HF does. Files without a template get
- * ChatML (spec §6.1). Templates are not interpreted as general Jinja yet:
- * a template in the ChatML family (it emits "<|im_start|>") renders as
- * ChatML; any other gives CMF_ERR_UNSUPPORTED. *out: cmf_string_free. */
+ * ChatML (spec §6.1). The template runs through the same Jinja
+ * interpreter as cmf_chat_render (HF semantics); a template that raises gives
+ * CMF_ERR_TEMPLATE with its message. *out: cmf_string_free. */
 CMF_API cmf_error *cmf_model_render_chat(const cmf_model *m, const char *context_json, size_t len, char **out,
                                          size_t *out_len);
 

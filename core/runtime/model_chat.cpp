@@ -4,6 +4,7 @@
 
 #include <cmf/cmf.h>
 
+#include <boost/json.hpp>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -96,26 +97,43 @@ ChatBundle read_bundle(const cmf_model *m) {
     return b;
 }
 
-// ChatML (spec §6.1 fallback): what the Qwen family's templates emit for
-// plain role/content messages.
-std::string render_chatml(simdjson::dom::array messages, bool add_generation_prompt) {
-    std::string out;
-    size_t i = 0;
-    for (auto msg : messages) {
-        std::string_view role, content;
-        if (msg["role"].get_string().get(role))
-            throw Error(CMF_ERR_PARSE, "chat context: messages[" + std::to_string(i) + "].role: expected a string");
-        if (msg["content"].get_string().get(content))
-            throw Error(CMF_ERR_PARSE, "chat context: messages[" + std::to_string(i) + "].content: expected a string");
-        out += "<|im_start|>";
-        out += role;
-        out += '\n';
-        out += content;
-        out += "<|im_end|>\n";
-        ++i;
-    }
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-    return out;
+// The context HF's apply_chat_template gives a template: the caller's keys,
+// plus bos_token/eos_token spelled out from the model's ids when absent.
+std::string with_special_tokens(std::string_view context, const ChatBundle &b, const cmf_model *m) {
+    simdjson::dom::parser parser;
+    simdjson::dom::element root;
+    if (auto err = parser.parse(simdjson::padded_string(context)).get(root))
+        throw Error(CMF_ERR_PARSE, std::string("chat context: invalid JSON: ") + simdjson::error_message(err));
+    simdjson::dom::object obj;
+    if (root.get_object().get(obj))
+        throw Error(CMF_ERR_PARSE, "chat context: expected an object with \"messages\" and template variables");
+    boost::json::object extra;
+    auto tok = vocab_tokenizer(m);
+    auto piece = [&](int32_t id) -> std::string {
+        if (!tok || id < 0) return {};
+        char *p = nullptr;
+        size_t n = 0;
+        if (cmf_error *e = cmf_tokenizer_id_to_token(tok.get(), id, &p, &n)) {
+            cmf_error_free(e);
+            return {};
+        }
+        std::string r(p, n);
+        cmf_string_free(p);
+        return r;
+    };
+    simdjson::dom::element unused;
+    if (obj["bos_token"].get(unused) != simdjson::SUCCESS && b.bos >= 0) extra["bos_token"] = piece(b.bos);
+    if (obj["eos_token"].get(unused) != simdjson::SUCCESS && !b.eos.empty()) extra["eos_token"] = piece(b.eos[0]);
+    if (extra.empty()) return std::string(context);
+    // Splice the extra keys in after the opening brace (the caller's keys keep
+    // their spelling byte for byte).
+    std::string body = boost::json::serialize(extra);  // "{...}"
+    size_t brace = context.find('{');
+    std::string_view rest = context.substr(brace + 1);
+    bool empty_obj = rest.find_first_not_of(" \t\r\n") != std::string_view::npos &&
+                     rest[rest.find_first_not_of(" \t\r\n")] == '}';
+    return std::string(context.substr(0, brace + 1)) + body.substr(1, body.size() - 2) + (empty_obj ? "" : ",") +
+           std::string(rest);
 }
 
 }  // namespace
@@ -172,31 +190,16 @@ CMF_API cmf_error *cmf_model_render_chat(const cmf_model *m, const char *context
     return guard([&] {
         if (m == nullptr || context_json == nullptr || out == nullptr)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_model_render_chat: NULL argument");
+        // The file's template through the Jinja interpreter (core/text); an
+        // empty template selects the ChatML fallback of spec §6.1.
         ChatBundle b = read_bundle(m);
-        simdjson::dom::parser parser;
-        simdjson::dom::element root;
-        if (auto err = parser.parse(simdjson::padded_string(context_json, len)).get(root))
-            throw Error(CMF_ERR_PARSE, std::string("chat context: invalid JSON: ") + simdjson::error_message(err));
-        simdjson::dom::array messages;
-        if (root["messages"].get_array().get(messages))
-            throw Error(CMF_ERR_PARSE, "chat context: \"messages\" must be an array of {role, content}");
-        bool add_gen = false;
-        simdjson::dom::element g;
-        if (root["add_generation_prompt"].get(g) == simdjson::SUCCESS && g.get_bool().get(add_gen))
-            throw Error(CMF_ERR_PARSE, "chat context: \"add_generation_prompt\" must be a boolean");
-        // A general Jinja interpreter is not built yet (docs/runtime.md): the
-        // ChatML family is recognised by the marker every such template emits.
-        if (!b.chat_template.empty() && b.chat_template.find("<|im_start|>") == std::string::npos)
-            throw Error(CMF_ERR_UNSUPPORTED,
-                        "the model's chat template is not in the ChatML family and general Jinja templates are not "
-                        "interpreted yet; use raw completion");
-        std::string text = render_chatml(messages, add_gen);
-        char *p = static_cast<char *>(std::malloc(text.size() + 1));
-        if (!p) throw std::bad_alloc();
-        std::memcpy(p, text.data(), text.size());
-        p[text.size()] = '\0';
+        std::string context = with_special_tokens(std::string_view(context_json, len), b, m);
+        char *p = nullptr;
+        size_t n = 0;
+        cmf::throw_if_error(cmf_chat_render(b.chat_template.data(), b.chat_template.size(), context.data(),
+                                            context.size(), nullptr, &p, &n));
         *out = p;
-        if (out_len) *out_len = text.size();
+        if (out_len) *out_len = n;
     });
 }
 
