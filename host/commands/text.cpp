@@ -1,7 +1,7 @@
 // cmfhost tokenize / detokenize / render: the text side of cmf.h from the
-// command line. Today the tokenizer comes from --tokenizer (tokenizer.json);
-// a MODEL positional (the file's own tokenizer section) joins once the
-// container lands, so the options are kept apart from the inputs.
+// command line. The tokenizer (chat template) comes from a MODEL's own vocab
+// section (header.tokenizer_config), or from --tokenizer tokenizer.json
+// (--tokenizer-config tokenizer_config.json).
 #include "cli.hpp"
 
 #include <boost/json.hpp>
@@ -27,8 +27,28 @@ struct TokenizerDeleter {
 };
 using TokenizerPtr = std::unique_ptr<cmf_tokenizer, TokenizerDeleter>;
 
-TokenizerPtr load_tokenizer(const std::string &path) {
-    if (path.empty()) throw Failure("--tokenizer tokenizer.json is required", 2);
+// An opened .cmf and the runtime it needs (codecs validate it on open).
+struct OpenedModel {
+    RuntimePtr rt;
+    cmf_model *model = nullptr;
+    explicit OpenedModel(const std::string &path) : rt(make_runtime(CommonOptions{})) {
+        check(cmf_open(rt.get(), path.c_str(), nullptr, &model), path);
+    }
+    ~OpenedModel() { cmf_close(model); }
+    OpenedModel(const OpenedModel &) = delete;
+    OpenedModel &operator=(const OpenedModel &) = delete;
+};
+
+// The tokenizer of a model file (its vocab section) or of a tokenizer.json.
+TokenizerPtr load_tokenizer(const std::string &path, const std::string &model = {}) {
+    if (!model.empty()) {
+        if (!path.empty()) throw Failure("give MODEL or --tokenizer, not both", 2);
+        OpenedModel m(model);
+        cmf_tokenizer *t = nullptr;
+        check(cmf_model_tokenizer(m.model, &t), model);
+        return TokenizerPtr(t);  // the tokenizer owns a copy of the JSON
+    }
+    if (path.empty()) throw Failure("give MODEL or --tokenizer tokenizer.json", 2);
     std::string json = read_file(path);
     cmf_tokenizer *t = nullptr;
     check(cmf_tokenizer_create(json.data(), json.size(), &t), path);
@@ -61,14 +81,26 @@ int cmd_tokenize(const std::vector<std::string> &args) {
         ("file", po::value(&file), "JSON array of strings to encode; prints a JSON array of id arrays")
         ("special", po::bool_switch(&special), "add special tokens (HF add_special_tokens=True, e.g. Gemma's <bos>)")
         ("json", po::bool_switch(&json), "print {\"ids\": [...], \"pieces\": [...]}")
-        ("text", po::value(&text), "the text to encode (positional)");
+        ("inputs", po::value<std::vector<std::string>>(), "[MODEL] [TEXT] (positional)");
     po::positional_options_description pos;
-    pos.add("text", 1);
+    pos.add("inputs", -1);
     po::variables_map vm;
-    if (!parse_args("tokenize", "--tokenizer tokenizer.json (TEXT | --file strings.json) [--special] [--json]", args,
-                    desc, pos, vm))
+    if (!parse_args("tokenize", "(MODEL | --tokenizer tokenizer.json) (TEXT | --file strings.json) [--special] [--json]",
+                    args, desc, pos, vm))
         return 0;
-    TokenizerPtr t = load_tokenizer(tokenizer);
+    std::vector<std::string> inputs;
+    if (vm.count("inputs")) inputs = vm["inputs"].as<std::vector<std::string>>();
+    std::string model;
+    if (tokenizer.empty() && !inputs.empty()) {
+        model = inputs.front();
+        inputs.erase(inputs.begin());
+    }
+    if (inputs.size() > 1) throw Failure("give one TEXT (quote it)", 2);
+    if (!inputs.empty()) {
+        text = inputs.front();
+        vm.insert({"text", po::variable_value(text, false)});
+    }
+    TokenizerPtr t = load_tokenizer(tokenizer, model);
     if (!file.empty()) {
         if (vm.count("text")) throw Failure("give TEXT or --file, not both", 2);
         boost::json::value v;
@@ -115,12 +147,18 @@ int cmd_detokenize(const std::vector<std::string> &args) {
     desc.add_options()
         ("tokenizer", po::value(&tokenizer), "HF tokenizer.json to use")
         ("skip-special", po::bool_switch(&skip), "drop special tokens")
-        ("ids", po::value(&idwords)->multitoken(), "token ids (positional; spaces or commas between them)");
+        ("ids", po::value(&idwords)->multitoken(), "[MODEL] then token ids (positional; spaces or commas between them)");
     po::positional_options_description pos;
     pos.add("ids", -1);
     po::variables_map vm;
-    if (!parse_args("detokenize", "--tokenizer tokenizer.json [--skip-special] IDS...", args, desc, pos, vm)) return 0;
-    TokenizerPtr t = load_tokenizer(tokenizer);
+    if (!parse_args("detokenize", "(MODEL | --tokenizer tokenizer.json) [--skip-special] IDS...", args, desc, pos, vm))
+        return 0;
+    std::string model;
+    if (tokenizer.empty() && !idwords.empty()) {
+        model = idwords.front();
+        idwords.erase(idwords.begin());
+    }
+    TokenizerPtr t = load_tokenizer(tokenizer, model);
     std::vector<int32_t> ids;
     for (auto w : idwords) {
         for (char &c : w)
@@ -182,7 +220,7 @@ std::string pick_template(const boost::json::object &cfg, bool has_tools, const 
 }  // namespace
 
 int cmd_render(const std::vector<std::string> &args) {
-    std::string config, messages;
+    std::string config, messages, model;
     bool gen_prompt = false, thinking = false;
     long long now = -1;
     po::options_description desc("options");
@@ -192,14 +230,38 @@ int cmd_render(const std::vector<std::string> &args) {
                                            "plus template variables (tools, enable_thinking, ...)")
         ("add-generation-prompt", po::bool_switch(&gen_prompt), "end with the assistant turn's opening")
         ("enable-thinking", po::bool_switch(&thinking), "set enable_thinking=true")
-        ("now", po::value(&now), "unix time strftime_now formats (default: the current time)");
+        ("now", po::value(&now), "unix time strftime_now formats (default: the current time)")
+        ("model", po::value(&model), "a .cmf whose chat bundle to use (positional)");
+    po::positional_options_description pos;
+    pos.add("model", 1);
     po::variables_map vm;
-    if (!parse_args("render", "--tokenizer-config tokenizer_config.json --messages conv.json "
+    if (!parse_args("render", "(MODEL | --tokenizer-config tokenizer_config.json) --messages conv.json "
                               "[--add-generation-prompt] [--enable-thinking]",
-                    args, desc, {}, vm))
+                    args, desc, pos, vm))
         return 0;
-    if (config.empty()) throw Failure("--tokenizer-config is required", 2);
     if (messages.empty()) throw Failure("--messages is required", 2);
+    if (!model.empty()) {
+        if (!config.empty()) throw Failure("give MODEL or --tokenizer-config, not both", 2);
+        boost::json::value conv = parse_json_file(messages);
+        boost::json::object ctx;
+        if (conv.is_array()) ctx["messages"] = conv;
+        else if (conv.is_object() && conv.as_object().contains("messages")) ctx = conv.as_object();
+        else throw Failure(messages + ": expected an array of messages or an object with 'messages'");
+        if (!ctx.contains("tools")) ctx["tools"] = nullptr;
+        if (!ctx.contains("documents")) ctx["documents"] = nullptr;
+        if (!ctx.contains("add_generation_prompt")) ctx["add_generation_prompt"] = false;
+        if (gen_prompt) ctx["add_generation_prompt"] = true;
+        if (thinking) ctx["enable_thinking"] = true;
+        std::string ctx_json = boost::json::serialize(ctx);
+        OpenedModel m(model);
+        char *s = nullptr;
+        size_t n = 0;
+        check(cmf_model_render_chat(m.model, ctx_json.data(), ctx_json.size(), &s, &n));
+        std::cout << take_string(s, n);
+        std::cout.flush();
+        return 0;
+    }
+    if (config.empty()) throw Failure("give MODEL or --tokenizer-config tokenizer_config.json", 2);
     boost::json::value cfgv = parse_json_file(config);
     if (!cfgv.is_object()) throw Failure(config + ": expected a JSON object");
     const auto &cfg = cfgv.as_object();

@@ -5,6 +5,7 @@ expected_greedy.json, written by tools/train/reference_generate.py from the
 same checkpoint): raw completion, and one chat turn through the file's
 template."""
 import json
+import os
 import subprocess
 import sys
 
@@ -25,4 +26,25 @@ for name, extra in (("raw", ["--raw"]), ("chat", [])):
         print(f"{name}: greedy continuation differs from the PyTorch reference\n want: {want!r}\n got:  {got!r}")
     else:
         print(f"{name}: {case['max_new_tokens']} greedy tokens identical to the PyTorch reference")
+# The file's own tokenizer and chat template (cmfhost tokenize/render MODEL)
+# give the reference's prompt ids and prompt text.
+raw = cases["raw"]
+ids = subprocess.run([cmfhost, "tokenize", model, raw["prompt"]], check=True, capture_output=True, text=True).stdout
+if [int(x) for x in ids.split()] != raw["prompt_ids"]:
+    failed += 1
+    print(f"tokenize MODEL: {ids.strip()} != {raw['prompt_ids']}")
+chat = cases["chat"]
+conv = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"cmf-default-model-conv-{os.getpid()}.json")
+with open(conv, "w") as f:
+    json.dump(chat["messages"], f)
+try:
+    rendered = subprocess.run([cmfhost, "render", model, "--messages", conv, "--add-generation-prompt"],
+                              check=True, capture_output=True, text=True).stdout
+finally:
+    os.remove(conv)
+if rendered != chat["prompt"]:
+    failed += 1
+    print(f"render MODEL: {rendered!r} != {chat['prompt']!r}")
+else:
+    print("tokenize/render MODEL: prompt ids and chat prompt identical to the reference")
 sys.exit(1 if failed else 0)
