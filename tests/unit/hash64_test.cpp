@@ -43,3 +43,17 @@ TEST_CASE("hash64: every length 0..200 agrees with the one-word-at-a-time defini
         REQUIRE(hash64(b.data(), len) == fmix(acc ^ len));
     }
 }
+
+TEST_CASE("hash64: pieces at any word offset and unaligned starts give the whole hash (vector and scalar paths)") {
+    std::vector<unsigned char> b(1201);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<unsigned char>((i * 131) ^ (i >> 3));
+    for (size_t start = 0; start < 3; ++start) {  // 1 and 2 make every load unaligned
+        const unsigned char *p = b.data() + start;
+        const size_t len = b.size() - start;
+        const uint64_t whole = hash64(p, len);
+        for (size_t cut = 0; cut <= len; cut += 8) {
+            uint64_t acc = cmf::hash64_partial(p, cut, 0) ^ cmf::hash64_partial(p + cut, len - cut, cut / 8);
+            REQUIRE(cmf::hash64_finish(acc, len) == whole);
+        }
+    }
+}
