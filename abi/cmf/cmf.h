@@ -320,18 +320,30 @@ CMF_API cmf_error *cmf_sign_keygen(const char *key_path);
  * fingerprint of the signer is copied to fingerprint_out (17 bytes) if not NULL. */
 CMF_API cmf_error *cmf_sign_file(const char *file, const char *key_path, char *fingerprint_out);
 
-/* ---- writer (W1 layout, COMPAT §3.2) ------------------------------------- */
+/* ---- writer (W1 or W2 layout, COMPAT §3.2 / §3.4) ----------------------- */
 
 typedef struct cmf_writer cmf_writer;
 
+/* cmf_writer_options.flags: write as the original's streaming writer W2
+ * (COMPAT §3.4) does: each payload goes to the (temp) file inside
+ * cmf_writer_add_tensor, so `data` is only read during that call and memory
+ * stays bounded whatever the model size; header and directory are written
+ * into a zero gap reserved before the data at finish (7 032 832 bytes for up
+ * to 4096 tensors, see expected_tensors). Without it: W1, the whole layout
+ * at finish from borrowed payloads (byte-identical to the original's W1). */
+#define CMF_WRITER_STREAM 0x1u
+
 typedef struct cmf_writer_options {
     uint32_t struct_size;
-    uint32_t flags;              /* reserved, 0 */
+    uint32_t flags;              /* CMF_WRITER_STREAM or 0 */
     /* > 0: split into shards `{stem}-NNNNN-of-NNNNN.cmf` (path must end in
      * ".cmf"), starting a new shard when the next payload would push the
      * current one past this many payload bytes (a shard holds at least one). */
     uint64_t shard_max_bytes;
     const char *default_task;    /* masks meta default_task; NULL = first mask's name */
+    /* CMF_WRITER_STREAM: the source tensor count W2 sizes its gap from
+     * (0 = 4096); finish fails if the directory outgrows the gap. */
+    uint64_t expected_tensors;
 } cmf_writer_options;
 
 CMF_API void cmf_writer_options_init(cmf_writer_options *opts);
@@ -366,7 +378,8 @@ CMF_API void cmf_mask_spec_init(cmf_mask_spec *spec);
 CMF_API cmf_error *cmf_writer_create(cmf_runtime *rt, const char *path, const char *header_json, size_t header_len,
                                      const cmf_writer_options *opts, cmf_writer **out);
 /* Append a tensor in the given order. `data` is BORROWED: it must stay valid
- * until cmf_writer_finish returns. Checks ndim <= 6, the name and, through the
+ * until cmf_writer_finish returns (with CMF_WRITER_STREAM: until this call
+ * returns). Checks ndim <= 6, the name and, through the
  * dtype's codec, the payload size and structure. */
 CMF_API cmf_error *cmf_writer_add_tensor(cmf_writer *w, const char *name, int32_t dtype, uint32_t ndim,
                                          const uint64_t *shape, const void *data, uint64_t nbytes);
@@ -416,7 +429,7 @@ typedef struct cmf_convert_options {
 
 CMF_API void cmf_convert_options_init(cmf_convert_options *opts);
 
-/* Convert a checkpoint directory into a W1 .cmf (docs/convert.md). The
+/* Convert a checkpoint directory into a W2 .cmf (docs/convert.md). The
  * output appears only when everything succeeded (temp file + rename); on any
  * error nothing is left at `output`. Uses the runtime's arch plugins (by HF
  * model_type), codecs and thread pool. Blocks; one call per runtime at a time. */

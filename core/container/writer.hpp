@@ -1,14 +1,19 @@
-// The W1 writer (COMPAT §3.2): layout, directory, masks + sparse index,
-// section_hashes, feature bits and header spelling as the original's
-// CmfModel::write emits them; plus sharded output, in-place append growth
-// (COMPAT §9.5) and compaction.
+// The two writers of the original (COMPAT §3): W1 (Writer: the whole file
+// laid out at finish, from borrowed payloads; also in-place append growth,
+// COMPAT §9.5, and compaction) and W2 (StreamWriter: each payload written
+// to the file when it is added, header and directory written into a
+// reserved gap at finish, so memory stays bounded by one tensor). Both set
+// the directory, masks + sparse index, section_hashes, feature bits and
+// header spelling as the original does, and both shard.
 #pragma once
 
 #include "container/format.hpp"
 
 #include <boost/json/value.hpp>
 
+#include <memory>
 #include <optional>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -42,18 +47,31 @@ struct PendingMask {
 // kill the process. Never set outside tests.
 extern void (*write_crash_hook)(const char *point);
 
-class Writer {
+// What both writers accept. Calls from one thread: add_* / set_vocab, then
+// finish once. Nothing appears at the output path before finish succeeds.
+class TensorWriter {
+public:
+    virtual ~TensorWriter() = default;
+    virtual void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
+                            const void *data, uint64_t nbytes) = 0;
+    virtual void add_mask(PendingMask m) = 0;
+    virtual void set_vocab(const void *data, uint64_t len) = 0;
+    virtual void finish() = 0;
+};
+
+class Writer final : public TensorWriter {
 public:
     Writer(Runtime &rt, std::string path, const std::string &header_json, uint64_t shard_max_bytes,
            std::optional<std::string> default_task);
     // Append mode: grows `path` in place.
     static Writer for_append(Runtime &rt, std::string path, const std::string *header_json);
 
+    // `data` is borrowed until finish().
     void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, const void *data,
-                    uint64_t nbytes);
-    void add_mask(PendingMask m) { masks_.push_back(std::move(m)); }
-    void set_vocab(const void *data, uint64_t len);
-    void finish();
+                    uint64_t nbytes) override;
+    void add_mask(PendingMask m) override { masks_.push_back(std::move(m)); }
+    void set_vocab(const void *data, uint64_t len) override;
+    void finish() override;
 
 private:
     Writer(Runtime &rt, std::string path) : rt_(&rt), path_(std::move(path)) {}
@@ -69,6 +87,45 @@ private:
     std::vector<PendingMask> masks_;
     std::optional<std::vector<uint8_t>> vocab_;
     bool append_ = false;
+    bool finished_ = false;
+};
+
+namespace parts { class TempFile; class Out; }
+
+// W2 (COMPAT §3.4). The reserved gap is
+// max(align(3·(128 + 16 + N·158 + 2^20), 4096), 2^20) with
+// N = 2·max(source_tensor_count, 4096) — 7 032 832 bytes up to 4096 source
+// tensors, room for tens of thousands of directory records. Sharded output
+// keeps one temp file per shard and names them at finish, when the count
+// is known.
+class StreamWriter final : public TensorWriter {
+public:
+    StreamWriter(Runtime &rt, std::string path, const std::string &header_json, uint64_t source_tensor_count,
+                 uint64_t shard_max_bytes, std::optional<std::string> default_task);
+    ~StreamWriter() override;
+    // `data` is written (copied) before add_tensor returns.
+    void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, const void *data,
+                    uint64_t nbytes) override;
+    void add_mask(PendingMask m) override { masks_.push_back(std::move(m)); }
+    void set_vocab(const void *data, uint64_t len) override;
+    void finish() override;
+
+    static uint64_t gap_bytes(uint64_t source_tensor_count);
+
+private:
+    struct Part;
+    Part &open_part();
+
+    Runtime *rt_;
+    std::string path_;
+    boost::json::value header_;
+    uint64_t data_off_;
+    uint64_t shard_max_bytes_;
+    std::optional<std::string> default_task_;
+    std::vector<std::unique_ptr<Part>> parts_;
+    std::vector<PendingMask> masks_;
+    std::optional<std::vector<uint8_t>> vocab_;
+    std::unordered_set<std::string> names_;
     bool finished_ = false;
 };
 

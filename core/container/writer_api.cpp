@@ -14,7 +14,7 @@ using cmf::guard;
 using namespace cmf::container;
 
 struct cmf_writer {
-    std::unique_ptr<Writer> w;
+    std::unique_ptr<TensorWriter> w;
 };
 
 extern "C" {
@@ -37,8 +37,14 @@ CMF_API cmf_error *cmf_writer_create(cmf_runtime *rt, const char *path, const ch
         cmf_writer_options o = cmf::capi::copy_in(opts, cmf_writer_options_init);
         std::optional<std::string> task;
         if (o.default_task) task = o.default_task;
+        if (o.flags & ~CMF_WRITER_STREAM)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_writer_create: unknown flags " + std::to_string(o.flags & ~CMF_WRITER_STREAM));
         auto w = std::make_unique<cmf_writer>();
-        w->w = std::make_unique<Writer>(*rt, path, std::string(header_json, header_len), o.shard_max_bytes, task);
+        const std::string header(header_json, header_len);
+        if (o.flags & CMF_WRITER_STREAM)
+            w->w = std::make_unique<StreamWriter>(*rt, path, header, o.expected_tensors, o.shard_max_bytes, task);
+        else
+            w->w = std::make_unique<Writer>(*rt, path, header, o.shard_max_bytes, task);
         *out = w.release();
     });
 }

@@ -3,6 +3,8 @@
 #include "common/error.hpp"
 #include "container/writer.hpp"
 
+#include <algorithm>
+
 namespace cmf::convert {
 
 ContainerSink::ContainerSink(Runtime &rt, std::string path, uint64_t shard_max_bytes)
@@ -10,9 +12,12 @@ ContainerSink::ContainerSink(Runtime &rt, std::string path, uint64_t shard_max_b
 
 ContainerSink::~ContainerSink() = default;
 
-void ContainerSink::begin(const std::string &header_json, uint64_t, uint64_t planned_tensor_count) {
-    writer_ = std::make_unique<container::Writer>(rt_, path_, header_json, shard_max_bytes_, std::nullopt);
-    payloads_.reserve(planned_tensor_count);
+void ContainerSink::begin(const std::string &header_json, uint64_t source_tensor_count, uint64_t planned_tensor_count) {
+    // The gap must hold the directory of every output tensor (a fused
+    // source tensor may give several).
+    writer_ = std::make_unique<container::StreamWriter>(rt_, path_, header_json,
+                                                        std::max(source_tensor_count, planned_tensor_count),
+                                                        shard_max_bytes_, std::nullopt);
 }
 
 void ContainerSink::add(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, const uint8_t *data,
@@ -20,8 +25,7 @@ void ContainerSink::add(const std::string &name, int32_t dtype, const std::vecto
     if (!writer_) throw Error(CMF_ERR_INTERNAL, "ContainerSink::add before begin");
     if (shape.size() > CMF_MAX_DIMS)
         throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor \"" + name + "\": more than 6 dimensions");
-    payloads_.emplace_back(data, data + nbytes);
-    writer_->add_tensor(name, dtype, static_cast<uint32_t>(shape.size()), shape.data(), payloads_.back().data(), nbytes);
+    writer_->add_tensor(name, dtype, static_cast<uint32_t>(shape.size()), shape.data(), data, nbytes);
 }
 
 void ContainerSink::finish(const std::string &vocab_bytes) {
@@ -29,14 +33,12 @@ void ContainerSink::finish(const std::string &vocab_bytes) {
     if (!vocab_bytes.empty()) writer_->set_vocab(vocab_bytes.data(), vocab_bytes.size());
     writer_->finish();
     writer_.reset();
-    payloads_.clear();
 }
 
 void ContainerSink::abort() noexcept {
-    // An unfinished Writer has written nothing at `path` (it writes a temp
-    // file and renames only inside finish, removing the temp on failure).
+    // An unfinished writer has written nothing at `path`: its temp files
+    // are unlinked when it is destroyed.
     writer_.reset();
-    payloads_.clear();
 }
 
 }  // namespace cmf::convert

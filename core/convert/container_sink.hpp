@@ -1,14 +1,16 @@
-// The TensorSink that writes a .cmf file through the container's W1 writer
-// (COMPAT §3.2): header from the pipeline (the writer appends
-// section_hashes), payloads in push order, the vocab section; sharded when
-// shard_max_bytes > 0. The file appears only at finish() (temp + rename).
+// The TensorSink that writes a .cmf file through the container's W2
+// streaming writer (COMPAT §3.4): header from the pipeline (the writer
+// appends section_hashes), each payload written to the file as it arrives
+// (nothing is kept: memory stays bounded by the tensors in flight), the
+// vocab section; sharded when shard_max_bytes > 0. The file appears only at
+// finish() (temp + rename).
 #pragma once
 
 #include "convert/convert.hpp"
 
 #include <memory>
 
-namespace cmf::container { class Writer; }
+namespace cmf::container { class StreamWriter; }
 
 namespace cmf::convert {
 
@@ -27,10 +29,7 @@ private:
     Runtime &rt_;
     std::string path_;
     uint64_t shard_max_bytes_;
-    std::unique_ptr<container::Writer> writer_;
-    // The writer borrows payloads until finish (it lays out the file at the
-    // end), so the sink owns them: peak memory is the output model's size.
-    std::vector<std::vector<uint8_t>> payloads_;
+    std::unique_ptr<container::StreamWriter> writer_;
 };
 
 }  // namespace cmf::convert

@@ -121,10 +121,11 @@ const Bytes kMaskBlob = {0x55, 0x55, 0xff, 0x00, 0x03, 0x03, 0x03};
 const std::string kVocab = R"({"version":"1.0"})";
 const char *kSampleSha = "9063442b9b7fa9fbc43436c616890acf08cef97fe50e91426798da3f6f1d53ac";
 
-cmf_error *write_sample(const fs::path &p, uint64_t shard_max = 0, bool masks_and_vocab = true) {
+cmf_error *write_sample(const fs::path &p, uint64_t shard_max = 0, bool masks_and_vocab = true, uint32_t flags = 0) {
     cmf_writer_options o;
     cmf_writer_options_init(&o);
     o.shard_max_bytes = shard_max;
+    o.flags = flags;
     cmf_writer *w = nullptr;
     if (cmf_error *e = cmf_writer_create(runtime().rt, p.c_str(), kSampleHeader, std::strlen(kSampleHeader), &o, &w)) return e;
     const uint64_t s1[] = {8}, s2[] = {1, 32};
@@ -464,6 +465,85 @@ TEST_CASE("container: a killed writer never replaces a good file") {
     const Bytes before = read_all(p);
     for (const char *point : {"payload", "before-rename"}) {
         run_and_kill_at(point, [&] { (void)write_sample(p, 0, false); });
+        CHECK(read_all(p) == before);
+        CHECK(open_and_verify(p) == "");
+    }
+}
+
+TEST_CASE("container: the W2 streaming writer lays out the sample behind a 7 032 832-byte gap") {
+    const fs::path p = tmpdir() / "w2.cmf";
+    REQUIRE(write_sample(p, 0, true, CMF_WRITER_STREAM) == nullptr);
+    CHECK(open_and_verify(p) == "");
+    const Bytes w1 = read_all(sample_path()), w2 = read_all(p);
+    const size_t gap = 7032832;  // COMPAT §3.4, up to 4096 source tensors
+    REQUIRE(w2.size() == w1.size() - 4096 + gap);
+    // Same header and directory (offsets are data-relative), same data,
+    // masks, vocab and index; only the envelope's offsets and the gap differ.
+    CHECK(std::equal(w1.begin() + 128, w1.begin() + 4096, w2.begin() + 128));
+    CHECK(std::all_of(w2.begin() + 4096, w2.begin() + gap, [](uint8_t b) { return b == 0; }));
+    CHECK(std::equal(w1.begin() + 4096, w1.end(), w2.begin() + gap));
+    CHECK(std::memcmp(w1.data(), w2.data(), 16) == 0);  // magic, version, features
+    // sharded, streamed
+    const fs::path base = tmpdir() / "w2sh";
+    fs::create_directories(base);
+    REQUIRE(write_sample(base / "m.cmf", 17, true, CMF_WRITER_STREAM) == nullptr);
+    CHECK(!fs::exists(base / "m.cmf"));
+    for (const char *name : {"m-00001-of-00002.cmf", "m-00002-of-00002.cmf"}) {
+        INFO(name);
+        CHECK(open_and_verify(base / name) == "");
+    }
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(base / "m-00002-of-00002.cmf", nullptr, &m) == 0);
+    cmf_tensor_info t;
+    cmf_tensor_info_init(&t);
+    REQUIRE(cmf_tensor(m, "model.layers.0.mlp.gate_proj.weight", &t) == nullptr);
+    CHECK(t.shard == 1);
+    CHECK(std::memcmp(t.data, kGate.data(), kGate.size()) == 0);
+    REQUIRE(cmf_tensor(m, "model.norm.weight", &t) == nullptr);
+    CHECK(t.shard == 0);
+    CHECK(std::memcmp(t.data, kNorm.data(), kNorm.size()) == 0);
+    CHECK(cmf_mask_count(m) == 1);
+    cmf_close(m);
+    CHECK(std::distance(fs::directory_iterator(base), fs::directory_iterator()) == 2);  // no temp files left
+}
+
+TEST_CASE("container: a W2 writer whose directory outgrows the gap fails and leaves nothing") {
+    const fs::path base = tmpdir() / "w2gap";
+    fs::create_directories(base);
+    cmf_writer_options o;
+    cmf_writer_options_init(&o);
+    o.flags = CMF_WRITER_STREAM;
+    cmf_writer *w = nullptr;
+    REQUIRE(cmf_writer_create(runtime().rt, (base / "g.cmf").c_str(), kSampleHeader, std::strlen(kSampleHeader), &o, &w) == nullptr);
+    const uint64_t s1[] = {1};
+    const uint16_t one = 0x3c00;
+    // 110 names of 65 535 bytes: a 7.2 MB directory against the 7.03 MB gap.
+    for (int i = 0; i < 110; ++i) {
+        std::string name = std::to_string(i) + std::string(65535 - 4, 'n');
+        name.resize(65535, 'x');
+        REQUIRE(cmf_writer_add_tensor(w, name.c_str(), CMF_DTYPE_F16, 1, s1, &one, 2) == nullptr);
+    }
+    cmf_error *e = cmf_writer_finish(w);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(cmf_error_message(e)).find("reserved gap") != std::string::npos);
+    cmf_error_free(e);
+    cmf_writer_free(w);
+    CHECK(fs::is_empty(base));
+    // unknown flags are refused
+    o.flags = 0x80;
+    e = cmf_writer_create(runtime().rt, (base / "g.cmf").c_str(), kSampleHeader, std::strlen(kSampleHeader), &o, &w);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
+    cmf_error_free(e);
+}
+
+TEST_CASE("container: a killed W2 writer never replaces a good file") {
+    const fs::path p = tmpdir() / "killw2.cmf";
+    fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+    const Bytes before = read_all(p);
+    for (const char *point : {"payload", "before-rename"}) {
+        run_and_kill_at(point, [&] { (void)write_sample(p, 0, false, CMF_WRITER_STREAM); });
         CHECK(read_all(p) == before);
         CHECK(open_and_verify(p) == "");
     }

@@ -212,10 +212,11 @@ namespace {
     CHECK_OFFSET(cmf_signature_info, file, 8);
     CHECK_OFFSET(cmf_signature_info, pubkey_hex, 16);
     CHECK_OFFSET(cmf_signature_info, fingerprint, 24);
-    CHECK_SIZE(cmf_writer_options, 24);
+    CHECK_SIZE(cmf_writer_options, 32);
     CHECK_OFFSET(cmf_writer_options, flags, 4);
     CHECK_OFFSET(cmf_writer_options, shard_max_bytes, 8);
     CHECK_OFFSET(cmf_writer_options, default_task, 16);
+    CHECK_OFFSET(cmf_writer_options, expected_tensors, 24);
     CHECK_SIZE(cmf_mask_spec, 80);
     CHECK_OFFSET(cmf_mask_spec, task_id, 4);
     CHECK_OFFSET(cmf_mask_spec, name, 8);

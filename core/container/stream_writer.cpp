@@ -1,0 +1,165 @@
+// W2, the streaming writer (COMPAT §3.4): what `cortiq convert` uses, so
+// that converting a model never holds more than one tensor in memory.
+#include "common/hash64.hpp"
+#include "container/json_emit.hpp"
+#include "container/model.hpp"
+#include "container/writer.hpp"
+#include "container/writer_parts.hpp"
+
+#include <boost/json.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
+
+namespace cmf::container {
+
+namespace bj = boost::json;
+using namespace parts;
+
+struct StreamWriter::Part {
+    std::unique_ptr<TempFile> tmp;
+    std::unique_ptr<Out> out;
+    std::vector<PendingTensor> tensors;  // data pointers cleared once written
+    std::vector<uint64_t> offs;          // data-relative
+    uint64_t cursor = 0;                 // data-relative end of the last payload
+};
+
+uint64_t StreamWriter::gap_bytes(uint64_t source_tensor_count) {
+    const uint64_t n = 2 * std::max<uint64_t>(source_tensor_count, 4096);
+    const uint64_t gap = std::max<uint64_t>(align_up(3 * (128 + 16 + n * (56 + 6 + 96) + (1u << 20)), 4096), 1u << 20);
+    return align_up(std::max<uint64_t>(gap, 129), kDataAlign);
+}
+
+StreamWriter::StreamWriter(Runtime &rt, std::string path, const std::string &header_json, uint64_t source_tensor_count,
+                           uint64_t shard_max_bytes, std::optional<std::string> default_task)
+    : rt_(&rt),
+      path_(std::move(path)),
+      data_off_(gap_bytes(source_tensor_count)),
+      shard_max_bytes_(shard_max_bytes),
+      default_task_(std::move(default_task)) {
+    header_ = parse_json_object(header_json, "header JSON");
+    std::string text = json::emit_header(header_);  // the reader's rules apply to what we will write
+    parse_header(reinterpret_cast<const uint8_t *>(text.data()), text.size());
+    if (shard_max_bytes_ > 0 && (path_.size() < 5 || path_.compare(path_.size() - 4, 4, ".cmf") != 0))
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "a sharded output path must end in .cmf: '" + path_ + "'");
+    open_part();
+}
+
+StreamWriter::~StreamWriter() = default;  // unfinished temp files are unlinked by ~TempFile
+
+StreamWriter::Part &StreamWriter::open_part() {
+    auto p = std::make_unique<Part>();
+    // The final name is not known yet when sharding (it carries the count).
+    p->tmp = std::make_unique<TempFile>(path_);
+    p->out = std::make_unique<Out>(p->tmp->fd(), path_);
+    p->out->zeros(data_off_);  // the gap, filled at finish
+    parts_.push_back(std::move(p));
+    return *parts_.back();
+}
+
+void StreamWriter::add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
+                              const void *data, uint64_t nbytes) {
+    if (finished_) throw Error(CMF_ERR_INVALID_ARGUMENT, "writer already finished");
+    PendingTensor t = checked_tensor(*rt_, name, dtype, ndim, shape, data, nbytes);
+    if (!names_.insert(name).second) throw Error(CMF_ERR_PARSE, "duplicate tensor name '" + name + "'");
+    Part *p = parts_.back().get();
+    // Greedy split in push order (spec §10); a shard holds at least one tensor.
+    if (shard_max_bytes_ > 0 && !p->tensors.empty()) {
+        uint64_t held = 0;
+        for (auto &x : p->tensors) held += x.nbytes;
+        if (held + nbytes > shard_max_bytes_) p = &open_part();
+    }
+    const uint64_t off = place_payload(p->cursor, nbytes);
+    p->out->pad_to(data_off_ + off);
+    p->out->put(data, nbytes);
+    crash_point("payload");
+    p->cursor = off + nbytes;
+    t.data = nullptr;
+    p->tensors.push_back(std::move(t));
+    p->offs.push_back(off);
+}
+
+void StreamWriter::set_vocab(const void *data, uint64_t len) {
+    const uint8_t *p = static_cast<const uint8_t *>(data);
+    if (len > 0 && p == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "vocab: NULL data");
+    vocab_ = std::vector<uint8_t>(p, p + len);
+}
+
+void StreamWriter::finish() {
+    if (finished_) throw Error(CMF_ERR_INVALID_ARGUMENT, "writer already finished");
+    finished_ = true;
+    const std::string default_task = default_task_ ? *default_task_ : (masks_.empty() ? "general" : masks_.front().name);
+    const uint64_t count = parts_.size();
+    const std::string stem = count > 1 || shard_max_bytes_ > 0 ? path_.substr(0, path_.size() - 4) : std::string();
+    for (uint64_t i = 0; i < count; ++i) {
+        Part &p = *parts_[i];
+        bj::value header = header_;
+        bj::object &h = header.as_object();
+        const bool first = i == 0;
+        if (shard_max_bytes_ > 0) {
+            h["shard"] = bj::object{{"no", i + 1}, {"count", count}};
+            if (!first) {  // masks, vocab, index, chat bundle and skills live in shard 1 only
+                h.erase("tokenizer_config");
+                h.erase("skills");
+                h.erase("section_hashes");
+            }
+        }
+        std::vector<const PendingTensor *> ptrs;
+        for (auto &t : p.tensors) ptrs.push_back(&t);
+        // W2 never sets SKILL_FILE (COMPAT §1.2 table).
+        Tail tail = build_tail(header, ptrs, first ? &masks_ : nullptr, default_task,
+                               first && vocab_ ? &*vocab_ : nullptr, false);
+        // After the last payload: masks, vocab, index, packed.
+        Envelope env;
+        env.required_features = tail.required_features;
+        env.len[kData] = p.cursor;
+        env.len[kMasks] = tail.masks.size();
+        env.len[kVocab] = tail.vocab ? tail.vocab->size() : 0;
+        env.len[kIndex] = tail.index.size();
+        uint64_t pos = data_off_;
+        for (int s = kData; s <= kIndex; ++s) {
+            env.off[s] = env.len[s] ? pos : 0;
+            pos += env.len[s];
+        }
+        p.out->pad_to(data_off_ + p.cursor);
+        p.out->put(tail.masks.data(), tail.masks.size());
+        if (tail.vocab) p.out->put(tail.vocab->data(), tail.vocab->size());
+        p.out->put(tail.index.data(), tail.index.size());
+        p.out->flush();
+        // Into the gap: envelope, header, directory.
+        std::vector<uint8_t> dir = build_directory(ptrs, p.offs);
+        const uint64_t front = kEnvelopeSize + tail.header.size() + dir.size();
+        if (front > data_off_)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "header and directory (" + std::to_string(front) +
+                                                      " bytes) do not fit the reserved gap of " + std::to_string(data_off_) +
+                                                      " bytes; pass the real source tensor count");
+        env.off[kHeader] = kEnvelopeSize;
+        env.len[kHeader] = tail.header.size();
+        env.off[kDir] = kEnvelopeSize + tail.header.size();
+        env.len[kDir] = dir.size();
+        env.header_hash = hash64(tail.header.data(), tail.header.size());
+        env.dir_hash = hash64(dir.data(), dir.size());
+        std::vector<uint8_t> bytes(static_cast<size_t>(front));
+        env.encode(bytes.data());
+        std::memcpy(bytes.data() + kEnvelopeSize, tail.header.data(), tail.header.size());
+        std::memcpy(bytes.data() + kEnvelopeSize + tail.header.size(), dir.data(), dir.size());
+        size_t done = 0;
+        while (done < bytes.size()) {
+            ssize_t w = ::pwrite(p.tmp->fd(), bytes.data() + done, bytes.size() - done, off_t(done));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                io_fail("cannot write", path_, errno);
+            }
+            done += size_t(w);
+        }
+        p.tmp->sync_and_close();
+    }
+    // Every shard is complete on disk; only now do names appear.
+    for (uint64_t i = 0; i < count; ++i) {
+        if (shard_max_bytes_ > 0) parts_[i]->tmp->set_final_path(shard_name(stem, i + 1, count));
+        parts_[i]->tmp->rename_now();
+    }
+}
+
+}  // namespace cmf::container

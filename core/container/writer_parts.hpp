@@ -1,0 +1,93 @@
+// Pieces shared by the two writers of this folder: W1 (writer.cpp, the
+// whole file laid out at finish, COMPAT §3.2) and W2 (stream_writer.cpp,
+// payloads written as they come, COMPAT §3.4). Internal to core/container.
+#pragma once
+
+#include "container/format.hpp"
+#include "container/header.hpp"
+#include "container/writer.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <string>
+#include <vector>
+
+namespace cmf { class Runtime; }
+
+namespace cmf::container::parts {
+
+void crash_point(const char *point);
+[[noreturn]] void io_fail(const std::string &what, const std::string &path, int err);
+
+// Buffered sequential writes to an fd, tracking the file position.
+class Out {
+public:
+    Out(int fd, std::string path, uint64_t pos = 0);
+    void put(const void *p, uint64_t n);
+    void zeros(uint64_t n);
+    void pad_to(uint64_t target);  // zeros up to an absolute position (never backwards)
+    uint64_t pos() const { return pos_; }
+    void flush();
+
+private:
+    int fd_;
+    std::string path_;
+    uint64_t pos_;
+    std::vector<uint8_t> buf_;
+};
+
+// A temp file next to `path` (same directory, so the rename is atomic);
+// unlinked unless commit() renamed it into place.
+class TempFile {
+public:
+    explicit TempFile(const std::string &path);
+    ~TempFile();
+    TempFile(const TempFile &) = delete;
+    TempFile &operator=(const TempFile &) = delete;
+    int fd() const { return fd_; }
+    const std::string &final_path() const { return final_; }
+    void set_final_path(std::string p) { final_ = std::move(p); }  // before rename_now
+    // fsync + close + rename. Or in two steps: sync_and_close, rename_now.
+    void commit();
+    void sync_and_close();
+    void rename_now();
+
+private:
+    std::string final_, tmp_;
+    int fd_ = -1;
+    bool committed_ = false;
+};
+
+boost::json::value parse_json_object(const std::string &text, const char *what);
+
+// A tensor checked exactly as the reader will check it (name, ndim, shape,
+// dtype id, payload size and structure through the codec), hashed.
+PendingTensor checked_tensor(Runtime &rt, const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
+                             const void *data, uint64_t nbytes);
+
+uint32_t quant_bit(int32_t dtype);  // QUANT_2F for the dtypes that need it
+void check_mask(const ArchInfo &arch, const PendingMask &m);
+std::vector<uint8_t> build_masks(const std::string &default_task, const std::vector<PendingMask> &masks);
+std::vector<uint8_t> build_index(const ArchInfo &arch, const std::vector<PendingMask> &masks);
+std::vector<uint8_t> build_directory(const std::vector<const PendingTensor *> &ts, const std::vector<uint64_t> &offs);
+
+// Everything a file carries after its payloads, and the header describing
+// it: masks + sparse index (from one catalog), vocab, section_hashes set as
+// COMPAT §2.3 says, the header text, and the feature bits W1 and W2 set.
+struct Tail {
+    std::vector<uint8_t> masks, index;
+    const std::vector<uint8_t> *vocab = nullptr;  // null: absent
+    std::string header;
+    uint64_t required_features = 0;
+};
+Tail build_tail(boost::json::value &header, const std::vector<const PendingTensor *> &tensors,
+                const std::vector<PendingMask> *masks, const std::string &default_task,
+                const std::vector<uint8_t> *vocab, bool allow_skill_file);
+
+// Data-relative offset of the next payload of `nbytes` after `cursor`
+// (64-byte rule, 4096 for payloads >= 16 KiB: COMPAT §3.2, §3.3).
+inline uint64_t place_payload(uint64_t cursor, uint64_t nbytes) {
+    return align_up(cursor, nbytes >= kLargeTensor ? kPageTensorAlign : kTensorAlign);
+}
+
+}  // namespace cmf::container::parts
