@@ -1,9 +1,15 @@
 // Converter throughput and memory: writes a synthetic qwen3 checkpoint
-// (BF16 safetensors, ~160 M parameters by default) and converts it into a
-// sink that only counts bytes. Reports wall time, source MB/s and peak RSS
-// next to the largest tensor's f32 size (the pipeline's memory bound).
+// (BF16 safetensors, random weights) once, then converts it — into a real
+// .cmf through the W2 streaming writer with --output, else into a sink that
+// only counts bytes. Reports wall time, source MB/s and peak RSS next to
+// the largest tensor's f32 size (the pipeline's memory bound).
 //
-//   convert_bench [--hidden 1024] [--layers 8] [--threads N] [--quant f16] [--dir /tmp/...]
+//   convert_bench [--shape small|0.6b] [--hidden 1024] [--layers 8] [--threads N] [--quant f16]
+//                 [--dir /tmp/...] [--output F.cmf] [--checkpoint-only 1]
+// --shape 0.6b: Qwen3-0.6B (hidden 1024, 28 layers, 16/8 heads of 128,
+// FFN 3072, vocab 151936, tied head): a 1.19 GB BF16 checkpoint (--layers
+// changes the depth, e.g. 56 for a 2.1 GB one with the same largest tensor).
+#include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
 #include "plugins/runtime.hpp"
 
@@ -32,24 +38,31 @@ struct NullSink : cmf::convert::TensorSink {
     void finish(const std::string &) override {}
 };
 
-void write_checkpoint(const fs::path &dir, uint64_t H, uint64_t L, uint64_t V, uint64_t I) {
+struct Shape {
+    uint64_t H, L, V, I, heads, kv_heads, head_dim;
+    bool tied;
+};
+
+void write_checkpoint(const fs::path &dir, const Shape &sh) {
+    const uint64_t H = sh.H, L = sh.L, V = sh.V, I = sh.I, D = sh.head_dim;
     fs::create_directories(dir);
     std::ofstream(dir / "config.json") << "{\"model_type\":\"qwen3\",\"hidden_size\":" << H << ",\"intermediate_size\":" << I
-                                       << ",\"num_hidden_layers\":" << L << ",\"num_attention_heads\":" << H / 64
-                                       << ",\"num_key_value_heads\":" << H / 256 << ",\"head_dim\":64,\"vocab_size\":" << V
-                                       << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"tie_word_embeddings\":false}";
-    std::vector<std::pair<std::string, std::vector<uint64_t>>> ts = {{"model.embed_tokens.weight", {V, H}}, {"lm_head.weight", {V, H}},
-                                                                    {"model.norm.weight", {H}}};
+                                       << ",\"num_hidden_layers\":" << L << ",\"num_attention_heads\":" << sh.heads
+                                       << ",\"num_key_value_heads\":" << sh.kv_heads << ",\"head_dim\":" << D << ",\"vocab_size\":" << V
+                                       << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000,"
+                                       << "\"tie_word_embeddings\":" << (sh.tied ? "true" : "false") << "}";
+    std::vector<std::pair<std::string, std::vector<uint64_t>>> ts = {{"model.embed_tokens.weight", {V, H}}, {"model.norm.weight", {H}}};
+    if (!sh.tied) ts.push_back({"lm_head.weight", {V, H}});
     for (uint64_t l = 0; l < L; ++l) {
         std::string p = "model.layers." + std::to_string(l) + ".";
         ts.push_back({p + "input_layernorm.weight", {H}});
         ts.push_back({p + "post_attention_layernorm.weight", {H}});
-        ts.push_back({p + "self_attn.q_proj.weight", {H, H}});
-        ts.push_back({p + "self_attn.k_proj.weight", {H / 4, H}});
-        ts.push_back({p + "self_attn.v_proj.weight", {H / 4, H}});
-        ts.push_back({p + "self_attn.o_proj.weight", {H, H}});
-        ts.push_back({p + "self_attn.q_norm.weight", {64}});
-        ts.push_back({p + "self_attn.k_norm.weight", {64}});
+        ts.push_back({p + "self_attn.q_proj.weight", {sh.heads * D, H}});
+        ts.push_back({p + "self_attn.k_proj.weight", {sh.kv_heads * D, H}});
+        ts.push_back({p + "self_attn.v_proj.weight", {sh.kv_heads * D, H}});
+        ts.push_back({p + "self_attn.o_proj.weight", {H, sh.heads * D}});
+        ts.push_back({p + "self_attn.q_norm.weight", {D}});
+        ts.push_back({p + "self_attn.k_norm.weight", {D}});
         ts.push_back({p + "mlp.gate_proj.weight", {I, H}});
         ts.push_back({p + "mlp.up_proj.weight", {I, H}});
         ts.push_back({p + "mlp.down_proj.weight", {H, I}});
@@ -69,11 +82,16 @@ void write_checkpoint(const fs::path &dir, uint64_t H, uint64_t L, uint64_t V, u
     uint64_t hl = header.size();
     f.write(reinterpret_cast<const char *>(&hl), 8);
     f << header;
+    // BF16 values of magnitude 2^-7 .. 2^-6 with random mantissa and sign:
+    // weight-like scale, no structure.
     std::mt19937 rng(1);
     std::vector<uint16_t> buf(1 << 20);
     for (uint64_t left = off / 2; left;) {
         uint64_t k = std::min<uint64_t>(left, buf.size());
-        for (uint64_t i = 0; i < k; ++i) buf[i] = static_cast<uint16_t>(0x3C00 + (rng() & 0x03FF) - 0x200) ^ ((rng() & 1) << 15);
+        for (uint64_t i = 0; i < k; ++i) {
+            uint32_t r = rng();
+            buf[i] = static_cast<uint16_t>(0x3C00 + (r & 0x7F) + ((r >> 7) & 1) * 0x80) ^ static_cast<uint16_t>(((r >> 8) & 1) << 15);
+        }
         f.write(reinterpret_cast<const char *>(buf.data()), static_cast<std::streamsize>(2 * k));
         left -= k;
     }
@@ -82,19 +100,39 @@ void write_checkpoint(const fs::path &dir, uint64_t H, uint64_t L, uint64_t V, u
 }  // namespace
 
 int main(int argc, char **argv) {
-    uint64_t H = 1024, L = 8;
+    uint64_t H = 1024, L = 8, layers_flag = 0;
     int threads = 0;
-    std::string quant = "f16", dir = (fs::temp_directory_path() / "cmf_convert_bench").string();
+    bool checkpoint_only = false;
+    std::string quant = "f16", dir = (fs::temp_directory_path() / "cmf_convert_bench").string(), output, shape = "small";
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
         if (k == "--hidden") H = std::stoull(argv[i + 1]);
-        else if (k == "--layers") L = std::stoull(argv[i + 1]);
+        else if (k == "--layers") L = layers_flag = std::stoull(argv[i + 1]);
         else if (k == "--threads") threads = std::stoi(argv[i + 1]);
         else if (k == "--quant") quant = argv[i + 1];
         else if (k == "--dir") dir = argv[i + 1];
+        else if (k == "--output") output = argv[i + 1];
+        else if (k == "--shape") shape = argv[i + 1];
+        else if (k == "--checkpoint-only") checkpoint_only = std::string(argv[i + 1]) == "1";
+        else {
+            std::fprintf(stderr, "convert_bench: unknown option %s (see the comment at the top of bench/convert_bench.cpp)\n", k.c_str());
+            return 2;
+        }
     }
-    const uint64_t V = 32000, I = 3 * H;
-    if (!fs::exists(fs::path(dir) / "model.safetensors")) write_checkpoint(dir, H, L, V, I);
+    Shape sh{H, L, 32000, 3 * H, H / 64, H / 256, 64, false};
+    if (shape == "0.6b") sh = Shape{1024, layers_flag ? layers_flag : 28, 151936, 3072, 16, 8, 128, true};
+    else if (shape != "small") {
+        std::fprintf(stderr, "convert_bench: --shape small|0.6b\n");
+        return 2;
+    }
+    const uint64_t V = sh.V;
+    H = sh.H;
+    if (!fs::exists(fs::path(dir) / "model.safetensors")) {
+        auto t0 = std::chrono::steady_clock::now();
+        write_checkpoint(dir, sh);
+        std::printf("wrote %s in %.1f s\n", dir.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (checkpoint_only) return 0;
     cmf_runtime_options o;
     cmf_runtime_options_init(&o);
     o.plugin_path = CMF_BENCH_PLUGIN_PATH;
@@ -105,7 +143,9 @@ int main(int argc, char **argv) {
     cmf::convert::ConvertOptions co;
     co.model_dir = dir;
     co.quant = quant;
-    NullSink sink;
+    NullSink null_sink;
+    cmf::convert::ContainerSink file_sink(rt, output, 0);
+    cmf::convert::TensorSink &sink = output.empty() ? static_cast<cmf::convert::TensorSink &>(null_sink) : file_sink;
     cmf::convert::ConvertStats st;
     try {
         st = cmf::convert::convert_checkpoint(rt, co, sink);

@@ -158,8 +158,11 @@ std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTens
     return out;
 }
 
-// Materialize one output tensor as f32.
-void gather_f32(const OutTensor &o, std::vector<float> &dst) {
+// Materialize one output tensor as f32. With `release` (this output is the
+// last reader of its source tensor) a plain tensor is read in pieces whose
+// source pages are dropped as soon as they are converted, so the source and
+// its f32 copy are never both resident in full.
+void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFile *release) {
     const SourceTensor &t = *o.src;
     const auto &s = t.shape;
     uint64_t base = 0;
@@ -173,7 +176,13 @@ void gather_f32(const OutTensor &o, std::vector<float> &dst) {
     dst.resize(o.elements);
     if (!o.transpose) {
         if (o.rows.empty()) {
-            read_f32(t, base, rows * cols, dst.data());
+            const uint64_t n = rows * cols, piece = uint64_t(4) << 20;  // elements
+            const uint64_t esize = source_dtype_size(t.dtype);
+            for (uint64_t at = 0; at < n; at += piece) {
+                const uint64_t k = std::min(piece, n - at);
+                read_f32(t, base + at, k, dst.data() + at);
+                if (release) release->release_range(t, (base + at) * esize, (base + at + k) * esize);
+            }
             return;
         }
         uint64_t at = 0;
@@ -457,6 +466,7 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
             const OutTensor *o;
             std::vector<uint8_t> bytes;
             cmf_error *err = nullptr;
+            const SafetensorsFile *release = nullptr;  // last reader of its source: drop pages while reading
         };
         size_t next = 0;
         uint64_t done_bytes = 0;
@@ -465,7 +475,9 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
             uint64_t used = 0;
             while (next < outs.size() && (batch.empty() || used + outs[next].elements * 4 <= budget)) {
                 used += outs[next].elements * 4;
-                batch.push_back(Job{&outs[next++], {}, nullptr});
+                const SafetensorsFile *rel = last_use[outs[next].src] == next ? &pl.ckpt->file_of(*outs[next].src) : nullptr;
+                batch.push_back(Job{&outs[next], {}, nullptr, rel});
+                ++next;
             }
             struct Ctx {
                 Runtime *rt;
@@ -477,7 +489,7 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
                     Job &j = (*c->batch)[i];
                     j.err = guard([&] {
                         std::vector<float> f32;
-                        gather_f32(*j.o, f32);
+                        gather_f32(*j.o, f32, j.release);
                         const CodecEntry *codec = c->rt->codec(j.o->p.dtype);
                         cmf_quantize_params params{sizeof(cmf_quantize_params), 0, nullptr, nullptr, 0};
                         cmf_byte_sink bs{sizeof(cmf_byte_sink), 0, &j.bytes, [](void *user, const void *d, size_t n) -> cmf_error * {

@@ -188,11 +188,12 @@ const SourceTensor *SafetensorsFile::find(const std::string &name) const {
     return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
-void SafetensorsFile::release(const SourceTensor &t) const {
-    if (!map_ || t.nbytes == 0) return;
+void SafetensorsFile::release_range(const SourceTensor &t, uint64_t from, uint64_t to) const {
+    to = std::min(to, t.nbytes);
+    if (!map_ || from >= to) return;
     const long page = ::sysconf(_SC_PAGESIZE);
-    auto begin = reinterpret_cast<uintptr_t>(t.data);
-    auto end = begin + t.nbytes;
+    auto begin = reinterpret_cast<uintptr_t>(t.data) + from;
+    auto end = reinterpret_cast<uintptr_t>(t.data) + to;
     auto base = reinterpret_cast<uintptr_t>(map_);
     begin = base + (begin - base + page - 1) / page * page;  // only whole pages of this tensor
     end = base + (end - base) / page * page;

@@ -52,7 +52,11 @@ public:
     const std::map<std::string, std::string> &metadata() const { return metadata_; }
     // Tell the kernel a tensor's pages are no longer needed (bounds the
     // converter's resident set to the tensors in flight).
-    void release(const SourceTensor &t) const;
+    void release(const SourceTensor &t) const { release_range(t, 0, t.nbytes); }
+    // The same for bytes [begin, end) of a tensor (whole pages only). The
+    // mapping is private and never written, so a later read of a released
+    // page just maps it again from the file.
+    void release_range(const SourceTensor &t, uint64_t begin, uint64_t end) const;
 
 private:
     std::string path_;
