@@ -261,17 +261,3 @@ TEST_CASE("roundtrip: flat-group dtypes decode rows that split groups") {
         }
     }
 }
-
-TEST_CASE("probe: row separability") {
-    const uint64_t R = 96, C = 256;
-    std::vector<float> w = gaussian(R * C, 11);
-    for (int32_t id : kLive) {
-        std::vector<uint8_t> whole = encode(id, {R, C}, w.data());
-        for (uint64_t cut : {1ull, 8ull, 16ull, 32ull, 37ull, 64ull}) {
-            std::vector<uint8_t> a = encode(id, {cut, C}, w.data());
-            std::vector<uint8_t> b = encode(id, {R - cut, C}, w.data() + cut * C);
-            a.insert(a.end(), b.begin(), b.end());
-            MESSAGE("dtype " << id << " cut " << cut << " separable " << (a == whole));
-        }
-    }
-}
