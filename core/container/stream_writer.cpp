@@ -33,11 +33,11 @@ uint64_t StreamWriter::gap_bytes(uint64_t source_tensor_count) {
 
 StreamWriter::StreamWriter(Runtime &rt, std::string path, const std::string &header_json, uint64_t source_tensor_count,
                            uint64_t shard_max_bytes, std::optional<std::string> default_task)
-    : rt_(&rt),
+    : TensorWriter(std::move(default_task)),
+      rt_(&rt),
       path_(std::move(path)),
       data_off_(gap_bytes(source_tensor_count)),
-      shard_max_bytes_(shard_max_bytes),
-      default_task_(std::move(default_task)) {
+      shard_max_bytes_(shard_max_bytes) {
     header_ = parse_json_object(header_json, "header JSON");
     std::string text = json::emit_header(header_);  // the reader's rules apply to what we will write
     parse_header(reinterpret_cast<const uint8_t *>(text.data()), text.size());
@@ -80,31 +80,17 @@ void StreamWriter::add_tensor(const std::string &name, int32_t dtype, uint32_t n
     p->offs.push_back(off);
 }
 
-void StreamWriter::set_vocab(const void *data, uint64_t len) {
-    const uint8_t *p = static_cast<const uint8_t *>(data);
-    if (len > 0 && p == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "vocab: NULL data");
-    vocab_ = std::vector<uint8_t>(p, p + len);
-}
-
 void StreamWriter::finish() {
     if (finished_) throw Error(CMF_ERR_INVALID_ARGUMENT, "writer already finished");
     finished_ = true;
-    const std::string default_task = default_task_ ? *default_task_ : (masks_.empty() ? "general" : masks_.front().name);
+    const std::string default_task = this->default_task();
     const uint64_t count = parts_.size();
     const std::string stem = count > 1 || shard_max_bytes_ > 0 ? path_.substr(0, path_.size() - 4) : std::string();
     for (uint64_t i = 0; i < count; ++i) {
         Part &p = *parts_[i];
         bj::value header = header_;
-        bj::object &h = header.as_object();
         const bool first = i == 0;
-        if (shard_max_bytes_ > 0) {
-            h["shard"] = bj::object{{"no", i + 1}, {"count", count}};
-            if (!first) {  // masks, vocab, index, chat bundle and skills live in shard 1 only
-                h.erase("tokenizer_config");
-                h.erase("skills");
-                h.erase("section_hashes");
-            }
-        }
+        if (shard_max_bytes_ > 0) set_shard(header, i + 1, count);
         std::vector<const PendingTensor *> ptrs;
         for (auto &t : p.tensors) ptrs.push_back(&t);
         // W2 never sets SKILL_FILE (COMPAT §1.2 table).

@@ -90,7 +90,7 @@ void write_w1(const std::string &path, FilePlan &plan) {
 
 Writer::Writer(Runtime &rt, std::string path, const std::string &header_json, uint64_t shard_max_bytes,
                std::optional<std::string> default_task)
-    : rt_(&rt), path_(std::move(path)), shard_max_bytes_(shard_max_bytes), default_task_(std::move(default_task)) {
+    : TensorWriter(std::move(default_task)), rt_(&rt), path_(std::move(path)), shard_max_bytes_(shard_max_bytes) {
     header_ = parse_json_object(header_json, "header JSON");
     // The reader's rules apply to what we are about to write.
     std::string text = json::emit_header(header_);
@@ -105,10 +105,24 @@ void Writer::add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, c
     tensors_.push_back(checked_tensor(*rt_, name, dtype, ndim, shape, data, nbytes));
 }
 
-void Writer::set_vocab(const void *data, uint64_t len) {
+void TensorWriter::set_vocab(const void *data, uint64_t len) {
     const uint8_t *p = static_cast<const uint8_t *>(data);
     if (len > 0 && p == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "vocab: NULL data");
     vocab_ = std::vector<uint8_t>(p, p + len);
+}
+
+std::string TensorWriter::default_task() const {
+    return default_task_ ? *default_task_ : (masks_.empty() ? "general" : masks_.front().name);
+}
+
+void TensorWriter::set_shard(bj::value &header, uint64_t no, uint64_t count) {
+    bj::object &h = header.as_object();
+    h["shard"] = bj::object{{"no", no}, {"count", count}};
+    if (no > 1) {  // masks, vocab, index, chat bundle and skills live in shard 1 only
+        h.erase("tokenizer_config");
+        h.erase("skills");
+        h.erase("section_hashes");
+    }
 }
 
 void Writer::finish() {
@@ -120,7 +134,7 @@ void Writer::finish() {
         for (auto &t : tensors_)
             if (!seen.emplace(t.name, 0).second) throw Error(CMF_ERR_PARSE, "duplicate tensor name '" + t.name + "'");
     }
-    const std::string default_task = default_task_ ? *default_task_ : (masks_.empty() ? "general" : masks_.front().name);
+    const std::string default_task = this->default_task();
     if (shard_max_bytes_ == 0) {
         FilePlan plan;
         plan.header = header_;
@@ -147,17 +161,12 @@ void Writer::finish() {
     for (uint64_t i = 0; i < count; ++i) {
         FilePlan plan;
         plan.header = header_;
-        bj::object &h = plan.header.as_object();
-        h["shard"] = bj::object{{"no", i + 1}, {"count", count}};
+        set_shard(plan.header, i + 1, count);
         plan.tensors = parts[i];
         if (i == 0) {
             plan.masks = &masks_;
             plan.default_task = default_task;
             plan.vocab = vocab_ ? &*vocab_ : nullptr;
-        } else {  // masks, vocab, index, chat bundle and skills live in shard 1 only
-            h.erase("tokenizer_config");
-            h.erase("skills");
-            h.erase("section_hashes");
         }
         write_w1(shard_name(stem, i + 1, count), plan);
     }

@@ -54,9 +54,22 @@ public:
     virtual ~TensorWriter() = default;
     virtual void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
                             const void *data, uint64_t nbytes) = 0;
-    virtual void add_mask(PendingMask m) = 0;
-    virtual void set_vocab(const void *data, uint64_t len) = 0;
+    void add_mask(PendingMask m) { masks_.push_back(std::move(m)); }
+    void set_vocab(const void *data, uint64_t len);  // copied; len 0 = present but empty
     virtual void finish() = 0;
+
+protected:
+    explicit TensorWriter(std::optional<std::string> default_task = std::nullopt) : default_task_(std::move(default_task)) {}
+    // masks meta default_task: the caller's, else the first mask's name, else "general".
+    std::string default_task() const;
+    // Shard `no` of `count` (1-based): the shard block, and shards after
+    // the first drop what lives in shard 1 only (chat bundle, skills,
+    // section_hashes of masks/vocab/index).
+    static void set_shard(boost::json::value &header, uint64_t no, uint64_t count);
+
+    std::optional<std::string> default_task_;
+    std::vector<PendingMask> masks_;
+    std::optional<std::vector<uint8_t>> vocab_;
 };
 
 class Writer final : public TensorWriter {
@@ -69,8 +82,6 @@ public:
     // `data` is borrowed until finish().
     void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, const void *data,
                     uint64_t nbytes) override;
-    void add_mask(PendingMask m) override { masks_.push_back(std::move(m)); }
-    void set_vocab(const void *data, uint64_t len) override;
     void finish() override;
 
 private:
@@ -82,10 +93,7 @@ private:
     boost::json::value header_;
     bool keep_header_bytes_ = false;  // append without a new header
     uint64_t shard_max_bytes_ = 0;
-    std::optional<std::string> default_task_;
     std::vector<PendingTensor> tensors_;
-    std::vector<PendingMask> masks_;
-    std::optional<std::vector<uint8_t>> vocab_;
     bool append_ = false;
     bool finished_ = false;
 };
@@ -106,8 +114,6 @@ public:
     // `data` is written (copied) before add_tensor returns.
     void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, const void *data,
                     uint64_t nbytes) override;
-    void add_mask(PendingMask m) override { masks_.push_back(std::move(m)); }
-    void set_vocab(const void *data, uint64_t len) override;
     void finish() override;
 
     static uint64_t gap_bytes(uint64_t source_tensor_count);
@@ -121,10 +127,7 @@ private:
     boost::json::value header_;
     uint64_t data_off_;
     uint64_t shard_max_bytes_;
-    std::optional<std::string> default_task_;
     std::vector<std::unique_ptr<Part>> parts_;
-    std::vector<PendingMask> masks_;
-    std::optional<std::vector<uint8_t>> vocab_;
     std::unordered_set<std::string> names_;
     bool finished_ = false;
 };
