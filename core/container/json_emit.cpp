@@ -1,5 +1,7 @@
 #include "container/json_emit.hpp"
 
+#include <cmf/json_writer.hpp>
+
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -12,78 +14,11 @@ namespace cmf::container::json {
 
 namespace bj = boost::json;
 
-namespace {
-
-// Shortest digits and decimal exponent of the leading digit, from to_chars.
-std::string spell(const char *buf, size_t n, bool neg, int lo, int hi) {
-    // buf = "d[.ddd]e[+-]XX"
-    std::string digits;
-    size_t i = 0;
-    for (; i < n && buf[i] != 'e'; ++i)
-        if (buf[i] != '.') digits += buf[i];
-    int exp = 0;
-    std::from_chars(buf + i + 1 + (buf[i + 1] == '+'), buf + n, exp);
-    while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
-    std::string out = neg ? "-" : "";
-    if (digits == "0") return out + "0.0";
-    if (exp >= lo && exp <= hi) {
-        if (exp >= 0) {
-            std::string intpart = digits.substr(0, std::min<size_t>(digits.size(), size_t(exp) + 1));
-            while (intpart.size() < size_t(exp) + 1) intpart += '0';
-            std::string frac = digits.size() > size_t(exp) + 1 ? digits.substr(size_t(exp) + 1) : "0";
-            return out + intpart + "." + frac;
-        }
-        return out + "0." + std::string(size_t(-exp - 1), '0') + digits;
-    }
-    out += digits.substr(0, 1);
-    if (digits.size() > 1) {
-        // Appended in two steps: `"." + digits.substr(1)` trips GCC 12's
-        // -Wrestrict false positive at -O3 (GCC bug 105651).
-        out += '.';
-        out.append(digits, 1, std::string::npos);
-    }
-    return out + "e" + (exp < 0 ? "-" : "+") + std::to_string(std::abs(exp));
-}
-
-}  // namespace
-
-std::string format_f64(double v) {
-    if (!std::isfinite(v)) return "null";
-    char buf[64];
-    auto r = std::to_chars(buf, buf + sizeof buf, std::fabs(v), std::chars_format::scientific);
-    return spell(buf, size_t(r.ptr - buf), std::signbit(v), -5, 15);
-}
-
-std::string format_f32(float v) {
-    if (!std::isfinite(v)) return "null";
-    char buf[64];
-    auto r = std::to_chars(buf, buf + sizeof buf, std::fabs(v), std::chars_format::scientific);
-    return spell(buf, size_t(r.ptr - buf), std::signbit(v), -6, 12);
-}
-
-void append_string(std::string &out, std::string_view s) {
-    out += '"';
-    for (unsigned char c : s) {
-        switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        default:
-            if (c < 0x20) {
-                char buf[8];
-                std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                out += buf;
-            } else {
-                out += char(c);
-            }
-        }
-    }
-    out += '"';
-}
+// One spelling for the whole project: the SDK's header-only writer, which
+// the converter and arch plugins use too.
+std::string format_f64(double v) { return cmf::json::spell_float(v, false); }
+std::string format_f32(float v) { return cmf::json::spell_float(v, true); }
+void append_string(std::string &out, std::string_view s) { cmf::json::append_string(out, s); }
 
 namespace {
 

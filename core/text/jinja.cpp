@@ -3,6 +3,8 @@
 #include "common/error.hpp"
 #include "text/unicode.hpp"
 
+#include <cmf/json_writer.hpp>
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -253,26 +255,8 @@ void to_json(const Value &v, std::string &out, int indent, int depth, const std:
         else out += float_repr(v.f);
         return;
     case Value::Str:
-        out += '"';
-        for (unsigned char c : v.s) {
-            switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (c < 0x20) {
-                    char b[8];
-                    std::snprintf(b, sizeof b, "\\u%04x", c);
-                    out += b;
-                } else
-                    out += char(c);
-            }
-        }
-        out += '"';
+        // Python's json.dumps(ensure_ascii=False) escapes exactly as serde_json does.
+        cmf::json::append_string(out, v.s);
         return;
     case Value::List:
         if (v.list->empty()) {
