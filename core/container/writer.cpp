@@ -265,16 +265,7 @@ void Writer::finish_append() {
     if (::fsync(fd) != 0) io_fail("cannot fsync", path_, errno);
 }
 
-void compact(Runtime &rt, const std::string &in, const std::string &out_path) {
-    Model m;
-    Model::open(m, rt, in, 0);
-    bj::value header = parse_json_object(m.header_text(), "header JSON");
-    header.as_object().erase("shard");  // the output is one file (COMPAT §10 note)
-    header.as_object().erase("section_hashes");
-    std::optional<std::string> task;
-    if (!m.masks().empty()) task = m.default_task();
-    Writer w(rt, out_path, json::emit_header(header), 0, task);
-    for (auto &t : m.tensors()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+void copy_masks_and_vocab(const Model &m, TensorWriter &w) {
     for (auto &r : m.masks()) {
         PendingMask pm;
         pm.task_id = r.task_id;
@@ -290,6 +281,19 @@ void compact(Runtime &rt, const std::string &in, const std::string &out_path) {
         w.add_mask(std::move(pm));
     }
     if (m.has_vocab()) w.set_vocab(m.vocab(), m.vocab_len());
+}
+
+void compact(Runtime &rt, const std::string &in, const std::string &out_path) {
+    Model m;
+    Model::open(m, rt, in, 0);
+    bj::value header = parse_json_object(m.header_text(), "header JSON");
+    header.as_object().erase("shard");  // the output is one file (COMPAT §10 note)
+    header.as_object().erase("section_hashes");
+    std::optional<std::string> task;
+    if (!m.masks().empty()) task = m.default_task();
+    Writer w(rt, out_path, json::emit_header(header), 0, task);
+    for (auto &t : m.tensors()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+    copy_masks_and_vocab(m, w);
     w.finish();
 }
 

@@ -132,6 +132,11 @@ private:
     bool finished_ = false;
 };
 
+class Model;
+// A model's masks (blobs copied, metadata as read) and vocab section, for
+// tools that rewrite a file (compact, requant).
+void copy_masks_and_vocab(const Model &m, TensorWriter &w);
+
 // Rewrite `in` (merged over shards) as one W1 file.
 void compact(Runtime &rt, const std::string &in, const std::string &out);
 

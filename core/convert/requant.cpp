@@ -74,21 +74,7 @@ RequantStats requant(Runtime &rt, const RequantOptions &opts) {
         done_bytes += t.nbytes;
         if (opts.on_progress) opts.on_progress(i + 1, ts.size(), done_bytes, total_bytes);
     }
-    for (auto &r : m.masks()) {
-        container::PendingMask pm;
-        pm.task_id = r.task_id;
-        pm.name = r.name;
-        if (r.has_description) pm.description = r.description;
-        if (r.has_parent) pm.parent = r.parent;
-        if (!r.quality_json.empty()) pm.quality = bj::parse(r.quality_json);
-        pm.sparsity = r.sparsity;
-        pm.priority = r.priority;
-        pm.has_hot_pack = r.has_hot_pack;
-        pm.has_expert_fields = r.has_expert_fields;
-        pm.blob.assign(r.blob, r.blob + r.blob_len);
-        w.add_mask(std::move(pm));
-    }
-    if (m.has_vocab()) w.set_vocab(m.vocab(), m.vocab_len());
+    container::copy_masks_and_vocab(m, w);
     w.finish();
     return st;
 }
