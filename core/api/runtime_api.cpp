@@ -1,6 +1,6 @@
 // C entry points of cmf.h for versions, errors, the runtime and its plugins.
 #include "common/error.hpp"
-#include "container/c_api_util.hpp"
+#include "common/c_api_util.hpp"
 #include "plugins/runtime.hpp"
 
 #include <cmf/cmf.h>

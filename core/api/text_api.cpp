@@ -1,5 +1,6 @@
 // C entry points of cmf.h's text section: tokenizer, detokenizer, chat.
 #include "common/error.hpp"
+#include "common/c_api_util.hpp"
 #include "text/jinja.hpp"
 #include "text/sampler.hpp"
 #include "text/tokenizer.hpp"
@@ -151,14 +152,7 @@ CMF_API cmf_error *cmf_chat_render(const char *tmpl, size_t tmpl_len, const char
     return guard([&] {
         require(out, "out");
         if (!context_json && context_len) throw Error(CMF_ERR_INVALID_ARGUMENT, "context_json is NULL");
-        cmf_chat_options o;
-        cmf_chat_options_init(&o);
-        if (options) {
-            if (options->struct_size < sizeof(uint32_t))
-                throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call cmf_chat_options_init)");
-            std::memcpy(reinterpret_cast<char *>(&o) + sizeof(uint32_t), reinterpret_cast<const char *>(options) + sizeof(uint32_t),
-                        std::min<size_t>(options->struct_size, sizeof o) - sizeof(uint32_t));
-        }
+        const cmf_chat_options o = cmf::capi::copy_in(options, cmf_chat_options_init);
         std::string_view src = (tmpl && tmpl_len) ? std::string_view(tmpl, tmpl_len) : std::string_view(cmf::text::kChatmlTemplate);
         cmf::text::ChatTemplate t(src);
         give_string(t.render(std::string_view(context_json ? context_json : "", context_len), o.now_unix), out, out_len);
@@ -186,14 +180,7 @@ CMF_API void cmf_sampler_params_init(cmf_sampler_params *p) {
 CMF_API cmf_error *cmf_sampler_create(const cmf_sampler_params *p, cmf_sampler **out) {
     return guard([&] {
         require(out, "out");
-        cmf_sampler_params q;
-        cmf_sampler_params_init(&q);
-        if (p) {
-            if (p->struct_size < sizeof(uint32_t))
-                throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call cmf_sampler_params_init)");
-            std::memcpy(reinterpret_cast<char *>(&q) + sizeof(uint32_t), reinterpret_cast<const char *>(p) + sizeof(uint32_t),
-                        std::min<size_t>(p->struct_size, sizeof q) - sizeof(uint32_t));
-        }
+        const cmf_sampler_params q = cmf::capi::copy_in(p, cmf_sampler_params_init);
         cmf::text::SamplerParams sp;
         sp.temperature = q.temperature;
         sp.top_k = q.top_k;

@@ -1,7 +1,7 @@
 // C entry points of cmf.h's model and container sections: open, tensors,
 // model info, masks, index, dequantize. (verify/sign: verify.cpp; writer:
 // writer.cpp.)
-#include "container/c_api_util.hpp"
+#include "common/c_api_util.hpp"
 #include "container/model.hpp"
 #include "plugins/runtime.hpp"
 

@@ -1,6 +1,6 @@
 // cmf_verify (COMPAT §1.4, per shard) and the signature entry points.
 #include "common/hash64.hpp"
-#include "container/c_api_util.hpp"
+#include "common/c_api_util.hpp"
 #include "container/model.hpp"
 #include "container/signature.hpp"
 #include "plugins/runtime.hpp"

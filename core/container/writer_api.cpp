@@ -1,5 +1,5 @@
 // C entry points of the writer section of cmf.h.
-#include "container/c_api_util.hpp"
+#include "common/c_api_util.hpp"
 #include "container/writer.hpp"
 #include "plugins/runtime.hpp"
 

@@ -1,6 +1,6 @@
 // C entry points of the convert section of cmf.h: the converter pipeline
 // into the container writer, and re-encoding of an existing file.
-#include "container/c_api_util.hpp"
+#include "common/c_api_util.hpp"
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
 #include "convert/requant.hpp"

@@ -1,6 +1,7 @@
 // C entry points that read a model's chat bundle (COMPAT §6): its tokenizer
 // (vocab section), special ids and chat rendering (header.tokenizer_config).
 #include "common/error.hpp"
+#include "common/c_api_util.hpp"
 
 #include <cmf/cmf.h>
 
@@ -160,7 +161,7 @@ CMF_API void cmf_model_special_ids_init(cmf_model_special_ids *ids) {
 CMF_API cmf_error *cmf_model_get_special_ids(const cmf_model *m, cmf_model_special_ids *out) {
     return guard([&] {
         if (m == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_model_get_special_ids: NULL argument");
-        if (out->struct_size < sizeof(uint32_t))
+        if (out->struct_size < sizeof(uint32_t))  // before the work, not only at the copy
             throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call cmf_model_special_ids_init)");
         ChatBundle b = read_bundle(m);
         if (b.eos.empty()) {
@@ -179,9 +180,7 @@ CMF_API cmf_error *cmf_model_get_special_ids(const cmf_model *m, cmf_model_speci
         r.n_eos_ids = static_cast<uint32_t>(b.eos.size());
         for (size_t k = 0; k < b.eos.size(); ++k) r.eos_ids[k] = b.eos[k];
         r.has_chat_template = b.chat_template.empty() ? 0 : 1;
-        uint32_t n = out->struct_size;
-        std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint32_t), reinterpret_cast<const char *>(&r) + sizeof(uint32_t),
-                    std::min<size_t>(n, sizeof r) - sizeof(uint32_t));
+        cmf::capi::copy_out(out, r);
     });
 }
 

@@ -1,5 +1,6 @@
 // C entry points of cmf.h's session section.
 #include "common/error.hpp"
+#include "common/c_api_util.hpp"
 #include "plugins/runtime.hpp"
 #include "runtime/container_source.hpp"
 #include "runtime/session.hpp"
@@ -20,26 +21,8 @@ struct cmf_session {
 };
 
 namespace {
-// Reads the caller's struct into a full-size, defaulted copy (only the
-// fields that fit in its struct_size).
-template <class T>
-T copy_in(const T *src, void (*init)(T *)) {
-    T out;
-    init(&out);
-    if (src == nullptr) return out;
-    if (src->struct_size < sizeof(uint32_t))
-        throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call the *_init function)");
-    std::memcpy(reinterpret_cast<char *>(&out) + sizeof(uint32_t), reinterpret_cast<const char *>(src) + sizeof(uint32_t),
-                std::min<size_t>(src->struct_size, sizeof(T)) - sizeof(uint32_t));
-    return out;
-}
-template <class T>
-void copy_out(T *dst, const T &src) {
-    uint32_t n = dst->struct_size;
-    if (n < sizeof(uint32_t)) throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call the *_init function)");
-    std::memcpy(reinterpret_cast<char *>(dst) + sizeof(uint32_t), reinterpret_cast<const char *>(&src) + sizeof(uint32_t),
-                std::min<size_t>(n, sizeof(T)) - sizeof(uint32_t));
-}
+using cmf::capi::copy_in;
+using cmf::capi::copy_out;
 cmf::runtime::Session &session_of(cmf_session *s) {
     if (s == nullptr || !s->impl) throw Error(CMF_ERR_INVALID_ARGUMENT, "NULL session");
     return *s->impl;
