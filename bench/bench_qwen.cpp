@@ -4,7 +4,7 @@
 // the same thread pool, so decode can be judged against the bandwidth bound
 // (decode tok/s x weight bytes per token / bandwidth).
 //
-//   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28]
+//   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
 #include "common/error.hpp"
 #include "half.hpp"
 #include "plugins/runtime.hpp"
@@ -14,6 +14,7 @@
 #include <cmf/cmf.h>
 
 #include <chrono>
+#include <immintrin.h>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
@@ -87,8 +88,27 @@ std::string arch_json(const Shape &s) {
     return std::string(buf) + types + "]}";
 }
 
-// Read bandwidth: every thread sums its slice of a 1 GiB buffer (integer
-// adds, which vectorise without -ffast-math); best of 5 passes.
+// Read bandwidth: every thread sums its slices of a 1 GiB buffer with
+// 256-bit loads into four independent accumulators (enough loads in flight
+// to reach what the memory system gives; a scalar or single-chain sum
+// reads 20-30 % less here); best of 5 passes.
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t *p, uint64_t b, uint64_t e) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    uint64_t i = b;
+    for (; i + 16 <= e; i += 16) {
+        const __m256i *q = reinterpret_cast<const __m256i *>(p + i);
+        s0 = _mm256_add_epi64(s0, _mm256_loadu_si256(q));
+        s1 = _mm256_add_epi64(s1, _mm256_loadu_si256(q + 1));
+        s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(q + 2));
+        s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(q + 3));
+    }
+    uint64_t lanes[4];
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(lanes), _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    uint64_t t = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    for (; i < e; ++i) t += p[i];
+    return t;
+}
+
 double read_bandwidth(cmf::Runtime &rt) {
     const size_t n = (size_t(1) << 30) / sizeof(uint64_t);
     std::vector<uint64_t> buf(n);
@@ -107,16 +127,8 @@ double read_bandwidth(cmf::Runtime &rt) {
         double c0 = cpu_seconds();
         rt.pool().parallel_for(0, n, 1 << 22, [](void *u, uint64_t b, uint64_t e) {
             auto *j = static_cast<Job *>(u);
-            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-            uint64_t i = b;
-            for (; i + 4 <= e; i += 4) {
-                s0 += j->p[i];
-                s1 += j->p[i + 1];
-                s2 += j->p[i + 2];
-                s3 += j->p[i + 3];
-            }
-            for (; i < e; ++i) s0 += j->p[i];
-            __atomic_fetch_add(&j->sum, s0 + s1 + s2 + s3, __ATOMIC_RELAXED);
+            uint64_t t = sum_avx2(j->p, b, e);
+            __atomic_fetch_add(&j->sum, t, __ATOMIC_RELAXED);
         }, &job);
         double s = since(t0), c = cpu_seconds() - c0;
         best = std::max(best, double(n * sizeof(uint64_t)) / s);
@@ -131,6 +143,7 @@ double read_bandwidth(cmf::Runtime &rt) {
 
 int main(int argc, char **argv) {
     std::string dtype_name = "f16";
+    bool bandwidth_only = false;
     uint32_t pp = 512, tg = 128;
     int32_t threads = 2;
     Shape shape;
@@ -148,8 +161,9 @@ int main(int argc, char **argv) {
         else if (a == "--tg") tg = uint32_t(std::stoul(next()));
         else if (a == "--threads") threads = std::stoi(next());
         else if (a == "--layers") shape.layers = std::stoull(next());
+        else if (a == "--bandwidth-only") bandwidth_only = true;
         else {
-            std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N]\n");
+            std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] [--bandwidth-only]\n");
             return 2;
         }
     }
@@ -168,6 +182,10 @@ int main(int argc, char **argv) {
         const cmf::BackendEntry *be = rt->backend("cpu");
         std::printf("machine: %s, %d threads\n", be ? be->description.c_str() : "?", rt->pool().threads());
         double bw = read_bandwidth(*rt);
+        if (bandwidth_only) {
+            cmf_runtime_free(rt);
+            return 0;
+        }
         const double nthr = rt->pool().threads();
 
         auto t0 = Clock::now();

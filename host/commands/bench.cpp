@@ -46,6 +46,15 @@ uint64_t peak_rss_bytes() {
     return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
+// Current resident set in bytes (VmRSS), 0 when /proc is not there.
+uint64_t current_rss_bytes() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    return 0;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -79,6 +88,16 @@ int cmd_bench(const std::vector<std::string> &args) {
     auto s = make_session(rt.get(), m.get(), n_ctx);
     if (cmf_session_n_ctx(s.get()) < n_ctx)
         throw Failure("the session context (" + std::to_string(cmf_session_n_ctx(s.get())) + ") is smaller than the test", 2);
+    // Weights stay in the file mapping and load lazily: what opening and
+    // binding cost in memory, before any forward pass touches a page.
+    const uint64_t rss_loaded = current_rss_bytes();
+    uint64_t weight_bytes = 0;  // every payload: what one decode step streams (embedding row aside)
+    for (size_t i = 0; i < cmf_tensor_count(m.get()); ++i) {
+        cmf_tensor_info t;
+        cmf_tensor_info_init(&t);
+        check(cmf_tensor_at(m.get(), i, &t), "model");
+        weight_bytes += t.nbytes;
+    }
     const uint64_t vocab = cmf_session_vocab_size(s.get());
     std::vector<float> logits(vocab);
     // The session's prefill batch is n_batch (512 by default): pp up to that
@@ -120,15 +139,22 @@ int cmd_bench(const std::vector<std::string> &args) {
                                    {"median_tok_s", su.median}, {"mean_tok_s", su.mean}, {"stddev_tok_s", su.stddev},
                                    {"min_tok_s", su.min}, {"max_tok_s", su.max}, {"samples_tok_s", samples}};
     };
-    if (!json) std::printf("model %s, %d threads, %u reps\n", model.c_str(), threads, reps);
+    if (!json)
+        std::printf("model %s, %d threads, %u reps, %.1f MiB of weights, RSS after open+bind %.1f MiB\n", model.c_str(),
+                    threads, reps, double(weight_bytes) / (1024.0 * 1024.0), double(rss_loaded) / (1024.0 * 1024.0));
     boost::json::array tests;
     if (n_prompt) tests.push_back(row("pp", n_prompt, pp));
     if (n_gen) tests.push_back(row("tg", n_gen, tg));
     if (json) {
-        boost::json::object o{{"model", model}, {"threads", threads}, {"reps", reps}, {"tests", tests},
+        boost::json::object o{{"model", model},          {"threads", threads},
+                              {"reps", reps},            {"tests", tests},
+                              {"weight_bytes", weight_bytes}, {"rss_after_load_bytes", rss_loaded},
                               {"peak_rss_bytes", rss}};
         std::cout << boost::json::serialize(o) << "\n";
     } else {
+        if (n_gen)
+            std::printf("tg streams %.2f GB/s of weights (median tok/s x weight bytes)\n",
+                        summarize(tg).median * double(weight_bytes) / 1e9);
         std::printf("peak RSS %.1f MiB\n", double(rss) / (1024.0 * 1024.0));
     }
     return 0;
