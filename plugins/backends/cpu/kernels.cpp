@@ -3,7 +3,9 @@
 #include "../../codecs/half.hpp"
 
 #include <cstring>
+#include <algorithm>
 #include <initializer_list>
+#include <vector>
 
 #if defined(CMF_NATIVE_KERNELS) && defined(__x86_64__)
 #include <immintrin.h>
@@ -204,61 +206,111 @@ AVX2 void convert_bf16_avx2(const uint16_t *src, uint64_t n, float *dst) {
     for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-// 4 weight rows x 3 tokens: 12 accumulators + 3 activation registers + 1
-// weight register = all 16 ymm. 7 loads feed 12 FMAs, so the loop is
-// FMA-bound with the panel in L2 and the 3 activation rows in L1.
-AVX2 void block_4x3(const float *w, uint64_t cols, const float *x, uint64_t ldx, float *y, uint64_t ldy) {
-    const float *w0 = w, *w1 = w + cols, *w2 = w1 + cols, *w3 = w2 + cols;
-    const float *x0 = x, *x1 = x + ldx, *x2 = x1 + ldx;
-    __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a02 = _mm256_setzero_ps();
-    __m256 a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps(), a12 = _mm256_setzero_ps();
-    __m256 a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps(), a22 = _mm256_setzero_ps();
-    __m256 a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps(), a32 = _mm256_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 8 <= cols; i += 8) {
-        __m256 v0 = _mm256_loadu_ps(x0 + i), v1 = _mm256_loadu_ps(x1 + i), v2 = _mm256_loadu_ps(x2 + i);
-        __m256 wv = _mm256_loadu_ps(w0 + i);
-        a00 = _mm256_fmadd_ps(wv, v0, a00);
-        a01 = _mm256_fmadd_ps(wv, v1, a01);
-        a02 = _mm256_fmadd_ps(wv, v2, a02);
-        wv = _mm256_loadu_ps(w1 + i);
-        a10 = _mm256_fmadd_ps(wv, v0, a10);
-        a11 = _mm256_fmadd_ps(wv, v1, a11);
-        a12 = _mm256_fmadd_ps(wv, v2, a12);
-        wv = _mm256_loadu_ps(w2 + i);
-        a20 = _mm256_fmadd_ps(wv, v0, a20);
-        a21 = _mm256_fmadd_ps(wv, v1, a21);
-        a22 = _mm256_fmadd_ps(wv, v2, a22);
-        wv = _mm256_loadu_ps(w3 + i);
-        a30 = _mm256_fmadd_ps(wv, v0, a30);
-        a31 = _mm256_fmadd_ps(wv, v1, a31);
-        a32 = _mm256_fmadd_ps(wv, v2, a32);
-    }
-    float s[4][3] = {{hsum(a00), hsum(a01), hsum(a02)},
-                     {hsum(a10), hsum(a11), hsum(a12)},
-                     {hsum(a20), hsum(a21), hsum(a22)},
-                     {hsum(a30), hsum(a31), hsum(a32)}};
-    const float *wr[4] = {w0, w1, w2, w3};
-    const float *xr[3] = {x0, x1, x2};
-    for (; i < cols; ++i)
-        for (int r = 0; r < 4; ++r)
-            for (int b = 0; b < 3; ++b) s[r][b] += wr[r][i] * xr[b][i];
-    for (int b = 0; b < 3; ++b)
-        for (int r = 0; r < 4; ++r) y[b * ldy + r] = s[r][b];
+// Prefill GEMM, outer-product form (the BLIS/GotoBLAS shape). A panel of
+// up to 16 weight rows is packed k-major (pk[k*16 + i] = W[i][k]), then each
+// step k multiplies those 16 weights (2 vectors) by one activation of each
+// of 6 tokens (broadcasts): 12 FMAs on 12 accumulators per 8 loads, and the
+// only stream the loop reads besides L1-resident activations is the packed
+// panel (64 B per step from L2). The earlier dot-product form (4 rows x 3
+// tokens) read 224 B per 12 FMAs from rows longer than L1 and reached ~55 %
+// of the FMA peak; this one is FMA-bound.
+constexpr int kMicroRows = 16, kMicroTokens = 6;
+
+// 8x8 transpose in registers: r[i] holds row i on entry, column i on exit.
+AVX2 inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// Tokens outer (3 at a time, their rows stay in L1), panel rows inner.
+// pk[k*16 + i] = rows[i*cols + k] for i < n_rows, 0 for n_rows <= i < 16.
+// 8x8 blocks through registers (a scalar strided copy cost ~20 % of the
+// GEMM itself at 512 tokens).
+AVX2 void pack_k_major(const float *rows, uint64_t n_rows, uint64_t cols, float *pk) {
+    uint64_t k = 0;
+    for (; k + 8 <= cols; k += 8)
+        for (uint64_t half = 0; half < 2; ++half) {
+            __m256 r[8];
+            for (uint64_t i = 0; i < 8; ++i) {
+                const uint64_t row = half * 8 + i;
+                r[i] = row < n_rows ? _mm256_loadu_ps(rows + row * cols + k) : _mm256_setzero_ps();
+            }
+            transpose8(r);
+            for (uint64_t j = 0; j < 8; ++j) _mm256_storeu_ps(pk + (k + j) * kMicroRows + half * 8, r[j]);
+        }
+    for (; k < cols; ++k) {
+        float *dst = pk + k * kMicroRows;
+        uint64_t i = 0;
+        for (; i < n_rows; ++i) dst[i] = rows[i * cols + k];
+        for (; i < uint64_t(kMicroRows); ++i) dst[i] = 0.0f;
+    }
+}
+
+// out[t*16 + i] = sum_k pk[k*16 + i] * x[t*ldx + k], t < NT.
+template <int NT>
+AVX2 void micro_16xN(const float *pk, uint64_t cols, const float *x, uint64_t ldx, float *out) {
+    // Fully unrolled (GCC keeps the loops otherwise, and with them the
+    // accumulators in memory): 2*NT accumulators stay in ymm registers.
+    __m256 acc[NT][2];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (uint64_t k = 0; k < cols; ++k) {
+        const __m256 w0 = _mm256_loadu_ps(pk + k * kMicroRows), w1 = _mm256_loadu_ps(pk + k * kMicroRows + 8);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+            const __m256 xb = _mm256_broadcast_ss(x + t * ldx + k);
+            acc[t][0] = _mm256_fmadd_ps(w0, xb, acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(w1, xb, acc[t][1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+        _mm256_storeu_ps(out + t * kMicroRows, acc[t][0]);
+        _mm256_storeu_ps(out + t * kMicroRows + 8, acc[t][1]);
+    }
+}
+
+template <int NT>
+AVX2 void micro_block(const float *pk, uint64_t nr, uint64_t cols, const float *x, uint64_t ldx, float *y, uint64_t ldy) {
+    alignas(32) float out[NT * kMicroRows];
+    micro_16xN<NT>(pk, cols, x, ldx, out);
+    for (int t = 0; t < NT; ++t) std::memcpy(y + t * ldy, out + t * kMicroRows, nr * sizeof(float));
+}
+
 void gemm_panel_avx2(const float *panel, uint64_t n_rows, uint64_t cols, const float *x, uint64_t ldx,
                      uint64_t n_batch, float *y, uint64_t ldy) {
-    uint64_t b = 0;
-    for (; b + 3 <= n_batch; b += 3) {
-        uint64_t r = 0;
-        for (; r + 4 <= n_rows; r += 4) block_4x3(panel + r * cols, cols, x + b * ldx, ldx, y + b * ldy + r, ldy);
-        for (; r < n_rows; ++r)
-            for (uint64_t k = b; k < b + 3; ++k) y[k * ldy + r] = dot_avx2(panel + r * cols, x + k * ldx, cols);
+    thread_local std::vector<float> pk;
+    pk.resize(cols * kMicroRows);
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += kMicroRows) {
+        const uint64_t nr = std::min<uint64_t>(kMicroRows, n_rows - r0);
+        pack_k_major(panel + r0 * cols, nr, cols, pk.data());
+        uint64_t b = 0;
+        for (; b + kMicroTokens <= n_batch; b += kMicroTokens)
+            micro_block<kMicroTokens>(pk.data(), nr, cols, x + b * ldx, ldx, y + b * ldy + r0, ldy);
+        const float *xb = x + b * ldx;
+        float *yb = y + b * ldy + r0;
+        switch (n_batch - b) {
+        case 5: micro_block<5>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
+        case 4: micro_block<4>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
+        case 3: micro_block<3>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
+        case 2: micro_block<2>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
+        case 1: micro_block<1>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
+        default: break;
+        }
     }
-    for (; b < n_batch; ++b)
-        for (uint64_t r = 0; r < n_rows; ++r) y[b * ldy + r] = dot_avx2(panel + r * cols, x + b * ldx, cols);
 }
 
 #undef AVX2

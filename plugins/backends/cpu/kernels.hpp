@@ -5,8 +5,9 @@
 //  - decode (few tokens): y = W x is memory-bound; the *_rows kernels stream
 //    each weight row once, converting f16/bf16 in registers (F16C / shifts);
 //  - prefill (many tokens): compute-bound; the caller converts a panel of
-//    weight rows to f32 once (convert_*), then gemm_panel runs a
-//    register-blocked kernel over all tokens with the panel in L2.
+//    weight rows to f32 once (convert_*), then gemm_panel packs it k-major
+//    and runs a 16-row x 6-token outer-product kernel over all tokens with
+//    the packed panel in L2.
 #pragma once
 
 #include <cstdint>
