@@ -28,7 +28,9 @@ cmf_runtime *runtime() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const std::string path = "/tmp/cmf-fuzz-" + std::to_string(::getpid()) + ".cmf";
+    // In $TMPDIR when set: fuzz_run.sh points it at its scratch dir, which it removes.
+    static const std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+                                    "/cmf-fuzz-" + std::to_string(::getpid()) + ".cmf";
     FILE *f = std::fopen(path.c_str(), "wb");
     if (!f) return 0;
     std::fwrite(data, 1, size, f);
