@@ -2,6 +2,8 @@
 
 #include "../../codecs/half.hpp"
 
+#include <cmf/cpu_features.hpp>
+
 #include <cstring>
 #include <algorithm>
 #include <initializer_list>
@@ -369,8 +371,7 @@ const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false
 const Kernels *kernels_for(const char *isa) {
     if (std::strcmp(isa, "portable") == 0) return &kPortable;
 #ifdef CMF_X86
-    __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx2 = cpu_has_avx2_fma_f16c();
     if (std::strcmp(isa, "avx2") == 0 && avx2) return &kAvx2;
     if (std::strcmp(isa, "avx512") == 0 && avx2 && __builtin_cpu_supports("avx512f")) return &kAvx512;
 #endif

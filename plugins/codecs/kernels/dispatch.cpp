@@ -2,22 +2,14 @@
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
 
-#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
-#include <cpuid.h>
-#endif
+#include <cmf/cpu_features.hpp>
 
 namespace cmf::codecs::kernels {
 
 namespace {
 bool has_avx2() {
 #if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
-    // F16C straight from CPUID.1:ECX: clang 14's __builtin_cpu_supports does
-    // not know "f16c" (GCC does), and the fuzz build (build-fuzz) is clang.
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && [] {
-        unsigned a, b, c, d;
-        return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-    }();
-    return yes;
+    return cmf::cpu_has_avx2_fma_f16c();
 #else
     return false;
 #endif
