@@ -315,13 +315,14 @@ namespace {
 // fixtures (docs/performance.md, "Quantized parity (tiny fixtures)"), worst
 // fixture in brackets. The models are seeded random weights: no structure
 // for the group scales to follow and nothing redundant, so 4-bit noise
-// (~9% RMS per weight) reaches the logits far more directly than in a
-// trained model. q8 meets the cosine >= 0.99 at every position with
-// room to spare; the q4 formats do NOT (min cosine ~0.90, mean ~0.965):
-// their floors sit under the measured worst with about 1.5x margin on
-// 1 - cosine, and a one-off PyTorch fake-quant of the same weights (group-32
-// absmax/7, f16 scale) gives the same q4 figures to 6 digits, so the gap is
-// the format's on these weights, not the runtime's.
+// (~10% RMS per weight; q8 ~0.6%) reaches the logits far more directly than
+// in a trained model. q8 meets the cosine >= 0.99 at every position
+// with room to spare (floors ~3x under 1 - cosine measured); the q4 formats
+// do NOT (min cosine ~0.90, mean ~0.965): their floors sit under the
+// measured worst with about 1.5x margin on 1 - cosine. A one-off PyTorch
+// fake-quant of the same weights (group-32 absmax/7, f16 scale) gives the
+// same q4 figures to 6 digits, so the gap is the format's on these weights,
+// not the runtime's.
 struct QuantCase {
     const char *quant;
     double min_cosine;   // at every position
