@@ -28,8 +28,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <map>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -389,8 +389,10 @@ QuantFigures run_converted(const TestRuntime &t, const Case &c, const std::strin
     co.quant = quant.c_str();
     require_ok(cmf_convert(t.rt, &co), "cmf_convert " + hf + " --quant " + quant);
 
-    cmf_model *m = nullptr;
-    require_ok(cmf_open(t.rt, out.c_str(), nullptr, &m), "cmf_open " + out);
+    cmf_model *opened = nullptr;
+    require_ok(cmf_open(t.rt, out.c_str(), nullptr, &opened), "cmf_open " + out);
+    const std::unique_ptr<cmf_model, decltype(&cmf_close)> model(opened, cmf_close);
+    const cmf_model *m = model.get();
     QuantFigures f;
     // The file's weights decoded to f32 by their codecs: running these
     // through the f32 path separates the kernels' error from the
@@ -430,15 +432,14 @@ QuantFigures run_converted(const TestRuntime &t, const Case &c, const std::strin
     cmf_session_options so;
     cmf_session_options_init(&so);
     so.n_ctx = 128;
-    cmf_session *s = nullptr;
-    require_ok(cmf_session_create_for_model(t.rt, m, &so, &s), "cmf_session_create_for_model " + out);
+    cmf_session *created = nullptr;
+    require_ok(cmf_session_create_for_model(t.rt, m, &so, &created), "cmf_session_create_for_model " + out);
+    const std::unique_ptr<cmf_session, decltype(&cmf_session_free)> s(created, cmf_session_free);
     const auto seq = sequence_of(c);
     std::vector<float> got(seq.size() * c.vocab);
-    cmf_error *e = cmf_session_eval(s, seq.data(), seq.size(), CMF_LOGITS_ALL, got.data(), got.size());
-    cmf_session_free(s);
-    cmf_close(m);
-    std::filesystem::remove(out);
-    require_ok(e, "cmf_session_eval " + out);
+    require_ok(cmf_session_eval(s.get(), seq.data(), seq.size(), CMF_LOGITS_ALL, got.data(), got.size()),
+               "cmf_session_eval " + out);
+    std::filesystem::remove(out);  // the mapping stays valid until cmf_close
 
     SessionConfig cfg;
     cfg.n_ctx = 128;
