@@ -7,6 +7,9 @@ has fewer rows than vocab_size), a directory with:
                 "prompt": [64 ids], "greedy": [32 ids], "positions": P, "vocab": V}
   weights.f32  every tensor, f32 little-endian, at its offset (in floats)
   logits.f32   [P, V] logits of prompt + greedy[:-1], position by position
+  hf/          the same weights as a Hugging Face checkpoint (config.json,
+               model.safetensors in F32, no tokenizer), for the quantized
+               parity cases, which convert it with cmf_convert as a user would
 
 The forward pass is written from the HF modeling semantics of Qwen2/Qwen3
 (ARCHS 1.4-1.9, 2.1-2.2): RMSNorm x^*w with the mean of squares in f32,
@@ -23,6 +26,7 @@ has a top1-top2 margin >= 1e-2 at every step is kept.
 """
 import json
 import os
+import struct
 import sys
 
 import torch
@@ -166,6 +170,38 @@ def arch_block(c):
     }
 
 
+def hf_config(c):
+    """config.json as transformers writes it for Qwen2/Qwen3 (the keys the converter reads)."""
+    cfg = {
+        "model_type": c["arch"], "architectures": ["Qwen2ForCausalLM" if c["arch"] == "qwen2" else "Qwen3ForCausalLM"],
+        "hidden_size": c["hidden"], "intermediate_size": c["inter"], "num_hidden_layers": c["layers"],
+        "num_attention_heads": c["heads"], "num_key_value_heads": c["kv"], "vocab_size": c["vocab"],
+        "hidden_act": "silu", "max_position_embeddings": 256, "rms_norm_eps": EPS, "rope_theta": c["theta"],
+        "tie_word_embeddings": c["tied"], "use_sliding_window": False, "attention_dropout": 0.0,
+    }
+    if c["head_dim"] != c["hidden"] // c["heads"]:
+        cfg["head_dim"] = c["head_dim"]
+    if c["arch"] == "qwen3":
+        cfg["attention_bias"] = c["bias"]
+    return cfg
+
+
+def write_safetensors(path, w):
+    """F32 safetensors: u64 header length, JSON header (padded to 8), payloads."""
+    header, blobs, off = {}, [], 0
+    for name, t in w.items():
+        data = t.contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        f.write(b"".join(blobs))
+
+
 def write_case(out_dir, name, c):
     with torch.no_grad():
         for seed in range(20):
@@ -195,6 +231,11 @@ def write_case(out_dir, name, c):
              "positions": len(seq), "vocab": c["vocab"], "seed": seed, "margin": margin}
     with open(os.path.join(d, "index.json"), "w") as f:
         json.dump(index, f)
+    hf = os.path.join(d, "hf")
+    os.makedirs(hf, exist_ok=True)
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(hf_config(c), f, indent=2)
+    write_safetensors(os.path.join(hf, "model.safetensors"), w)
     print(f"{name}: seed {seed}, greedy margin {margin:.4f}, logit max |x| {float(logits.abs().max()):.3f}")
 
 
