@@ -126,10 +126,11 @@ void StreamWriter::finish() {
         env.len[kDir] = dir.size();
         env.header_hash = hash64(tail.header.data(), tail.header.size());
         env.dir_hash = hash64(dir.data(), dir.size());
-        std::vector<uint8_t> bytes(static_cast<size_t>(front));
-        env.encode(bytes.data());
-        std::memcpy(bytes.data() + kEnvelopeSize, tail.header.data(), tail.header.size());
-        std::memcpy(bytes.data() + kEnvelopeSize + tail.header.size(), dir.data(), dir.size());
+        uint8_t e[kEnvelopeSize];
+        env.encode(e);
+        std::vector<uint8_t> bytes(e, e + kEnvelopeSize);
+        bytes.insert(bytes.end(), tail.header.begin(), tail.header.end());
+        bytes.insert(bytes.end(), dir.begin(), dir.end());
         size_t done = 0;
         while (done < bytes.size()) {
             ssize_t w = ::pwrite(p.tmp->fd(), bytes.data() + done, bytes.size() - done, off_t(done));
