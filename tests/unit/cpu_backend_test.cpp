@@ -254,34 +254,44 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
             for (int i = 4; i < 8; ++i) CHECK(b[i] == a[i]);
         }
 
-    // Attention: 4 query heads over 2 KV heads, head_dim 4, 3 new tokens at
-    // positions 2..4 over a 5-row cache, window 2, softcap 1.5.
-    const uint32_t nh = 4, nkv = 2, hd = 4, n = 3, pos0 = 2, win = 2;
-    const float scale = 0.5f, cap = 1.5f;
-    auto qa = random_vec(n * nh * hd, 14), kc = random_vec(5 * nkv * hd, 15), vc = random_vec(5 * nkv * hd, 16);
-    std::vector<float> out(n * nh * hd);
-    REQUIRE(vt.attention(c, qa.data(), kc.data(), vc.data(), out.data(), n, pos0, nh, nkv, hd, scale, win, cap) == nullptr);
-    for (uint32_t tk = 0; tk < n; ++tk)
-        for (uint32_t h = 0; h < nh; ++h) {
-            uint32_t kvh = h / (nh / nkv), p = pos0 + tk;
-            std::vector<double> s;
-            std::vector<uint32_t> js;
-            for (uint32_t j = 0; j <= p; ++j) {
-                if (j + win <= p) continue;  // outside the window
-                double d = 0;
-                for (uint32_t i = 0; i < hd; ++i) d += double(qa[(tk * nh + h) * hd + i]) * kc[(j * nkv + kvh) * hd + i];
-                d *= scale;
-                s.push_back(cap * std::tanh(d / cap));
-                js.push_back(j);
+    // Attention, 4 query heads over 2 KV heads, checked in double precision:
+    // 3 new tokens at positions 2..4 over a 5-row cache, head_dim 4, window
+    // 2, softcap 1.5 (the per-token decode path); then 37 and 40 tokens
+    // (the blocked prefill path: a partial last block, head_dim 20 not a
+    // multiple of 8, a window that cuts inside a block, no window/softcap).
+    struct AttnCase {
+        uint32_t hd, n, pos0, win;
+        float cap;
+    };
+    for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f}}) {
+        CAPTURE(ac.n);
+        const uint32_t nh = 4, nkv = 2, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
+        const float scale = 0.5f, cap = ac.cap;
+        auto qa = random_vec(n * nh * hd, 14), kc = random_vec(rows * nkv * hd, 15), vc = random_vec(rows * nkv * hd, 16);
+        std::vector<float> out(n * nh * hd);
+        REQUIRE(vt.attention(c, qa.data(), kc.data(), vc.data(), out.data(), n, pos0, nh, nkv, hd, scale, win, cap) == nullptr);
+        for (uint32_t tk = 0; tk < n; ++tk)
+            for (uint32_t h = 0; h < nh; ++h) {
+                uint32_t kvh = h / (nh / nkv), p = pos0 + tk;
+                std::vector<double> s;
+                std::vector<uint32_t> js;
+                for (uint32_t j = 0; j <= p; ++j) {
+                    if (win > 0 && j + win <= p) continue;  // outside the window
+                    double d = 0;
+                    for (uint32_t i = 0; i < hd; ++i) d += double(qa[(tk * nh + h) * hd + i]) * kc[(j * nkv + kvh) * hd + i];
+                    d *= scale;
+                    s.push_back(cap > 0 ? cap * std::tanh(d / cap) : d);
+                    js.push_back(j);
+                }
+                double mx = *std::max_element(s.begin(), s.end()), z = 0;
+                for (double &v : s) z += (v = std::exp(v - mx));
+                for (uint32_t i = 0; i < hd; ++i) {
+                    double o = 0;
+                    for (size_t m = 0; m < js.size(); ++m) o += s[m] / z * vc[(js[m] * nkv + kvh) * hd + i];
+                    REQUIRE(out[(tk * nh + h) * hd + i] == doctest::Approx(o).epsilon(1e-4));
+                }
             }
-            double mx = *std::max_element(s.begin(), s.end()), z = 0;
-            for (double &v : s) z += (v = std::exp(v - mx));
-            for (uint32_t i = 0; i < hd; ++i) {
-                double o = 0;
-                for (size_t m = 0; m < js.size(); ++m) o += s[m] / z * vc[(js[m] * nkv + kvh) * hd + i];
-                CHECK(out[(tk * nh + h) * hd + i] == doctest::Approx(o).epsilon(1e-4));
-            }
-        }
+    }
 
     // gelu_tanh gated product.
     std::vector<float> g = {-2.0f, -0.5f, 0.0f, 0.7f, 3.0f}, u = {1.0f, 2.0f, 3.0f, -1.0f, 0.5f}, o(5);

@@ -327,6 +327,69 @@ cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_
     });
 }
 
+// Prefill attention as two GEMMs per (head, block of kAttnBlock queries),
+// through the same packed micro-kernel as the matmuls: S = Q K^T over the
+// keys the block can see, causal/window mask and softcap, row softmax, then
+// O = P V. The per-query loop (one dot product and one axpy per key) spent
+// ~30 % of a 512-token prefill in call overhead and horizontal sums.
+constexpr uint64_t kAttnBlock = 16;
+
+void attention_blocked(Backend *be, const float *q, const float *k_cache, const float *v_cache, float *out,
+                       uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
+                       uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
+    const auto &k = cmf::cpu::kernels();
+    const uint64_t blocks = (n_tokens + kAttnBlock - 1) / kAttnBlock;
+    parallel(be, blocks * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
+        std::vector<float> keys, vt, scores;
+        for (uint64_t i = i0; i < i1; ++i) {
+            const uint64_t b = i / n_heads, t0 = b * kAttnBlock, t1 = std::min(n_tokens, t0 + kAttnBlock);
+            const uint32_t h = static_cast<uint32_t>(i % n_heads);
+            const uint64_t p_last = pos0 + t1 - 1;  // the last query's position
+            const uint64_t p_first = pos0 + t0;
+            const uint64_t j0 = (window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0;
+            const uint64_t n = p_last + 1 - j0;  // keys any query of the block sees
+            const float *kh = k_cache + uint64_t(h / group) * head_dim;
+            const float *vh = v_cache + uint64_t(h / group) * head_dim;
+            // K rows contiguous [n x head_dim]; V transposed [head_dim x n].
+            keys.resize(n * head_dim);
+            vt.resize(uint64_t(head_dim) * n);
+            for (uint64_t j = 0; j < n; ++j) {
+                std::memcpy(keys.data() + j * head_dim, kh + (j0 + j) * kvd, head_dim * sizeof(float));
+                const float *vr = vh + (j0 + j) * kvd;
+                for (uint32_t d = 0; d < head_dim; ++d) vt[uint64_t(d) * n + j] = vr[d];
+            }
+            const uint64_t nq = t1 - t0;
+            scores.resize(nq * n);
+            k.gemm_panel(keys.data(), n, head_dim, q + t0 * qd + uint64_t(h) * head_dim, qd, nq, scores.data(), n);
+            for (uint64_t r = 0; r < nq; ++r) {
+                const uint64_t p = pos0 + t0 + r;
+                const uint64_t lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+                float *s = scores.data() + r * n;
+                float mx = -INFINITY;
+                for (uint64_t j = 0; j < n; ++j) {
+                    const uint64_t key = j0 + j;
+                    if (key < lo || key > p) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    float sc = s[j] * scale;
+                    if (softcap > 0.0f) sc = softcap * std::tanh(sc / softcap);
+                    s[j] = sc;
+                    mx = std::max(mx, sc);
+                }
+                float sum = 0.0f;
+                for (uint64_t j = 0; j < n; ++j) {
+                    s[j] = s[j] == -INFINITY ? 0.0f : std::exp(s[j] - mx);
+                    sum += s[j];
+                }
+                const float inv = 1.0f / sum;
+                for (uint64_t j = 0; j < n; ++j) s[j] *= inv;
+            }
+            k.gemm_panel(vt.data(), head_dim, n, scores.data(), n, nq, out + t0 * qd + uint64_t(h) * head_dim, qd);
+        }
+    });
+}
+
 cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
                      uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
                      float scale, uint32_t window, float softcap) {
@@ -337,8 +400,12 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
         const uint64_t qd = uint64_t(n_heads) * head_dim, kvd = uint64_t(n_kv_heads) * head_dim;
         const uint32_t group = n_heads / n_kv_heads;
         const auto &k = cmf::cpu::kernels();
-        // One work item per (token, head): prefill parallelises over both,
-        // decode over heads.
+        if (n_tokens >= kAttnBlock) {
+            attention_blocked(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, group, head_dim, qd, kvd, scale,
+                              window, softcap);
+            return;
+        }
+        // Decode (few tokens): one work item per (token, head).
         parallel(be, n_tokens * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
             std::vector<float> s;
             for (uint64_t i = i0; i < i1; ++i) {
