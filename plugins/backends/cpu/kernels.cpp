@@ -137,7 +137,12 @@ inline float h16_scalar(uint16_t h) {
 
 // Four rows against one activation vector per pass: x is loaded once per 4
 // rows, and 8 accumulators hide FMA latency. Decode is bandwidth-bound, so
-// the point is to keep the weight stream going.
+// the point is to keep the weight stream going: weights come from a file
+// mapping in 4 KiB pages, where the hardware prefetcher stops at every page
+// boundary, so each row stream is also prefetched kPrefetchAhead bytes
+// ahead. Measured on the 0.6B shape (f16 file, 2 threads): 11.8-14.2 GB/s
+// without, 14.7-16.3 with 8 KiB (1 KiB: worse; 4 and 16 KiB: in between).
+constexpr long kPrefetchAhead = 8192;
 template <bool Bf16>
 AVX2 void matmul_h16_avx2(const uint16_t *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch,
                           uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
@@ -151,6 +156,12 @@ AVX2 void matmul_h16_avx2(const uint16_t *w, uint64_t cols, const float *x, uint
                    c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
             uint64_t i = 0;
             for (; i + 16 <= cols; i += 16) {
+                if ((i & 31) == 0) {  // one line per row every 64 bytes
+                    _mm_prefetch(reinterpret_cast<const char *>(w0 + i) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char *>(w1 + i) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char *>(w2 + i) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char *>(w3 + i) + kPrefetchAhead, _MM_HINT_T0);
+                }
                 __m256 xv = _mm256_loadu_ps(xb + i), xu = _mm256_loadu_ps(xb + i + 8);
                 a0 = _mm256_fmadd_ps(load8<Bf16>(w0 + i), xv, a0);
                 a1 = _mm256_fmadd_ps(load8<Bf16>(w1 + i), xv, a1);

