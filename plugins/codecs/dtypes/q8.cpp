@@ -18,6 +18,18 @@ inline void prefetch_ahead(const int8_t *row, uint64_t n) {
     for (uint64_t c = 0; c < n; c += 64) __builtin_prefetch(p + c);
 }
 
+// The decode loop both layouts share: y[b][r] = scale_r * sum_c q[r][c] * x[b][c]
+// over int8 rows `codes` (stride cols) with f16 row scales.
+void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t cols, const float *x, uint64_t ldx,
+                    uint64_t n_batch, uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
+    for (uint64_t r = r0; r < r1; ++r) {
+        const float s = load_f16(f16_scales + 2 * r);
+        const int8_t *q = reinterpret_cast<const int8_t *>(codes + r * cols);
+        prefetch_ahead(q, cols);
+        for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = s * kernels::dot_i8_f32(q, x + b * ldx, cols);
+    }
+}
+
 // Layout [i8 rows*cols][f16 rows].
 class Q8Row final : public Dtype {
 public:
@@ -61,13 +73,7 @@ public:
         validate(w);
         Matrix m = require_rows(shape_of(w), name());
         const uint8_t *p = bytes_of(w);
-        for (uint64_t r = r0; r < r1; ++r) {
-            float s = load_f16(p + m.rows * m.cols + 2 * r);
-            const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
-            prefetch_ahead(q, m.cols);
-            for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] = s * kernels::dot_i8_f32(q, x + b * ldx, m.cols);
-        }
+        scaled_i8_rows(p, p + m.rows * m.cols, m.cols, x, ldx, n_batch, r0, r1, y, ldy);
     }
 };
 
@@ -143,13 +149,7 @@ public:
         std::vector<float> xc(m.cols * n_batch);
         for (uint64_t b = 0; b < n_batch; ++b)
             for (uint64_t c = 0; c < m.cols; ++c) xc[b * m.cols + c] = load_f16(cf + 2 * c) * x[b * ldx + c];
-        for (uint64_t r = r0; r < r1; ++r) {
-            float s = load_f16(rs + 2 * r);
-            const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
-            prefetch_ahead(q, m.cols);
-            for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] = s * kernels::dot_i8_f32(q, xc.data() + b * m.cols, m.cols);
-        }
+        scaled_i8_rows(p, rs, m.cols, xc.data(), m.cols, n_batch, r0, r1, y, ldy);
     }
 };
 
