@@ -5,21 +5,16 @@
 // be swapped for another implementation without touching the session.
 #pragma once
 
+#include "text/sampler.hpp"
+
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace cmf::runtime {
 
-struct SamplerParams {
-    float temperature = 0.7f;
-    int32_t top_k = 40;               // <= 0: off
-    float top_p = 0.9f;               // >= 1: off
-    float min_p = 0.05f;              // <= 0: off
-    float repetition_penalty = 1.1f;  // 1: off
-    float presence_penalty = 0.0f;    // 0: off
-    uint64_t seed = 0;
-};
+// The same knobs as the text sampler's (one definition, one set of defaults).
+using SamplerParams = cmf::text::SamplerParams;
 
 class Sampler {
 public:
