@@ -23,6 +23,7 @@ struct StreamWriter::Part {
     std::vector<PendingTensor> tensors;  // data pointers cleared once written
     std::vector<uint64_t> offs;          // data-relative
     uint64_t cursor = 0;                 // data-relative end of the last payload
+    uint64_t payload_bytes = 0;          // sum of nbytes: what the shard limit counts
 };
 
 uint64_t StreamWriter::gap_bytes(uint64_t source_tensor_count) {
@@ -65,16 +66,13 @@ void StreamWriter::add_tensor(const std::string &name, int32_t dtype, uint32_t n
     if (!names_.insert(name).second) throw Error(CMF_ERR_PARSE, "duplicate tensor name '" + name + "'");
     Part *p = parts_.back().get();
     // Greedy split in push order (spec §10); a shard holds at least one tensor.
-    if (shard_max_bytes_ > 0 && !p->tensors.empty()) {
-        uint64_t held = 0;
-        for (auto &x : p->tensors) held += x.nbytes;
-        if (held + nbytes > shard_max_bytes_) p = &open_part();
-    }
+    if (shard_max_bytes_ > 0 && !p->tensors.empty() && p->payload_bytes + nbytes > shard_max_bytes_) p = &open_part();
     const uint64_t off = place_payload(p->cursor, nbytes);
     p->out->pad_to(data_off_ + off);
     p->out->put(data, nbytes);
     crash_point("payload");
     p->cursor = off + nbytes;
+    p->payload_bytes += nbytes;
     t.data = nullptr;
     p->tensors.push_back(std::move(t));
     p->offs.push_back(off);
@@ -97,17 +95,6 @@ void StreamWriter::finish() {
         Tail tail = build_tail(header, ptrs, first ? &masks_ : nullptr, default_task,
                                first && vocab_ ? &*vocab_ : nullptr, false);
         // After the last payload: masks, vocab, index, packed.
-        Envelope env;
-        env.required_features = tail.required_features;
-        env.len[kData] = p.cursor;
-        env.len[kMasks] = tail.masks.size();
-        env.len[kVocab] = tail.vocab ? tail.vocab->size() : 0;
-        env.len[kIndex] = tail.index.size();
-        uint64_t pos = data_off_;
-        for (int s = kData; s <= kIndex; ++s) {
-            env.off[s] = env.len[s] ? pos : 0;
-            pos += env.len[s];
-        }
         p.out->pad_to(data_off_ + p.cursor);
         p.out->put(tail.masks.data(), tail.masks.size());
         if (tail.vocab) p.out->put(tail.vocab->data(), tail.vocab->size());
@@ -120,12 +107,7 @@ void StreamWriter::finish() {
             throw Error(CMF_ERR_INVALID_ARGUMENT, "header and directory (" + std::to_string(front) +
                                                       " bytes) do not fit the reserved gap of " + std::to_string(data_off_) +
                                                       " bytes; pass the real source tensor count");
-        env.off[kHeader] = kEnvelopeSize;
-        env.len[kHeader] = tail.header.size();
-        env.off[kDir] = kEnvelopeSize + tail.header.size();
-        env.len[kDir] = dir.size();
-        env.header_hash = hash64(tail.header.data(), tail.header.size());
-        env.dir_hash = hash64(dir.data(), dir.size());
+        const Envelope env = envelope_for(tail, dir, data_off_, p.cursor);
         uint8_t e[kEnvelopeSize];
         env.encode(e);
         std::vector<uint8_t> bytes(e, e + kEnvelopeSize);

@@ -47,24 +47,8 @@ void write_w1(const std::string &path, FilePlan &plan) {
     std::vector<uint8_t> dir = build_directory(plan.tensors, offs);
     Tail tail = build_tail(plan.header, plan.tensors, plan.masks, plan.default_task, plan.vocab, true);
     // 4. envelope
-    Envelope env;
-    env.required_features = tail.required_features;
-    env.off[kHeader] = kEnvelopeSize;
-    env.len[kHeader] = tail.header.size();
-    env.off[kDir] = kEnvelopeSize + tail.header.size();
-    env.len[kDir] = dir.size();
-    const uint64_t data_off = align_up(env.off[kDir] + dir.size(), kDataAlign);
-    env.len[kData] = data_len;
-    env.len[kMasks] = tail.masks.size();
-    env.len[kVocab] = tail.vocab ? tail.vocab->size() : 0;
-    env.len[kIndex] = tail.index.size();
-    uint64_t pos = data_off;
-    for (int s = kData; s <= kIndex; ++s) {
-        env.off[s] = env.len[s] ? pos : 0;
-        pos += env.len[s];
-    }
-    env.header_hash = hash64(tail.header.data(), tail.header.size());
-    env.dir_hash = hash64(dir.data(), dir.size());
+    const uint64_t data_off = align_up(kEnvelopeSize + tail.header.size() + dir.size(), kDataAlign);
+    const Envelope env = envelope_for(tail, dir, data_off, data_len);
     // 5. bytes
     TempFile tmp(path);
     Out out(tmp.fd(), path);

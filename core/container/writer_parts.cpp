@@ -339,4 +339,25 @@ Tail build_tail(bj::value &header, const std::vector<const PendingTensor *> &ten
     return t;
 }
 
+Envelope envelope_for(const Tail &tail, const std::vector<uint8_t> &dir, uint64_t data_off, uint64_t data_len) {
+    Envelope env;
+    env.required_features = tail.required_features;
+    env.off[kHeader] = kEnvelopeSize;
+    env.len[kHeader] = tail.header.size();
+    env.off[kDir] = kEnvelopeSize + tail.header.size();
+    env.len[kDir] = dir.size();
+    env.len[kData] = data_len;
+    env.len[kMasks] = tail.masks.size();
+    env.len[kVocab] = tail.vocab ? tail.vocab->size() : 0;
+    env.len[kIndex] = tail.index.size();
+    uint64_t pos = data_off;
+    for (int s = kData; s <= kIndex; ++s) {
+        env.off[s] = env.len[s] ? pos : 0;
+        pos += env.len[s];
+    }
+    env.header_hash = hash64(tail.header.data(), tail.header.size());
+    env.dir_hash = hash64(dir.data(), dir.size());
+    return env;
+}
+
 }  // namespace cmf::container::parts

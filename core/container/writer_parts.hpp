@@ -84,6 +84,11 @@ Tail build_tail(boost::json::value &header, const std::vector<const PendingTenso
                 const std::vector<PendingMask> *masks, const std::string &default_task,
                 const std::vector<uint8_t> *vocab, bool allow_skill_file);
 
+// The envelope of a file laid out as both writers lay it out: header at
+// 128, directory right after it, data at data_off (4096-aligned), then
+// masks, vocab and index packed (offset 0 for an absent section), hashes.
+Envelope envelope_for(const Tail &tail, const std::vector<uint8_t> &dir, uint64_t data_off, uint64_t data_len);
+
 // Data-relative offset of the next payload of `nbytes` after `cursor`
 // (64-byte rule, 4096 for payloads >= 16 KiB: COMPAT §3.2, §3.3).
 inline uint64_t place_payload(uint64_t cursor, uint64_t nbytes) {
