@@ -113,7 +113,28 @@ typedef struct cmf_codec_vt {
     cmf_error *(*matmul_rows)(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx,
                               uint64_t n_batch, uint64_t row_begin, uint64_t row_end, float *y,
                               uint64_t ldy);
+
+    /* Row-chunked encoding, so a converter can encode a large tensor a few
+     * rows at a time instead of holding all of it in f32. Optional (NULL:
+     * whole tensors only; added after plugin ABI 1's first release, so hosts
+     * read it only when struct_size covers it).
+     * It applies when, for this shape, the payload is *n_sections byte
+     * sections laid end to end (q8_row: the int8 codes, then the f16 row
+     * scales) and each section is the concatenation of what consecutive row
+     * ranges [0,a), [a,b), ... contribute (rows = shape[0]; each row encodes
+     * on its own). quantize_rows encodes rows [row_begin, row_end) -- `src`
+     * holds just those rows, row-major f32 -- and appends section s's part
+     * to out[s] for s < *n_sections. Concatenating every part of section 0,
+     * then of section 1, ... gives exactly quantize's payload.
+     * With out == NULL it only reports *n_sections: 0 means this shape (or
+     * these params) cannot be encoded by rows; otherwise 1..CMF_MAX_ROW_SECTIONS.
+     * Reentrant: called concurrently on disjoint row ranges. */
+    cmf_error *(*quantize_rows)(void *ctx, uint32_t ndim, const uint64_t *shape, uint64_t row_begin,
+                                uint64_t row_end, const float *src, const cmf_quantize_params *params,
+                                const cmf_byte_sink *out, uint32_t *n_sections);
 } cmf_codec_vt;
+
+#define CMF_MAX_ROW_SECTIONS 4
 
 /* ---- backends: where compute happens ------------------------------------ */
 

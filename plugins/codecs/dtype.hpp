@@ -32,6 +32,13 @@ public:
     virtual bool can_quantize() const { return false; }
     virtual void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                           std::vector<uint8_t> &out) const;
+    // Row-separable layouts (cmf_codec_vt.quantize_rows): the byte sizes of
+    // the payload's sections for `shape`, when every row encodes on its own
+    // and each section is the concatenation of the rows' parts; empty when
+    // this shape is not row-separable. quantize_rows then needs no code of
+    // its own per dtype: it quantizes the sub-tensor of the rows and splits
+    // that payload by these sizes (computed for the sub-shape).
+    virtual std::vector<uint64_t> row_sections(Shape) const { return {}; }
     virtual bool has_matmul() const { return false; }
     virtual void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,
                              uint64_t row_begin, uint64_t row_end, float *y, uint64_t ldy) const;

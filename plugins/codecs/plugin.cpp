@@ -6,6 +6,7 @@
 #include <cmf/cmf_plugin.h>
 #include <cmf/plugin.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,41 @@ cmf_error *vt_quantize(void *ctx, uint32_t ndim, const uint64_t *shape, const fl
     });
 }
 
+// Row-chunked encoding for the row-separable layouts (Dtype::row_sections):
+// the rows are quantized as a tensor of their own and that payload is split
+// into its sections, which equals the whole tensor's sections restricted to
+// these rows because each row encodes on its own.
+cmf_error *vt_quantize_rows(void *ctx, uint32_t ndim, const uint64_t *shape, uint64_t r0, uint64_t r1,
+                            const float *src, const cmf_quantize_params *params, const cmf_byte_sink *out,
+                            uint32_t *n_sections) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (ndim > CMF_MAX_DIMS) cmf::codecs::fail(CMF_ERR_PARSE, "ndim > 6");
+        if (ndim == 0) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "quantize_rows needs a tensor with rows");
+        const cmf::codecs::Shape whole(shape, ndim);
+        const size_t n = c->dtype->row_sections(whole).size();
+        *n_sections = n <= CMF_MAX_ROW_SECTIONS ? static_cast<uint32_t>(n) : 0;
+        if (out == nullptr || *n_sections == 0) return;
+        if (r0 >= r1 || r1 > shape[0]) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "row range out of bounds");
+        uint64_t sub_shape[CMF_MAX_DIMS];
+        std::copy(shape, shape + ndim, sub_shape);
+        sub_shape[0] = r1 - r0;
+        const cmf::codecs::Shape sub(sub_shape, ndim);
+        std::vector<uint8_t> bytes;
+        c->dtype->quantize(sub, src, params, bytes);
+        const std::vector<uint64_t> sizes = c->dtype->row_sections(sub);
+        uint64_t at = 0;
+        for (uint64_t s : sizes) at += s;
+        if (sizes.size() != n || at != bytes.size())
+            cmf::codecs::fail(CMF_ERR_INTERNAL, std::string(c->dtype->name()) + ": row sections do not add up to the payload");
+        at = 0;
+        for (size_t k = 0; k < n; ++k) {
+            cmf::sdk::sink_append(&out[k], bytes.data() + at, sizes[k]);
+            at += sizes[k];
+        }
+    });
+}
+
 cmf_error *vt_matmul_rows(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx, uint64_t n_batch,
                           uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
     CodecCtx *c = as_codec(ctx);
@@ -96,6 +132,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
             vt.dequantize_rows = vt_dequantize_rows;
             vt.quantize = d->can_quantize() ? vt_quantize : nullptr;
             vt.matmul_rows = d->has_matmul() ? vt_matmul_rows : nullptr;
+            vt.quantize_rows = d->can_quantize() ? vt_quantize_rows : nullptr;
             state->codecs.push_back(std::move(c));
         }
     });

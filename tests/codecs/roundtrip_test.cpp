@@ -5,8 +5,12 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
+#include "plugins/runtime.hpp"
 #include "policy.hpp"
 
+#include <cmf/cmf.h>
+
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -260,4 +264,82 @@ TEST_CASE("roundtrip: flat-group dtypes decode rows that split groups") {
             for (int c = 0; c < 16; ++c) CHECK(bits(row[c]) == bits(whole[r * 16 + c]));
         }
     }
+}
+
+// cmf_codec_vt.quantize_rows through the loaded codecs plugin: for each
+// row-separable dtype, encoding ragged row chunks and concatenating the
+// sections gives exactly the whole-tensor payload; the other dtypes and
+// shapes that straddle groups report 0 sections.
+TEST_CASE("roundtrip: row-chunked encoding equals whole-tensor encoding") {
+    cmf_runtime_options o;
+    cmf_runtime_options_init(&o);
+    o.log_level = -1;
+    cmf_runtime *crt = nullptr;
+    REQUIRE(cmf_runtime_create(&o, &crt) == nullptr);
+    auto &rt = *static_cast<cmf::Runtime *>(crt);
+    auto append = [](void *user, const void *d, size_t n) -> cmf_error * {
+        auto *v = static_cast<std::vector<uint8_t> *>(user);
+        v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
+        return nullptr;
+    };
+    struct Case {
+        int32_t id;
+        std::vector<uint64_t> shape;
+        uint32_t sections;  // 0: must refuse
+    };
+    const Case cases[] = {
+        {CMF_DTYPE_F32, {37, 20}, 1},       {CMF_DTYPE_F16, {37, 64}, 1},       {CMF_DTYPE_BF16, {5, 3, 7}, 1},
+        {CMF_DTYPE_F16, {300}, 1},          {CMF_DTYPE_Q8_ROW, {37, 40}, 2},    {CMF_DTYPE_Q8_ROW, {6, 2, 16}, 2},
+        {CMF_DTYPE_Q4_BLOCK, {37, 64}, 2},  {CMF_DTYPE_Q4_TILED, {37, 96}, 1},  {CMF_DTYPE_Q4TP, {37, 64}, 3},
+        {CMF_DTYPE_Q2TP, {37, 128}, 3},     {CMF_DTYPE_Q4_BLOCK, {37, 48}, 0},  {CMF_DTYPE_Q4_TILED, {300}, 0},
+        {CMF_DTYPE_Q8_2F, {37, 64}, 0},     {CMF_DTYPE_VBIT_RO, {37, 64}, 0},   {CMF_DTYPE_Q1S, {37, 64}, 0},
+        {CMF_DTYPE_Q1T, {37, 64}, 0},       {CMF_DTYPE_VBIT, {37, 64}, 0},
+    };
+    for (const Case &c : cases) {
+        CAPTURE(c.id);
+        CAPTURE(c.shape[0]);
+        const cmf::CodecEntry *codec = rt.codec(c.id);
+        REQUIRE(codec != nullptr);
+        REQUIRE(static_cast<bool>(codec->vt.quantize_rows));
+        const uint32_t ndim = static_cast<uint32_t>(c.shape.size());
+        uint32_t n = 99;
+        REQUIRE(codec->vt.quantize_rows(codec->ctx, ndim, c.shape.data(), 0, 0, nullptr, nullptr, nullptr, &n) == nullptr);
+        CHECK(n == c.sections);
+        if (n == 0) continue;
+        uint64_t elems = 1;
+        for (uint64_t d : c.shape) elems *= d;
+        std::vector<float> w = gaussian(elems, 99 + static_cast<uint32_t>(c.id));
+        std::vector<uint8_t> whole;
+        cmf_byte_sink ws{sizeof(cmf_byte_sink), 0, &whole, append};
+        REQUIRE(codec->vt.quantize(codec->ctx, ndim, c.shape.data(), w.data(), nullptr, &ws) == nullptr);
+        std::vector<std::vector<uint8_t>> parts(n);
+        std::vector<cmf_byte_sink> sinks;
+        for (auto &p : parts) sinks.push_back(cmf_byte_sink{sizeof(cmf_byte_sink), 0, &p, append});
+        const uint64_t rows = c.shape[0], row_len = elems / rows;
+        const uint64_t steps[] = {1, 7, 13, 2, 9};
+        uint64_t r = 0;
+        for (size_t k = 0; r < rows; ++k) {
+            uint64_t r1 = std::min(rows, r + steps[k % 5]);
+            uint32_t got = 0;
+            REQUIRE(codec->vt.quantize_rows(codec->ctx, ndim, c.shape.data(), r, r1, w.data() + r * row_len, nullptr,
+                                            sinks.data(), &got) == nullptr);
+            CHECK(got == n);
+            r = r1;
+        }
+        std::vector<uint8_t> joined;
+        for (auto &p : parts) joined.insert(joined.end(), p.begin(), p.end());
+        CHECK(joined == whole);
+    }
+    uint32_t n = 0;
+    const uint64_t shape[2] = {4, 32};
+    const cmf::CodecEntry *q8 = rt.codec(CMF_DTYPE_Q8_ROW);
+    std::vector<float> w(128, 0.5f);
+    std::vector<uint8_t> sink_bytes;
+    cmf_byte_sink s{sizeof(cmf_byte_sink), 0, &sink_bytes, append};
+    cmf_byte_sink two[2] = {s, s};
+    cmf_error *e = q8->vt.quantize_rows(q8->ctx, 2, shape, 3, 5, w.data(), nullptr, two, &n);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
+    cmf_error_free(e);
+    cmf_runtime_free(crt);
 }

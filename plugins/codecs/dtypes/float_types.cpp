@@ -33,6 +33,10 @@ public:
         }
     }
     bool can_quantize() const override { return true; }
+    std::vector<uint64_t> row_sections(Shape shape) const override {
+        if (shape.empty()) return {};
+        return {expected_size(shape)};  // rows are runs of elements
+    }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *, std::vector<uint8_t> &out) const override {
         uint64_t n = elements(shape);
         size_t base = out.size();

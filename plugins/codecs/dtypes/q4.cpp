@@ -59,6 +59,16 @@ public:
         }
     }
     bool can_quantize() const override { return true; }
+    // With whole groups per row (cols % 32 == 0) no group straddles two rows:
+    // q4_tiled is one run of tiles, q4_block a run of nibbles then of scales.
+    std::vector<uint64_t> row_sections(Shape shape) const override {
+        if (shape.size() < 2 || shape[0] == 0) return {};
+        uint64_t n = elements(shape), cols = n / shape[0];
+        if (cols == 0 || cols % 32 != 0) return {};
+        uint64_t groups = n / 32;
+        if (Tiled) return {18 * groups};
+        return {16 * groups, 2 * groups};
+    }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override {
         Options opt(params, name(), {});

@@ -51,6 +51,12 @@ public:
         }
     }
     bool can_quantize() const override { return true; }
+    // Codes, then one scale per row: both sections run row by row.
+    std::vector<uint64_t> row_sections(Shape shape) const override {
+        if (shape.size() < 2) return {};
+        uint64_t n = elements(shape);
+        return {n, 2 * shape[0]};
+    }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override {
         Options opt(params, name(), {});

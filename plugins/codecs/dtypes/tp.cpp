@@ -102,6 +102,14 @@ public:
     // Option search=0|1 (default 1; 0 = CMF_Q2TP_SEARCH=0 upstream).
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override;
+    // Weight chunks, (lo, step) pairs and code rows: each row has its own
+    // ladder and a fixed share of every section.
+    std::vector<uint64_t> row_sections(Shape shape) const override {
+        if (shape.size() != 2 || shape[1] == 0 || shape[1] % 32 != 0) return {};
+        uint64_t rows = shape[0], gpr = shape[1] / 32;
+        elements(shape);  // overflow check
+        return {rows * gpr * kChunk, 4 * rows, rows * stride(gpr)};
+    }
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
