@@ -1,5 +1,6 @@
 #include "hash64.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -114,6 +115,33 @@ uint64_t hash64_partial(const void *data, size_t len, uint64_t first_word) noexc
         acc ^= fmix(w) ^ ((first_word + words) * salt);
     }
     return acc;
+}
+
+void Hash64Stream::update(const void *data, size_t len) noexcept {
+    const unsigned char *p = static_cast<const unsigned char *>(data);
+    if (carry_len_ > 0) {
+        const size_t take = std::min(len, 8 - carry_len_);
+        std::memcpy(carry_ + carry_len_, p, take);
+        carry_len_ += take;
+        total_ += take;
+        p += take;
+        len -= take;
+        if (carry_len_ < 8) return;
+        acc_ ^= hash64_partial(carry_, 8, total_ / 8 - 1);
+        carry_len_ = 0;
+    }
+    const size_t whole = len / 8 * 8;
+    if (whole > 0) acc_ ^= hash64_partial(p, whole, total_ / 8);
+    total_ += whole;
+    carry_len_ = len - whole;
+    std::memcpy(carry_, p + whole, carry_len_);
+    total_ += carry_len_;
+}
+
+uint64_t Hash64Stream::value() const noexcept {
+    uint64_t acc = acc_;
+    if (carry_len_ > 0) acc ^= hash64_partial(carry_, carry_len_, total_ / 8);
+    return hash64_finish(acc, total_);
 }
 
 }  // namespace cmf

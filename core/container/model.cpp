@@ -74,7 +74,7 @@ void check_tensor_bounds(const TensorRec &t, uint64_t data_len) {
 
 }  // namespace
 
-void check_tensor_payload(Runtime &rt, const TensorRec &t) {
+uint64_t check_tensor_size(Runtime &rt, const TensorRec &t) {
     uint64_t n = 1;
     for (uint32_t k = 0; k < t.ndim; ++k)
         if (!mul_ok(n, t.shape[k], n)) bounds(tensor_label(t) + ": element count overflows");
@@ -88,6 +88,12 @@ void check_tensor_payload(Runtime &rt, const TensorRec &t) {
     if (expected != CMF_SIZE_VARIABLE && expected != t.nbytes)
         bounds(tensor_label(t) + " (" + codec->name + "): nbytes " + std::to_string(t.nbytes) + " but its shape needs " +
                std::to_string(expected));
+    return expected;
+}
+
+void check_tensor_payload(Runtime &rt, const TensorRec &t) {
+    check_tensor_size(rt, t);
+    const CodecEntry *codec = rt.codec(t.dtype);
     if (codec->vt.validate != nullptr) {
         cmf_tensor_view v{};
         v.struct_size = sizeof v;

@@ -103,6 +103,9 @@ Shard open_shard(Runtime &rt, const std::string &path, bool allow_mmap, std::vec
 // A payload's size (via its dtype's codec: UnknownDtype without one) and
 // structure; Bounds when they do not match the shape.
 void check_tensor_payload(Runtime &rt, const TensorRec &t);
+// The size part of check_tensor_payload alone; returns the codec's expected
+// size (CMF_SIZE_VARIABLE when the dtype's size varies).
+uint64_t check_tensor_size(Runtime &rt, const TensorRec &t);
 
 // The blob layout for an arch, and the expected blob sizes (loop / legacy).
 MaskLayout mask_layout_for(const ArchInfo &arch);

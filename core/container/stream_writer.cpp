@@ -62,24 +62,65 @@ StreamWriter::Part &StreamWriter::open_part() {
 void StreamWriter::add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
                               const void *data, uint64_t nbytes) {
     if (finished_) throw Error(CMF_ERR_INVALID_ARGUMENT, "writer already finished");
+    if (open_) throw Error(CMF_ERR_INVALID_ARGUMENT, "add_tensor while tensor '" + open_->name + "' is still being written");
     PendingTensor t = checked_tensor(*rt_, name, dtype, ndim, shape, data, nbytes);
-    if (!names_.insert(name).second) throw Error(CMF_ERR_PARSE, "duplicate tensor name '" + name + "'");
+    Part &p = place(std::move(t));
+    p.out->put(data, nbytes);
+    close_open();
+}
+
+void StreamWriter::begin_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
+                                uint64_t nbytes) {
+    if (finished_) throw Error(CMF_ERR_INVALID_ARGUMENT, "writer already finished");
+    if (open_) throw Error(CMF_ERR_INVALID_ARGUMENT, "begin_tensor while tensor '" + open_->name + "' is still being written");
+    place(checked_tensor_header(*rt_, name, dtype, ndim, shape, nbytes));
+    open_hash_ = Hash64Stream{};
+}
+
+void StreamWriter::append(const void *data, uint64_t n) {
+    if (!open_) throw Error(CMF_ERR_INVALID_ARGUMENT, "append without begin_tensor");
+    if (n > open_->nbytes - open_hash_.length())
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor '" + open_->name + "': pieces exceed the announced " +
+                                                  std::to_string(open_->nbytes) + " bytes");
+    parts_.back()->out->put(data, n);
+    open_hash_.update(data, size_t(n));
+}
+
+void StreamWriter::end_tensor() {
+    if (!open_) throw Error(CMF_ERR_INVALID_ARGUMENT, "end_tensor without begin_tensor");
+    if (open_hash_.length() != open_->nbytes)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor '" + open_->name + "': " + std::to_string(open_hash_.length()) +
+                                                  " bytes written of the announced " + std::to_string(open_->nbytes));
+    open_->hash = open_hash_.value();
+    close_open();
+}
+
+// Names the tensor, picks its shard and pads to its offset; its bytes follow.
+StreamWriter::Part &StreamWriter::place(PendingTensor t) {
+    if (!names_.insert(t.name).second) throw Error(CMF_ERR_PARSE, "duplicate tensor name '" + t.name + "'");
     Part *p = parts_.back().get();
     // Greedy split in push order (spec §10); a shard holds at least one tensor.
-    if (shard_max_bytes_ > 0 && !p->tensors.empty() && p->payload_bytes + nbytes > shard_max_bytes_) p = &open_part();
-    const uint64_t off = place_payload(p->cursor, nbytes);
-    p->out->pad_to(data_off_ + off);
-    p->out->put(data, nbytes);
-    crash_point("payload");
-    p->cursor = off + nbytes;
-    p->payload_bytes += nbytes;
+    if (shard_max_bytes_ > 0 && !p->tensors.empty() && p->payload_bytes + t.nbytes > shard_max_bytes_) p = &open_part();
+    open_off_ = place_payload(p->cursor, t.nbytes);
+    p->out->pad_to(data_off_ + open_off_);
     t.data = nullptr;
-    p->tensors.push_back(std::move(t));
-    p->offs.push_back(off);
+    open_ = std::move(t);
+    return *p;
+}
+
+void StreamWriter::close_open() {
+    crash_point("payload");
+    Part &p = *parts_.back();
+    p.cursor = open_off_ + open_->nbytes;
+    p.payload_bytes += open_->nbytes;
+    p.tensors.push_back(std::move(*open_));
+    p.offs.push_back(open_off_);
+    open_.reset();
 }
 
 void StreamWriter::finish() {
     if (finished_) throw Error(CMF_ERR_INVALID_ARGUMENT, "writer already finished");
+    if (open_) throw Error(CMF_ERR_INVALID_ARGUMENT, "finish while tensor '" + open_->name + "' is still being written");
     finished_ = true;
     const std::string default_task = this->default_task();
     const uint64_t count = parts_.size();

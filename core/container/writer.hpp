@@ -7,6 +7,7 @@
 // header spelling as the original does, and both shard.
 #pragma once
 
+#include "common/hash64.hpp"
 #include "container/format.hpp"
 
 #include <boost/json/value.hpp>
@@ -114,6 +115,12 @@ public:
     // `data` is written (copied) before add_tensor returns.
     void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, const void *data,
                     uint64_t nbytes) override;
+    // One payload in pieces, so it is never whole in memory: begin_tensor
+    // (nbytes must be the dtype's fixed size; see checked_tensor_header),
+    // append until nbytes have come, end_tensor. Hashed as it streams.
+    void begin_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, uint64_t nbytes);
+    void append(const void *data, uint64_t n);
+    void end_tensor();
     void finish() override;
 
     static uint64_t gap_bytes(uint64_t source_tensor_count);
@@ -121,6 +128,8 @@ public:
 private:
     struct Part;
     Part &open_part();
+    Part &place(PendingTensor t);
+    void close_open();
 
     Runtime *rt_;
     std::string path_;
@@ -130,6 +139,9 @@ private:
     std::vector<std::unique_ptr<Part>> parts_;
     std::unordered_set<std::string> names_;
     bool finished_ = false;
+    std::optional<PendingTensor> open_;  // the tensor whose bytes are being written
+    uint64_t open_off_ = 0;
+    Hash64Stream open_hash_;
 };
 
 class Model;

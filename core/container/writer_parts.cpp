@@ -279,13 +279,12 @@ bj::value parse_json_object(const std::string &text, const char *what) {
     return v;
 }
 
-PendingTensor checked_tensor(Runtime &rt, const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
-                             const void *data, uint64_t nbytes) {
+namespace {
+PendingTensor tensor_record(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, uint64_t nbytes) {
     if (ndim > CMF_MAX_DIMS) throw Error(CMF_ERR_PARSE, "tensor '" + name + "': ndim " + std::to_string(ndim) + " > 6");
     if (name.empty() || name.size() > 65535) throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor name must be 1..65535 bytes");
     if (!simdjson::validate_utf8(name.data(), name.size())) throw Error(CMF_ERR_PARSE, "tensor name is not valid UTF-8");
     if (dtype < 0 || dtype > kMaxDtypeId) throw Error(CMF_ERR_UNKNOWN_DTYPE, "tensor '" + name + "': unknown dtype id " + std::to_string(dtype));
-    if (nbytes > 0 && data == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor '" + name + "': NULL data");
     PendingTensor t;
     t.name = name;
     t.dtype = dtype;
@@ -294,19 +293,40 @@ PendingTensor checked_tensor(Runtime &rt, const std::string &name, int32_t dtype
         if (shape[k] > UINT32_MAX) throw Error(CMF_ERR_BOUNDS, "tensor '" + name + "': dimension " + std::to_string(shape[k]) + " does not fit u32");
         t.shape[k] = shape[k];
     }
-    t.data = static_cast<const uint8_t *>(data);
     t.nbytes = nbytes;
-    // Size and structure exactly as the reader will check them.
+    return t;
+}
+
+TensorRec probe_of(const PendingTensor &t) {
     TensorRec probe;
-    probe.name = name;
-    probe.dtype = dtype;
-    probe.ndim = ndim;
+    probe.name = t.name;
+    probe.dtype = t.dtype;
+    probe.ndim = t.ndim;
     std::copy(t.shape, t.shape + CMF_MAX_DIMS, probe.shape);
     probe.data = t.data;
-    probe.nbytes = nbytes;
+    probe.nbytes = t.nbytes;
     probe.off = 0;
-    check_tensor_payload(rt, probe);
+    return probe;
+}
+}  // namespace
+
+PendingTensor checked_tensor(Runtime &rt, const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
+                             const void *data, uint64_t nbytes) {
+    PendingTensor t = tensor_record(name, dtype, ndim, shape, nbytes);
+    if (nbytes > 0 && data == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor '" + name + "': NULL data");
+    t.data = static_cast<const uint8_t *>(data);
+    // Size and structure exactly as the reader will check them.
+    check_tensor_payload(rt, probe_of(t));
     t.hash = hash64(data, size_t(nbytes));
+    return t;
+}
+
+PendingTensor checked_tensor_header(Runtime &rt, const std::string &name, int32_t dtype, uint32_t ndim,
+                                    const uint64_t *shape, uint64_t nbytes) {
+    PendingTensor t = tensor_record(name, dtype, ndim, shape, nbytes);
+    if (check_tensor_size(rt, probe_of(t)) == CMF_SIZE_VARIABLE)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor '" + name + "': dtype " + std::to_string(dtype) +
+                                                  " has a variable payload size; it cannot be written in pieces");
     return t;
 }
 

@@ -64,6 +64,12 @@ boost::json::value parse_json_object(const std::string &text, const char *what);
 // dtype id, payload size and structure through the codec), hashed.
 PendingTensor checked_tensor(Runtime &rt, const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape,
                              const void *data, uint64_t nbytes);
+// For a payload that arrives in pieces (StreamWriter::begin_tensor): the
+// same checks without the payload, so the dtype must have a fixed size,
+// which nbytes must equal; structure beyond the size is the producer's
+// promise (the converter's codecs encode it). hash and data are left 0.
+PendingTensor checked_tensor_header(Runtime &rt, const std::string &name, int32_t dtype, uint32_t ndim,
+                                    const uint64_t *shape, uint64_t nbytes);
 
 uint32_t quant_bit(int32_t dtype);  // QUANT_2F for the dtypes that need it
 void check_mask(const ArchInfo &arch, const PendingMask &m);

@@ -28,6 +28,23 @@ void ContainerSink::add(const std::string &name, int32_t dtype, const std::vecto
     writer_->add_tensor(name, dtype, static_cast<uint32_t>(shape.size()), shape.data(), data, nbytes);
 }
 
+void ContainerSink::begin_tensor(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, uint64_t nbytes) {
+    if (!writer_) throw Error(CMF_ERR_INTERNAL, "ContainerSink::begin_tensor before begin");
+    if (shape.size() > CMF_MAX_DIMS)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "tensor \"" + name + "\": more than 6 dimensions");
+    writer_->begin_tensor(name, dtype, static_cast<uint32_t>(shape.size()), shape.data(), nbytes);
+}
+
+void ContainerSink::append(const uint8_t *data, uint64_t n) {
+    if (!writer_) throw Error(CMF_ERR_INTERNAL, "ContainerSink::append before begin");
+    writer_->append(data, n);
+}
+
+void ContainerSink::end_tensor() {
+    if (!writer_) throw Error(CMF_ERR_INTERNAL, "ContainerSink::end_tensor before begin");
+    writer_->end_tensor();
+}
+
 void ContainerSink::finish(const std::string &vocab_bytes) {
     if (!writer_) throw Error(CMF_ERR_INTERNAL, "ContainerSink::finish before begin");
     if (!vocab_bytes.empty()) writer_->set_vocab(vocab_bytes.data(), vocab_bytes.size());

@@ -22,6 +22,9 @@ public:
     void begin(const std::string &header_json, uint64_t source_tensor_count, uint64_t planned_tensor_count) override;
     void add(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, const uint8_t *data,
              uint64_t nbytes) override;
+    void begin_tensor(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, uint64_t nbytes) override;
+    void append(const uint8_t *data, uint64_t n) override;
+    void end_tensor() override;
     void finish(const std::string &vocab_bytes) override;
     void abort() noexcept override;
 

@@ -158,11 +158,12 @@ std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTens
     return out;
 }
 
-// Materialize one output tensor as f32. With `release` (this output is the
-// last reader of its source tensor) a plain tensor is read in pieces whose
-// source pages are dropped as soon as they are converted, so the source and
-// its f32 copy are never both resident in full.
-void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFile *release) {
+// Elements [begin, end) of one output tensor as f32, in output order. The
+// output is its source slab's selected rows laid end to end (untransposed
+// plans only). With `release` (this output is the last reader of a plain
+// source tensor) the source pages are dropped piece by piece as soon as they
+// are converted, so the source and its f32 copy are never both resident.
+void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, const SafetensorsFile *release) {
     const SourceTensor &t = *o.src;
     const auto &s = t.shape;
     uint64_t base = 0;
@@ -171,28 +172,39 @@ void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFi
         slab.assign(s.begin() + 1, s.end());
         base = *o.index * product(slab);
     }
-    uint64_t rows = slab.size() >= 2 ? slab[0] : 1;
-    uint64_t cols = slab.size() >= 2 ? product(slab, 1) : product(slab);
-    dst.resize(o.elements);
-    if (!o.transpose) {
-        if (o.rows.empty()) {
-            const uint64_t n = rows * cols, piece = uint64_t(4) << 20;  // elements
-            const uint64_t esize = source_dtype_size(t.dtype);
-            for (uint64_t at = 0; at < n; at += piece) {
-                const uint64_t k = std::min(piece, n - at);
-                read_f32(t, base + at, k, dst.data() + at);
-                if (release) release->release_range(t, (base + at) * esize, (base + at + k) * esize);
-            }
-            return;
+    const uint64_t rows = slab.size() >= 2 ? slab[0] : 1;
+    const uint64_t cols = slab.size() >= 2 ? product(slab, 1) : product(slab);
+    std::vector<std::pair<uint64_t, uint64_t>> segs;  // element runs of the source slab
+    if (o.rows.empty()) segs.emplace_back(0, rows * cols);
+    for (auto [first, count] : o.rows) segs.emplace_back(first * cols, count * cols);
+    const uint64_t esize = source_dtype_size(t.dtype), piece = uint64_t(4) << 20;  // elements
+    uint64_t seg_start = 0;  // output index of the current run's first element
+    for (auto [src_first, len] : segs) {
+        const uint64_t lo = std::max(begin, seg_start), hi = std::min(end, seg_start + len);
+        for (uint64_t at = lo; at < hi; at += piece) {
+            const uint64_t k = std::min(piece, hi - at);
+            const uint64_t from = base + src_first + (at - seg_start);
+            read_f32(t, from, k, dst + (at - begin));
+            if (release && o.rows.empty()) release->release_range(t, from * esize, (from + k) * esize);
         }
-        uint64_t at = 0;
-        for (auto [first, count] : o.rows) {
-            read_f32(t, base + first * cols, count * cols, dst.data() + at);
-            at += count * cols;
-        }
-        return;
+        seg_start += len;
     }
+}
+
+// Materialize one whole output tensor as f32.
+void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFile *release) {
+    dst.resize(o.elements);
+    if (!o.transpose) return gather_range(o, 0, o.elements, dst.data(), release);
     // Transposed slab [rows, cols] -> [cols, rows]; selected rows are source columns.
+    const SourceTensor &t = *o.src;
+    const auto &s = t.shape;
+    uint64_t base = 0;
+    std::vector<uint64_t> slab = s;
+    if (o.index) {
+        slab.assign(s.begin() + 1, s.end());
+        base = *o.index * product(slab);
+    }
+    const uint64_t rows = slab[0], cols = product(slab, 1);
     std::vector<float> full(rows * cols);
     read_f32(t, base, rows * cols, full.data());
     std::vector<std::pair<uint64_t, uint64_t>> sel = o.rows;
@@ -428,6 +440,92 @@ bool canonical_less(const std::string &a, const std::string &b) {
 
 ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) { return make_plan(rt, opts).plan; }
 
+namespace {
+
+// One piece of work: rows [r0, r1) of an output tensor, or all of it.
+struct Unit {
+    const OutTensor *o;
+    uint64_t r0, r1;
+    uint32_t sections;  // 0: whole tensor through quantize; else quantize_rows' section count
+    const SafetensorsFile *release;  // last reader of its source: drop pages while reading
+    std::vector<std::vector<uint8_t>> bytes;  // per section (one for a whole tensor)
+    cmf_error *err = nullptr;
+    uint64_t rows() const { return o->p.shape.empty() ? 1 : o->p.shape[0]; }
+    uint64_t f32_bytes() const { return (r1 - r0) * (o->elements / std::max<uint64_t>(rows(), 1)) * 4; }
+    bool last() const { return sections == 0 || r1 == rows(); }
+};
+
+// quantize_rows' section count for this output and its payload size, or 0
+// when it goes whole: small, transposed, a codec without row encoding, or a
+// shape that codec cannot split by rows.
+uint32_t row_sections(const CodecEntry &c, const OutTensor &o, uint64_t chunk_elements, uint64_t &payload_size) {
+    const uint32_t ndim = static_cast<uint32_t>(o.p.shape.size());
+    if (o.elements <= chunk_elements || o.transpose || ndim == 0 || o.p.shape[0] < 2 || !c.vt.quantize_rows) return 0;
+    uint32_t sections = 0;
+    if (cmf_error *e = c.vt.quantize_rows(c.ctx, ndim, o.p.shape.data(), 0, 0, nullptr, nullptr, nullptr, &sections)) {
+        if (!is_static_error(e)) delete e;  // quantize will report what is wrong with this shape
+        return 0;
+    }
+    if (sections == 0 || sections > CMF_MAX_ROW_SECTIONS) return 0;
+    if (cmf_error *e = c.vt.expected_size(c.ctx, ndim, o.p.shape.data(), &payload_size)) {
+        if (!is_static_error(e)) delete e;
+        return 0;
+    }
+    return payload_size == CMF_SIZE_VARIABLE ? 0 : sections;
+}
+
+cmf_error *append_to_vector(void *user, const void *d, size_t n) {
+    return guard([&] {
+        auto *v = static_cast<std::vector<uint8_t> *>(user);
+        v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
+    });
+}
+
+void encode_unit(Runtime &rt, Unit &u) {
+    const OutTensor &o = *u.o;
+    const CodecEntry *codec = rt.codec(o.p.dtype);
+    cmf_quantize_params params{sizeof(cmf_quantize_params), 0, nullptr, nullptr, 0};
+    const std::string what = "tensor \"" + o.p.name + "\" (" + dtype_name(o.p.dtype) + ")";
+    const uint32_t ndim = static_cast<uint32_t>(o.p.shape.size());
+    if (u.sections == 0) {
+        std::vector<float> f32;
+        gather_f32(o, f32, u.release);
+        u.bytes.resize(1);
+        cmf_byte_sink bs{sizeof(cmf_byte_sink), 0, &u.bytes[0], append_to_vector};
+        throw_if_error(codec->vt.quantize(codec->ctx, ndim, o.p.shape.data(), f32.data(), &params, &bs), what);
+        return;
+    }
+    const uint64_t cols = o.elements / u.rows();
+    std::vector<float> f32((u.r1 - u.r0) * cols);
+    gather_range(o, u.r0 * cols, u.r1 * cols, f32.data(), u.release);
+    u.bytes.resize(u.sections);
+    cmf_byte_sink sinks[CMF_MAX_ROW_SECTIONS];
+    for (uint32_t k = 0; k < u.sections; ++k) sinks[k] = cmf_byte_sink{sizeof(cmf_byte_sink), 0, &u.bytes[k], append_to_vector};
+    uint32_t got = 0;
+    throw_if_error(codec->vt.quantize_rows(codec->ctx, ndim, o.p.shape.data(), u.r0, u.r1, f32.data(), &params, sinks, &got), what);
+    if (got != u.sections) throw Error(CMF_ERR_PLUGIN, what + ": the codec changed its section count between calls");
+}
+
+}  // namespace
+
+void TensorSink::begin_tensor(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, uint64_t nbytes) {
+    if (piecewise_) throw Error(CMF_ERR_INTERNAL, "begin_tensor while \"" + piecewise_->name + "\" is open");
+    piecewise_ = Piecewise{name, dtype, shape, {}};
+    piecewise_->bytes.reserve(nbytes);
+}
+
+void TensorSink::append(const uint8_t *data, uint64_t n) {
+    if (!piecewise_) throw Error(CMF_ERR_INTERNAL, "append without begin_tensor");
+    piecewise_->bytes.insert(piecewise_->bytes.end(), data, data + n);
+}
+
+void TensorSink::end_tensor() {
+    if (!piecewise_) throw Error(CMF_ERR_INTERNAL, "end_tensor without begin_tensor");
+    Piecewise t = std::move(*piecewise_);
+    piecewise_.reset();
+    add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+}
+
 ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink) {
     try {
         Planned pl = make_plan(rt, opts);
@@ -442,11 +540,8 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
         ConvertStats st;
         st.source_tensors = pl.ckpt->tensors().size();
         st.tensors = outs.size();
-        uint64_t total_in = 0, largest = 0;
-        for (const auto &o : outs) {
-            total_in += o.elements * source_dtype_size(o.src->dtype);
-            largest = std::max(largest, o.elements * 4);
-        }
+        uint64_t total_in = 0;
+        for (const auto &o : outs) total_in += o.elements * source_dtype_size(o.src->dtype);
         // Last output index reading each source tensor: its pages are
         // released once that output is written.
         std::map<const SourceTensor *, size_t> last_use;
@@ -458,72 +553,86 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
             slot = std::max(slot, i);
         }
 
+        // Work units in output order: large tensors in row chunks where the
+        // codec encodes by rows, everything else whole.
+        std::vector<Unit> units;
+        std::vector<uint64_t> payload_size(outs.size(), 0);
+        const uint64_t chunk = opts.chunk_elements ? opts.chunk_elements : uint64_t(4) << 20;
+        uint64_t largest_whole = 0;
+        for (size_t i = 0; i < outs.size(); ++i) {
+            const OutTensor &o = outs[i];
+            const CodecEntry *c = rt.codec(o.p.dtype);
+            const SafetensorsFile *rel = last_use[o.src] == i ? &pl.ckpt->file_of(*o.src) : nullptr;
+            const uint64_t rows = o.p.shape.empty() ? 1 : o.p.shape[0];
+            if (const uint32_t sections = row_sections(*c, o, chunk, payload_size[i])) {
+                const uint64_t cols = o.elements / rows;
+                const uint64_t step = std::max<uint64_t>(1, chunk / std::max<uint64_t>(cols, 1));
+                for (uint64_t r = 0; r < rows; r += step) units.push_back(Unit{&o, r, std::min(rows, r + step), sections, rel, {}});
+                continue;
+            }
+            largest_whole = std::max(largest_whole, o.elements * 4);
+            units.push_back(Unit{&o, 0, rows, 0, rel, {}});
+        }
+
         sink.begin(pl.plan.header_json, st.source_tensors, outs.size());
         Progress progress(opts.progress, outs.size(), total_in, opts.on_progress);
-        const uint64_t budget = std::max(largest, opts.memory_budget ? opts.memory_budget : uint64_t(256) << 20);
+        const uint64_t budget = std::max(largest_whole, opts.memory_budget ? opts.memory_budget : uint64_t(64) << 20);
 
-        struct Job {
-            const OutTensor *o;
-            std::vector<uint8_t> bytes;
-            cmf_error *err = nullptr;
-            const SafetensorsFile *release = nullptr;  // last reader of its source: drop pages while reading
-        };
         size_t next = 0;
         uint64_t done_bytes = 0;
-        while (next < outs.size()) {
-            std::vector<Job> batch;
+        std::vector<std::vector<uint8_t>> held;  // sections >= 1 of the chunked tensor being written
+        while (next < units.size()) {
+            size_t end = next;
             uint64_t used = 0;
-            while (next < outs.size() && (batch.empty() || used + outs[next].elements * 4 <= budget)) {
-                used += outs[next].elements * 4;
-                const SafetensorsFile *rel = last_use[outs[next].src] == next ? &pl.ckpt->file_of(*outs[next].src) : nullptr;
-                batch.push_back(Job{&outs[next], {}, nullptr, rel});
-                ++next;
-            }
+            while (end < units.size() && (end == next || used + units[end].f32_bytes() <= budget)) used += units[end++].f32_bytes();
             struct Ctx {
                 Runtime *rt;
-                std::vector<Job> *batch;
-            } ctx{&rt, &batch};
-            rt.pool().parallel_for(0, batch.size(), 1, [](void *u, uint64_t b, uint64_t e) {
-                auto *c = static_cast<Ctx *>(u);
-                for (uint64_t i = b; i < e; ++i) {
-                    Job &j = (*c->batch)[i];
-                    j.err = guard([&] {
-                        std::vector<float> f32;
-                        gather_f32(*j.o, f32, j.release);
-                        const CodecEntry *codec = c->rt->codec(j.o->p.dtype);
-                        cmf_quantize_params params{sizeof(cmf_quantize_params), 0, nullptr, nullptr, 0};
-                        cmf_byte_sink bs{sizeof(cmf_byte_sink), 0, &j.bytes, [](void *user, const void *d, size_t n) -> cmf_error * {
-                                             return guard([&] {
-                                                 auto *v = static_cast<std::vector<uint8_t> *>(user);
-                                                 v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
-                                             });
-                                         }};
-                        throw_if_error(codec->vt.quantize(codec->ctx, static_cast<uint32_t>(j.o->p.shape.size()), j.o->p.shape.data(),
-                                                          f32.data(), &params, &bs),
-                                       "tensor \"" + j.o->p.name + "\" (" + dtype_name(j.o->p.dtype) + ")");
-                    });
-                }
+                Unit *units;
+            } ctx{&rt, units.data() + next};
+            rt.pool().parallel_for(0, end - next, 1, [](void *p, uint64_t b, uint64_t e) {
+                auto *c = static_cast<Ctx *>(p);
+                for (uint64_t i = b; i < e; ++i) c->units[i].err = guard([&] { encode_unit(*c->rt, c->units[i]); });
             }, &ctx);
-            for (Job &j : batch) {
-                if (j.err) {
-                    for (Job &k : batch)
-                        if (k.err && k.err != j.err && !is_static_error(k.err)) delete k.err;
-                    throw_if_error(j.err);
+            for (size_t i = next; i < end; ++i) {
+                if (units[i].err) {
+                    for (size_t k = next; k < end; ++k)
+                        if (units[k].err && units[k].err != units[i].err && !is_static_error(units[k].err)) delete units[k].err;
+                    throw_if_error(units[i].err);
                 }
             }
-            for (Job &j : batch) {
-                const size_t idx = static_cast<size_t>(j.o - outs.data());
-                sink.add(j.o->p.name, j.o->p.dtype, j.o->p.shape, j.bytes.data(), j.bytes.size());
-                st.output_bytes += j.bytes.size();
-                uint64_t in = j.o->elements * source_dtype_size(j.o->src->dtype);
+            for (size_t i = next; i < end; ++i) {
+                Unit &u = units[i];
+                const OutTensor &o = *u.o;
+                const size_t idx = static_cast<size_t>(u.o - outs.data());
+                if (u.sections == 0) {
+                    sink.add(o.p.name, o.p.dtype, o.p.shape, u.bytes[0].data(), u.bytes[0].size());
+                } else {
+                    if (u.r0 == 0) {
+                        sink.begin_tensor(o.p.name, o.p.dtype, o.p.shape, payload_size[idx]);
+                        held.assign(u.sections, {});
+                    }
+                    sink.append(u.bytes[0].data(), u.bytes[0].size());
+                    for (uint32_t k = 1; k < u.sections; ++k) held[k].insert(held[k].end(), u.bytes[k].begin(), u.bytes[k].end());
+                    if (u.last()) {
+                        for (uint32_t k = 1; k < u.sections; ++k) sink.append(held[k].data(), held[k].size());
+                        sink.end_tensor();
+                        std::vector<std::vector<uint8_t>>().swap(held);
+                    }
+                }
+                for (const auto &b : u.bytes) st.output_bytes += b.size();
+                std::vector<std::vector<uint8_t>>().swap(u.bytes);
+                const uint64_t in = u.f32_bytes() / 4 * source_dtype_size(o.src->dtype);
                 st.source_bytes += in;
                 done_bytes += in;
-                std::vector<uint8_t>().swap(j.bytes);
-                if (last_use[j.o->src] == idx) pl.ckpt->file_of(*j.o->src).release(*j.o->src);
-                for (auto &[f, last] : file_last)
-                    if (last == idx) sink.mark(f->path());
-                progress.update(idx + 1, done_bytes);
+                const bool tensor_done = u.last();
+                if (tensor_done) {
+                    if (last_use[o.src] == idx) pl.ckpt->file_of(*o.src).release(*o.src);
+                    for (auto &[f, last] : file_last)
+                        if (last == idx) sink.mark(f->path());
+                }
+                progress.update(tensor_done ? idx + 1 : idx, done_bytes);
             }
+            next = end;
         }
         progress.done();
         sink.finish(pl.plan.vocab_bytes);

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,14 @@ public:
     // computes hash64 and places it (64/4096 alignment rule).
     virtual void add(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, const uint8_t *data,
                      uint64_t nbytes) = 0;
+    // One payload in pieces, for tensors encoded a few rows at a time:
+    // begin_tensor (nbytes: the whole payload), append in order until
+    // nbytes have come, end_tensor -- in place of add(). The default
+    // gathers the pieces and calls add(); the container sink streams them
+    // to the file instead, so the payload is never whole in memory.
+    virtual void begin_tensor(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, uint64_t nbytes);
+    virtual void append(const uint8_t *data, uint64_t n);
+    virtual void end_tensor();
     // All outputs that read from this source file have been added (the W2
     // manifest's resume milestone). Informative; may be ignored.
     virtual void mark(const std::string &) {}
@@ -51,6 +60,15 @@ public:
     virtual void finish(const std::string &vocab_bytes) = 0;
     // The conversion failed: remove anything partial. Must not throw.
     virtual void abort() noexcept {}
+
+private:
+    struct Piecewise {
+        std::string name;
+        int32_t dtype;
+        std::vector<uint64_t> shape;
+        std::vector<uint8_t> bytes;
+    };
+    std::optional<Piecewise> piecewise_;  // the default begin/append/end's gathered tensor
 };
 
 struct ConvertOptions {
@@ -59,9 +77,16 @@ struct ConvertOptions {
     std::string quant_map;          // --quant-map "pattern=quant,..."
     std::string source_name;        // provenance.source_model ("" = model_dir)
     std::string tool = "cmfhost convert";
-    // Upper bound on f32 staging buffers of tensors converted at once; the
-    // largest single tensor is always allowed (0 = 256 MiB).
+    // Upper bound on f32 staging buffers of the work converted at once (0 =
+    // 64 MiB). Large tensors go in row chunks of 16 MiB of f32 when their
+    // codec encodes by rows; a tensor that must go whole is always allowed.
     uint64_t memory_budget = 0;
+    // A tensor of more elements than this is encoded that many elements'
+    // worth of rows at a time when its codec encodes by rows
+    // (cmf_codec_vt.quantize_rows), so no large tensor is ever whole in f32:
+    // on the Qwen3-0.6B shape the embedding alone would be 594 MiB
+    // (0 = 4 Mi elements, 16 MiB of f32).
+    uint64_t chunk_elements = 0;
     bool progress = false;          // draw a progress bar on stderr when it is a terminal
     // Called after each tensor handed to the sink (from the calling thread):
     // tensors done/total, source bytes done/total. Empty = none.

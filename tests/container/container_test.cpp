@@ -3,7 +3,9 @@
 
 #include <cmf/cmf.h>
 
+#include "common/error.hpp"
 #include "container/writer.hpp"
+#include "plugins/runtime.hpp"
 
 #include <openssl/evp.h>
 
@@ -771,4 +773,47 @@ TEST_CASE("container: verify splits large tensors into pieces and still matches 
     b[b.size() - 3] ^= 1;  // inside the second piece
     write_all(p, b);
     CHECK(open_and_verify(p).find("tensor 'big': hash64 mismatch") == 0);
+}
+
+TEST_CASE("container: the W2 writer takes a payload in pieces and checks their total") {
+    const fs::path base = tmpdir() / "w2pieces";
+    fs::create_directories(base);
+    auto &rt = *static_cast<cmf::Runtime *>(runtime().rt);
+    const uint64_t shape[2] = {3, 5};
+    std::vector<uint8_t> payload(30);
+    for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 37 + 1);
+    {
+        cmf::container::StreamWriter w(rt, (base / "p.cmf").string(), kSampleHeader, 4, 0, std::nullopt);
+        w.add_tensor("model.norm.weight", CMF_DTYPE_F16, 1, shape + 1, payload.data(), 10);
+        w.begin_tensor("model.layers.0.mlp.gate_proj.weight", CMF_DTYPE_F16, 2, shape, 30);
+        CHECK_THROWS_WITH_AS(w.add_tensor("x", CMF_DTYPE_F16, 1, shape + 1, payload.data(), 10), doctest::Contains("still being written"),
+                             cmf::Error);
+        CHECK_THROWS_AS(w.finish(), cmf::Error);
+        w.append(payload.data(), 1);
+        w.append(payload.data() + 1, 7);
+        CHECK_THROWS_WITH_AS(w.end_tensor(), doctest::Contains("8 bytes written of the announced 30"), cmf::Error);
+        CHECK_THROWS_WITH_AS(w.append(payload.data(), 23), doctest::Contains("exceed"), cmf::Error);
+        w.append(payload.data() + 8, 22);
+        w.end_tensor();
+        CHECK_THROWS_AS(w.append(payload.data(), 1), cmf::Error);
+        // a variable-size dtype cannot be announced by size
+        CHECK_THROWS_WITH_AS(w.begin_tensor("model.layers.0.mlp.up_proj.weight", CMF_DTYPE_Q1S, 2, shape, 30),
+                             doctest::Contains("variable payload size"), cmf::Error);
+    }
+    CHECK(!fs::exists(base / "p.cmf"));  // never finished: nothing left
+    {
+        cmf::container::StreamWriter w(rt, (base / "p.cmf").string(), kSampleHeader, 4, 0, std::nullopt);
+        w.begin_tensor("model.layers.0.mlp.gate_proj.weight", CMF_DTYPE_F16, 2, shape, 30);
+        for (size_t i = 0; i < 30; i += 3) w.append(payload.data() + i, 3);
+        w.end_tensor();
+        w.finish();
+    }
+    CHECK(open_and_verify(base / "p.cmf") == "");  // verify recomputes every hash
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(base / "p.cmf", nullptr, &m) == 0);
+    cmf_tensor_info t;
+    cmf_tensor_info_init(&t);
+    REQUIRE(cmf_tensor(m, "model.layers.0.mlp.gate_proj.weight", &t) == nullptr);
+    CHECK(std::memcmp(t.data, payload.data(), 30) == 0);
+    cmf_close(m);
 }

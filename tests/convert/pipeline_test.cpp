@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.hpp"
+#include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
 #include "convert/safetensors.hpp"
 #include "plugins/runtime.hpp"
@@ -55,6 +56,15 @@ struct MemorySink : TensorSink {
     std::vector<std::string> marks;
     std::string vocab;
     bool finished = false, aborted = false;
+    uint64_t piecewise = 0, pieces = 0;  // tensors that came in pieces, and their pieces
+    void begin_tensor(const std::string &name, int32_t dtype, const std::vector<uint64_t> &shape, uint64_t nbytes) override {
+        ++piecewise;
+        TensorSink::begin_tensor(name, dtype, shape, nbytes);
+    }
+    void append(const uint8_t *d, uint64_t n) override {
+        ++pieces;
+        TensorSink::append(d, n);
+    }
     void begin(const std::string &h, uint64_t src, uint64_t n) override {
         header = h;
         source_count = src;
@@ -188,8 +198,9 @@ struct Result {
     ConvertStats stats;
 };
 
-Result run(const std::string &model, const std::string &quant, const std::string &quant_map = {}) {
+Result run(const std::string &model, const std::string &quant, const std::string &quant_map = {}, uint64_t chunk_elements = 0) {
     ConvertOptions o;
+    o.chunk_elements = chunk_elements;
     o.model_dir = models(model);
     o.quant = quant;
     o.quant_map = quant_map;
@@ -506,4 +517,50 @@ TEST_CASE("convert: canonical order") {
     CHECK(canonical_less("model.layers.0.mlp.experts.7.up_proj.weight", "model.layers.0.mlp.experts.0.down_proj.weight"));
     CHECK(canonical_less("model.layers.31.self_attn.v_proj.weight", "model.mtp.eh_proj.weight"));
     CHECK_FALSE(canonical_less("model.layers.1.x", "model.layers.1.x"));
+}
+
+TEST_CASE("convert: row-chunked encoding gives the payloads of whole-tensor encoding") {
+    // chunk_elements 300: every 2-D tensor of the fixtures goes in chunks of
+    // a few rows (ragged last chunk) where its dtype encodes by rows.
+    for (const char *quant : {"f16", "q8", "q4", "q4t", "q4tp", "q2tp", "q8_2f"}) {
+        CAPTURE(quant);
+        Result whole = run("qwen3", quant, {}, uint64_t(1) << 40);
+        Result chunked = run("qwen3", quant, {}, 300);
+        CHECK(whole.sink.piecewise == 0);
+        REQUIRE(whole.sink.tensors.size() == chunked.sink.tensors.size());
+        for (size_t i = 0; i < whole.sink.tensors.size(); ++i) {
+            CAPTURE(whole.sink.tensors[i].name);
+            CHECK(whole.sink.tensors[i].name == chunked.sink.tensors[i].name);
+            CHECK(whole.sink.tensors[i].dtype == chunked.sink.tensors[i].dtype);
+            CHECK(whole.sink.tensors[i].bytes == chunked.sink.tensors[i].bytes);
+        }
+        CHECK(whole.stats.output_bytes == chunked.stats.output_bytes);
+        // q8_2f's column field needs every row: it never goes in pieces.
+        if (std::string(quant) == "q8_2f") {
+            CHECK(chunked.sink.piecewise == 0);
+        } else {
+            CHECK(chunked.sink.piecewise > 4);
+            CHECK(chunked.sink.pieces > 2 * chunked.sink.piecewise);
+        }
+    }
+}
+
+TEST_CASE("convert: the container sink streams chunked tensors into the same file") {
+    const fs::path dir = fs::temp_directory_path() / ("cmf-chunk-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::string files[2];
+    const uint64_t chunks[2] = {uint64_t(1) << 40, 300};
+    for (int k = 0; k < 2; ++k) {
+        ConvertOptions o;
+        o.model_dir = models("qwen3");
+        o.quant = "q4tp";
+        o.chunk_elements = chunks[k];
+        const std::string path = (dir / ("out" + std::to_string(k) + ".cmf")).string();
+        ContainerSink sink(runtime(), path, 0);
+        convert_checkpoint(runtime(), o, sink);
+        files[k] = slurp(path);
+    }
+    REQUIRE(files[0].size() > 4096);
+    CHECK(files[0] == files[1]);  // byte for byte: hashes, offsets and payloads
+    fs::remove_all(dir);
 }

@@ -3,6 +3,7 @@
 
 #include "common/hash64.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -56,4 +57,23 @@ TEST_CASE("hash64: pieces at any word offset and unaligned starts give the whole
             REQUIRE(cmf::hash64_finish(acc, len) == whole);
         }
     }
+}
+
+TEST_CASE("hash64: Hash64Stream over pieces of any length gives the whole hash") {
+    std::vector<unsigned char> b(1201);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<unsigned char>((i * 197) ^ (i >> 2));
+    const size_t steps[] = {1, 3, 8, 5, 70, 2, 13, 64, 7};
+    for (size_t first = 0; first < 9; ++first) {  // every rotation of the piece lengths
+        cmf::Hash64Stream h;
+        size_t at = 0;
+        for (size_t k = first; at < b.size(); ++k) {
+            const size_t n = std::min(steps[k % 9], b.size() - at);
+            h.update(b.data() + at, n);
+            at += n;
+            REQUIRE(h.length() == at);
+            REQUIRE(h.value() == hash64(b.data(), at));
+        }
+    }
+    cmf::Hash64Stream empty;
+    CHECK(empty.value() == hash64(b.data(), 0));
 }
