@@ -2,10 +2,15 @@
 // (BF16 safetensors, random weights) once, then converts it — into a real
 // .cmf through the W2 streaming writer with --output, else into a sink that
 // only counts bytes. Reports wall time, source MB/s and peak RSS next to
-// the largest tensor's f32 size (the pipeline's memory bound).
+// the largest tensor's f32 size (what the pipeline would hold if it
+// converted that tensor whole).
 //
 //   convert_bench [--shape small|0.6b] [--hidden 1024] [--layers 8] [--threads N] [--quant f16]
 //                 [--dir /tmp/...] [--output F.cmf] [--checkpoint-only 1]
+//                 [--chunk-elements N] [--budget-mib M]
+// --chunk-elements / --budget-mib: ConvertOptions.chunk_elements and
+// memory_budget (0 = the converter's defaults; a huge chunk, e.g. 1e12,
+// converts every tensor whole as before row chunking).
 // --shape 0.6b: Qwen3-0.6B (hidden 1024, 28 layers, 16/8 heads of 128,
 // FFN 3072, vocab 151936, tied head): a 1.19 GB BF16 checkpoint (--layers
 // changes the depth, e.g. 56 for a 2.1 GB one with the same largest tensor).
@@ -103,6 +108,13 @@ int main(int argc, char **argv) {
     uint64_t H = 1024, L = 8, layers_flag = 0;
     int threads = 0;
     bool checkpoint_only = false;
+    uint64_t chunk_elements = 0, budget_mib = 0;
+    if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+        std::printf("convert_bench [--shape small|0.6b] [--hidden H] [--layers L] [--threads N] [--quant Q]\n"
+                    "              [--dir DIR] [--output F.cmf] [--checkpoint-only 1] [--chunk-elements N] [--budget-mib M]\n"
+                    "Converts a synthetic BF16 qwen3 checkpoint (written once to --dir); see bench/convert_bench.cpp.\n");
+        return 0;
+    }
     std::string quant = "f16", dir = (fs::temp_directory_path() / "cmf_convert_bench").string(), output, shape = "small";
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
@@ -114,6 +126,8 @@ int main(int argc, char **argv) {
         else if (k == "--output") output = argv[i + 1];
         else if (k == "--shape") shape = argv[i + 1];
         else if (k == "--checkpoint-only") checkpoint_only = std::string(argv[i + 1]) == "1";
+        else if (k == "--chunk-elements") chunk_elements = static_cast<uint64_t>(std::stod(argv[i + 1]));
+        else if (k == "--budget-mib") budget_mib = std::stoull(argv[i + 1]);
         else {
             std::fprintf(stderr, "convert_bench: unknown option %s (see the comment at the top of bench/convert_bench.cpp)\n", k.c_str());
             return 2;
@@ -143,6 +157,8 @@ int main(int argc, char **argv) {
     cmf::convert::ConvertOptions co;
     co.model_dir = dir;
     co.quant = quant;
+    co.chunk_elements = chunk_elements;
+    co.memory_budget = budget_mib << 20;
     NullSink null_sink;
     cmf::convert::ContainerSink file_sink(rt, output, 0);
     cmf::convert::TensorSink &sink = output.empty() ? static_cast<cmf::convert::TensorSink &>(null_sink) : file_sink;
