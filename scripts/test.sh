@@ -14,7 +14,7 @@ status=0
 meson test -C build --print-errorlogs --num-processes 2 || status=1
 
 if [ ! -f build-asan/build.ninja ]; then
-  meson setup build-asan -Dbuildtype=debugoptimized -Dwerror=true \
+  meson setup build-asan -Dbuildtype=debugoptimized -Dwerror=true -Dbenches=false \
     -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
 fi
 meson compile -C build-asan || exit 1
