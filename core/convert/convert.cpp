@@ -163,17 +163,26 @@ std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTens
 // plans only). With `release` (this output is the last reader of a plain
 // source tensor) the source pages are dropped piece by piece as soon as they
 // are converted, so the source and its f32 copy are never both resident.
-void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, const SafetensorsFile *release) {
-    const SourceTensor &t = *o.src;
-    const auto &s = t.shape;
-    uint64_t base = 0;
+// What an output reads of its source: expert `index` of a stacked tensor,
+// else all of it, as rows x cols elements from `base` (1-D: one row).
+struct Slab {
+    uint64_t base, rows, cols;
+};
+Slab slab_of(const OutTensor &o) {
+    const auto &s = o.src->shape;
     std::vector<uint64_t> slab = s;
+    uint64_t base = 0;
     if (o.index) {
         slab.assign(s.begin() + 1, s.end());
         base = *o.index * product(slab);
     }
-    const uint64_t rows = slab.size() >= 2 ? slab[0] : 1;
-    const uint64_t cols = slab.size() >= 2 ? product(slab, 1) : product(slab);
+    if (slab.size() >= 2) return {base, slab[0], product(slab, 1)};
+    return {base, 1, product(slab)};
+}
+
+void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, const SafetensorsFile *release) {
+    const SourceTensor &t = *o.src;
+    const auto [base, rows, cols] = slab_of(o);
     std::vector<std::pair<uint64_t, uint64_t>> segs;  // element runs of the source slab
     if (o.rows.empty()) segs.emplace_back(0, rows * cols);
     for (auto [first, count] : o.rows) segs.emplace_back(first * cols, count * cols);
@@ -196,17 +205,9 @@ void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFi
     dst.resize(o.elements);
     if (!o.transpose) return gather_range(o, 0, o.elements, dst.data(), release);
     // Transposed slab [rows, cols] -> [cols, rows]; selected rows are source columns.
-    const SourceTensor &t = *o.src;
-    const auto &s = t.shape;
-    uint64_t base = 0;
-    std::vector<uint64_t> slab = s;
-    if (o.index) {
-        slab.assign(s.begin() + 1, s.end());
-        base = *o.index * product(slab);
-    }
-    const uint64_t rows = slab[0], cols = product(slab, 1);
+    const auto [base, rows, cols] = slab_of(o);
     std::vector<float> full(rows * cols);
-    read_f32(t, base, rows * cols, full.data());
+    read_f32(*o.src, base, rows * cols, full.data());
     std::vector<std::pair<uint64_t, uint64_t>> sel = o.rows;
     if (sel.empty()) sel.emplace_back(0, cols);
     uint64_t at = 0;

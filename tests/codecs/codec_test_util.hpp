@@ -2,6 +2,9 @@
 #pragma once
 
 #include "dtypes/all.hpp"
+#include "plugins/runtime.hpp"
+
+#include <cmf/cmf.h>
 
 #include <doctest/doctest.h>
 
@@ -19,6 +22,21 @@ inline const Dtype &dtype(int32_t id) {
         if (d->id() == id) return *d;
     FAIL("no dtype " << id);
     throw 0;
+}
+
+// A runtime with the standard plugins (found through CMF_PLUGIN_PATH, which
+// the test environment sets), shared by the tests that go through the
+// registry's vtables.
+inline cmf::Runtime &runtime() {
+    static cmf_runtime *rt = [] {
+        cmf_runtime_options o;
+        cmf_runtime_options_init(&o);
+        o.log_level = -1;
+        cmf_runtime *r = nullptr;
+        if (cmf_error *e = cmf_runtime_create(&o, &r)) FAIL(cmf_error_message(e));
+        return r;
+    }();
+    return *static_cast<cmf::Runtime *>(rt);
 }
 
 inline cmf_tensor_view view(int32_t id, const std::vector<uint64_t> &shape, const std::vector<uint8_t> &bytes) {

@@ -5,10 +5,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
-#include "plugins/runtime.hpp"
 #include "policy.hpp"
-
-#include <cmf/cmf.h>
 
 #include <algorithm>
 #include <cmath>
@@ -271,12 +268,7 @@ TEST_CASE("roundtrip: flat-group dtypes decode rows that split groups") {
 // sections gives exactly the whole-tensor payload; the other dtypes and
 // shapes that straddle groups report 0 sections.
 TEST_CASE("roundtrip: row-chunked encoding equals whole-tensor encoding") {
-    cmf_runtime_options o;
-    cmf_runtime_options_init(&o);
-    o.log_level = -1;
-    cmf_runtime *crt = nullptr;
-    REQUIRE(cmf_runtime_create(&o, &crt) == nullptr);
-    auto &rt = *static_cast<cmf::Runtime *>(crt);
+    cmf::Runtime &rt = runtime();
     auto append = [](void *user, const void *d, size_t n) -> cmf_error * {
         auto *v = static_cast<std::vector<uint8_t> *>(user);
         v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
@@ -341,5 +333,4 @@ TEST_CASE("roundtrip: row-chunked encoding equals whole-tensor encoding") {
     REQUIRE(e != nullptr);
     CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
     cmf_error_free(e);
-    cmf_runtime_free(crt);
 }
