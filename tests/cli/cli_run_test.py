@@ -11,6 +11,7 @@ writer, then checks:
   run -p (chat)             == the ChatML prompt, stats line on stderr;
   run interactive (stdin)   two turns, two stats lines;
   ppl                       == perplexity computed here from PyTorch logits;
+  q8, q4, q4tp files        logits close to PyTorch f32 (cosine, top-1);
   bench --json              parses, with positive rates and peak RSS;
   clear errors for bad arguments and a missing default model.
 Exit 77 (skip) without torch.
@@ -133,6 +134,28 @@ for w0 in range(0, len(toks) - 1, 64):
 want_ppl = math.exp(nll / cnt)
 check(math.isfinite(got_ppl) and abs(got_ppl - want_ppl) / want_ppl < 1e-3,
       f"ppl {got_ppl:.4f} vs PyTorch {want_ppl:.4f} (windows of 64)")
+
+# ---- quantized files of the trained model vs PyTorch f32 ------------------------
+# Issue 7 asks q8 and q4 files to stay close: cosine >= 0.99 per position,
+# same top-1 on most. On random-weight fixtures q4 cannot (tests/runtime);
+# this is the trained model, 64 held-out tokens, every position.
+qids = toks[:64]
+want = torch_logits(qids)
+for quant, min_cos_floor, top1_floor in (("q8", 0.999, 0.95), ("q4", 0.99, 0.85), ("q4tp", 0.99, 0.85)):
+    qpath = os.path.join(work, f"austen-{quant}.cmf")
+    subprocess.run([make_model, hf, qpath, quant], check=True)
+    qout = os.path.join(work, f"logits-{quant}.f32")
+    run(["logits", qpath, "--ids", ",".join(map(str, qids)), "--out", qout])
+    q = np.fromfile(qout, dtype="<f4").astype(np.float64)
+    if q.size != len(qids) * V:
+        check(False, f"{quant}: logits file holds {len(qids)} x {V} floats")
+        continue
+    q = q.reshape(len(qids), V)
+    cos = (q * want).sum(1) / (np.linalg.norm(q, axis=1) * np.linalg.norm(want, axis=1))
+    top1 = float((q.argmax(1) == want.argmax(1)).mean())
+    print(f"     {quant}: cosine min {cos.min():.5f} mean {cos.mean():.5f}, top-1 {top1:.3f} over {len(qids)} positions")
+    check(cos.min() >= min_cos_floor, f"{quant} vs PyTorch f32: min cosine {cos.min():.5f} >= {min_cos_floor}")
+    check(top1 >= top1_floor, f"{quant} vs PyTorch f32: top-1 agreement {top1:.3f} >= {top1_floor}")
 
 # ---- bench -------------------------------------------------------------------
 p = run(["bench", model_path, "-p", "32", "-n", "8", "-r", "2", "--json"])
