@@ -421,9 +421,15 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
             if (!fresh)
                 throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
                                                "\" already produced");
-            o.p.dtype = policy.choose(o.p.name, o.p.shape);
             r.outs.push_back(std::move(o));
         }
+    }
+    bool has_experts = false;
+    for (const auto &o : r.outs) has_experts = has_experts || o.p.name.find(".mlp.experts.") != std::string::npos;
+    for (auto &o : r.outs) {
+        DtypeChoice c = policy.choose(o.p.name, o.p.shape, has_experts);
+        o.p.dtype = c.dtype;
+        o.p.options = std::move(c.options);
     }
     if (r.outs.empty()) throw Error(CMF_ERR_PARSE, opts.model_dir + ": the checkpoint holds no convertible tensors");
     std::stable_sort(r.outs.begin(), r.outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
@@ -485,7 +491,7 @@ cmf_error *append_to_vector(void *user, const void *d, size_t n) {
 void encode_unit(Runtime &rt, Unit &u) {
     const OutTensor &o = *u.o;
     const CodecEntry *codec = rt.codec(o.p.dtype);
-    cmf_quantize_params params{sizeof(cmf_quantize_params), 0, nullptr, nullptr, 0};
+    cmf_quantize_params params{sizeof(cmf_quantize_params), 0, o.p.options.empty() ? nullptr : o.p.options.c_str(), nullptr, 0};
     const std::string what = "tensor \"" + o.p.name + "\" (" + dtype_name(o.p.dtype) + ")";
     const uint32_t ndim = static_cast<uint32_t>(o.p.shape.size());
     if (u.sections == 0) {

@@ -105,6 +105,7 @@ struct ConvertStats {
 struct PlannedTensor {
     std::string name;
     int32_t dtype;
+    std::string options;            // encoder options (cmf_quantize_params.options)
     std::vector<uint64_t> shape;
     std::string source;             // the HF tensor it comes from
 };

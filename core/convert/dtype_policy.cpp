@@ -13,14 +13,30 @@ namespace {
 struct QuantName {
     const char *name;
     int32_t dtype;
+    const char *options;
 };
 const QuantName kNames[] = {
-    {"f32", CMF_DTYPE_F32},      {"f16", CMF_DTYPE_F16},     {"fp16", CMF_DTYPE_F16},       {"bf16", CMF_DTYPE_BF16},
-    {"q8", CMF_DTYPE_Q8_ROW},    {"q8_row", CMF_DTYPE_Q8_ROW}, {"q8_2f", CMF_DTYPE_Q8_2F},  {"q82f", CMF_DTYPE_Q8_2F},
-    {"q8f", CMF_DTYPE_Q8_2F},    {"q4", CMF_DTYPE_Q4_BLOCK}, {"q4_block", CMF_DTYPE_Q4_BLOCK}, {"q4t", CMF_DTYPE_Q4_TILED},
-    {"q4_tiled", CMF_DTYPE_Q4_TILED}, {"q4tp", CMF_DTYPE_Q4TP}, {"q2tp", CMF_DTYPE_Q2TP},     {"vbit", CMF_DTYPE_VBIT_RO},
-    {"q1", CMF_DTYPE_Q1},        {"q1s", CMF_DTYPE_Q1S},     {"q1t", CMF_DTYPE_Q1T},
+    {"f32", CMF_DTYPE_F32, ""},          {"f16", CMF_DTYPE_F16, ""},          {"fp16", CMF_DTYPE_F16, ""},
+    {"bf16", CMF_DTYPE_BF16, ""},        {"q8", CMF_DTYPE_Q8_ROW, ""},        {"q8_row", CMF_DTYPE_Q8_ROW, ""},
+    {"q8_2f", CMF_DTYPE_Q8_2F, ""},      {"q82f", CMF_DTYPE_Q8_2F, ""},       {"q8f", CMF_DTYPE_Q8_2F, ""},
+    {"q4", CMF_DTYPE_Q4_BLOCK, ""},      {"q4_block", CMF_DTYPE_Q4_BLOCK, ""}, {"q4t", CMF_DTYPE_Q4_TILED, ""},
+    {"q4_tiled", CMF_DTYPE_Q4_TILED, ""}, {"q4tp", CMF_DTYPE_Q4TP, ""},       {"q2tp", CMF_DTYPE_Q2TP, ""},
+    {"vbit", CMF_DTYPE_VBIT_RO, ""},     {"q1", CMF_DTYPE_Q1, ""},            {"q1p", CMF_DTYPE_Q1, "error_diffusion=1"},
+    {"q1s", CMF_DTYPE_Q1S, ""},          {"q1t", CMF_DTYPE_Q1T, ""},
 };
+
+const QuantName &quant_entry(const std::string &name) {
+    for (const auto &q : kNames)
+        if (name == q.name) return q;
+    std::string all;
+    for (const auto &q : kNames) all += (all.empty() ? "" : ", ") + std::string(q.name);
+    throw Error(CMF_ERR_INVALID_ARGUMENT, "unknown quantization \"" + name + "\" (valid: " + all + ")");
+}
+
+DtypeChoice choice_of(const std::string &name) {
+    const QuantName &q = quant_entry(name);
+    return {q.dtype, q.options};
+}
 
 bool ends_with(const std::string &s, const char *suffix) {
     size_t n = std::char_traits<char>::length(suffix);
@@ -50,13 +66,7 @@ bool pattern_matches(const std::string &pat, const std::string &name) {
 
 bool name_matches(const std::string &pattern, const std::string &name) { return pattern_matches(pattern, name); }
 
-int32_t quant_dtype_from_name(const std::string &name) {
-    for (const auto &q : kNames)
-        if (name == q.name) return q.dtype;
-    std::string all;
-    for (const auto &q : kNames) all += (all.empty() ? "" : ", ") + std::string(q.name);
-    throw Error(CMF_ERR_INVALID_ARGUMENT, "unknown quantization \"" + name + "\" (valid: " + all + ")");
-}
+int32_t quant_dtype_from_name(const std::string &name) { return quant_entry(name).dtype; }
 
 const char *header_quant_type(int32_t dtype) {
     switch (dtype) {
@@ -81,7 +91,7 @@ std::string dtype_name(int32_t dtype) {
     return "dtype " + std::to_string(dtype);
 }
 
-QuantPolicy::QuantPolicy(const std::string &quant, const std::string &quant_map) : base_(quant_dtype_from_name(quant)) {
+QuantPolicy::QuantPolicy(const std::string &quant, const std::string &quant_map) : base_(choice_of(quant)) {
     size_t pos = 0;
     while (pos < quant_map.size()) {
         size_t end = quant_map.find(',', pos);
@@ -90,35 +100,40 @@ QuantPolicy::QuantPolicy(const std::string &quant, const std::string &quant_map)
         size_t eq = item.rfind('=');
         if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
             throw Error(CMF_ERR_INVALID_ARGUMENT, "--quant-map entry \"" + item + "\" is not of the form pattern=quant");
-        overrides_.emplace_back(item.substr(0, eq), quant_dtype_from_name(item.substr(eq + 1)));
+        overrides_.emplace_back(item.substr(0, eq), choice_of(item.substr(eq + 1)));
         pos = end + 1;
     }
 }
 
-int32_t QuantPolicy::choose(const std::string &name, const std::vector<uint64_t> &shape) const {
-    if (ends_with(name, ".tid2eid")) return CMF_DTYPE_F32;  // index tables must stay exact
-    int32_t q = base_;
+DtypeChoice QuantPolicy::choose(const std::string &name, const std::vector<uint64_t> &shape, bool model_has_experts) const {
+    if (ends_with(name, ".tid2eid")) return {CMF_DTYPE_F32, ""};  // index tables must stay exact
+    DtypeChoice q = base_;
     for (const auto &[pat, dt] : overrides_)
         if (pattern_matches(pat, name)) {
             q = dt;
             break;
         }
-    if (q == CMF_DTYPE_F32) return CMF_DTYPE_F32;
+    if (q.dtype == CMF_DTYPE_F32) return q;
     uint64_t n = 1;
     for (uint64_t d : shape) n *= d;
     const bool quantizable = shape.size() == 2 && n >= 32 && !on_f16_list(name);
-    if (!quantizable) return CMF_DTYPE_F16;
+    if (!quantizable) return {CMF_DTYPE_F16, ""};
     if (shape[1] % 32 != 0) {
-        switch (q) {
+        switch (q.dtype) {
         case CMF_DTYPE_Q4_TILED:
         case CMF_DTYPE_Q4TP:
         case CMF_DTYPE_Q2TP:
         case CMF_DTYPE_VBIT_RO:
         case CMF_DTYPE_Q1:
         case CMF_DTYPE_Q1S:
-        case CMF_DTYPE_Q1T: return CMF_DTYPE_Q8_2F;  // group-of-32 codecs need cols % 32 == 0
+        case CMF_DTYPE_Q1T: return {CMF_DTYPE_Q8_2F, ""};  // group-of-32 codecs need cols % 32 == 0
         default: break;
         }
+    }
+    if (q.dtype == CMF_DTYPE_Q2TP) {
+        const bool gate_up = name.find("gate_proj") != std::string::npos || name.find("up_proj") != std::string::npos;
+        const bool expert = name.find(".experts.") != std::string::npos;
+        if (!gate_up || (model_has_experts && !expert)) return {CMF_DTYPE_Q4TP, ""};
     }
     return q;
 }

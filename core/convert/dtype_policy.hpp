@@ -1,7 +1,6 @@
-// Which CMF dtype each converted tensor gets (COMPAT §5.13, §14).
-//
-// TODO(lead): the codecs plugin is getting a `choose_dtype` policy function
-// on another branch; unify this file with it when merging (keep one policy).
+// Which CMF dtype (and encoder options) each converted or requantized
+// tensor gets: the original converter's policy (COMPAT §5.13, §14). The one
+// policy of the project: `cmfhost convert`, `cmf_convert` and `requant` use it.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +11,8 @@
 namespace cmf::convert {
 
 // --quant name -> dtype id: f32, f16|fp16, bf16, q8|q8_row, q8_2f|q82f|q8f,
-// q4|q4_block, q4t|q4_tiled, q4tp, q2tp, vbit (writes vbit_ro), q1, q1s, q1t.
+// q4|q4_block, q4t|q4_tiled, q4tp, q2tp, vbit (writes vbit_ro), q1, q1p (q1
+// with error diffusion), q1s, q1t.
 // Throws cmf::Error(CMF_ERR_INVALID_ARGUMENT) listing the valid names.
 int32_t quant_dtype_from_name(const std::string &name);
 // Header `quant_type` for a --quant choice (COMPAT §5.13).
@@ -24,6 +24,13 @@ std::string dtype_name(int32_t dtype);
 // suffix of it: the matching rule of --quant-map and requant --only.
 bool name_matches(const std::string &pattern, const std::string &name);
 
+// A tensor's dtype and the encoder options it is quantized with
+// (cmf_quantize_params.options; "" = the codec's defaults).
+struct DtypeChoice {
+    int32_t dtype;
+    std::string options;
+};
+
 class QuantPolicy {
 public:
     // `quant`: the --quant name; `quant_map`: "pattern=name,pattern=name"
@@ -32,13 +39,16 @@ public:
     // "model.layers.0.mlp.up_proj.weight"); first matching pattern wins.
     explicit QuantPolicy(const std::string &quant, const std::string &quant_map = {});
 
-    int32_t base() const { return base_; }
-    // The dtype for one output tensor.
-    int32_t choose(const std::string &name, const std::vector<uint64_t> &shape) const;
+    int32_t base() const { return base_.dtype; }
+    // The dtype for one output tensor. `model_has_experts`: q2tp goes to MoE
+    // expert gate/up projections only when the model has experts, else to
+    // the dense gate/up projections; every other tensor q2tp would get is
+    // q4tp (COMPAT §5.12).
+    DtypeChoice choose(const std::string &name, const std::vector<uint64_t> &shape, bool model_has_experts = false) const;
 
 private:
-    int32_t base_;
-    std::vector<std::pair<std::string, int32_t>> overrides_;
+    DtypeChoice base_;
+    std::vector<std::pair<std::string, DtypeChoice>> overrides_;
 };
 
 }  // namespace cmf::convert

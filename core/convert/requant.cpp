@@ -39,11 +39,18 @@ RequantStats requant(Runtime &rt, const RequantOptions &opts) {
     std::vector<std::vector<uint8_t>> owned;  // the writer borrows payloads until finish
     owned.reserve(m.tensors().size());
     const auto &ts = m.tensors();
+    bool has_experts = false;
+    for (const auto &t : ts) has_experts = has_experts || t.name.find(".mlp.experts.") != std::string::npos;
     for (size_t i = 0; i < ts.size(); ++i) {
         const auto &t = ts[i];
         std::vector<uint64_t> shape(t.shape, t.shape + t.ndim);
         int32_t dtype = t.dtype;
-        if (opts.only.empty() || name_matches(opts.only, t.name)) dtype = policy.choose(t.name, shape);
+        std::string options;
+        if (opts.only.empty() || name_matches(opts.only, t.name)) {
+            DtypeChoice c = policy.choose(t.name, shape, has_experts);
+            dtype = c.dtype;
+            options = std::move(c.options);
+        }
         // f32 tensors the policy keeps whole (e.g. tid2eid) and unchanged dtypes are copied byte for byte.
         if (dtype == t.dtype) {
             w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
@@ -57,7 +64,7 @@ RequantStats requant(Runtime &rt, const RequantOptions &opts) {
             if (!codec || !codec->vt.quantize)
                 throw Error(CMF_ERR_UNKNOWN_DTYPE, "requant: no codec can write " + dtype_name(dtype));
             std::vector<uint8_t> bytes;
-            cmf_quantize_params params{sizeof(cmf_quantize_params), 0, nullptr, nullptr, 0};
+            cmf_quantize_params params{sizeof(cmf_quantize_params), 0, options.empty() ? nullptr : options.c_str(), nullptr, 0};
             cmf_byte_sink bs{sizeof(cmf_byte_sink), 0, &bytes, [](void *user, const void *d, size_t n) -> cmf_error * {
                                  return guard([&] {
                                      auto *v = static_cast<std::vector<uint8_t> *>(user);

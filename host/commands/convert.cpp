@@ -63,7 +63,7 @@ int cmd_convert(const std::vector<std::string> &args) {
                        "Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json)")
         ("output,o", po::value(&output)->required(), "output .cmf (written to a temp file, then renamed)")
         ("quant,q", po::value(&quant)->default_value("q8"),
-         "dtype for large 2-D weights: f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1s|q1t "
+         "dtype for large 2-D weights: f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t "
          "(1-D, small and keep-f16 tensors stay f16; docs/convert.md)")
         ("quant-map", po::value(&quant_map)->composing(),
          "override PATTERN=DTYPE (glob on the name or a dot-suffix of it); repeatable, first match wins")

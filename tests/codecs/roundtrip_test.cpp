@@ -1,11 +1,10 @@
 // Round-trip error bounds on Gaussian data with outliers, malformed-payload
 // fuzz of every validator/decoder, the matmul kernels against the reference
-// decode, reserved ids, shape errors, and the converter policy.
+// decode, reserved ids, shape errors, and row-chunked encoding.
 #include "codec_test_util.hpp"
 
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
-#include "policy.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -221,29 +220,6 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
                    k::portable::dot_i8_f32(reinterpret_cast<const int8_t *>(bytes.data()), x.data(), n)));
         CHECK(near(k::avx2::dot_f32(x.data() + 7, x.data(), n), k::portable::dot_f32(x.data() + 7, x.data(), n)));
     }
-}
-
-TEST_CASE("roundtrip: converter dtype policy (COMPAT §5.13)") {
-    using cmf::codecs::choose_dtype;
-    using V = std::vector<uint64_t>;
-    CHECK(choose_dtype("model.layers.0.mlp.experts.tid2eid", V{4, 64}, "q4tp").dtype == CMF_DTYPE_F32);
-    CHECK(choose_dtype("model.norm.weight", V{4096}, "q4tp").dtype == CMF_DTYPE_F16);
-    CHECK(choose_dtype("tiny", V{4, 7}, "q8").dtype == CMF_DTYPE_F16);
-    CHECK(choose_dtype("conv.taps", V{4, 32, 3}, "q8").dtype == CMF_DTYPE_F16);
-    CHECK(choose_dtype("model.layers.0.mlp.gate.weight", V{64, 4096}, "q8").dtype == CMF_DTYPE_F16);
-    CHECK(choose_dtype("model.layers.0.linear_attn.in_proj_a.weight", V{32, 4096}, "q8").dtype == CMF_DTYPE_F16);
-    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 4096}, "vbit").dtype == CMF_DTYPE_VBIT_RO);
-    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 100}, "vbit").dtype == CMF_DTYPE_Q8_2F);
-    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 100}, "q4").dtype == CMF_DTYPE_Q4_BLOCK);
-    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 100}, "q8").dtype == CMF_DTYPE_Q8_ROW);
-    CHECK(choose_dtype("model.layers.0.self_attn.q_proj.weight", V{64, 128}, "q2tp").dtype == CMF_DTYPE_Q4TP);
-    CHECK(choose_dtype("model.layers.0.mlp.gate_proj.weight", V{64, 128}, "q2tp").dtype == CMF_DTYPE_Q2TP);
-    auto q1p = choose_dtype("model.layers.0.mlp.up_proj.weight", V{64, 128}, "q1p");
-    CHECK(q1p.dtype == CMF_DTYPE_Q1);
-    CHECK(q1p.options == "error_diffusion=1");
-    CHECK_THROWS_WITH(choose_dtype("x", V{64, 128}, "q3"), doctest::Contains("unknown --quant"));
-    CHECK(std::string(cmf::codecs::quant_type_label("q4tp")) == "Q4_BLOCK");
-    CHECK(std::string(cmf::codecs::quant_type_label("q1t")) == "VBIT");
 }
 
 TEST_CASE("roundtrip: flat-group dtypes decode rows that split groups") {

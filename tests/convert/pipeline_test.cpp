@@ -430,19 +430,60 @@ TEST_CASE("convert: dtype policy and decoding bounds for f16/bf16") {
         }
     }
     SUBCASE("policy details (COMPAT §5.13)") {
+        using V = std::vector<uint64_t>;
         QuantPolicy p("q4tp");
-        CHECK(p.choose("model.layers.0.mlp.up_proj.weight", {64, 64}) == CMF_DTYPE_Q4TP);
-        CHECK(p.choose("model.layers.0.mlp.up_proj.weight", {64, 48}) == CMF_DTYPE_Q8_2F);  // cols % 32
-        CHECK(p.choose("x.weight", {1, 16}) == CMF_DTYPE_F16);                            // < 32 elements
-        CHECK(p.choose("model.layers.0.mlp.gate.weight", {8, 64}) == CMF_DTYPE_F16);      // router
-        CHECK(p.choose("model.layers.0.mlp.gate_proj.weight", {8, 64}) == CMF_DTYPE_Q4TP);
-        CHECK(p.choose("model.layers.0.mlp.tid2eid", {8, 64}) == CMF_DTYPE_F32);
-        CHECK(QuantPolicy("q4").choose("a.weight", {64, 48}) == CMF_DTYPE_Q4_BLOCK);
-        CHECK(QuantPolicy("vbit").choose("a.weight", {64, 64}) == CMF_DTYPE_VBIT_RO);
+        CHECK(p.choose("model.layers.0.mlp.up_proj.weight", {64, 64}).dtype == CMF_DTYPE_Q4TP);
+        CHECK(p.choose("model.layers.0.mlp.up_proj.weight", {64, 48}).dtype == CMF_DTYPE_Q8_2F);  // cols % 32
+        CHECK(p.choose("x.weight", {1, 16}).dtype == CMF_DTYPE_F16);                            // < 32 elements
+        CHECK(p.choose("conv.taps", {4, 32, 3}).dtype == CMF_DTYPE_F16);                        // 3-D
+        CHECK(p.choose("model.norm.weight", {4096}).dtype == CMF_DTYPE_F16);                    // 1-D
+        CHECK(p.choose("model.layers.0.mlp.gate.weight", {8, 64}).dtype == CMF_DTYPE_F16);      // router
+        CHECK(p.choose("model.layers.0.linear_attn.in_proj_a.weight", {32, 4096}).dtype == CMF_DTYPE_F16);
+        CHECK(p.choose("model.layers.0.mlp.gate_proj.weight", {8, 64}).dtype == CMF_DTYPE_Q4TP);
+        CHECK(p.choose("model.layers.0.mlp.tid2eid", {8, 64}).dtype == CMF_DTYPE_F32);
+        CHECK(QuantPolicy("q4").choose("a.weight", {64, 48}).dtype == CMF_DTYPE_Q4_BLOCK);
+        CHECK(QuantPolicy("q8").choose("a.weight", {64, 100}).dtype == CMF_DTYPE_Q8_ROW);
+        CHECK(QuantPolicy("vbit").choose("a.weight", {64, 64}).dtype == CMF_DTYPE_VBIT_RO);
+        CHECK(QuantPolicy("vbit").choose("a.weight", {64, 100}).dtype == CMF_DTYPE_Q8_2F);
+        // q2tp (COMPAT §5.12): expert gate/up when the model has experts, else dense gate/up; q4tp elsewhere.
+        QuantPolicy q2("q2tp");
+        CHECK(q2.choose("model.layers.0.mlp.gate_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q2TP);
+        CHECK(q2.choose("model.layers.0.mlp.up_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q2TP);
+        CHECK(q2.choose("model.layers.0.mlp.down_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.layers.0.self_attn.q_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.layers.0.mlp.experts.3.gate_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q2TP);
+        CHECK(q2.choose("model.layers.0.mlp.shared_expert.gate_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.layers.0.mlp.gate_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q4TP);
+        // q1p: q1 with error diffusion, through the encoder options
+        const DtypeChoice q1p = QuantPolicy("q1p").choose("model.layers.0.mlp.up_proj.weight", V{64, 128});
+        CHECK(q1p.dtype == CMF_DTYPE_Q1);
+        CHECK(q1p.options == "error_diffusion=1");
+        CHECK(QuantPolicy("q4", "mlp.*=q1p").choose("model.layers.0.mlp.up_proj.weight", V{64, 128}).options == "error_diffusion=1");
         CHECK(std::string(header_quant_type(quant_dtype_from_name("q4tp"))) == "Q4_BLOCK");
         CHECK(std::string(header_quant_type(quant_dtype_from_name("q1t"))) == "VBIT");
+        CHECK(std::string(header_quant_type(quant_dtype_from_name("q1p"))) == "VBIT");
         CHECK_THROWS_WITH_AS(QuantPolicy("q5"), doctest::Contains("unknown quantization \"q5\""), cmf::Error);
         CHECK_THROWS_WITH_AS(QuantPolicy("f16", "mlp.*"), doctest::Contains("pattern=quant"), cmf::Error);
+    }
+    SUBCASE("q2tp on a MoE checkpoint: expert gate/up only; q1p encodes with error diffusion") {
+        Result r = run("qwen3_moe", "q2tp");
+        int q2 = 0;
+        for (const auto &t : r.sink.tensors) {
+            CAPTURE(t.name);
+            const bool expert_gate_up = t.name.find(".mlp.experts.") != std::string::npos &&
+                                        (t.name.find("gate_proj") != std::string::npos || t.name.find("up_proj") != std::string::npos);
+            if (t.dtype == CMF_DTYPE_Q2TP) ++q2;
+            if (t.dtype == CMF_DTYPE_Q2TP) CHECK(expert_gate_up);
+        }
+        CHECK(q2 > 0);
+        Result plain = run("qwen3", "q1"), diffused = run("qwen3", "q1p");
+        const Stored *a = plain.sink.find("model.layers.0.mlp.up_proj.weight"), *b = diffused.sink.find("model.layers.0.mlp.up_proj.weight");
+        REQUIRE(a);
+        REQUIRE(b);
+        CHECK(a->dtype == CMF_DTYPE_Q1);
+        CHECK(b->dtype == CMF_DTYPE_Q1);
+        CHECK(a->bytes.size() == b->bytes.size());
+        CHECK(a->bytes != b->bytes);  // the options reached the encoder
     }
 }
 
