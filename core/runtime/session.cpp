@@ -139,7 +139,8 @@ GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateC
     }
     st.prefill_seconds = seconds_since(t0);
 
-    Sampler sampler(cfg.sampler);
+    text::Sampler sampler(cfg.sampler);
+    sampler.accept(tokens_);  // the penalties look at the whole context
     auto t1 = Clock::now();
     st.stop_reason = CMF_STOP_MAX_TOKENS;
     while (cfg.max_tokens == 0 || st.generated_tokens < cfg.max_tokens) {
@@ -147,7 +148,7 @@ GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateC
             st.stop_reason = CMF_STOP_CANCELLED;
             break;
         }
-        int32_t tok = sampler.sample(logits, tokens_);
+        int32_t tok = sampler.sample(logits);  // also appends tok to the sampler's history
         if (std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), tok) != cfg.stop_ids.end()) {
             st.stop_reason = CMF_STOP_EOS;
             break;

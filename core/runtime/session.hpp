@@ -8,7 +8,7 @@
 // session (bound weights reference the views).
 #pragma once
 
-#include "runtime/sampler.hpp"
+#include "text/sampler.hpp"
 
 #include <cmf/cmf.h>
 #include <cmf/cmf_plugin.h>
@@ -37,7 +37,7 @@ struct SessionConfig {
 
 struct GenerateConfig {
     uint32_t max_tokens = 256;  // 0: until a stop id or the context is full
-    SamplerParams sampler;
+    text::SamplerParams sampler;
     std::vector<int32_t> stop_ids;
     // Called with each generated token (stop ids are not delivered);
     // returning false stops generation.

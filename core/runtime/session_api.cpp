@@ -42,7 +42,7 @@ CMF_API void cmf_generate_options_init(cmf_generate_options *o) {
     if (o == nullptr) return;
     std::memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
-    cmf::runtime::SamplerParams d;
+    cmf::text::SamplerParams d;
     o->max_tokens = 256;
     o->temperature = d.temperature;
     o->top_k = d.top_k;

@@ -9,15 +9,12 @@
 
 namespace cmf::text {
 
-namespace {
-// Lowest index among equal maxima.
 int32_t argmax(std::span<const float> v) {
     size_t best = 0;
     for (size_t i = 1; i < v.size(); ++i)
         if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
     return int32_t(best);
 }
-}  // namespace
 
 Sampler::Sampler(const SamplerParams &p) : p_(p), state_(p.seed) {
     if (!(p.temperature >= 0) || !(p.top_p > 0) || p.min_p < 0 || !(p.repetition_penalty > 0))
@@ -66,7 +63,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
     } else {
         // 2-3. temperature, softmax
         float mx = *std::max_element(work_.begin(), work_.end());
-        std::vector<double> prob(n, 0.0);
+        std::vector<double> &prob = prob_;
+        prob.assign(n, 0.0);
         double sum = 0;
         if (std::isfinite(mx)) {
             for (size_t i = 0; i < n; ++i) {

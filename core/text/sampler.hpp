@@ -9,8 +9,10 @@
 //   6. top-p: sort survivors descending, keep the shortest prefix whose
 //      cumulative (un-renormalised) probability reaches top_p;
 //   7. renormalise; draw r in [0,1) from SplitMix64 ((next >> 40) / 2^24)
-//      by inverse CDF over survivors in id order. Nothing left: argmax of the
-//      raw logits.
+//      by inverse CDF over survivors in id order (as upstream's
+//      categorical_sample does). Nothing left: argmax of the raw logits.
+// The one sampler of the project: the C API's cmf_sampler and the
+// generation loop (core/runtime) both use it.
 // The history is prompt + generated ids (accept()); sample() appends its pick.
 #pragma once
 
@@ -31,6 +33,10 @@ struct SamplerParams {
     uint64_t seed = 0;
 };
 
+// Index of the largest value, the lowest index on ties (torch.argmax), a
+// NaN never winning over a number.
+int32_t argmax(std::span<const float> v);
+
 class Sampler {
 public:
     explicit Sampler(const SamplerParams &p);
@@ -49,6 +55,7 @@ private:
     std::vector<int32_t> history_;
     std::unordered_set<int32_t> seen_, suppressed_, stop_;
     std::vector<float> work_;
+    std::vector<double> prob_;  // scratch, kept between calls: no allocation per token
 };
 
 }  // namespace cmf::text

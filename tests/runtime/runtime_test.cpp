@@ -14,7 +14,7 @@
 #include "half.hpp"
 #include "plugins/runtime.hpp"
 #include "runtime/memory_source.hpp"
-#include "runtime/sampler.hpp"
+#include "text/sampler.hpp"
 #include "runtime/session.hpp"
 
 #include <cmf/cmf.h>
@@ -37,73 +37,8 @@
 
 using cmf::runtime::GenerateConfig;
 using cmf::runtime::MemoryModel;
-using cmf::runtime::Sampler;
-using cmf::runtime::SamplerParams;
 using cmf::runtime::Session;
 using cmf::runtime::SessionConfig;
-
-// ---- sampler --------------------------------------------------------------------
-
-TEST_CASE("sampler: SplitMix64 matches the reference stream") {
-    SamplerParams p;
-    p.seed = 0;
-    Sampler s(p);
-    CHECK(s.next_u64() == 0xE220A8397B1DCDAFull);
-    CHECK(s.next_u64() == 0x6E789E6AA1B965F4ull);
-}
-
-TEST_CASE("sampler: greedy picks the lowest index on ties and applies the repetition penalty") {
-    SamplerParams p;
-    p.temperature = 0;
-    p.repetition_penalty = 1.0f;
-    Sampler s(p);
-    std::vector<float> l = {1.0f, 3.0f, 3.0f, -1.0f};
-    CHECK(s.sample(l, {}) == 1);
-    p.repetition_penalty = 2.0f;
-    Sampler s2(p);
-    std::vector<float> l2 = {1.0f, 3.0f, 2.0f, -1.0f};
-    int32_t hist[] = {1, 1};
-    CHECK(s2.sample(l2, hist) == 2);  // 3/2 = 1.5 < 2
-    CHECK(l2[1] == doctest::Approx(1.5f));
-}
-
-TEST_CASE("sampler: top-k 1 and tight top-p always give the argmax; seeds reproduce") {
-    std::vector<float> base = {0.1f, 2.0f, 1.9f, 0.5f, -3.0f};
-    for (uint64_t seed = 0; seed < 20; ++seed) {
-        SamplerParams p;
-        p.temperature = 1.0f;
-        p.repetition_penalty = 1.0f;
-        p.min_p = 0;
-        p.top_p = 1.0f;
-        p.top_k = 1;
-        p.seed = seed;
-        auto l = base;
-        CHECK(Sampler(p).sample(l, {}) == 1);
-        p.top_k = 0;
-        p.top_p = 0.01f;
-        l = base;
-        CHECK(Sampler(p).sample(l, {}) == 1);
-    }
-    // top-k 2 keeps tokens 1 and 2 only; over many draws both appear.
-    SamplerParams p;
-    p.temperature = 1.0f;
-    p.repetition_penalty = 1.0f;
-    p.min_p = 0;
-    p.top_p = 1.0f;
-    p.top_k = 2;
-    p.seed = 7;
-    Sampler s(p), s_again(p);
-    int count[5] = {};
-    for (int i = 0; i < 400; ++i) {
-        auto l = base, l2 = base;
-        int32_t t = s.sample(l, {});
-        CHECK(t == s_again.sample(l2, {}));
-        ++count[t];
-    }
-    CHECK(count[0] + count[3] + count[4] == 0);
-    CHECK(count[1] > 100);
-    CHECK(count[2] > 100);
-}
 
 // ---- parity -------------------------------------------------------------------
 
@@ -284,8 +219,8 @@ void run_case(const std::string &name) {
             e = std::max(e, rel_err(gh.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
         size_t agree = 0;
         for (uint64_t p = 0; p < c.positions; ++p)
-            agree += cmf::runtime::argmax({gh.data() + p * c.vocab, c.vocab}) ==
-                     cmf::runtime::argmax({c.logits.data() + p * c.vocab, c.vocab});
+            agree += cmf::text::argmax({gh.data() + p * c.vocab, c.vocab}) ==
+                     cmf::text::argmax({c.logits.data() + p * c.vocab, c.vocab});
         std::string dn = dtype == CMF_DTYPE_F16 ? "f16" : "bf16";
         MESSAGE(name << " " << dn << " weights: max rel logit diff " << e << ", argmax agrees at " << agree << "/"
                      << c.positions << " positions");
@@ -453,7 +388,7 @@ QuantFigures run_converted(const TestRuntime &t, const Case &c, const std::strin
         double cs = cosine(a, r, c.vocab);
         f.min_cos = std::min(f.min_cos, cs);
         f.mean_cos += cs / double(c.positions);
-        f.agree += cmf::runtime::argmax({a, c.vocab}) == cmf::runtime::argmax({r, c.vocab});
+        f.agree += cmf::text::argmax({a, c.vocab}) == cmf::text::argmax({r, c.vocab});
     }
     return f;
 }

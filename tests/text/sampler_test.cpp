@@ -6,6 +6,7 @@
 #include <cmf/cmf.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -117,4 +118,31 @@ TEST_CASE("sampler: suppressed ids are never drawn; stop ids; the C API") {
     cmf_error *e = cmf_sampler_create(&cp, &cs);
     CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
     cmf_error_free(e);
+}
+
+TEST_CASE("sampler: the inverse-CDF draw walks the survivors in id order (upstream categorical_sample)") {
+    // Probabilities 0.2 / 0.5 / 0.3 at ids 0 / 1 / 2 (temperature 1, no
+    // filters): with r from the same SplitMix64 stream, id order picks
+    // 0 for r < 0.2, 1 for r < 0.7, else 2. A descending-probability walk
+    // would pick 1 for r < 0.5, which differs for r in [0, 0.2) and [0.5, 0.7).
+    std::vector<float> l{std::log(0.2f), std::log(0.5f), std::log(0.3f)};
+    int differs = 0;
+    for (uint64_t seed = 0; seed < 64; ++seed) {
+        SamplerParams p = off();
+        p.temperature = 1.0f;
+        p.seed = seed;
+        Sampler s(p), twin(p);
+        const double r = twin.next_uniform();
+        const int32_t want = r < 0.2 ? 0 : r < 0.7 ? 1 : 2;
+        CAPTURE(seed);
+        CHECK(s.sample(l) == want);
+        differs += (r < 0.2) || (r >= 0.5 && r < 0.7);
+    }
+    CHECK(differs > 5);  // the seeds exercise the cases where the two orders disagree
+}
+
+TEST_CASE("sampler: argmax takes the lowest index on ties and never a NaN") {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    CHECK(cmf::text::argmax(std::vector<float>{1, 3, 3, -1}) == 1);
+    CHECK(cmf::text::argmax(std::vector<float>{nan, 2, 5, 5}) == 2);
 }
