@@ -7,12 +7,13 @@
 //  - few tokens (decode, n_batch < kGemmMinBatch): memory-bound; the
 //    backend's own row kernels for f32/f16/bf16 (f16 widened with F16C in
 //    registers), else the codec's matmul_rows, else dequantized row tiles;
-//  - many tokens (prefill): compute-bound; f32/f16/bf16 panels of
-//    kPanelRows rows are widened once into a per-chunk f32 buffer and run
-//    through the register-blocked gemm_panel kernel over all tokens. Other
-//    dtypes are dequantized per panel the same way; a codec's own
-//    matmul_rows is kept only for small batches (< kGemmMinBatchCodec),
-//    where its fused dot products win over decode + GEMM.
+//  - many tokens (prefill): compute-bound; the activations are packed once
+//    (pack_x), then each panel of kPanelRows weight rows is widened to f32
+//    (f16/bf16 conversion, or the codec's dequantize_rows), packed (pack_w)
+//    and run through the register-blocked gemm_packed kernel over all tokens.
+//    A codec's own matmul_rows is kept only for small batches
+//    (< kGemmMinBatchCodec), where its fused dot products win over decode
+//    + GEMM.
 #include "kernels.hpp"
 
 #include <cmf/cmf_plugin.h>
@@ -44,7 +45,7 @@ constexpr uint64_t kGemmMinBatch = 4;
 // Measured on the 0.6B shape at q8_row: pp64 went from 12 tok/s through
 // the fused kernel to the f16 GEMM's rate through dequantized panels.
 constexpr uint64_t kGemmMinBatchCodec = 16;
-constexpr uint64_t kPanelRows = 16;
+constexpr uint64_t kPanelRows = cmf::cpu::kGemmRows;
 
 struct Backend {
     const cmf_host_api *host;
@@ -114,6 +115,7 @@ struct MatmulJob {
     float *y;
     const cmf_host_api *host;
     cmf_error *error;  // first error of any chunk (see record_error)
+    const float *xp;   // prefill: x packed for the GEMM (kernels.hpp layout)
 };
 
 void record_error(MatmulJob *job, cmf_error *e) {
@@ -171,37 +173,38 @@ void matmul_chunk_dequant(void *user, uint64_t r0, uint64_t r1) {
     }
 }
 
-// Prefill: [p0, p1) are panel indices. Each panel is widened to f32 once
-// (f32 weights are used in place) and multiplied against every token.
+// Prefill: [p0, p1) are panels of kPanelRows weight rows. Each panel is
+// widened to f32 (f32 weights are read in place) and packed k-major into a
+// per-thread buffer, where it stays in L2 while it meets every token block
+// of the activations, packed once for the whole matmul (job->xp).
 void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
     auto *job = static_cast<MatmulJob *>(user);
     const cmf_backend_weight *w = job->w;
     const auto &k = cmf::cpu::kernels();
-    std::vector<float> panel;
-    if (w->view.dtype != CMF_DTYPE_F32) panel.resize(kPanelRows * w->cols);
+    const uint64_t cols = w->cols;
+    // Thread-local: a chunk runs to completion on one thread, and the pool
+    // threads live as long as the runtime, so no allocation (and no fresh
+    // pages to fault in) per chunk.
+    thread_local std::vector<float> wide, packed;
+    if (w->view.dtype != CMF_DTYPE_F32) wide.resize(kPanelRows * cols);
+    packed.resize(cmf::cpu::packed_w_floats(kPanelRows, cols));
     for (uint64_t p = p0; p < p1; ++p) {
-        uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows);
-        const float *src;
+        const uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows), n = (r1 - r0) * cols;
+        const float *src = wide.data();
         switch (w->view.dtype) {
-        case CMF_DTYPE_F32: src = static_cast<const float *>(w->view.data) + r0 * w->cols; break;
-        case CMF_DTYPE_F16:
-            k.convert_f16(static_cast<const uint16_t *>(w->view.data) + r0 * w->cols, (r1 - r0) * w->cols,
-                          panel.data());
-            src = panel.data();
-            break;
+        case CMF_DTYPE_F32: src = static_cast<const float *>(w->view.data) + r0 * cols; break;
+        case CMF_DTYPE_F16: k.convert_f16(static_cast<const uint16_t *>(w->view.data) + r0 * cols, n, wide.data()); break;
         case CMF_DTYPE_BF16:
-            k.convert_bf16(static_cast<const uint16_t *>(w->view.data) + r0 * w->cols, (r1 - r0) * w->cols,
-                           panel.data());
-            src = panel.data();
+            k.convert_bf16(static_cast<const uint16_t *>(w->view.data) + r0 * cols, n, wide.data());
             break;
         default:
-            if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, &w->view, r0, r1, panel.data())) {
+            if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, &w->view, r0, r1, wide.data())) {
                 record_error(job, e);
                 return;
             }
-            src = panel.data();
         }
-        k.gemm_panel(src, r1 - r0, w->cols, job->x, w->cols, job->n_batch, job->y + r0, w->rows);
+        k.pack_w(src, r1 - r0, cols, packed.data());
+        k.gemm_packed(packed.data(), r1 - r0, cols, job->xp, job->n_batch, job->y + r0, w->rows);
     }
 }
 
@@ -210,11 +213,30 @@ cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64
     if (w == nullptr || x == nullptr || y == nullptr)
         return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: NULL argument");
     if (w->view.ndim != 2) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: the weight is not 2-D");
-    MatmulJob job{w, x, n_batch, y, be->host, nullptr};
+    MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
     bool native = native_dtype(w->view.dtype);
     if (n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch)) {
-        uint64_t panels = (w->rows + kPanelRows - 1) / kPanelRows;
+        // The activations are packed once, shared by every chunk. The
+        // buffer belongs to the calling thread (it waits for the loop).
+        thread_local std::vector<float> xp;
+        const auto &k = cmf::cpu::kernels();
+        xp.resize(cmf::cpu::packed_x_floats(n_batch, w->cols));
+        job.xp = xp.data();
+        struct PackJob {
+            const cmf::cpu::Kernels *k;
+            const float *x;
+            uint64_t n_batch, cols;
+            float *xp;
+        } pj{&k, x, n_batch, w->cols, xp.data()};
+        be->host->parallel_for(
+            be->host->host_ctx, 0, cmf::cpu::gemm_x_blocks(n_batch), 8,
+            [](void *u, uint64_t b0, uint64_t b1) {
+                auto *j = static_cast<PackJob *>(u);
+                j->k->pack_x(j->x, j->cols, j->n_batch, j->cols, b0, b1, j->xp);
+            },
+            &pj);
+        const uint64_t panels = (w->rows + kPanelRows - 1) / kPanelRows;
         be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_gemm, &job);
         return job.error;
     }
