@@ -208,7 +208,7 @@ TEST_CASE("cpu backend: packed GEMM operands have the documented layout and ever
             std::vector<float> xp(cmf::cpu::packed_x_floats(batch, cols), NAN);
             REQUIRE(wp.size() == (rows + 15) / 16 * 16 * cols);
             REQUIRE(xp.size() == blocks * 6 * cols);
-            k->pack_w(w.data(), rows, cols, wp.data());
+            k->pack_w(w.data(), cols, rows, cols, wp.data());
             // Two ranges of token blocks, as two threads pack them.
             k->pack_x(x.data(), ldx, batch, cols, blocks / 2, blocks, xp.data());
             k->pack_x(x.data(), ldx, batch, cols, 0, blocks / 2, xp.data());
@@ -246,7 +246,7 @@ TEST_CASE("cpu backend: packed GEMM operands have the documented layout and ever
             CHECK(untouched);
             // The layout is ISA-independent: a portable packing feeds this ISA's GEMM.
             std::vector<float> wpp(wp.size()), xpp(xp.size()), y3(y.size(), -7.0f);
-            p->pack_w(w.data(), rows, cols, wpp.data());
+            p->pack_w(w.data(), cols, rows, cols, wpp.data());
             p->pack_x(x.data(), ldx, batch, cols, 0, blocks, xpp.data());
             CHECK(wpp == wp);
             CHECK(xpp == xp);
@@ -339,7 +339,10 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
         uint32_t hd, n, pos0, win;
         float cap;
     };
-    for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f}}) {
+    // The last case: 61 tokens after 20 cached (K/V panels of 16 keys
+    // straddling the cache and the new rows, a window starting mid-panel).
+    for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f},
+                              AttnCase{16, 61, 20, 30, 0.0f}}) {
         CAPTURE(ac.n);
         const uint32_t nh = 4, nkv = 2, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
         const float scale = 0.5f, cap = ac.cap;

@@ -203,7 +203,7 @@ void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
                 return;
             }
         }
-        k.pack_w(src, r1 - r0, cols, packed.data());
+        k.pack_w(src, cols, r1 - r0, cols, packed.data());
         k.gemm_packed(packed.data(), r1 - r0, cols, job->xp, job->n_batch, job->y + r0, w->rows);
     }
 }
@@ -349,40 +349,68 @@ cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_
     });
 }
 
-// Prefill attention as two GEMMs per (head, block of kAttnBlock queries),
-// through the same packed micro-kernel as the matmuls: S = Q K^T over the
-// keys the block can see, causal/window mask and softcap, row softmax, then
-// O = P V. The per-query loop (one dot product and one axpy per key) spent
-// ~30 % of a 512-token prefill in call overhead and horizontal sums.
-constexpr uint64_t kAttnBlock = 16;
+// Prefill attention as two GEMMs per (query block, head), on the packed
+// operands of the matmul GEMM: S = Q K^T over the keys the block can see,
+// causal/window mask and softcap, row softmax, then O = P V. K and V^T of
+// every KV head are packed once per call (shared by the query blocks and by
+// the heads of a GQA group); V^T needs no transpose in that layout (16
+// consecutive head dims of one key are one packed step). The per-query loop
+// before (one dot product and one axpy per key) spent ~30 % of a 512-token
+// prefill in call overhead and horizontal sums; per-block copies of K and a
+// scalar transpose of V were ~5 % more.
+constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
 
 void attention_blocked(Backend *be, const float *q, const float *k_cache, const float *v_cache, float *out,
                        uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
                        uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
+    using cmf::cpu::kGemmRows;
     const auto &k = cmf::cpu::kernels();
+    const uint64_t n_keys = pos0 + n_tokens, hd = head_dim;
+    const uint32_t n_kv = n_heads / group;
+    // K of one KV head as GEMM "weights": rows = keys, cols = head dims;
+    // V^T: rows = head dims, cols = keys.
+    const uint64_t k_stride = cmf::cpu::packed_w_floats(n_keys, hd), v_stride = cmf::cpu::packed_w_floats(hd, n_keys);
+    const uint64_t d_panels = (hd + kGemmRows - 1) / kGemmRows, key_panels = (n_keys + kGemmRows - 1) / kGemmRows;
+    // The calling thread's: it waits for both loops below. The lambdas use
+    // the pointers (a thread_local named inside them is the pool thread's).
+    thread_local std::vector<float> k_buf, v_buf;
+    k_buf.resize(n_kv * k_stride);
+    v_buf.resize(n_kv * v_stride);
+    float *const kp = k_buf.data(), *const vp = v_buf.data();
+    parallel(be, uint64_t(n_kv) * key_panels, 8, [&](uint64_t i0, uint64_t i1) {
+        for (uint64_t i = i0; i < i1; ++i) {
+            const uint64_t kvh = i / key_panels, j0 = (i % key_panels) * kGemmRows;
+            const uint64_t nj = std::min(kGemmRows, n_keys - j0);
+            k.pack_w(k_cache + j0 * kvd + kvh * hd, kvd, nj, hd, kp + kvh * k_stride + j0 * hd);
+            float *vdst = vp + kvh * v_stride;
+            for (uint64_t p = 0; p < d_panels; ++p) {
+                const uint64_t d0 = p * kGemmRows, nd = std::min(kGemmRows, hd - d0);
+                for (uint64_t j = j0; j < j0 + nj; ++j) {
+                    float *dst = vdst + (p * n_keys + j) * kGemmRows;
+                    std::memcpy(dst, v_cache + j * kvd + kvh * hd + d0, nd * sizeof(float));
+                    std::fill(dst + nd, dst + kGemmRows, 0.0f);
+                }
+            }
+        }
+    });
     const uint64_t blocks = (n_tokens + kAttnBlock - 1) / kAttnBlock;
     parallel(be, blocks * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
-        std::vector<float> keys, vt, scores;
+        thread_local std::vector<float> qp, scores, pp;
         for (uint64_t i = i0; i < i1; ++i) {
             const uint64_t b = i / n_heads, t0 = b * kAttnBlock, t1 = std::min(n_tokens, t0 + kAttnBlock);
             const uint32_t h = static_cast<uint32_t>(i % n_heads);
+            const uint64_t kvh = h / group;
             const uint64_t p_last = pos0 + t1 - 1;  // the last query's position
             const uint64_t p_first = pos0 + t0;
-            const uint64_t j0 = (window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0;
+            uint64_t j0 = (window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0;
+            j0 -= j0 % kGemmRows;  // whole packed panels; the extra keys are masked
             const uint64_t n = p_last + 1 - j0;  // keys any query of the block sees
-            const float *kh = k_cache + uint64_t(h / group) * head_dim;
-            const float *vh = v_cache + uint64_t(h / group) * head_dim;
-            // K rows contiguous [n x head_dim]; V transposed [head_dim x n].
-            keys.resize(n * head_dim);
-            vt.resize(uint64_t(head_dim) * n);
-            for (uint64_t j = 0; j < n; ++j) {
-                std::memcpy(keys.data() + j * head_dim, kh + (j0 + j) * kvd, head_dim * sizeof(float));
-                const float *vr = vh + (j0 + j) * kvd;
-                for (uint32_t d = 0; d < head_dim; ++d) vt[uint64_t(d) * n + j] = vr[d];
-            }
-            const uint64_t nq = t1 - t0;
+            const uint64_t nq = t1 - t0, qblocks = cmf::cpu::gemm_x_blocks(nq);
+            qp.resize(cmf::cpu::packed_x_floats(nq, hd));
             scores.resize(nq * n);
-            k.gemm_panel(keys.data(), n, head_dim, q + t0 * qd + uint64_t(h) * head_dim, qd, nq, scores.data(), n);
+            pp.resize(cmf::cpu::packed_x_floats(nq, n));
+            k.pack_x(q + t0 * qd + uint64_t(h) * hd, qd, nq, hd, 0, qblocks, qp.data());
+            k.gemm_packed(kp + kvh * k_stride + j0 * hd, n, hd, qp.data(), nq, scores.data(), n);
             for (uint64_t r = 0; r < nq; ++r) {
                 const uint64_t p = pos0 + t0 + r;
                 const uint64_t lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
@@ -407,7 +435,11 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
                 const float inv = 1.0f / sum;
                 for (uint64_t j = 0; j < n; ++j) s[j] *= inv;
             }
-            k.gemm_panel(vt.data(), head_dim, n, scores.data(), n, nq, out + t0 * qd + uint64_t(h) * head_dim, qd);
+            k.pack_x(scores.data(), n, nq, n, 0, qblocks, pp.data());
+            const float *vh = vp + kvh * v_stride;
+            for (uint64_t d = 0; d < d_panels; ++d)
+                k.gemm_packed(vh + (d * n_keys + j0) * kGemmRows, std::min(kGemmRows, hd - d * kGemmRows), n,
+                              pp.data(), nq, out + t0 * qd + uint64_t(h) * hd + d * kGemmRows, qd);
         }
     });
 }

@@ -68,12 +68,12 @@ void matmul_h16_generic(const uint16_t *w, uint64_t cols, const float *x, uint64
     }
 }
 
-void pack_w_portable(const float *w, uint64_t n_rows, uint64_t cols, float *wp) {
+void pack_w_portable(const float *w, uint64_t ldw, uint64_t n_rows, uint64_t cols, float *wp) {
     for (uint64_t p = 0; p * kGemmRows < n_rows; ++p)
         for (uint64_t k = 0; k < cols; ++k)
             for (uint64_t i = 0; i < kGemmRows; ++i) {
                 const uint64_t r = p * kGemmRows + i;
-                wp[(p * cols + k) * kGemmRows + i] = r < n_rows ? w[r * cols + k] : 0.0f;
+                wp[(p * cols + k) * kGemmRows + i] = r < n_rows ? w[r * ldw + k] : 0.0f;
             }
 }
 
@@ -107,7 +107,7 @@ void gemm_panel_generic(const float *panel, uint64_t n_rows, uint64_t cols, cons
     thread_local std::vector<float> wp, xp;
     wp.resize(packed_w_floats(n_rows, cols));
     xp.resize(packed_x_floats(n_batch, cols));
-    PackW(panel, n_rows, cols, wp.data());
+    PackW(panel, cols, n_rows, cols, wp.data());
     PackX(x, ldx, n_batch, cols, 0, gemm_x_blocks(n_batch), xp.data());
     Gemm(wp.data(), n_rows, cols, xp.data(), n_batch, y, ldy);
 }
@@ -285,17 +285,17 @@ AVX2 inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// One weight panel: pk[k*16 + i] = rows[i*cols + k] for i < n_rows, 0 for
+// One weight panel: pk[k*16 + i] = rows[i*ld + k] for i < n_rows, 0 for
 // n_rows <= i < 16. 8x8 blocks through registers (a scalar strided copy
 // cost ~20 % of the GEMM itself at 512 tokens).
-AVX2 void pack_panel(const float *rows, uint64_t n_rows, uint64_t cols, float *pk) {
+AVX2 void pack_panel(const float *rows, uint64_t ld, uint64_t n_rows, uint64_t cols, float *pk) {
     uint64_t k = 0;
     for (; k + 8 <= cols; k += 8)
         for (uint64_t half = 0; half < 2; ++half) {
             __m256 r[8];
             for (uint64_t i = 0; i < 8; ++i) {
                 const uint64_t row = half * 8 + i;
-                r[i] = row < n_rows ? _mm256_loadu_ps(rows + row * cols + k) : _mm256_setzero_ps();
+                r[i] = row < n_rows ? _mm256_loadu_ps(rows + row * ld + k) : _mm256_setzero_ps();
             }
             transpose8(r);
             for (uint64_t j = 0; j < 8; ++j) _mm256_storeu_ps(pk + (k + j) * kGemmRows + half * 8, r[j]);
@@ -303,14 +303,14 @@ AVX2 void pack_panel(const float *rows, uint64_t n_rows, uint64_t cols, float *p
     for (; k < cols; ++k) {
         float *dst = pk + k * kGemmRows;
         uint64_t i = 0;
-        for (; i < n_rows; ++i) dst[i] = rows[i * cols + k];
+        for (; i < n_rows; ++i) dst[i] = rows[i * ld + k];
         for (; i < kGemmRows; ++i) dst[i] = 0.0f;
     }
 }
 
-AVX2 void pack_w_avx2(const float *w, uint64_t n_rows, uint64_t cols, float *wp) {
+AVX2 void pack_w_avx2(const float *w, uint64_t ldw, uint64_t n_rows, uint64_t cols, float *wp) {
     for (uint64_t r0 = 0; r0 < n_rows; r0 += kGemmRows)
-        pack_panel(w + r0 * cols, std::min(kGemmRows, n_rows - r0), cols, wp + r0 * cols);
+        pack_panel(w + r0 * ldw, ldw, std::min(kGemmRows, n_rows - r0), cols, wp + r0 * cols);
 }
 
 // Token blocks: the same 8x8 transpose over 6 token rows and 2 zero rows;

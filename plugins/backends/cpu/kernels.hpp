@@ -43,9 +43,9 @@ using ConvertH16Fn = void (*)(const uint16_t *src, uint64_t n, float *dst);
 // callers that use each operand once (attention's blocks).
 using GemmPanelFn = void (*)(const float *panel, uint64_t n_rows, uint64_t cols, const float *x, uint64_t ldx,
                              uint64_t n_batch, float *y, uint64_t ldy);
-// Pack rows [0, n_rows) of w (stride cols) into wp / token blocks
+// Pack rows [0, n_rows) of w (row stride ldw) into wp / token blocks
 // [b0, b1) of x (stride ldx, n_batch tokens in all) into xp; layouts above.
-using PackWFn = void (*)(const float *w, uint64_t n_rows, uint64_t cols, float *wp);
+using PackWFn = void (*)(const float *w, uint64_t ldw, uint64_t n_rows, uint64_t cols, float *wp);
 using PackXFn = void (*)(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t b0, uint64_t b1,
                          float *xp);
 // y[b*ldy + r] = dot(W[r], x[b]) for r < n_rows, b < n_batch, from packed
