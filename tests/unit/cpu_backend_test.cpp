@@ -254,6 +254,39 @@ TEST_CASE("cpu backend: packed GEMM operands have the documented layout and ever
     }
 }
 
+TEST_CASE("cpu backend: exp_sum and silu_mul match double precision on every ISA") {
+    // Softmax inputs: -inf (masked keys) must give exactly 0; values far
+    // below the max underflow to 0; 21 elements leave a tail of 5.
+    std::vector<float> in = {0.0f, -1.0f, 1.5f, -INFINITY, -20.0f, 3.0f, -100.0f, 2.25f, -0.125f, 0.5f, -3.0f,
+                             -INFINITY, 1.0f, -7.5f, 2.9f, -0.75f, 0.1f, -50.0f, 2.0f, -INFINITY, 1.25f};
+    const float sub = 3.0f;
+    auto g = random_vec(37, 21), u = random_vec(37, 22);
+    g[3] = 30.0f;
+    g[4] = -30.0f;
+    g[36] = -95.0f;  // in the scalar tail: exp(95) overflows to inf, g/inf = -0
+    for (const char *isa : {"portable", "avx2", "avx512"}) {
+        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+        if (!k) continue;
+        CAPTURE(isa);
+        std::vector<float> x = in;
+        const float sum = k->exp_sum(x.data(), x.size(), sub);
+        double want_sum = 0;
+        for (size_t i = 0; i < in.size(); ++i) {
+            const double want = in[i] == -INFINITY ? 0.0 : std::exp(double(in[i]) - sub);
+            want_sum += want;
+            if (in[i] == -INFINITY) CHECK(x[i] == 0.0f);
+            CHECK(std::fabs(x[i] - want) <= 2e-7 * want + 1e-30);
+        }
+        CHECK(std::fabs(sum - want_sum) <= 1e-6 * want_sum);
+        std::vector<float> o(g.size());
+        k->silu_mul(g.data(), u.data(), g.size(), o.data());
+        for (size_t i = 0; i < g.size(); ++i) {
+            const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+            CHECK(std::fabs(o[i] - want) <= 2e-7 * std::fabs(want) + 1e-30);
+        }
+    }
+}
+
 TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear error") {
     TestRuntime t;
     const cmf::BackendEntry *be = t.rt->backend("cpu");

@@ -427,12 +427,7 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
                     s[j] = sc;
                     mx = std::max(mx, sc);
                 }
-                float sum = 0.0f;
-                for (uint64_t j = 0; j < n; ++j) {
-                    s[j] = s[j] == -INFINITY ? 0.0f : std::exp(s[j] - mx);
-                    sum += s[j];
-                }
-                const float inv = 1.0f / sum;
+                const float inv = 1.0f / k.exp_sum(s, n, mx);
                 for (uint64_t j = 0; j < n; ++j) s[j] *= inv;
             }
             k.pack_x(scores.data(), n, nq, n, 0, qblocks, pp.data());
@@ -505,7 +500,7 @@ cmf_error *gated_act(void *ctx, const float *gate, const float *up, uint64_t n, 
             throw Error(CMF_ERR_INVALID_ARGUMENT, "gated_act: unknown activation " + std::to_string(act));
         parallel(be, n, 8192, [&](uint64_t i0, uint64_t i1) {
             if (act == CMF_ACT_SILU)
-                for (uint64_t i = i0; i < i1; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+                cmf::cpu::kernels().silu_mul(gate + i0, up + i0, i1 - i0, out + i0);
             else
                 for (uint64_t i = i0; i < i1; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
         });

@@ -4,6 +4,7 @@
 
 #include <cmf/cpu_features.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <algorithm>
 #include <initializer_list>
@@ -37,6 +38,16 @@ float dot_portable(const float *a, const float *b, uint64_t n) {
 
 void axpy_portable(float a, const float *x, float *y, uint64_t n) {
     for (uint64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float exp_sum_portable(float *x, uint64_t n, float sub) {
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n; ++i) sum += (x[i] = x[i] == -INFINITY ? 0.0f : std::exp(x[i] - sub));
+    return sum;
+}
+
+void silu_mul_portable(const float *g, const float *u, uint64_t n, float *out) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 void matmul_portable(const float *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
@@ -143,6 +154,59 @@ AVX2 void axpy_avx2(float a, const float *x, float *y, uint64_t n) {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// exp(x) for 8 lanes: Cephes' expf. x = n ln2 + r with |r| <= ln2/2 (ln2
+// split in two for precision), exp(r) by a degree-7 polynomial, 2^n into the
+// exponent bits. Inputs below -87.34 (results below the smallest normal
+// float, and -inf) give 0; inputs are clamped above at 88.38 (2^127).
+AVX2 inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3365447505531f), hi = _mm256_set1_ps(88.3762626647949f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+AVX2 float exp_sum_avx2(float *x, uint64_t n, float sub) {
+    const __m256 vs = _mm256_set1_ps(sub);
+    __m256 acc = _mm256_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum(acc);
+    if (i < n) {  // the tail through the same polynomial, for one rounding behaviour per row
+        alignas(32) float t[8];
+        for (uint64_t j = 0; j < 8; ++j) t[j] = i + j < n ? x[i + j] - sub : -INFINITY;
+        _mm256_store_ps(t, exp8(_mm256_load_ps(t)));
+        for (uint64_t j = 0; i + j < n; ++j) sum += (x[i + j] = t[j]);
+    }
+    return sum;
+}
+
+AVX2 void silu_mul_avx2(const float *g, const float *u, uint64_t n, float *out) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 den = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 void matmul_avx2(const float *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
@@ -436,17 +500,21 @@ const Kernels kPortable{"portable",
                         pack_x_portable,
                         gemm_packed_portable,
                         dot_portable,
-                        axpy_portable};
+                        axpy_portable,
+                        exp_sum_portable,
+                        silu_mul_portable};
 #ifdef CMF_X86
 constexpr GemmPanelFn gemm_panel_avx2 = gemm_panel_generic<pack_w_avx2, pack_x_avx2, gemm_packed_avx2>;
 const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, matmul_h16_avx2<true>,
                     convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,       pack_w_avx2,
-                    pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2};
+                    pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2,
+                    exp_sum_avx2,     silu_mul_avx2};
 // AVX-512 machines get the 512-bit f32 dot; the 16-bit and GEMM kernels are
 // the AVX2 ones (AVX-512 CPUs run them; no AVX-512 machine to tune on here).
 const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false>, matmul_h16_avx2<true>,
                       convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,        pack_w_avx2,
-                      pack_x_avx2,      gemm_packed_avx2,  dot_avx512,             axpy_avx2};
+                      pack_x_avx2,      gemm_packed_avx2,  dot_avx512,             axpy_avx2,
+                      exp_sum_avx2,     silu_mul_avx2};
 #endif
 
 }  // namespace

@@ -52,6 +52,12 @@ using PackXFn = void (*)(const float *x, uint64_t ldx, uint64_t n_batch, uint64_
 // operands (wp from pack_w of n_rows rows, xp from pack_x of n_batch tokens).
 using GemmPackedFn = void (*)(const float *wp, uint64_t n_rows, uint64_t cols, const float *xp, uint64_t n_batch,
                               float *y, uint64_t ldy);
+// x[i] = exp(x[i] - sub) (0 where x[i] is -inf), returns the sum: the
+// softmax numerator. The AVX2 version evaluates exp as a polynomial
+// (Cephes' expf, ~1 ulp); std::exp per element cost ~5 % of a prefill.
+using ExpSumFn = float (*)(float *x, uint64_t n, float sub);
+// out[i] = g[i] / (1 + exp(-g[i])) * u[i] (SiLU-gated product).
+using SiluMulFn = void (*)(const float *g, const float *u, uint64_t n, float *out);
 using DotFn = float (*)(const float *a, const float *b, uint64_t n);
 // y[i] += a * x[i]
 using AxpyFn = void (*)(float a, const float *x, float *y, uint64_t n);
@@ -69,6 +75,8 @@ struct Kernels {
     GemmPackedFn gemm_packed;
     DotFn dot;
     AxpyFn axpy;
+    ExpSumFn exp_sum;
+    SiluMulFn silu_mul;
 };
 
 // The best kernels this CPU runs (portable only when native kernels are off).
