@@ -437,6 +437,13 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
                               pp.data(), nq, out + t0 * qd + uint64_t(h) * hd + d * kGemmRows, qd);
         }
     });
+    // The packed copy is as large as the KV cache it was made from: kept for
+    // the next layer's call at prefill sizes, released after a long context.
+    constexpr size_t kKeepFloats = size_t(16) << 20;  // 64 MiB
+    if (k_buf.size() + v_buf.size() > kKeepFloats) {
+        std::vector<float>().swap(k_buf);
+        std::vector<float>().swap(v_buf);
+    }
 }
 
 cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
