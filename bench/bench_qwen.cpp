@@ -5,6 +5,13 @@
 // (decode tok/s x weight bytes per token / bandwidth).
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
+//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10]] [--plugin-path DIRS]
+//
+// --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
+// one ROWSxCOLS weight (f32/f16/bf16, or q8 = q8_row through its codec)
+// times --pp tokens, --reps times; GFLOP/s of the median and best rep.
+// --plugin-path replaces the build tree's plugins (e.g. a saved older
+// backend, to compare two versions in one session).
 #include "common/error.hpp"
 #include "half.hpp"
 #include "plugins/runtime.hpp"
@@ -13,6 +20,7 @@
 
 #include <cmf/cmf.h>
 
+#include <algorithm>
 #include <chrono>
 #include <immintrin.h>
 #include <ctime>
@@ -139,6 +147,67 @@ double read_bandwidth(cmf::Runtime &rt) {
     return best_cpu;
 }
 
+// The backend matmul alone: GFLOP/s (2*rows*cols*tokens per call).
+int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, uint64_t cols, uint64_t tokens, int reps) {
+    const cmf::BackendEntry *be = rt->backend("cpu");
+    if (be == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend");
+    const int32_t dtype = dtype_name == "f32"    ? CMF_DTYPE_F32
+                          : dtype_name == "bf16" ? CMF_DTYPE_BF16
+                          : dtype_name == "q8"   ? CMF_DTYPE_Q8_ROW
+                                                 : CMF_DTYPE_F16;
+    Rng rng;
+    std::vector<float> wf(rows * cols), x(tokens * cols), y(tokens * rows);
+    for (auto &v : wf) v = rng.next(0.05f);
+    for (auto &v : x) v = rng.next(1.0f);
+    std::vector<uint8_t> bytes;
+    if (dtype == CMF_DTYPE_F32) {
+        bytes.resize(wf.size() * 4);
+        std::memcpy(bytes.data(), wf.data(), bytes.size());
+    } else {
+        void *cctx = nullptr;
+        const cmf_codec_vt *codec = rt->host_api()->find_codec(rt->host_api()->host_ctx, dtype, &cctx);
+        if (codec == nullptr || codec->quantize == nullptr) throw cmf::Error(CMF_ERR_UNKNOWN_DTYPE, "no codec quantize");
+        cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, &bytes, [](void *u, const void *d, size_t n) -> cmf_error * {
+                               auto *v = static_cast<std::vector<uint8_t> *>(u);
+                               v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
+                               return nullptr;
+                           }};
+        uint64_t shape[2] = {rows, cols};
+        cmf::throw_if_error(codec->quantize(cctx, 2, shape, wf.data(), nullptr, &sink));
+    }
+    cmf_tensor_view v{};
+    v.struct_size = sizeof v;
+    v.dtype = dtype;
+    v.ndim = 2;
+    v.shape[0] = rows;
+    v.shape[1] = cols;
+    v.data = bytes.data();
+    v.nbytes = bytes.size();
+    cmf_backend_weight *w = nullptr;
+    cmf::throw_if_error(be->vt.weight_bind(be->ctx, &v, &w));
+    std::vector<double> secs, cpu;
+    const double nthr = rt->pool().threads();
+    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
+        auto t = Clock::now();
+        const double c0 = cpu_seconds();
+        cmf::throw_if_error(be->vt.matmul(be->ctx, w, x.data(), tokens, y.data()));
+        if (rep > 0) {
+            secs.push_back(since(t));
+            cpu.push_back((cpu_seconds() - c0) / nthr);
+        }
+    }
+    be->vt.weight_free(be->ctx, w);
+    std::sort(secs.begin(), secs.end());
+    std::sort(cpu.begin(), cpu.end());
+    const double flop = 2.0 * double(rows) * double(cols) * double(tokens);
+    std::printf("gemm %s %llux%llu x %llu tokens: median %.1f GFLOP/s wall (%.2f ms), best %.1f; CPU-normalised "
+                "median %.1f, best %.1f\n",
+                dtype_name.c_str(), (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)tokens,
+                flop / secs[secs.size() / 2] / 1e9, secs[secs.size() / 2] * 1e3, flop / secs.front() / 1e9,
+                flop / cpu[cpu.size() / 2] / 1e9, flop / cpu.front() / 1e9);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -147,6 +216,8 @@ int main(int argc, char **argv) {
     uint32_t pp = 512, tg = 128;
     int32_t threads = 2;
     Shape shape;
+    std::string gemm, plugin_path = CMF_BENCH_PLUGIN_PATH;
+    int reps = 10;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -162,8 +233,13 @@ int main(int argc, char **argv) {
         else if (a == "--threads") threads = std::stoi(next());
         else if (a == "--layers") shape.layers = std::stoull(next());
         else if (a == "--bandwidth-only") bandwidth_only = true;
+        else if (a == "--gemm") gemm = next();
+        else if (a == "--reps") reps = std::max(1, std::stoi(next()));
+        else if (a == "--plugin-path") plugin_path = next();
         else {
-            std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] [--bandwidth-only]\n");
+            std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
+                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8] [--reps N]] "
+                                 "[--plugin-path DIRS]\n");
             return 2;
         }
     }
@@ -172,7 +248,7 @@ int main(int argc, char **argv) {
     cmf_runtime_options o;
     cmf_runtime_options_init(&o);
     o.n_threads = threads;
-    o.plugin_path = CMF_BENCH_PLUGIN_PATH;
+    o.plugin_path = plugin_path.c_str();
     cmf_runtime *rt = nullptr;
     if (cmf_error *e = cmf_runtime_create(&o, &rt)) {
         std::fprintf(stderr, "runtime: %s\n", cmf_error_message(e));
@@ -181,6 +257,14 @@ int main(int argc, char **argv) {
     try {
         const cmf::BackendEntry *be = rt->backend("cpu");
         std::printf("machine: %s, %d threads\n", be ? be->description.c_str() : "?", rt->pool().threads());
+        if (!gemm.empty()) {
+            const size_t xpos = gemm.find('x');
+            if (xpos == std::string::npos) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--gemm wants ROWSxCOLS");
+            int rc = gemm_bench(rt, dtype_name, std::stoull(gemm.substr(0, xpos)), std::stoull(gemm.substr(xpos + 1)),
+                                pp, reps);
+            cmf_runtime_free(rt);
+            return rc;
+        }
         double bw = read_bandwidth(*rt);
         if (bandwidth_only) {
             cmf_runtime_free(rt);

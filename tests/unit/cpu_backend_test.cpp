@@ -71,8 +71,10 @@ void run_matmul(cmf_runtime *rt, int32_t dtype, const void *data, uint64_t nbyte
 
 TEST_CASE("cpu backend: f32 matmul matches a double reference on odd shapes") {
     TestRuntime t;
+    // Batches >= 4 take the prefill GEMM: partial panels (rows % 16), token
+    // blocks (batch % 6) and k tails (cols % 8) included.
     for (auto [rows, cols, batch] : {std::tuple<size_t, size_t, size_t>{1, 1, 1}, {7, 9, 3}, {33, 130, 1},
-                                     {257, 64, 5}, {1024, 96, 2}}) {
+                                     {257, 64, 5}, {1024, 96, 2}, {37, 203, 13}, {16, 8, 6}, {5, 3, 4}}) {
         CAPTURE(rows);
         CAPTURE(cols);
         CAPTURE(batch);
@@ -178,6 +180,113 @@ TEST_CASE("cpu backend: 16-bit row kernels, conversions and the panel GEMM agree
     }
 }
 
+TEST_CASE("cpu backend: packed GEMM operands have the documented layout and every ISA's GEMM matches a double reference") {
+    using cmf::cpu::kGemmRows;
+    using cmf::cpu::kGemmTokens;
+    const cmf::cpu::Kernels *p = cmf::cpu::kernels_for("portable");
+    for (auto [rows, cols, batch] : {std::tuple<size_t, size_t, size_t>{37, 203, 13}, {16, 8, 6}, {1, 1, 1},
+                                     {17, 9, 7}, {48, 64, 12}, {3, 130, 5}}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(batch);
+        const size_t ldx = cols + 3;  // activations with a row stride of their own
+        auto w = random_vec(rows * cols, 11);
+        auto x = random_vec(batch * ldx, 12);
+        std::vector<float> xd(batch * cols);
+        for (size_t b = 0; b < batch; ++b)
+            for (size_t c = 0; c < cols; ++c) xd[b * cols + c] = x[b * ldx + c];
+        std::vector<double> ref;
+        reference(w, rows, cols, xd, batch, ref);
+        const size_t blocks = cmf::cpu::gemm_x_blocks(batch);
+        REQUIRE(blocks == (batch + 5) / 6);
+        for (const char *isa : {"portable", "avx2", "avx512"}) {
+            const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+            if (!k) continue;
+            CAPTURE(isa);
+            // NaN-filled buffers: every element, padding included, must be written.
+            std::vector<float> wp(cmf::cpu::packed_w_floats(rows, cols), NAN);
+            std::vector<float> xp(cmf::cpu::packed_x_floats(batch, cols), NAN);
+            REQUIRE(wp.size() == (rows + 15) / 16 * 16 * cols);
+            REQUIRE(xp.size() == blocks * 6 * cols);
+            k->pack_w(w.data(), cols, rows, cols, wp.data());
+            // Two ranges of token blocks, as two threads pack them.
+            k->pack_x(x.data(), ldx, batch, cols, blocks / 2, blocks, xp.data());
+            k->pack_x(x.data(), ldx, batch, cols, 0, blocks / 2, xp.data());
+            bool w_ok = true, x_ok = true;
+            for (size_t r = 0; r < wp.size() / cols; ++r)
+                for (size_t c = 0; c < cols; ++c) {
+                    const float want = r < rows ? w[r * cols + c] : 0.0f;
+                    w_ok = w_ok && wp[((r / kGemmRows) * cols + c) * kGemmRows + r % kGemmRows] == want;
+                }
+            for (size_t t = 0; t < blocks * 6; ++t)
+                for (size_t c = 0; c < cols; ++c) {
+                    const float want = t < batch ? x[t * ldx + c] : 0.0f;
+                    x_ok = x_ok && xp[((t / kGemmTokens) * cols + c) * kGemmTokens + t % kGemmTokens] == want;
+                }
+            CHECK(w_ok);
+            CHECK(x_ok);
+            // Outputs past n_rows / n_batch (inside ldy) must stay untouched.
+            const size_t ldy = rows + 2;
+            std::vector<float> y(batch * ldy + 5, -7.0f), y2(batch * ldy + 5, -7.0f);
+            k->gemm_packed(wp.data(), rows, cols, xp.data(), batch, y.data(), ldy);
+            k->gemm_panel(w.data(), rows, cols, x.data(), ldx, batch, y2.data(), ldy);
+            bool close = true, untouched = true;
+            for (size_t b = 0; b < batch; ++b)
+                for (size_t r = 0; r < ldy; ++r) {
+                    const size_t i = b * ldy + r;
+                    if (r >= rows) {
+                        untouched = untouched && y[i] == -7.0f && y2[i] == -7.0f;
+                        continue;
+                    }
+                    const double want = ref[b * rows + r], tol = 1e-5 * (1.0 + std::fabs(want)) * std::sqrt(double(cols));
+                    close = close && std::fabs(y[i] - want) <= tol && std::fabs(y2[i] - want) <= tol;
+                }
+            for (size_t i = batch * ldy; i < y.size(); ++i) untouched = untouched && y[i] == -7.0f && y2[i] == -7.0f;
+            CHECK(close);
+            CHECK(untouched);
+            // The layout is ISA-independent: a portable packing feeds this ISA's GEMM.
+            std::vector<float> wpp(wp.size()), xpp(xp.size()), y3(y.size(), -7.0f);
+            p->pack_w(w.data(), cols, rows, cols, wpp.data());
+            p->pack_x(x.data(), ldx, batch, cols, 0, blocks, xpp.data());
+            CHECK(wpp == wp);
+            CHECK(xpp == xp);
+        }
+    }
+}
+
+TEST_CASE("cpu backend: exp_sum and silu_mul match double precision on every ISA") {
+    // Softmax inputs: -inf (masked keys) must give exactly 0; values far
+    // below the max underflow to 0; 21 elements leave a tail of 5.
+    std::vector<float> in = {0.0f, -1.0f, 1.5f, -INFINITY, -20.0f, 3.0f, -100.0f, 2.25f, -0.125f, 0.5f, -3.0f,
+                             -INFINITY, 1.0f, -7.5f, 2.9f, -0.75f, 0.1f, -50.0f, 2.0f, -INFINITY, 1.25f};
+    const float sub = 3.0f;
+    auto g = random_vec(37, 21), u = random_vec(37, 22);
+    g[3] = 30.0f;
+    g[4] = -30.0f;
+    g[36] = -95.0f;  // in the scalar tail: exp(95) overflows to inf, g/inf = -0
+    for (const char *isa : {"portable", "avx2", "avx512"}) {
+        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+        if (!k) continue;
+        CAPTURE(isa);
+        std::vector<float> x = in;
+        const float sum = k->exp_sum(x.data(), x.size(), sub);
+        double want_sum = 0;
+        for (size_t i = 0; i < in.size(); ++i) {
+            const double want = in[i] == -INFINITY ? 0.0 : std::exp(double(in[i]) - sub);
+            want_sum += want;
+            if (in[i] == -INFINITY) CHECK(x[i] == 0.0f);
+            CHECK(std::fabs(x[i] - want) <= 2e-7 * want + 1e-30);
+        }
+        CHECK(std::fabs(sum - want_sum) <= 1e-6 * want_sum);
+        std::vector<float> o(g.size());
+        k->silu_mul(g.data(), u.data(), g.size(), o.data());
+        for (size_t i = 0; i < g.size(); ++i) {
+            const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+            CHECK(std::fabs(o[i] - want) <= 2e-7 * std::fabs(want) + 1e-30);
+        }
+    }
+}
+
 TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear error") {
     TestRuntime t;
     const cmf::BackendEntry *be = t.rt->backend("cpu");
@@ -263,7 +372,10 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
         uint32_t hd, n, pos0, win;
         float cap;
     };
-    for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f}}) {
+    // The last case: 61 tokens after 20 cached (K/V panels of 16 keys
+    // straddling the cache and the new rows, a window starting mid-panel).
+    for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f},
+                              AttnCase{16, 61, 20, 30, 0.0f}}) {
         CAPTURE(ac.n);
         const uint32_t nh = 4, nkv = 2, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
         const float scale = 0.5f, cap = ac.cap;

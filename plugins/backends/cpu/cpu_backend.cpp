@@ -7,12 +7,13 @@
 //  - few tokens (decode, n_batch < kGemmMinBatch): memory-bound; the
 //    backend's own row kernels for f32/f16/bf16 (f16 widened with F16C in
 //    registers), else the codec's matmul_rows, else dequantized row tiles;
-//  - many tokens (prefill): compute-bound; f32/f16/bf16 panels of
-//    kPanelRows rows are widened once into a per-chunk f32 buffer and run
-//    through the register-blocked gemm_panel kernel over all tokens. Other
-//    dtypes are dequantized per panel the same way; a codec's own
-//    matmul_rows is kept only for small batches (< kGemmMinBatchCodec),
-//    where its fused dot products win over decode + GEMM.
+//  - many tokens (prefill): compute-bound; the activations are packed once
+//    (pack_x), then each panel of kPanelRows weight rows is widened to f32
+//    (f16/bf16 conversion, or the codec's dequantize_rows), packed (pack_w)
+//    and run through the register-blocked gemm_packed kernel over all tokens.
+//    A codec's own matmul_rows is kept only for small batches
+//    (< kGemmMinBatchCodec), where its fused dot products win over decode
+//    + GEMM.
 #include "kernels.hpp"
 
 #include <cmf/cmf_plugin.h>
@@ -44,7 +45,7 @@ constexpr uint64_t kGemmMinBatch = 4;
 // Measured on the 0.6B shape at q8_row: pp64 went from 12 tok/s through
 // the fused kernel to the f16 GEMM's rate through dequantized panels.
 constexpr uint64_t kGemmMinBatchCodec = 16;
-constexpr uint64_t kPanelRows = 16;
+constexpr uint64_t kPanelRows = cmf::cpu::kGemmRows;
 
 struct Backend {
     const cmf_host_api *host;
@@ -114,6 +115,7 @@ struct MatmulJob {
     float *y;
     const cmf_host_api *host;
     cmf_error *error;  // first error of any chunk (see record_error)
+    const float *xp;   // prefill: x packed for the GEMM (kernels.hpp layout)
 };
 
 void record_error(MatmulJob *job, cmf_error *e) {
@@ -171,37 +173,38 @@ void matmul_chunk_dequant(void *user, uint64_t r0, uint64_t r1) {
     }
 }
 
-// Prefill: [p0, p1) are panel indices. Each panel is widened to f32 once
-// (f32 weights are used in place) and multiplied against every token.
+// Prefill: [p0, p1) are panels of kPanelRows weight rows. Each panel is
+// widened to f32 (f32 weights are read in place) and packed k-major into a
+// per-thread buffer, where it stays in L2 while it meets every token block
+// of the activations, packed once for the whole matmul (job->xp).
 void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
     auto *job = static_cast<MatmulJob *>(user);
     const cmf_backend_weight *w = job->w;
     const auto &k = cmf::cpu::kernels();
-    std::vector<float> panel;
-    if (w->view.dtype != CMF_DTYPE_F32) panel.resize(kPanelRows * w->cols);
+    const uint64_t cols = w->cols;
+    // Thread-local: a chunk runs to completion on one thread, and the pool
+    // threads live as long as the runtime, so no allocation (and no fresh
+    // pages to fault in) per chunk.
+    thread_local std::vector<float> wide, packed;
+    if (w->view.dtype != CMF_DTYPE_F32) wide.resize(kPanelRows * cols);
+    packed.resize(cmf::cpu::packed_w_floats(kPanelRows, cols));
     for (uint64_t p = p0; p < p1; ++p) {
-        uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows);
-        const float *src;
+        const uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows), n = (r1 - r0) * cols;
+        const float *src = wide.data();
         switch (w->view.dtype) {
-        case CMF_DTYPE_F32: src = static_cast<const float *>(w->view.data) + r0 * w->cols; break;
-        case CMF_DTYPE_F16:
-            k.convert_f16(static_cast<const uint16_t *>(w->view.data) + r0 * w->cols, (r1 - r0) * w->cols,
-                          panel.data());
-            src = panel.data();
-            break;
+        case CMF_DTYPE_F32: src = static_cast<const float *>(w->view.data) + r0 * cols; break;
+        case CMF_DTYPE_F16: k.convert_f16(static_cast<const uint16_t *>(w->view.data) + r0 * cols, n, wide.data()); break;
         case CMF_DTYPE_BF16:
-            k.convert_bf16(static_cast<const uint16_t *>(w->view.data) + r0 * w->cols, (r1 - r0) * w->cols,
-                           panel.data());
-            src = panel.data();
+            k.convert_bf16(static_cast<const uint16_t *>(w->view.data) + r0 * cols, n, wide.data());
             break;
         default:
-            if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, &w->view, r0, r1, panel.data())) {
+            if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, &w->view, r0, r1, wide.data())) {
                 record_error(job, e);
                 return;
             }
-            src = panel.data();
         }
-        k.gemm_panel(src, r1 - r0, w->cols, job->x, w->cols, job->n_batch, job->y + r0, w->rows);
+        k.pack_w(src, cols, r1 - r0, cols, packed.data());
+        k.gemm_packed(packed.data(), r1 - r0, cols, job->xp, job->n_batch, job->y + r0, w->rows);
     }
 }
 
@@ -210,11 +213,30 @@ cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64
     if (w == nullptr || x == nullptr || y == nullptr)
         return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: NULL argument");
     if (w->view.ndim != 2) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: the weight is not 2-D");
-    MatmulJob job{w, x, n_batch, y, be->host, nullptr};
+    MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
     bool native = native_dtype(w->view.dtype);
     if (n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch)) {
-        uint64_t panels = (w->rows + kPanelRows - 1) / kPanelRows;
+        // The activations are packed once, shared by every chunk. The
+        // buffer belongs to the calling thread (it waits for the loop).
+        thread_local std::vector<float> xp;
+        const auto &k = cmf::cpu::kernels();
+        xp.resize(cmf::cpu::packed_x_floats(n_batch, w->cols));
+        job.xp = xp.data();
+        struct PackJob {
+            const cmf::cpu::Kernels *k;
+            const float *x;
+            uint64_t n_batch, cols;
+            float *xp;
+        } pj{&k, x, n_batch, w->cols, xp.data()};
+        be->host->parallel_for(
+            be->host->host_ctx, 0, cmf::cpu::gemm_x_blocks(n_batch), 8,
+            [](void *u, uint64_t b0, uint64_t b1) {
+                auto *j = static_cast<PackJob *>(u);
+                j->k->pack_x(j->x, j->cols, j->n_batch, j->cols, b0, b1, j->xp);
+            },
+            &pj);
+        const uint64_t panels = (w->rows + kPanelRows - 1) / kPanelRows;
         be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_gemm, &job);
         return job.error;
     }
@@ -327,40 +349,68 @@ cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_
     });
 }
 
-// Prefill attention as two GEMMs per (head, block of kAttnBlock queries),
-// through the same packed micro-kernel as the matmuls: S = Q K^T over the
-// keys the block can see, causal/window mask and softcap, row softmax, then
-// O = P V. The per-query loop (one dot product and one axpy per key) spent
-// ~30 % of a 512-token prefill in call overhead and horizontal sums.
-constexpr uint64_t kAttnBlock = 16;
+// Prefill attention as two GEMMs per (query block, head), on the packed
+// operands of the matmul GEMM: S = Q K^T over the keys the block can see,
+// causal/window mask and softcap, row softmax, then O = P V. K and V^T of
+// every KV head are packed once per call (shared by the query blocks and by
+// the heads of a GQA group); V^T needs no transpose in that layout (16
+// consecutive head dims of one key are one packed step). The per-query loop
+// before (one dot product and one axpy per key) spent ~30 % of a 512-token
+// prefill in call overhead and horizontal sums; per-block copies of K and a
+// scalar transpose of V were ~5 % more.
+constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
 
 void attention_blocked(Backend *be, const float *q, const float *k_cache, const float *v_cache, float *out,
                        uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
                        uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
+    using cmf::cpu::kGemmRows;
     const auto &k = cmf::cpu::kernels();
+    const uint64_t n_keys = pos0 + n_tokens, hd = head_dim;
+    const uint32_t n_kv = n_heads / group;
+    // K of one KV head as GEMM "weights": rows = keys, cols = head dims;
+    // V^T: rows = head dims, cols = keys.
+    const uint64_t k_stride = cmf::cpu::packed_w_floats(n_keys, hd), v_stride = cmf::cpu::packed_w_floats(hd, n_keys);
+    const uint64_t d_panels = (hd + kGemmRows - 1) / kGemmRows, key_panels = (n_keys + kGemmRows - 1) / kGemmRows;
+    // The calling thread's: it waits for both loops below. The lambdas use
+    // the pointers (a thread_local named inside them is the pool thread's).
+    thread_local std::vector<float> k_buf, v_buf;
+    k_buf.resize(n_kv * k_stride);
+    v_buf.resize(n_kv * v_stride);
+    float *const kp = k_buf.data(), *const vp = v_buf.data();
+    parallel(be, uint64_t(n_kv) * key_panels, 8, [&](uint64_t i0, uint64_t i1) {
+        for (uint64_t i = i0; i < i1; ++i) {
+            const uint64_t kvh = i / key_panels, j0 = (i % key_panels) * kGemmRows;
+            const uint64_t nj = std::min(kGemmRows, n_keys - j0);
+            k.pack_w(k_cache + j0 * kvd + kvh * hd, kvd, nj, hd, kp + kvh * k_stride + j0 * hd);
+            float *vdst = vp + kvh * v_stride;
+            for (uint64_t p = 0; p < d_panels; ++p) {
+                const uint64_t d0 = p * kGemmRows, nd = std::min(kGemmRows, hd - d0);
+                for (uint64_t j = j0; j < j0 + nj; ++j) {
+                    float *dst = vdst + (p * n_keys + j) * kGemmRows;
+                    std::memcpy(dst, v_cache + j * kvd + kvh * hd + d0, nd * sizeof(float));
+                    std::fill(dst + nd, dst + kGemmRows, 0.0f);
+                }
+            }
+        }
+    });
     const uint64_t blocks = (n_tokens + kAttnBlock - 1) / kAttnBlock;
     parallel(be, blocks * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
-        std::vector<float> keys, vt, scores;
+        thread_local std::vector<float> qp, scores, pp;
         for (uint64_t i = i0; i < i1; ++i) {
             const uint64_t b = i / n_heads, t0 = b * kAttnBlock, t1 = std::min(n_tokens, t0 + kAttnBlock);
             const uint32_t h = static_cast<uint32_t>(i % n_heads);
+            const uint64_t kvh = h / group;
             const uint64_t p_last = pos0 + t1 - 1;  // the last query's position
             const uint64_t p_first = pos0 + t0;
-            const uint64_t j0 = (window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0;
+            uint64_t j0 = (window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0;
+            j0 -= j0 % kGemmRows;  // whole packed panels; the extra keys are masked
             const uint64_t n = p_last + 1 - j0;  // keys any query of the block sees
-            const float *kh = k_cache + uint64_t(h / group) * head_dim;
-            const float *vh = v_cache + uint64_t(h / group) * head_dim;
-            // K rows contiguous [n x head_dim]; V transposed [head_dim x n].
-            keys.resize(n * head_dim);
-            vt.resize(uint64_t(head_dim) * n);
-            for (uint64_t j = 0; j < n; ++j) {
-                std::memcpy(keys.data() + j * head_dim, kh + (j0 + j) * kvd, head_dim * sizeof(float));
-                const float *vr = vh + (j0 + j) * kvd;
-                for (uint32_t d = 0; d < head_dim; ++d) vt[uint64_t(d) * n + j] = vr[d];
-            }
-            const uint64_t nq = t1 - t0;
+            const uint64_t nq = t1 - t0, qblocks = cmf::cpu::gemm_x_blocks(nq);
+            qp.resize(cmf::cpu::packed_x_floats(nq, hd));
             scores.resize(nq * n);
-            k.gemm_panel(keys.data(), n, head_dim, q + t0 * qd + uint64_t(h) * head_dim, qd, nq, scores.data(), n);
+            pp.resize(cmf::cpu::packed_x_floats(nq, n));
+            k.pack_x(q + t0 * qd + uint64_t(h) * hd, qd, nq, hd, 0, qblocks, qp.data());
+            k.gemm_packed(kp + kvh * k_stride + j0 * hd, n, hd, qp.data(), nq, scores.data(), n);
             for (uint64_t r = 0; r < nq; ++r) {
                 const uint64_t p = pos0 + t0 + r;
                 const uint64_t lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
@@ -377,17 +427,23 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
                     s[j] = sc;
                     mx = std::max(mx, sc);
                 }
-                float sum = 0.0f;
-                for (uint64_t j = 0; j < n; ++j) {
-                    s[j] = s[j] == -INFINITY ? 0.0f : std::exp(s[j] - mx);
-                    sum += s[j];
-                }
-                const float inv = 1.0f / sum;
+                const float inv = 1.0f / k.exp_sum(s, n, mx);
                 for (uint64_t j = 0; j < n; ++j) s[j] *= inv;
             }
-            k.gemm_panel(vt.data(), head_dim, n, scores.data(), n, nq, out + t0 * qd + uint64_t(h) * head_dim, qd);
+            k.pack_x(scores.data(), n, nq, n, 0, qblocks, pp.data());
+            const float *vh = vp + kvh * v_stride;
+            for (uint64_t d = 0; d < d_panels; ++d)
+                k.gemm_packed(vh + (d * n_keys + j0) * kGemmRows, std::min(kGemmRows, hd - d * kGemmRows), n,
+                              pp.data(), nq, out + t0 * qd + uint64_t(h) * hd + d * kGemmRows, qd);
         }
     });
+    // The packed copy is as large as the KV cache it was made from: kept for
+    // the next layer's call at prefill sizes, released after a long context.
+    constexpr size_t kKeepFloats = size_t(16) << 20;  // 64 MiB
+    if (k_buf.size() + v_buf.size() > kKeepFloats) {
+        std::vector<float>().swap(k_buf);
+        std::vector<float>().swap(v_buf);
+    }
 }
 
 cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
@@ -451,7 +507,7 @@ cmf_error *gated_act(void *ctx, const float *gate, const float *up, uint64_t n, 
             throw Error(CMF_ERR_INVALID_ARGUMENT, "gated_act: unknown activation " + std::to_string(act));
         parallel(be, n, 8192, [&](uint64_t i0, uint64_t i1) {
             if (act == CMF_ACT_SILU)
-                for (uint64_t i = i0; i < i1; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+                cmf::cpu::kernels().silu_mul(gate + i0, up + i0, i1 - i0, out + i0);
             else
                 for (uint64_t i = i0; i < i1; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
         });

@@ -4,6 +4,7 @@
 
 #include <cmf/cpu_features.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <algorithm>
 #include <initializer_list>
@@ -39,6 +40,16 @@ void axpy_portable(float a, const float *x, float *y, uint64_t n) {
     for (uint64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+float exp_sum_portable(float *x, uint64_t n, float sub) {
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n; ++i) sum += (x[i] = x[i] == -INFINITY ? 0.0f : std::exp(x[i] - sub));
+    return sum;
+}
+
+void silu_mul_portable(const float *g, const float *u, uint64_t n, float *out) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 void matmul_portable(const float *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) {
     for (uint64_t r = r0; r < r1; ++r)
@@ -68,10 +79,48 @@ void matmul_h16_generic(const uint16_t *w, uint64_t cols, const float *x, uint64
     }
 }
 
-void gemm_panel_portable(const float *panel, uint64_t n_rows, uint64_t cols, const float *x, uint64_t ldx,
-                         uint64_t n_batch, float *y, uint64_t ldy) {
+void pack_w_portable(const float *w, uint64_t ldw, uint64_t n_rows, uint64_t cols, float *wp) {
+    for (uint64_t p = 0; p * kGemmRows < n_rows; ++p)
+        for (uint64_t k = 0; k < cols; ++k)
+            for (uint64_t i = 0; i < kGemmRows; ++i) {
+                const uint64_t r = p * kGemmRows + i;
+                wp[(p * cols + k) * kGemmRows + i] = r < n_rows ? w[r * ldw + k] : 0.0f;
+            }
+}
+
+void pack_x_portable(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t b0, uint64_t b1,
+                     float *xp) {
+    for (uint64_t b = b0; b < b1; ++b)
+        for (uint64_t k = 0; k < cols; ++k)
+            for (uint64_t t = 0; t < kGemmTokens; ++t) {
+                const uint64_t tok = b * kGemmTokens + t;
+                xp[(b * cols + k) * kGemmTokens + t] = tok < n_batch ? x[tok * ldx + k] : 0.0f;
+            }
+}
+
+// The reference for the packed layouts: one plain dot product per output.
+void gemm_packed_portable(const float *wp, uint64_t n_rows, uint64_t cols, const float *xp, uint64_t n_batch,
+                          float *y, uint64_t ldy) {
     for (uint64_t b = 0; b < n_batch; ++b)
-        for (uint64_t r = 0; r < n_rows; ++r) y[b * ldy + r] = dot_portable(panel + r * cols, x + b * ldx, cols);
+        for (uint64_t r = 0; r < n_rows; ++r) {
+            const float *wr = wp + (r / kGemmRows) * cols * kGemmRows + r % kGemmRows;
+            const float *xb = xp + (b / kGemmTokens) * cols * kGemmTokens + b % kGemmTokens;
+            float s = 0.0f;
+            for (uint64_t k = 0; k < cols; ++k) s += wr[k * kGemmRows] * xb[k * kGemmTokens];
+            y[b * ldy + r] = s;
+        }
+}
+
+// gemm_panel from the three parts, packing into thread-local buffers.
+template <PackWFn PackW, PackXFn PackX, GemmPackedFn Gemm>
+void gemm_panel_generic(const float *panel, uint64_t n_rows, uint64_t cols, const float *x, uint64_t ldx,
+                        uint64_t n_batch, float *y, uint64_t ldy) {
+    thread_local std::vector<float> wp, xp;
+    wp.resize(packed_w_floats(n_rows, cols));
+    xp.resize(packed_x_floats(n_batch, cols));
+    PackW(panel, cols, n_rows, cols, wp.data());
+    PackX(x, ldx, n_batch, cols, 0, gemm_x_blocks(n_batch), xp.data());
+    Gemm(wp.data(), n_rows, cols, xp.data(), n_batch, y, ldy);
 }
 
 #ifdef CMF_X86
@@ -105,6 +154,59 @@ AVX2 void axpy_avx2(float a, const float *x, float *y, uint64_t n) {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// exp(x) for 8 lanes: Cephes' expf. x = n ln2 + r with |r| <= ln2/2 (ln2
+// split in two for precision), exp(r) by a degree-7 polynomial, 2^n into the
+// exponent bits. Inputs below -87.34 (results below the smallest normal
+// float, and -inf) give 0; inputs are clamped above at 88.38 (2^127).
+AVX2 inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3365447505531f), hi = _mm256_set1_ps(88.3762626647949f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+AVX2 float exp_sum_avx2(float *x, uint64_t n, float sub) {
+    const __m256 vs = _mm256_set1_ps(sub);
+    __m256 acc = _mm256_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum(acc);
+    if (i < n) {  // the tail through the same polynomial, for one rounding behaviour per row
+        alignas(32) float t[8];
+        for (uint64_t j = 0; j < 8; ++j) t[j] = i + j < n ? x[i + j] - sub : -INFINITY;
+        _mm256_store_ps(t, exp8(_mm256_load_ps(t)));
+        for (uint64_t j = 0; i + j < n; ++j) sum += (x[i + j] = t[j]);
+    }
+    return sum;
+}
+
+AVX2 void silu_mul_avx2(const float *g, const float *u, uint64_t n, float *out) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 den = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 void matmul_avx2(const float *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
@@ -219,15 +321,13 @@ AVX2 void convert_bf16_avx2(const uint16_t *src, uint64_t n, float *dst) {
     for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-// Prefill GEMM, outer-product form (the BLIS/GotoBLAS shape). A panel of
-// up to 16 weight rows is packed k-major (pk[k*16 + i] = W[i][k]), then each
-// step k multiplies those 16 weights (2 vectors) by one activation of each
-// of 6 tokens (broadcasts): 12 FMAs on 12 accumulators per 8 loads, and the
-// only stream the loop reads besides L1-resident activations is the packed
-// panel (64 B per step from L2). The earlier dot-product form (4 rows x 3
-// tokens) read 224 B per 12 FMAs from rows longer than L1 and reached ~55 %
-// of the FMA peak; this one is FMA-bound.
-constexpr int kMicroRows = 16, kMicroTokens = 6;
+// Prefill GEMM, outer-product form (the BLIS/GotoBLAS shape), on the packed
+// layouts of kernels.hpp. Each micro-kernel step k multiplies 16 weights of
+// one k (2 vectors, contiguous in the packed panel) by one activation of each
+// of 6 tokens (broadcasts, contiguous in the packed block): 12 FMAs on 12
+// accumulators per 8 loads, FMA-bound. The earlier dot-product form (4 rows x 3
+// tokens) read 224 B per 12 FMAs and reached ~55 % of the FMA peak.
+static_assert(kGemmRows == 16 && kGemmTokens == 6, "the AVX2 micro-kernel is 16 rows x 6 tokens");
 
 // 8x8 transpose in registers: r[i] holds row i on entry, column i on exit.
 AVX2 inline void transpose8(__m256 r[8]) {
@@ -249,79 +349,111 @@ AVX2 inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// pk[k*16 + i] = rows[i*cols + k] for i < n_rows, 0 for n_rows <= i < 16.
-// 8x8 blocks through registers (a scalar strided copy cost ~20 % of the
-// GEMM itself at 512 tokens).
-AVX2 void pack_k_major(const float *rows, uint64_t n_rows, uint64_t cols, float *pk) {
+// One weight panel: pk[k*16 + i] = rows[i*ld + k] for i < n_rows, 0 for
+// n_rows <= i < 16. 8x8 blocks through registers (a scalar strided copy
+// cost ~20 % of the GEMM itself at 512 tokens).
+AVX2 void pack_panel(const float *rows, uint64_t ld, uint64_t n_rows, uint64_t cols, float *pk) {
     uint64_t k = 0;
     for (; k + 8 <= cols; k += 8)
         for (uint64_t half = 0; half < 2; ++half) {
             __m256 r[8];
             for (uint64_t i = 0; i < 8; ++i) {
                 const uint64_t row = half * 8 + i;
-                r[i] = row < n_rows ? _mm256_loadu_ps(rows + row * cols + k) : _mm256_setzero_ps();
+                r[i] = row < n_rows ? _mm256_loadu_ps(rows + row * ld + k) : _mm256_setzero_ps();
             }
             transpose8(r);
-            for (uint64_t j = 0; j < 8; ++j) _mm256_storeu_ps(pk + (k + j) * kMicroRows + half * 8, r[j]);
+            for (uint64_t j = 0; j < 8; ++j) _mm256_storeu_ps(pk + (k + j) * kGemmRows + half * 8, r[j]);
         }
     for (; k < cols; ++k) {
-        float *dst = pk + k * kMicroRows;
+        float *dst = pk + k * kGemmRows;
         uint64_t i = 0;
-        for (; i < n_rows; ++i) dst[i] = rows[i * cols + k];
-        for (; i < uint64_t(kMicroRows); ++i) dst[i] = 0.0f;
+        for (; i < n_rows; ++i) dst[i] = rows[i * ld + k];
+        for (; i < kGemmRows; ++i) dst[i] = 0.0f;
     }
 }
 
-// out[t*16 + i] = sum_k pk[k*16 + i] * x[t*ldx + k], t < NT.
-template <int NT>
-AVX2 void micro_16xN(const float *pk, uint64_t cols, const float *x, uint64_t ldx, float *out) {
+AVX2 void pack_w_avx2(const float *w, uint64_t ldw, uint64_t n_rows, uint64_t cols, float *wp) {
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += kGemmRows)
+        pack_panel(w + r0 * ldw, ldw, std::min(kGemmRows, n_rows - r0), cols, wp + r0 * cols);
+}
+
+// Token blocks: the same 8x8 transpose over 6 token rows and 2 zero rows;
+// each k stores exactly its 6 floats (128 + 64 bits), never into the next
+// k's or the next block's place: blocks are packed by different threads.
+AVX2 void pack_x_avx2(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t b0, uint64_t b1,
+                      float *xp) {
+    for (uint64_t b = b0; b < b1; ++b) {
+        const uint64_t t0 = b * kGemmTokens, nt = std::min(kGemmTokens, n_batch - t0);
+        const float *xb = x + t0 * ldx;
+        float *dst = xp + b * cols * kGemmTokens;
+        uint64_t k = 0;
+        for (; k + 8 <= cols; k += 8) {
+            __m256 r[8];
+            for (uint64_t i = 0; i < 8; ++i) r[i] = i < nt ? _mm256_loadu_ps(xb + i * ldx + k) : _mm256_setzero_ps();
+            transpose8(r);
+            for (uint64_t j = 0; j < 8; ++j) {
+                float *d = dst + (k + j) * kGemmTokens;
+                _mm_storeu_ps(d, _mm256_castps256_ps128(r[j]));
+                _mm_storel_pi(reinterpret_cast<__m64 *>(d + 4), _mm256_extractf128_ps(r[j], 1));
+            }
+        }
+        for (; k < cols; ++k)
+            for (uint64_t t = 0; t < kGemmTokens; ++t) dst[k * kGemmTokens + t] = t < nt ? xb[t * ldx + k] : 0.0f;
+    }
+}
+
+// out[t*16 + i] = sum_k wp[k*16 + i] * xb[k*6 + t]: one panel (16 rows) by
+// one token block (6 tokens), all of k; y[t*ldy + i] for i < nr, t < nt.
+AVX2 void micro_16x6(const float *wp, const float *xb, uint64_t cols, float *y, uint64_t ldy, uint64_t nr,
+                     uint64_t nt) {
     // Fully unrolled (GCC keeps the loops otherwise, and with them the
-    // accumulators in memory): 2*NT accumulators stay in ymm registers.
-    __m256 acc[NT][2];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    // accumulators in memory): 12 accumulators stay in ymm registers.
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int t = 0; t < 6; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (uint64_t k = 0; k < cols; ++k) {
-        const __m256 w0 = _mm256_loadu_ps(pk + k * kMicroRows), w1 = _mm256_loadu_ps(pk + k * kMicroRows + 8);
-#pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t) {
-            const __m256 xb = _mm256_broadcast_ss(x + t * ldx + k);
-            acc[t][0] = _mm256_fmadd_ps(w0, xb, acc[t][0]);
-            acc[t][1] = _mm256_fmadd_ps(w1, xb, acc[t][1]);
+        const __m256 w0 = _mm256_loadu_ps(wp + k * 16), w1 = _mm256_loadu_ps(wp + k * 16 + 8);
+#pragma GCC unroll 6
+        for (int t = 0; t < 6; ++t) {
+            const __m256 xv = _mm256_broadcast_ss(xb + k * 6 + t);
+            acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);
         }
     }
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-        _mm256_storeu_ps(out + t * kMicroRows, acc[t][0]);
-        _mm256_storeu_ps(out + t * kMicroRows + 8, acc[t][1]);
+    if (nr == 16 && nt == 6) {
+#pragma GCC unroll 6
+        for (int t = 0; t < 6; ++t) {
+            _mm256_storeu_ps(y + t * ldy, acc[t][0]);
+            _mm256_storeu_ps(y + t * ldy + 8, acc[t][1]);
+        }
+        return;
     }
+    alignas(32) float out[6][16];
+#pragma GCC unroll 6
+    for (int t = 0; t < 6; ++t) {
+        _mm256_store_ps(out[t], acc[t][0]);
+        _mm256_store_ps(out[t] + 8, acc[t][1]);
+    }
+    for (uint64_t t = 0; t < nt; ++t) std::memcpy(y + t * ldy, out[t], nr * sizeof(float));
 }
 
-template <int NT>
-AVX2 void micro_block(const float *pk, uint64_t nr, uint64_t cols, const float *x, uint64_t ldx, float *y, uint64_t ldy) {
-    alignas(32) float out[NT * kMicroRows];
-    micro_16xN<NT>(pk, cols, x, ldx, out);
-    for (int t = 0; t < NT; ++t) std::memcpy(y + t * ldy, out + t * kMicroRows, nr * sizeof(float));
-}
-
-void gemm_panel_avx2(const float *panel, uint64_t n_rows, uint64_t cols, const float *x, uint64_t ldx,
-                     uint64_t n_batch, float *y, uint64_t ldy) {
-    thread_local std::vector<float> pk;
-    pk.resize(cols * kMicroRows);
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += kMicroRows) {
-        const uint64_t nr = std::min<uint64_t>(kMicroRows, n_rows - r0);
-        pack_k_major(panel + r0 * cols, nr, cols, pk.data());
-        uint64_t b = 0;
-        for (; b + kMicroTokens <= n_batch; b += kMicroTokens)
-            micro_block<kMicroTokens>(pk.data(), nr, cols, x + b * ldx, ldx, y + b * ldy + r0, ldy);
-        const float *xb = x + b * ldx;
-        float *yb = y + b * ldy + r0;
-        switch (n_batch - b) {
-        case 5: micro_block<5>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
-        case 4: micro_block<4>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
-        case 3: micro_block<3>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
-        case 2: micro_block<2>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
-        case 1: micro_block<1>(pk.data(), nr, cols, xb, ldx, yb, ldy); break;
-        default: break;
+// Loop order: each panel (16 x cols floats: 64 KiB at cols = 1024, packed
+// just before by the caller, so L2-resident) meets every token block in turn;
+// the token blocks stream from the shared packed activations, one
+// sequential 24-byte-per-k stream. Measured alternatives (single thread,
+// 1024x3072 and 3072x1024, 512 tokens, same session): blocking k by 256
+// (the panel's slice in L1, the activations' k-slice in L2) was ~5 %
+// slower; the kernel runs at 75-90 % of the FMA peak either way.
+AVX2 void gemm_packed_avx2(const float *wp, uint64_t n_rows, uint64_t cols, const float *xp, uint64_t n_batch,
+                           float *y, uint64_t ldy) {
+    const uint64_t blocks = gemm_x_blocks(n_batch);
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += kGemmRows) {
+        const uint64_t nr = std::min(kGemmRows, n_rows - r0);
+        const float *wpanel = wp + r0 * cols;
+        for (uint64_t b = 0; b < blocks; ++b) {
+            const uint64_t t0 = b * kGemmTokens;
+            micro_16x6(wpanel, xp + b * cols * kGemmTokens, cols, y + t0 * ldy + r0, ldy, nr,
+                       std::min(kGemmTokens, n_batch - t0));
         }
     }
 }
@@ -363,18 +495,26 @@ const Kernels kPortable{"portable",
                         matmul_h16_generic<convert_bf16_portable, dot_portable>,
                         convert_f16_portable,
                         convert_bf16_portable,
-                        gemm_panel_portable,
+                        gemm_panel_generic<pack_w_portable, pack_x_portable, gemm_packed_portable>,
+                        pack_w_portable,
+                        pack_x_portable,
+                        gemm_packed_portable,
                         dot_portable,
-                        axpy_portable};
+                        axpy_portable,
+                        exp_sum_portable,
+                        silu_mul_portable};
 #ifdef CMF_X86
-const Kernels kAvx2{"avx2",          matmul_avx2,       matmul_h16_avx2<false>, matmul_h16_avx2<true>,
-                    convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,        dot_avx2,
-                    axpy_avx2};
+constexpr GemmPanelFn gemm_panel_avx2 = gemm_panel_generic<pack_w_avx2, pack_x_avx2, gemm_packed_avx2>;
+const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, matmul_h16_avx2<true>,
+                    convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,       pack_w_avx2,
+                    pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2,
+                    exp_sum_avx2,     silu_mul_avx2};
 // AVX-512 machines get the 512-bit f32 dot; the 16-bit and GEMM kernels are
 // the AVX2 ones (AVX-512 CPUs run them; no AVX-512 machine to tune on here).
 const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false>, matmul_h16_avx2<true>,
-                      convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,        dot_avx512,
-                      axpy_avx2};
+                      convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,        pack_w_avx2,
+                      pack_x_avx2,      gemm_packed_avx2,  dot_avx512,             axpy_avx2,
+                      exp_sum_avx2,     silu_mul_avx2};
 #endif
 
 }  // namespace

@@ -4,15 +4,31 @@
 // Two matmul shapes matter for transformers:
 //  - decode (few tokens): y = W x is memory-bound; the *_rows kernels stream
 //    each weight row once, converting f16/bf16 in registers (F16C / shifts);
-//  - prefill (many tokens): compute-bound; the caller converts a panel of
-//    weight rows to f32 once (convert_*), then gemm_panel packs it k-major
-//    and runs a 16-row x 6-token outer-product kernel over all tokens with
+//  - prefill (many tokens): compute-bound; the activations are packed once
+//    per matmul (pack_x) and shared by the threads, each 16-row panel of
+//    weights is widened to f32 and packed (pack_w), and gemm_packed runs a
+//    16-row x 6-token outer-product micro-kernel over every token block with
 //    the packed panel in L2.
 #pragma once
 
 #include <cstdint>
 
 namespace cmf::cpu {
+
+// Packed operands of the prefill GEMM; the layout is the same for every ISA
+// (only the arithmetic differs), so a packing of one ISA feeds another.
+//  - weights: panels of kGemmRows rows, each k-major:
+//      wp[(p * cols + k) * kGemmRows + i] = W[p*kGemmRows + i][k]
+//    (rows past n_rows are zero);
+//  - activations: blocks of kGemmTokens tokens, each k-major:
+//      xp[(b * cols + k) * kGemmTokens + t] = x[(b*kGemmTokens + t) * ldx + k]
+//    (tokens past n_batch are zero).
+constexpr uint64_t kGemmRows = 16, kGemmTokens = 6;
+inline uint64_t gemm_x_blocks(uint64_t n_batch) { return (n_batch + kGemmTokens - 1) / kGemmTokens; }
+inline uint64_t packed_w_floats(uint64_t n_rows, uint64_t cols) {
+    return (n_rows + kGemmRows - 1) / kGemmRows * kGemmRows * cols;
+}
+inline uint64_t packed_x_floats(uint64_t n_batch, uint64_t cols) { return gemm_x_blocks(n_batch) * kGemmTokens * cols; }
 
 // y[b*ldy + r] = dot(W[r, :cols], x[b*ldx, :cols]) for r in [r0, r1), b < n_batch.
 using MatmulF32Fn = void (*)(const float *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch,
@@ -23,10 +39,25 @@ using MatmulH16Fn = void (*)(const uint16_t *w, uint64_t cols, const float *x, u
 // Widen n 16-bit values to f32.
 using ConvertH16Fn = void (*)(const uint16_t *src, uint64_t n, float *dst);
 // y[b*ldy + r] = dot(panel[r], x[b]) for r < n_rows (panel rows contiguous,
-// stride cols), b < n_batch. Tiled for reuse: the caller keeps n_rows small
-// enough for the panel to stay in L2 (see cpu_backend.cpp).
+// stride cols), b < n_batch: pack_w + pack_x + gemm_packed in one call, for
+// callers that use each operand once (attention's blocks).
 using GemmPanelFn = void (*)(const float *panel, uint64_t n_rows, uint64_t cols, const float *x, uint64_t ldx,
                              uint64_t n_batch, float *y, uint64_t ldy);
+// Pack rows [0, n_rows) of w (row stride ldw) into wp / token blocks
+// [b0, b1) of x (stride ldx, n_batch tokens in all) into xp; layouts above.
+using PackWFn = void (*)(const float *w, uint64_t ldw, uint64_t n_rows, uint64_t cols, float *wp);
+using PackXFn = void (*)(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t b0, uint64_t b1,
+                         float *xp);
+// y[b*ldy + r] = dot(W[r], x[b]) for r < n_rows, b < n_batch, from packed
+// operands (wp from pack_w of n_rows rows, xp from pack_x of n_batch tokens).
+using GemmPackedFn = void (*)(const float *wp, uint64_t n_rows, uint64_t cols, const float *xp, uint64_t n_batch,
+                              float *y, uint64_t ldy);
+// x[i] = exp(x[i] - sub) (0 where x[i] is -inf), returns the sum: the
+// softmax numerator. The AVX2 version evaluates exp as a polynomial
+// (Cephes' expf, ~1 ulp); std::exp per element cost ~5 % of a prefill.
+using ExpSumFn = float (*)(float *x, uint64_t n, float sub);
+// out[i] = g[i] / (1 + exp(-g[i])) * u[i] (SiLU-gated product).
+using SiluMulFn = void (*)(const float *g, const float *u, uint64_t n, float *out);
 using DotFn = float (*)(const float *a, const float *b, uint64_t n);
 // y[i] += a * x[i]
 using AxpyFn = void (*)(float a, const float *x, float *y, uint64_t n);
@@ -38,9 +69,14 @@ struct Kernels {
     MatmulH16Fn matmul_bf16;
     ConvertH16Fn convert_f16;
     ConvertH16Fn convert_bf16;
-    GemmPanelFn gemm_panel;
+    GemmPanelFn gemm_panel;  // packs both operands (thread-local buffers), then gemm_packed
+    PackWFn pack_w;
+    PackXFn pack_x;
+    GemmPackedFn gemm_packed;
     DotFn dot;
     AxpyFn axpy;
+    ExpSumFn exp_sum;
+    SiluMulFn silu_mul;
 };
 
 // The best kernels this CPU runs (portable only when native kernels are off).
