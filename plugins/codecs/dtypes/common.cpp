@@ -125,6 +125,12 @@ bool Options::get_bool(const std::string &key, bool fallback) const {
     fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " option " + key + "='" + it->second + "' is not 0/1/true/false");
 }
 
+QuantizedX::QuantizedX(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order)
+    : blocks_(kernels::x_blocks(cols)), q_(n_batch * 32 * blocks_), d_(n_batch * blocks_) {
+    for (uint64_t b = 0; b < n_batch; ++b)
+        kernels::quantize_x(x + b * ldx, cols, order, q_.data() + b * 32 * blocks_, d_.data() + b * blocks_);
+}
+
 void matmul_by_decode(const Dtype &d, const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,
                       uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
     uint64_t cols = sdk::row_len_of(w);

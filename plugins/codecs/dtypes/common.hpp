@@ -7,6 +7,7 @@
 
 #include "dtype.hpp"
 #include "half.hpp"
+#include "kernels/kernels.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -110,6 +111,22 @@ public:
 private:
     std::string dtype_;
     std::map<std::string, std::string> values_;
+};
+
+// The n_batch activation rows of one matmul_rows call quantized to int8 blocks
+// (kernels::quantize_x). Each call quantizes its own copy: callers run
+// matmul_rows on disjoint row ranges from several threads, and x is O(cols)
+// against the O(rows * cols) of the rows.
+class QuantizedX {
+public:
+    QuantizedX(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order);
+    const int8_t *q(uint64_t b) const { return q_.data() + b * 32 * blocks_; }
+    const float *d(uint64_t b) const { return d_.data() + b * blocks_; }
+
+private:
+    uint64_t blocks_;
+    std::vector<int8_t> q_;
+    std::vector<float> d_;
 };
 
 // Portable matmul through the reference decoder (used where no faster path exists).
