@@ -86,7 +86,7 @@ public:
         uint64_t gpr = cols / 32;
         uint64_t groups = groups_of(elements(shape_of(w)));
         const uint8_t *p = bytes_of(w);
-        QuantizedX xq(x, ldx, n_batch, cols, kernels::XOrder::q4_pairs);
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::q4_pairs);
         for (uint64_t r = r0; r < r1; ++r)
             for (uint64_t b = 0; b < n_batch; ++b)
                 y[b * ldy + r] =

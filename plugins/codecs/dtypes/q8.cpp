@@ -23,7 +23,7 @@ inline void prefetch_ahead(const int8_t *row, uint64_t n) {
 // int8 blocks once per call (kernels.hpp).
 void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t cols, const float *x, uint64_t ldx,
                     uint64_t n_batch, uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
-    QuantizedX xq(x, ldx, n_batch, cols, kernels::XOrder::natural);
+    const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
     for (uint64_t r = r0; r < r1; ++r) {
         const float s = load_f16(f16_scales + 2 * r);
         const int8_t *q = reinterpret_cast<const int8_t *>(codes + r * cols);

@@ -106,7 +106,7 @@ public:
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
         Layout l = layout(w);
-        QuantizedX xq(x, ldx, n_batch, l.m.cols, Two ? kernels::XOrder::q2_quads : kernels::XOrder::q4_pairs);
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, l.m.cols, Two ? kernels::XOrder::q2_quads : kernels::XOrder::q4_pairs);
         std::vector<float> scales(l.gpr);
         for (uint64_t r = r0; r < r1; ++r) {
             std::array<float, 32> lad = row_ladder(l, r);
