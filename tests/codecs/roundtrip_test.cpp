@@ -3,11 +3,15 @@
 // decode, reserved ids, shape errors, and row-chunked encoding.
 #include "codec_test_util.hpp"
 
+#include "half.hpp"
+
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 namespace {
@@ -157,7 +161,47 @@ TEST_CASE("roundtrip: malformed payloads never crash and fail clearly") {
     }
 }
 
+namespace {
+
+// The dtypes whose matmul_rows quantizes the activations to int8 blocks.
+bool int8_path(int32_t id) {
+    return id == CMF_DTYPE_Q8_ROW || id == CMF_DTYPE_Q8_2F || id == CMF_DTYPE_Q4_BLOCK || id == CMF_DTYPE_Q4_TILED ||
+           id == CMF_DTYPE_Q4TP || id == CMF_DTYPE_Q2TP;
+}
+
+// q8_2f quantizes col[c] * x[c] (its f16 column field folded in); the others x itself.
+std::vector<float> col_field(int32_t id, uint64_t rows, uint64_t cols, const std::vector<uint8_t> &p) {
+    std::vector<float> col(cols, 1.0f);
+    if (id == CMF_DTYPE_Q8_2F)
+        for (uint64_t c = 0; c < cols; ++c) {
+            uint16_t h;
+            std::memcpy(&h, p.data() + rows * cols + 2 * rows + 2 * c, 2);
+            col[c] = cmf::codecs::f16_to_f32(h);
+        }
+    return col;
+}
+
+// x (times the column field) quantized as matmul_rows does, dequantized: q * d per element.
+std::vector<double> quantized_x(const float *x, const std::vector<float> &col, std::vector<float> *scale = nullptr) {
+    namespace k = cmf::codecs::kernels;
+    uint64_t n = col.size();
+    std::vector<float> xc(n), d(k::x_blocks(n));
+    for (uint64_t c = 0; c < n; ++c) xc[c] = col[c] * x[c];
+    std::vector<int8_t> q(32 * d.size());
+    k::portable::quantize_x(xc.data(), n, k::XOrder::natural, q.data(), d.data());
+    std::vector<double> out(n);
+    for (uint64_t c = 0; c < n; ++c) out[c] = double(q[c]) * d[c / 32];
+    if (scale) *scale = d;
+    return out;
+}
+
+}  // namespace
+
 TEST_CASE("roundtrip: matmul kernels match the reference decode") {
+    // Float paths: reference decode + dot, to f32 rounding (1e-5 of sum |w*x|).
+    // int8 paths: each activation moves by at most d_b/2 (d_b = amax of its
+    // 32-block / 127, of col*x for q8_2f), so the result may differ by up to
+    // sum_c |w_c / col_c| * d_b(c) / 2 on top of the rounding term.
     std::mt19937 rng(99);
     const int32_t ids[] = {CMF_DTYPE_F16,  CMF_DTYPE_BF16,     CMF_DTYPE_F32,  CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F,
                            CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_Q4_TILED, CMF_DTYPE_Q4TP, CMF_DTYPE_VBIT_RO, CMF_DTYPE_Q1,
@@ -167,6 +211,7 @@ TEST_CASE("roundtrip: matmul kernels match the reference decode") {
         for (int iter = 0; iter < 6; ++iter) {
             uint64_t rows = 1 + 2 * (rng() % 6), cols = 32 * (1 + rng() % 5), batch = 1 + rng() % 6;  // both the per-dot and the decode-once paths
             if (iter == 0) rows = 1, cols = 32, batch = 1;  // smallest legal size
+            if (iter == 1 && (id == CMF_DTYPE_Q8_ROW || id == CMF_DTYPE_Q8_2F)) cols = 77;  // partial last x block
             CAPTURE(id);
             CAPTURE(rows);
             CAPTURE(cols);
@@ -183,18 +228,78 @@ TEST_CASE("roundtrip: matmul kernels match the reference decode") {
             uint64_t mid = rows / 2;
             dtype(id).matmul_rows(t, x.data(), ldx, batch, 0, mid, y.data(), ldy);
             dtype(id).matmul_rows(t, x.data(), ldx, batch, mid, rows, y.data(), ldy);
+            std::vector<float> col = col_field(id, rows, cols, p);
             for (uint64_t b = 0; b < batch; ++b) {
+                std::vector<float> d;
+                quantized_x(x.data() + b * ldx, col, &d);
                 for (uint64_t r = 0; r < rows; ++r) {
-                    double want = 0, mag = 0;
+                    double want = 0, mag = 0, xq_bound = 0;
                     for (uint64_t c = 0; c < cols; ++c) {
                         want += double(ref[r * cols + c]) * x[b * ldx + c];
                         mag += std::fabs(double(ref[r * cols + c]) * x[b * ldx + c]);
+                        xq_bound += std::fabs(double(ref[r * cols + c]) / col[c]) * 0.5 * d[c / 32];
                     }
-                    CHECK(std::fabs(y[b * ldy + r] - want) <= 1e-5 * mag + 1e-30);
+                    if (!int8_path(id)) xq_bound = 0;
+                    CHECK(std::fabs(y[b * ldy + r] - want) <= 1e-5 * mag + xq_bound * (1 + 1e-5) + 1e-30);
                 }
                 CHECK(y[b * ldy + rows] == -7.0f);  // padding untouched
             }
         }
+    }
+}
+
+TEST_CASE("roundtrip: int8 matmul paths equal the decode against quantized activations") {
+    // Against the reference decode times x quantized the same way (in double),
+    // the int8 kernels differ only by f32 summation: any error in the packing,
+    // the block order or the scales is far above 1e-5 of sum |w*xq|
+    // (the x quantization alone moves results by ~1e-3 relative).
+    std::mt19937 rng(7);
+    const int32_t ids[] = {CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F, CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_Q4_TILED,
+                           CMF_DTYPE_Q4TP,   CMF_DTYPE_Q2TP};
+    for (int32_t id : ids) {
+        for (int iter = 0; iter < 4; ++iter) {
+            uint64_t rows = 3 + rng() % 5, cols = 32 * (1 + rng() % 8), batch = 1 + rng() % 3;
+            if (iter == 1 && (id == CMF_DTYPE_Q8_ROW || id == CMF_DTYPE_Q8_2F)) cols = 32 * 3 + 13;
+            CAPTURE(id);
+            CAPTURE(cols);
+            std::vector<uint64_t> shape{rows, cols};
+            std::vector<float> w = gaussian(rows * cols, rng(), 0.01f);
+            std::vector<uint8_t> p = encode(id, shape, w.data());
+            std::vector<float> ref = decode(id, shape, p);
+            std::vector<float> x = gaussian(batch * cols, rng(), 0.01f);
+            if (iter == 2) std::fill(x.begin(), x.begin() + 32, 0.0f);  // an all-zero block
+            std::vector<float> y(batch * rows);
+            dtype(id).matmul_rows(view(id, shape, p), x.data(), cols, batch, 0, rows, y.data(), rows);
+            std::vector<float> col = col_field(id, rows, cols, p);
+            double worst_xq_effect = 0;
+            for (uint64_t b = 0; b < batch; ++b) {
+                std::vector<double> xq = quantized_x(x.data() + b * cols, col);
+                for (uint64_t r = 0; r < rows; ++r) {
+                    double want = 0, mag = 0, f32_dot = 0;
+                    for (uint64_t c = 0; c < cols; ++c) {
+                        double wc = double(ref[r * cols + c]) / col[c];
+                        want += wc * xq[c];
+                        mag += std::fabs(wc * xq[c]);
+                        f32_dot += double(ref[r * cols + c]) * x[b * cols + c];
+                    }
+                    CHECK(std::fabs(y[b * rows + r] - want) <= 1e-5 * mag + 1e-30);
+                    worst_xq_effect = std::max(worst_xq_effect, std::fabs(want - f32_dot) / mag);
+                }
+            }
+            // The check above can tell quantized from unquantized activations.
+            CHECK(worst_xq_effect > 3e-5);
+        }
+    }
+    // A non-finite activation makes its outputs NaN, as an f32 dot would.
+    std::vector<uint64_t> shape{2, 64};
+    std::vector<float> w = gaussian(128, 3, 0.0f), x = gaussian(64, 4, 0.0f);
+    x[40] = std::numeric_limits<float>::infinity();
+    for (int32_t id : ids) {
+        std::vector<uint8_t> p = encode(id, shape, w.data());
+        float y[2];
+        dtype(id).matmul_rows(view(id, shape, p), x.data(), 64, 1, 0, 2, y, 2);
+        CHECK(std::isnan(y[0]));
+        CHECK(std::isnan(y[1]));
     }
 }
 
@@ -206,19 +311,43 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
     for (auto &b : bytes) b = static_cast<uint8_t>(rng() % 243);
     for (size_t i = 0; i < bytes.size(); i += 2) bytes[i + 1] &= 0x3b;  // keep f16 scales finite-ish
     std::vector<float> x = gaussian(64 * 32 + 8, 3, 0.0f), s(64, 0.5f);
+    for (int i = 0; i < 32; ++i) x[96 + i] = 0.0f;  // block 3 all zero
+    x[200] = 1e-39f;                                  // a subnormal
+    x[300] = 5.0f;                                    // an outlier
     auto near = [](float a, float b) { return std::fabs(a - b) <= 1e-4f * (std::fabs(a) + std::fabs(b)) + 1e-6f; };
+    // Quantized activations: identical bytes and scales in every order, any length.
+    for (uint64_t n : {1u, 31u, 32u, 77u, 2048u}) {
+        for (k::XOrder order : {k::XOrder::natural, k::XOrder::q4_pairs, k::XOrder::q2_quads}) {
+            CAPTURE(n);
+            uint64_t nb = k::x_blocks(n);
+            std::vector<int8_t> qa(32 * nb, 99), qp(32 * nb, 99);
+            std::vector<float> da(nb), dp(nb);
+            k::avx2::quantize_x(x.data(), n, order, qa.data(), da.data());
+            k::portable::quantize_x(x.data(), n, order, qp.data(), dp.data());
+            CHECK(qa == qp);
+            CHECK(std::memcmp(da.data(), dp.data(), nb * sizeof(float)) == 0);
+        }
+    }
+    std::vector<int8_t> xq(64 * 32);
+    std::vector<float> xd(64);
     for (uint64_t g : {1u, 3u, 64u}) {
-        CHECK(near(k::avx2::dot_q4_tiled(bytes.data(), x.data(), g), k::portable::dot_q4_tiled(bytes.data(), x.data(), g)));
-        CHECK(near(k::avx2::dot_q4_groups(bytes.data(), s.data(), x.data(), g),
-                   k::portable::dot_q4_groups(bytes.data(), s.data(), x.data(), g)));
-        CHECK(near(k::avx2::dot_q2_groups(bytes.data(), s.data(), x.data(), g),
-                   k::portable::dot_q2_groups(bytes.data(), s.data(), x.data(), g)));
         CHECK(near(k::avx2::dot_q1(bytes.data(), x.data(), g), k::portable::dot_q1(bytes.data(), x.data(), g)));
         CHECK(near(k::avx2::dot_q1t(bytes.data(), x.data(), g), k::portable::dot_q1t(bytes.data(), x.data(), g)));
         uint64_t n = 32 * g - 5;
-        CHECK(near(k::avx2::dot_i8_f32(reinterpret_cast<const int8_t *>(bytes.data()), x.data(), n),
-                   k::portable::dot_i8_f32(reinterpret_cast<const int8_t *>(bytes.data()), x.data(), n)));
         CHECK(near(k::avx2::dot_f32(x.data() + 7, x.data(), n), k::portable::dot_f32(x.data() + 7, x.data(), n)));
+        const int8_t *w8 = reinterpret_cast<const int8_t *>(bytes.data());
+        k::portable::quantize_x(x.data(), n, k::XOrder::natural, xq.data(), xd.data());
+        CHECK(near(k::avx2::dot_i8_xq(w8, xq.data(), xd.data(), n), k::portable::dot_i8_xq(w8, xq.data(), xd.data(), n)));
+        k::portable::quantize_x(x.data(), 32 * g, k::XOrder::q4_pairs, xq.data(), xd.data());
+        CHECK(near(k::avx2::dot_q4_tiled_xq(bytes.data(), xq.data(), xd.data(), g),
+                   k::portable::dot_q4_tiled_xq(bytes.data(), xq.data(), xd.data(), g)));
+        CHECK(near(k::avx2::dot_q4_split_xq(bytes.data(), bytes.data() + 1024, xq.data(), xd.data(), g),
+                   k::portable::dot_q4_split_xq(bytes.data(), bytes.data() + 1024, xq.data(), xd.data(), g)));
+        CHECK(near(k::avx2::dot_q4_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
+                   k::portable::dot_q4_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g)));
+        k::portable::quantize_x(x.data(), 32 * g, k::XOrder::q2_quads, xq.data(), xd.data());
+        CHECK(near(k::avx2::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
+                   k::portable::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g)));
     }
 }
 

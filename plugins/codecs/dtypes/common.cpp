@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 namespace cmf::codecs {
 
@@ -123,6 +124,32 @@ bool Options::get_bool(const std::string &key, bool fallback) const {
     if (it->second == "1" || it->second == "true") return true;
     if (it->second == "0" || it->second == "false") return false;
     fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " option " + key + "='" + it->second + "' is not 0/1/true/false");
+}
+
+const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order) {
+    struct Cache {
+        std::vector<float> x;  // n_batch * cols, the activations the result was made from
+        uint64_t n_batch = 0, cols = 0;
+        kernels::XOrder order = kernels::XOrder::natural;
+        QuantizedX result;
+    };
+    thread_local Cache cache;
+    bool same = cache.n_batch == n_batch && cache.cols == cols && cache.order == order;
+    for (uint64_t b = 0; same && b < n_batch; ++b)
+        same = std::memcmp(cache.x.data() + b * cols, x + b * ldx, cols * sizeof(float)) == 0;
+    if (same) return cache.result;
+    cache.n_batch = cache.cols = 0;  // not a valid entry until filled below
+    QuantizedX &r = cache.result;
+    r.blocks = kernels::x_blocks(cols);
+    cache.x.resize(n_batch * cols);
+    r.codes.resize(n_batch * 32 * r.blocks);
+    r.scales.resize(n_batch * r.blocks);
+    for (uint64_t b = 0; b < n_batch; ++b) {
+        std::memcpy(cache.x.data() + b * cols, x + b * ldx, cols * sizeof(float));
+        kernels::quantize_x(x + b * ldx, cols, order, r.codes.data() + b * 32 * r.blocks, r.scales.data() + b * r.blocks);
+    }
+    cache.n_batch = n_batch, cache.cols = cols, cache.order = order;
+    return r;
 }
 
 void matmul_by_decode(const Dtype &d, const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,

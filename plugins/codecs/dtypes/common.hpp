@@ -7,6 +7,7 @@
 
 #include "dtype.hpp"
 #include "half.hpp"
+#include "kernels/kernels.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -111,6 +112,22 @@ private:
     std::string dtype_;
     std::map<std::string, std::string> values_;
 };
+
+// The n_batch activation rows of a matmul_rows call quantized to int8 blocks
+// (kernels::quantize_x), cached per thread: the CPU backend splits one matmul
+// into many row chunks (as few as 4 rows) on each thread, all with the same x,
+// and quantizing x costs about as much as 10 rows of int8 dots. The cache is
+// keyed by the bytes of x (compared in full, so a reused buffer with new
+// contents is never mistaken), its shape and the block order.
+struct QuantizedX {
+    uint64_t blocks = 0;
+    std::vector<int8_t> codes;  // n_batch * 32 * blocks
+    std::vector<float> scales;  // n_batch * blocks
+    const int8_t *q(uint64_t b) const { return codes.data() + b * 32 * blocks; }
+    const float *d(uint64_t b) const { return scales.data() + b * blocks; }
+};
+// Valid until the calling thread's next call.
+const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order);
 
 // Portable matmul through the reference decoder (used where no faster path exists).
 void matmul_by_decode(const Dtype &d, const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,

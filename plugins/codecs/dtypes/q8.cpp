@@ -19,14 +19,16 @@ inline void prefetch_ahead(const int8_t *row, uint64_t n) {
 }
 
 // The decode loop both layouts share: y[b][r] = scale_r * sum_c q[r][c] * x[b][c]
-// over int8 rows `codes` (stride cols) with f16 row scales.
+// over int8 rows `codes` (stride cols) with f16 row scales, x quantized to
+// int8 blocks once per call (kernels.hpp).
 void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t cols, const float *x, uint64_t ldx,
                     uint64_t n_batch, uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
+    const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
     for (uint64_t r = r0; r < r1; ++r) {
         const float s = load_f16(f16_scales + 2 * r);
         const int8_t *q = reinterpret_cast<const int8_t *>(codes + r * cols);
         prefetch_ahead(q, cols);
-        for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = s * kernels::dot_i8_f32(q, x + b * ldx, cols);
+        for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = s * kernels::dot_i8_xq(q, xq.q(b), xq.d(b), cols);
     }
 }
 
@@ -151,7 +153,8 @@ public:
         const uint8_t *p = bytes_of(w);
         const uint8_t *rs = p + m.rows * m.cols;
         const uint8_t *cf = rs + 2 * m.rows;
-        // Fold the column field into the activations once per call: y = s_r * sum q * (col * x).
+        // Fold the column field into the activations once per call, before
+        // they are quantized: y = s_r * sum q * (col * x).
         std::vector<float> xc(m.cols * n_batch);
         for (uint64_t b = 0; b < n_batch; ++b)
             for (uint64_t c = 0; c < m.cols; ++c) xc[b * m.cols + c] = load_f16(cf + 2 * c) * x[b * ldx + c];

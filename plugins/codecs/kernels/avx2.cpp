@@ -1,12 +1,14 @@
 // AVX2 + FMA + F16C kernels. Compiled with -mavx2 -mfma -mf16c; only called
 // after dispatch.cpp has checked the CPU. Accumulation order differs from the
-// portable kernels (8 lanes, fused multiply-adds), so results agree with the
-// reference decode to f32 rounding, not bit-for-bit.
+// portable kernels (8 lanes, fused multiply-adds), so results agree with them
+// to f32 rounding, not bit-for-bit. quantize_x is the exception: it performs
+// the same f32 operations as the portable one and gives identical bytes.
 #include "kernels/portable.hpp"
 
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
 namespace cmf::codecs::kernels::avx2 {
 
@@ -23,26 +25,6 @@ float f16_scalar(const uint8_t *p) {
     std::memcpy(&h, p, 2);
     return _cvtsh_ss(h);
 }
-// 32 signed int8 codes times 32 activations, as an 8-lane partial sum.
-__m256 dot32_i8(__m128i lo16, __m128i hi16, const float *x) {
-    __m256 acc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo16)), _mm256_loadu_ps(x));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo16, 8))), _mm256_loadu_ps(x + 8), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi16)), _mm256_loadu_ps(x + 16), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi16, 8))), _mm256_loadu_ps(x + 24), acc);
-    return acc;
-}
-// One q4 group (16 nibble bytes, even element in the low nibble), unscaled.
-__m256 q4_group(const uint8_t *nib, const float *x) {
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(nib));
-    __m128i mask = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(b, mask);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-    __m128i eight = _mm_set1_epi8(8);
-    __m128i e0 = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);  // elements 0..15
-    __m128i e1 = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight);  // elements 16..31
-    return dot32_i8(e0, e1, x);
-}
-
 }  // namespace
 
 float dot_f32(const float *a, const float *x, uint64_t n) {
@@ -88,62 +70,149 @@ float dot_bf16(const uint16_t *h, const float *x, uint64_t n) {
     return acc;
 }
 
-float dot_i8_f32(const int8_t *q, const float *x, uint64_t n) {
-    __m256 s0 = _mm256_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + i));
-        __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + i + 16));
-        s0 = _mm256_add_ps(s0, dot32_i8(lo, hi, x + i));
+// ---- int8 activations --------------------------------------------------------
+
+void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
+    // Element order inside a block after the pack below: per 128-bit lane a
+    // byte shuffle, then a 32-bit lane permute (kernels.hpp, XOrder).
+    const __m256i pack_fix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i pairs = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    const __m256i quads = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+    const __m256 lim = _mm256_set1_ps(127.0f);
+    for (uint64_t b = 0; b < x_blocks(n); ++b) {
+        alignas(32) float tail[32] = {};
+        const float *v = x + 32 * b;
+        if (n - 32 * b < 32) {
+            std::memcpy(tail, v, (n - 32 * b) * sizeof(float));
+            v = tail;
+        }
+        __m256 e[4];
+        __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int k = 0; k < 4; ++k) {
+            e[k] = _mm256_loadu_ps(v + 8 * k);
+            __m256 a = _mm256_and_ps(e[k], abs_mask);
+            amax = _mm256_max_ps(amax, a);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // inf or NaN
+        }
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        // Same scalar operations as the portable quantize_x: bit-identical codes.
+        float scale = _mm_cvtss_f32(m) / 127.0f;
+        float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;
+        d[b] = scale;
+        if (_mm256_movemask_ps(bad)) {  // inf or NaN in the block: NaN scale, zero codes
+            d[b] = std::numeric_limits<float>::quiet_NaN();
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 32 * b), _mm256_setzero_si256());
+            continue;
+        }
+        __m256i i32[4];
+        for (int k = 0; k < 4; ++k) {
+            __m256 r = _mm256_round_ps(_mm256_mul_ps(e[k], _mm256_set1_ps(inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm256_min_ps(_mm256_max_ps(r, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+            i32[k] = _mm256_cvtps_epi32(r);
+        }
+        // packs work per 128-bit lane: bytes come out as dwords 0,2,4,6,1,3,5,7 of the natural order.
+        __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
+        bytes = _mm256_permutevar8x32_epi32(bytes, pack_fix);
+        if (order == XOrder::q4_pairs)
+            bytes = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(bytes, pairs), _MM_SHUFFLE(3, 1, 2, 0));
+        else if (order == XOrder::q2_quads)
+            bytes = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(bytes, quads), pack_fix);
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 32 * b), bytes);
     }
-    for (; i + 8 <= n; i += 8) {
-        __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + i));
-        s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_loadu_ps(x + i), s0);
+}
+
+namespace {
+// Integer dot of one 32-block as 8 int32 partial sums, converted to f32:
+// |w| (unsigned, -128 -> 128) times x with w's sign, pairs summed to int16
+// (at most 2*128*127, no saturation), then to int32.
+inline __m256 block_isum(__m256i w, __m256i xq) {
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+inline __m256i load32(const int8_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+// 16 nibble bytes -> 32 signed codes (q - 8) in q4_pairs order.
+inline __m256i q4_codes(const uint8_t *nib) {
+    const __m128i mask = _mm_set1_epi8(15);
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(nib));
+    __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), mask), _mm_and_si128(b, mask));
+    return _mm256_sub_epi8(c, _mm256_set1_epi8(8));
+}
+// 8 q2 bytes -> 32 signed codes 2c - 3 in q2_quads order.
+inline __m256i q2_codes(const uint8_t *chunk) {
+    uint64_t v;
+    std::memcpy(&v, chunk, 8);
+    __m256i c = _mm256_and_si256(_mm256_setr_epi64x(static_cast<long long>(v), static_cast<long long>(v >> 2),
+                                                    static_cast<long long>(v >> 4), static_cast<long long>(v >> 6)),
+                                 _mm256_set1_epi8(3));
+    return _mm256_sub_epi8(_mm256_add_epi8(c, c), _mm256_set1_epi8(3));
+}
+}  // namespace
+
+float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    uint64_t b = 0;
+    for (; 32 * b + 64 <= n; b += 2) {
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd[b]), block_isum(load32(w + 32 * b), load32(xq + 32 * b)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(xd[b + 1]), block_isum(load32(w + 32 * b + 32), load32(xq + 32 * b + 32)),
+                               acc1);
     }
-    float acc = hsum(s0);
-    for (; i < n; ++i) acc += static_cast<float>(q[i]) * x[i];
+    if (32 * b + 32 <= n) {
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd[b]), block_isum(load32(w + 32 * b), load32(xq + 32 * b)), acc0);
+        ++b;
+    }
+    float acc = hsum(_mm256_add_ps(acc0, acc1));
+    if (32 * b < n) {  // partial last block: never read past the row
+        int32_t s = 0;
+        for (uint64_t i = 32 * b; i < n; ++i) s += int32_t{w[i]} * xq[i];
+        acc += xd[b] * static_cast<float>(s);
+    }
     return acc;
 }
 
-float dot_q4_tiled(const uint8_t *tiles, const float *x, uint64_t groups) {
-    __m256 acc = _mm256_setzero_ps();
-    for (uint64_t g = 0; g < groups; ++g)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(tiles + 18 * g)), q4_group(tiles + 18 * g + 2, x + 32 * g), acc);
-    return hsum(acc);
-}
-
-float dot_q4_split(const uint8_t *nibbles, const uint8_t *f16_scales, const float *x, uint64_t groups) {
-    __m256 acc = _mm256_setzero_ps();
-    for (uint64_t g = 0; g < groups; ++g)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(f16_scales + 2 * g)), q4_group(nibbles + 16 * g, x + 32 * g), acc);
-    return hsum(acc);
-}
-
-float dot_q4_groups(const uint8_t *nibbles, const float *scales, const float *x, uint64_t groups) {
-    __m256 acc = _mm256_setzero_ps();
-    for (uint64_t g = 0; g < groups; ++g)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[g]), q4_group(nibbles + 16 * g, x + 32 * g), acc);
-    return hsum(acc);
-}
-
-float dot_q2_groups(const uint8_t *chunks, const float *scales, const float *x, uint64_t groups) {
-    const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    const __m256i three = _mm256_set1_epi32(3);
-    const __m256 half3 = _mm256_set1_ps(1.5f);
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups) {
     __m256 acc = _mm256_setzero_ps();
     for (uint64_t g = 0; g < groups; ++g) {
-        const uint8_t *c = chunks + 8 * g;
-        __m256 ga = _mm256_setzero_ps();
-        for (int part = 0; part < 4; ++part) {  // 8 elements = 2 bytes = 16 bits
-            uint16_t v;
-            std::memcpy(&v, c + 2 * part, 2);
-            __m256i codes = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(v), shifts), three);
-            __m256 w = _mm256_sub_ps(_mm256_cvtepi32_ps(codes), half3);
-            ga = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + 32 * g + 8 * part), ga);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[g]), ga, acc);
+        __m256 s = _mm256_set1_ps(f16_scalar(tiles + 18 * g) * xd[g]);
+        acc = _mm256_fmadd_ps(s, block_isum(q4_codes(tiles + 18 * g + 2), load32(xq + 32 * g)), acc);
     }
     return hsum(acc);
+}
+
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
+                      uint64_t groups) {
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t g = 0; g < groups; ++g) {
+        __m256 s = _mm256_set1_ps(f16_scalar(f16_scales + 2 * g) * xd[g]);
+        acc = _mm256_fmadd_ps(s, block_isum(q4_codes(nibbles + 16 * g), load32(xq + 32 * g)), acc);
+    }
+    return hsum(acc);
+}
+
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,
+                       uint64_t groups) {
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t g = 0; g < groups; ++g) {
+        __m256 s = _mm256_set1_ps(scales[g] * xd[g]);
+        acc = _mm256_fmadd_ps(s, block_isum(q4_codes(nibbles + 16 * g), load32(xq + 32 * g)), acc);
+    }
+    return hsum(acc);
+}
+
+float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
+                       uint64_t groups) {
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t g = 0; g < groups; ++g) {
+        __m256 s = _mm256_set1_ps(scales[g] * xd[g]);
+        acc = _mm256_fmadd_ps(s, block_isum(q2_codes(chunks + 8 * g), load32(xq + 32 * g)), acc);
+    }
+    return 0.5f * hsum(acc);  // codes are 2c - 3 = 2 * (c - 1.5)
 }
 
 float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {

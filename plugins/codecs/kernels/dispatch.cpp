@@ -26,16 +26,23 @@ const char *active_isa() { return has_avx2() ? "avx2" : "portable"; }
 float dot_f32(const float *a, const float *x, uint64_t n) { return CMF_PICK(dot_f32, a, x, n); }
 float dot_f16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_f16, h, x, n); }
 float dot_bf16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_bf16, h, x, n); }
-float dot_i8_f32(const int8_t *q, const float *x, uint64_t n) { return CMF_PICK(dot_i8_f32, q, x, n); }
-float dot_q4_tiled(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q4_tiled, t, x, g); }
-float dot_q4_split(const uint8_t *n, const uint8_t *s, const float *x, uint64_t g) {
-    return CMF_PICK(dot_q4_split, n, s, x, g);
+void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
+    CMF_PICK(quantize_x, x, n, order, q, d);
 }
-float dot_q4_groups(const uint8_t *n, const float *s, const float *x, uint64_t g) {
-    return CMF_PICK(dot_q4_groups, n, s, x, g);
+float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
+    return CMF_PICK(dot_i8_xq, w, xq, xd, n);
 }
-float dot_q2_groups(const uint8_t *c, const float *s, const float *x, uint64_t g) {
-    return CMF_PICK(dot_q2_groups, c, s, x, g);
+float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const float *xd, uint64_t g) {
+    return CMF_PICK(dot_q4_tiled_xq, t, xq, xd, g);
+}
+float dot_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const float *xd, uint64_t g) {
+    return CMF_PICK(dot_q4_split_xq, n, s, xq, xd, g);
+}
+float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const float *xd, uint64_t g) {
+    return CMF_PICK(dot_q4_groups_xq, n, s, xq, xd, g);
+}
+float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const float *xd, uint64_t g) {
+    return CMF_PICK(dot_q2_groups_xq, c, s, xq, xd, g);
 }
 float dot_q1(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1, t, x, g); }
 float dot_q1t(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1t, t, x, g); }

@@ -1,8 +1,18 @@
 // Dot-product kernels behind Dtype::matmul_rows. Each entry point picks the
 // AVX2+FMA+F16C implementation when the CPU has those features (checked once)
 // and the portable one otherwise. All are reentrant and allocation-free.
-// They accumulate in f32 (activations are never quantized), so results match
-// the reference decode followed by an f32 dot product up to summation order.
+//
+// Numerics. The float kernels (dot_f32/f16/bf16, dot_q1, dot_q1t) accumulate
+// in f32 against f32 activations: they match the reference decode followed by
+// an f32 dot product up to summation order. The int8 kernels (*_xq, used by
+// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp) first quantize the
+// activations with quantize_x: per block of 32, d = amax/127 and
+// q = clamp(rne(x * (1/d)), -127, 127), so each activation moves by at most
+// d/2. A block then contributes (weight scale) * d * (exact integer sum of
+// weight code * q). Both implementations quantize bit-identically, so they
+// agree with each other up to f32 summation order; against the reference
+// decode + f32 dot the difference is bounded by
+// sum over blocks of (d/2) * sum |decoded weight| (see tests/codecs).
 #pragma once
 
 #include <cstdint>
@@ -12,15 +22,37 @@ namespace cmf::codecs::kernels {
 float dot_f32(const float *a, const float *x, uint64_t n);
 float dot_f16(const uint16_t *h, const float *x, uint64_t n);
 float dot_bf16(const uint16_t *h, const float *x, uint64_t n);
-float dot_i8_f32(const int8_t *q, const float *x, uint64_t n);  // unscaled sum q[i]*x[i]
-// q4: 16 B of nibbles (even element low) per group, value (q-8)*scale.
-float dot_q4_tiled(const uint8_t *tiles, const float *x, uint64_t groups);                  // [f16 s][16 B]
-float dot_q4_split(const uint8_t *nibbles, const uint8_t *f16_scales, const float *x, uint64_t groups);
-float dot_q4_groups(const uint8_t *nibbles, const float *scales, const float *x, uint64_t groups);
-// q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale.
-float dot_q2_groups(const uint8_t *chunks, const float *scales, const float *x, uint64_t groups);
 float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups);   // [f16 s][4 B bits]
 float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);  // [f16 s][7 B base-3]
+
+// ---- int8 activations ---------------------------------------------------------
+constexpr uint64_t kXBlock = 32;
+inline uint64_t x_blocks(uint64_t n) { return (n + kXBlock - 1) / kXBlock; }
+
+// Byte order of each quantized 32-block, chosen so a weight block unpacks
+// with whole-register shifts (position p of the block holds element e):
+//   natural:  p = e
+//   q4_pairs: p = e/2 + 16*(e%2)   (low nibbles, then high nibbles)
+//   q2_quads: p = 8*(e%4) + e/4    (bits 0-1 of the 8 bytes, then 2-3, 4-5, 6-7)
+enum class XOrder : int { natural, q4_pairs, q2_quads };
+
+// x[0..n) -> q[0 .. 32*x_blocks(n)) (tail block zero-padded) and d[0..x_blocks(n)).
+// A block holding an inf or NaN gets d = NaN (and q = 0), so the result is NaN
+// as an f32 dot would be.
+void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);
+
+// All return the sum over blocks of (weight scale) * d[b] * sum_p w[p]*q[p].
+// q8: int8 codes, natural order, n elements (any n); row scale applied by the caller.
+float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);
+// q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; q4_pairs order.
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups);  // [f16 s][16 B]
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
+                      uint64_t groups);
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,
+                       uint64_t groups);
+// q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.
+float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
+                       uint64_t groups);
 
 // Which implementation the dispatcher chose ("avx2" or "portable").
 const char *active_isa();

@@ -2,7 +2,10 @@
 
 #include "half.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace cmf::codecs::kernels::portable {
 
@@ -11,14 +14,6 @@ float f16_at(const uint8_t *p) {
     uint16_t h;
     std::memcpy(&h, p, 2);
     return f16_to_f32(h);
-}
-float q4_group(const uint8_t *nib, const float *x) {
-    float acc = 0.0f;
-    for (int k = 0; k < 16; ++k) {
-        acc += static_cast<float>((nib[k] & 15) - 8) * x[2 * k];
-        acc += static_cast<float>((nib[k] >> 4) - 8) * x[2 * k + 1];
-    }
-    return acc;
 }
 }  // namespace
 
@@ -37,36 +32,100 @@ float dot_bf16(const uint16_t *h, const float *x, uint64_t n) {
     for (uint64_t i = 0; i < n; ++i) acc += bf16_to_f32(h[i]) * x[i];
     return acc;
 }
-float dot_i8_f32(const int8_t *q, const float *x, uint64_t n) {
-    float acc = 0.0f;
-    for (uint64_t i = 0; i < n; ++i) acc += static_cast<float>(q[i]) * x[i];
-    return acc;
+// ---- int8 activations --------------------------------------------------------
+
+namespace {
+// Position of element e (0..31) inside a quantized block (kernels.hpp, XOrder).
+unsigned position(XOrder order, unsigned e) {
+    switch (order) {
+    case XOrder::q4_pairs: return e / 2 + 16 * (e % 2);
+    case XOrder::q2_quads: return 8 * (e % 4) + e / 4;
+    default: return e;
+    }
 }
-float dot_q4_tiled(const uint8_t *tiles, const float *x, uint64_t groups) {
-    float acc = 0.0f;
-    for (uint64_t g = 0; g < groups; ++g) acc += f16_at(tiles + 18 * g) * q4_group(tiles + 18 * g + 2, x + 32 * g);
-    return acc;
+}  // namespace
+
+void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
+    for (uint64_t b = 0; b < x_blocks(n); ++b) {
+        float v[32] = {};
+        uint64_t take = std::min<uint64_t>(32, n - 32 * b);
+        std::copy(x + 32 * b, x + 32 * b + take, v);
+        float amax = 0.0f;
+        bool finite = true;
+        for (float e : v) {
+            float a = std::fabs(e);
+            if (!(a < std::numeric_limits<float>::infinity())) finite = false;  // inf or NaN
+            amax = a > amax ? a : amax;
+        }
+        float scale = amax / 127.0f;
+        float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;  // scale subnormal: block ~ 0
+        d[b] = scale;
+        if (!finite) {  // inf or NaN in the block: NaN scale, zero codes
+            d[b] = std::numeric_limits<float>::quiet_NaN();
+            std::fill(q + 32 * b, q + 32 * b + 32, int8_t{0});
+            continue;
+        }
+        for (unsigned e = 0; e < 32; ++e) {
+            float r = std::nearbyint(v[e] * inv);
+            r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
+            q[32 * b + position(order, e)] = static_cast<int8_t>(r);
+        }
+    }
 }
-float dot_q4_split(const uint8_t *nibbles, const uint8_t *f16_scales, const float *x, uint64_t groups) {
+
+float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
     float acc = 0.0f;
-    for (uint64_t g = 0; g < groups; ++g) acc += f16_at(f16_scales + 2 * g) * q4_group(nibbles + 16 * g, x + 32 * g);
-    return acc;
-}
-float dot_q4_groups(const uint8_t *nibbles, const float *scales, const float *x, uint64_t groups) {
-    float acc = 0.0f;
-    for (uint64_t g = 0; g < groups; ++g) acc += scales[g] * q4_group(nibbles + 16 * g, x + 32 * g);
-    return acc;
-}
-float dot_q2_groups(const uint8_t *chunks, const float *scales, const float *x, uint64_t groups) {
-    float acc = 0.0f;
-    for (uint64_t g = 0; g < groups; ++g) {
-        float a = 0.0f;
-        const uint8_t *c = chunks + 8 * g;
-        for (int i = 0; i < 32; ++i) a += (static_cast<float>((c[i / 4] >> (2 * (i % 4))) & 3) - 1.5f) * x[32 * g + i];
-        acc += scales[g] * a;
+    for (uint64_t b = 0; 32 * b < n; ++b) {
+        int32_t s = 0;
+        for (uint64_t i = 32 * b; i < std::min<uint64_t>(n, 32 * b + 32); ++i) s += int32_t{w[i]} * xq[i];
+        acc += xd[b] * static_cast<float>(s);
     }
     return acc;
 }
+
+namespace {
+// One q4 group (16 nibble bytes) against a q4_pairs block: sum (q-8)*xq.
+int32_t q4_isum(const uint8_t *nib, const int8_t *xq) {
+    int32_t s = 0;
+    for (int k = 0; k < 16; ++k) s += ((nib[k] & 15) - 8) * xq[k] + ((nib[k] >> 4) - 8) * xq[16 + k];
+    return s;
+}
+}  // namespace
+
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups) {
+    float acc = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g)
+        acc += f16_at(tiles + 18 * g) * xd[g] * static_cast<float>(q4_isum(tiles + 18 * g + 2, xq + 32 * g));
+    return acc;
+}
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
+                      uint64_t groups) {
+    float acc = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g)
+        acc += f16_at(f16_scales + 2 * g) * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq + 32 * g));
+    return acc;
+}
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,
+                       uint64_t groups) {
+    float acc = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g)
+        acc += scales[g] * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq + 32 * g));
+    return acc;
+}
+float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
+                       uint64_t groups) {
+    float acc = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g) {
+        // (c - 1.5) * s = (2c - 3) * (s / 2): an integer sum, halved once.
+        int32_t s = 0;
+        for (int j = 0; j < 4; ++j)
+            for (int k = 0; k < 8; ++k) s += (2 * ((chunks[8 * g + k] >> (2 * j)) & 3) - 3) * xq[32 * g + 8 * j + k];
+        acc += 0.5f * scales[g] * xd[g] * static_cast<float>(s);
+    }
+    return acc;
+}
+
 float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g) {

@@ -1,34 +1,32 @@
 // Portable kernel implementations (also the reference the AVX2 ones are tested against).
 #pragma once
 
+#include "kernels/kernels.hpp"
+
 #include <cstdint>
 
+#define CMF_CODECS_KERNEL_DECLS                                                                                       \
+    float dot_f32(const float *a, const float *x, uint64_t n);                                                        \
+    float dot_f16(const uint16_t *h, const float *x, uint64_t n);                                                     \
+    float dot_bf16(const uint16_t *h, const float *x, uint64_t n);                                                    \
+    float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups);                                              \
+    float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);                                             \
+    void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);                                   \
+    float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);                                  \
+    float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups);                  \
+    float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,       \
+                          uint64_t groups);                                                                           \
+    float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,            \
+                           uint64_t groups);                                                                          \
+    float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,             \
+                           uint64_t groups);
+
 namespace cmf::codecs::kernels::portable {
-
-float dot_f32(const float *a, const float *x, uint64_t n);
-float dot_f16(const uint16_t *h, const float *x, uint64_t n);
-float dot_bf16(const uint16_t *h, const float *x, uint64_t n);
-float dot_i8_f32(const int8_t *q, const float *x, uint64_t n);
-float dot_q4_tiled(const uint8_t *tiles, const float *x, uint64_t groups);
-float dot_q4_split(const uint8_t *nibbles, const uint8_t *f16_scales, const float *x, uint64_t groups);
-float dot_q4_groups(const uint8_t *nibbles, const float *scales, const float *x, uint64_t groups);
-float dot_q2_groups(const uint8_t *chunks, const float *scales, const float *x, uint64_t groups);
-float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups);
-float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);
-
+CMF_CODECS_KERNEL_DECLS
 }  // namespace cmf::codecs::kernels::portable
 
 namespace cmf::codecs::kernels::avx2 {
-
-float dot_f32(const float *a, const float *x, uint64_t n);
-float dot_f16(const uint16_t *h, const float *x, uint64_t n);
-float dot_bf16(const uint16_t *h, const float *x, uint64_t n);
-float dot_i8_f32(const int8_t *q, const float *x, uint64_t n);
-float dot_q4_tiled(const uint8_t *tiles, const float *x, uint64_t groups);
-float dot_q4_split(const uint8_t *nibbles, const uint8_t *f16_scales, const float *x, uint64_t groups);
-float dot_q4_groups(const uint8_t *nibbles, const float *scales, const float *x, uint64_t groups);
-float dot_q2_groups(const uint8_t *chunks, const float *scales, const float *x, uint64_t groups);
-float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups);
-float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);
-
+CMF_CODECS_KERNEL_DECLS
 }  // namespace cmf::codecs::kernels::avx2
+
+#undef CMF_CODECS_KERNEL_DECLS
