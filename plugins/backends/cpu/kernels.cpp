@@ -237,73 +237,35 @@ inline float h16_scalar(uint16_t h) {
     return Bf16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-// Four rows against one activation vector per pass: x is loaded once per 4
-// rows, and 8 accumulators hide FMA latency. Decode is bandwidth-bound, so
-// the point is to keep the weight stream going: weights come from a file
-// mapping in 4 KiB pages, where the hardware prefetcher stops at every page
-// boundary, so each row stream is also prefetched kPrefetchAhead bytes
-// ahead. Measured on the 0.6B shape (f16 file, 2 threads): 11.8-14.2 GB/s
-// without, 14.7-16.3 with 8 KiB (1 KiB: worse; 4 and 16 KiB: in between).
-constexpr long kPrefetchAhead = 8192;
+// One row at a time, read front to back as a single stream, with four
+// accumulators to hide FMA latency; the other batch rows re-read it from L1.
+// Decode is bandwidth-bound, so the point is to keep the weight stream going.
+// Weights come from a file mapping in 4 KiB pages, where the hardware
+// prefetcher stops at every page boundary, so the stream is also prefetched
+// kPrefetchAhead bytes ahead. Measured on the 0.6B f16 file's bytes
+// (2 threads, /tmp matvec harness, session 4): four interleaved row streams
+// (the previous form, 8 KiB ahead) 14.8-16.9 GB/s; one stream 16.8-18.9
+// without prefetch, 20.3-23.4 with 1 KiB ahead (512 B and 2 KiB: lower).
+constexpr long kPrefetchAhead = 1024;
 template <bool Bf16>
 AVX2 void matmul_h16_avx2(const uint16_t *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch,
                           uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
-    uint64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint16_t *w0 = w + r * cols, *w1 = w0 + cols, *w2 = w1 + cols, *w3 = w2 + cols;
-        for (uint64_t b = 0; b < n_batch; ++b) {
-            const float *xb = x + b * ldx;
-            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-                   a3 = _mm256_setzero_ps(), c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(),
-                   c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-            uint64_t i = 0;
-            for (; i + 16 <= cols; i += 16) {
-                if ((i & 31) == 0) {  // one line per row every 64 bytes
-                    _mm_prefetch(reinterpret_cast<const char *>(w0 + i) + kPrefetchAhead, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char *>(w1 + i) + kPrefetchAhead, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char *>(w2 + i) + kPrefetchAhead, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char *>(w3 + i) + kPrefetchAhead, _MM_HINT_T0);
-                }
-                __m256 xv = _mm256_loadu_ps(xb + i), xu = _mm256_loadu_ps(xb + i + 8);
-                a0 = _mm256_fmadd_ps(load8<Bf16>(w0 + i), xv, a0);
-                a1 = _mm256_fmadd_ps(load8<Bf16>(w1 + i), xv, a1);
-                a2 = _mm256_fmadd_ps(load8<Bf16>(w2 + i), xv, a2);
-                a3 = _mm256_fmadd_ps(load8<Bf16>(w3 + i), xv, a3);
-                c0 = _mm256_fmadd_ps(load8<Bf16>(w0 + i + 8), xu, c0);
-                c1 = _mm256_fmadd_ps(load8<Bf16>(w1 + i + 8), xu, c1);
-                c2 = _mm256_fmadd_ps(load8<Bf16>(w2 + i + 8), xu, c2);
-                c3 = _mm256_fmadd_ps(load8<Bf16>(w3 + i + 8), xu, c3);
-            }
-            for (; i + 8 <= cols; i += 8) {
-                __m256 xv = _mm256_loadu_ps(xb + i);
-                a0 = _mm256_fmadd_ps(load8<Bf16>(w0 + i), xv, a0);
-                a1 = _mm256_fmadd_ps(load8<Bf16>(w1 + i), xv, a1);
-                a2 = _mm256_fmadd_ps(load8<Bf16>(w2 + i), xv, a2);
-                a3 = _mm256_fmadd_ps(load8<Bf16>(w3 + i), xv, a3);
-            }
-            float s0 = hsum(_mm256_add_ps(a0, c0)), s1 = hsum(_mm256_add_ps(a1, c1)),
-                  s2 = hsum(_mm256_add_ps(a2, c2)), s3 = hsum(_mm256_add_ps(a3, c3));
-            for (; i < cols; ++i) {
-                s0 += h16_scalar<Bf16>(w0[i]) * xb[i];
-                s1 += h16_scalar<Bf16>(w1[i]) * xb[i];
-                s2 += h16_scalar<Bf16>(w2[i]) * xb[i];
-                s3 += h16_scalar<Bf16>(w3[i]) * xb[i];
-            }
-            float *yb = y + b * ldy + r;
-            yb[0] = s0;
-            yb[1] = s1;
-            yb[2] = s2;
-            yb[3] = s3;
-        }
-    }
-    for (; r < r1; ++r) {
+    for (uint64_t r = r0; r < r1; ++r) {
         const uint16_t *wr = w + r * cols;
         for (uint64_t b = 0; b < n_batch; ++b) {
             const float *xb = x + b * ldx;
-            __m256 a = _mm256_setzero_ps();
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+                   a3 = _mm256_setzero_ps();
             uint64_t i = 0;
-            for (; i + 8 <= cols; i += 8) a = _mm256_fmadd_ps(load8<Bf16>(wr + i), _mm256_loadu_ps(xb + i), a);
-            float s = hsum(a);
+            for (; i + 32 <= cols; i += 32) {
+                if (b == 0) _mm_prefetch(reinterpret_cast<const char *>(wr + i) + kPrefetchAhead, _MM_HINT_T0);
+                a0 = _mm256_fmadd_ps(load8<Bf16>(wr + i), _mm256_loadu_ps(xb + i), a0);
+                a1 = _mm256_fmadd_ps(load8<Bf16>(wr + i + 8), _mm256_loadu_ps(xb + i + 8), a1);
+                a2 = _mm256_fmadd_ps(load8<Bf16>(wr + i + 16), _mm256_loadu_ps(xb + i + 16), a2);
+                a3 = _mm256_fmadd_ps(load8<Bf16>(wr + i + 24), _mm256_loadu_ps(xb + i + 24), a3);
+            }
+            for (; i + 8 <= cols; i += 8) a0 = _mm256_fmadd_ps(load8<Bf16>(wr + i), _mm256_loadu_ps(xb + i), a0);
+            float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
             for (; i < cols; ++i) s += h16_scalar<Bf16>(wr[i]) * xb[i];
             y[b * ldy + r] = s;
         }
