@@ -12,6 +12,7 @@
 // times --pp tokens, --reps times; GFLOP/s of the median and best rep.
 // --plugin-path replaces the build tree's plugins (e.g. a saved older
 // backend, to compare two versions in one session).
+#include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "half.hpp"
 #include "plugins/runtime.hpp"
@@ -167,22 +168,11 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
         void *cctx = nullptr;
         const cmf_codec_vt *codec = rt->host_api()->find_codec(rt->host_api()->host_ctx, dtype, &cctx);
         if (codec == nullptr || codec->quantize == nullptr) throw cmf::Error(CMF_ERR_UNKNOWN_DTYPE, "no codec quantize");
-        cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, &bytes, [](void *u, const void *d, size_t n) -> cmf_error * {
-                               auto *v = static_cast<std::vector<uint8_t> *>(u);
-                               v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
-                               return nullptr;
-                           }};
+        cmf_byte_sink sink = cmf::vector_sink(bytes);
         uint64_t shape[2] = {rows, cols};
         cmf::throw_if_error(codec->quantize(cctx, 2, shape, wf.data(), nullptr, &sink));
     }
-    cmf_tensor_view v{};
-    v.struct_size = sizeof v;
-    v.dtype = dtype;
-    v.ndim = 2;
-    v.shape[0] = rows;
-    v.shape[1] = cols;
-    v.data = bytes.data();
-    v.nbytes = bytes.size();
+    cmf_tensor_view v = cmf::tensor_view(dtype, {rows, cols}, bytes);
     cmf_backend_weight *w = nullptr;
     cmf::throw_if_error(be->vt.weight_bind(be->ctx, &v, &w));
     std::vector<double> secs, cpu;

@@ -1,5 +1,6 @@
 #include "convert/convert.hpp"
 
+#include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "convert/safetensors.hpp"
 #include "plugins/runtime.hpp"
@@ -481,13 +482,6 @@ uint32_t row_sections(const CodecEntry &c, const OutTensor &o, uint64_t chunk_el
     return payload_size == CMF_SIZE_VARIABLE ? 0 : sections;
 }
 
-cmf_error *append_to_vector(void *user, const void *d, size_t n) {
-    return guard([&] {
-        auto *v = static_cast<std::vector<uint8_t> *>(user);
-        v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
-    });
-}
-
 void encode_unit(Runtime &rt, Unit &u) {
     const OutTensor &o = *u.o;
     const CodecEntry *codec = rt.codec(o.p.dtype);
@@ -498,7 +492,7 @@ void encode_unit(Runtime &rt, Unit &u) {
         std::vector<float> f32;
         gather_f32(o, f32, u.release);
         u.bytes.resize(1);
-        cmf_byte_sink bs{sizeof(cmf_byte_sink), 0, &u.bytes[0], append_to_vector};
+        cmf_byte_sink bs = vector_sink(u.bytes[0]);
         throw_if_error(codec->vt.quantize(codec->ctx, ndim, o.p.shape.data(), f32.data(), &params, &bs), what);
         return;
     }
@@ -507,7 +501,7 @@ void encode_unit(Runtime &rt, Unit &u) {
     gather_range(o, u.r0 * cols, u.r1 * cols, f32.data(), u.release);
     u.bytes.resize(u.sections);
     cmf_byte_sink sinks[CMF_MAX_ROW_SECTIONS];
-    for (uint32_t k = 0; k < u.sections; ++k) sinks[k] = cmf_byte_sink{sizeof(cmf_byte_sink), 0, &u.bytes[k], append_to_vector};
+    for (uint32_t k = 0; k < u.sections; ++k) sinks[k] = vector_sink(u.bytes[k]);
     uint32_t got = 0;
     throw_if_error(codec->vt.quantize_rows(codec->ctx, ndim, o.p.shape.data(), u.r0, u.r1, f32.data(), &params, sinks, &got), what);
     if (got != u.sections) throw Error(CMF_ERR_PLUGIN, what + ": the codec changed its section count between calls");

@@ -1,5 +1,6 @@
 #include "convert/requant.hpp"
 
+#include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "container/json_emit.hpp"
 #include "container/model.hpp"
@@ -65,12 +66,7 @@ RequantStats requant(Runtime &rt, const RequantOptions &opts) {
                 throw Error(CMF_ERR_UNKNOWN_DTYPE, "requant: no codec can write " + dtype_name(dtype));
             std::vector<uint8_t> bytes;
             cmf_quantize_params params{sizeof(cmf_quantize_params), 0, options.empty() ? nullptr : options.c_str(), nullptr, 0};
-            cmf_byte_sink bs{sizeof(cmf_byte_sink), 0, &bytes, [](void *user, const void *d, size_t n) -> cmf_error * {
-                                 return guard([&] {
-                                     auto *v = static_cast<std::vector<uint8_t> *>(user);
-                                     v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
-                                 });
-                             }};
+            cmf_byte_sink bs = vector_sink(bytes);
             throw_if_error(codec->vt.quantize(codec->ctx, t.ndim, t.shape, f32.data(), &params, &bs),
                            "tensor \"" + t.name + "\" (" + dtype_name(dtype) + ")");
             owned.push_back(std::move(bytes));

@@ -1,6 +1,7 @@
 // Helpers shared by the codec tests: find a dtype by id, encode, decode.
 #pragma once
 
+#include "common/byte_views.hpp"
 #include "dtypes/all.hpp"
 #include "plugins/runtime.hpp"
 
@@ -40,14 +41,7 @@ inline cmf::Runtime &runtime() {
 }
 
 inline cmf_tensor_view view(int32_t id, const std::vector<uint64_t> &shape, const std::vector<uint8_t> &bytes) {
-    cmf_tensor_view t{};
-    t.struct_size = sizeof t;
-    t.dtype = id;
-    t.ndim = static_cast<uint32_t>(shape.size());
-    for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
-    t.data = bytes.data();
-    t.nbytes = bytes.size();
-    return t;
+    return cmf::tensor_view(id, shape, bytes.data(), bytes.size());
 }
 
 inline std::vector<uint8_t> encode(int32_t id, const std::vector<uint64_t> &shape, const float *src,

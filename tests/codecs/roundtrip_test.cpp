@@ -374,11 +374,6 @@ TEST_CASE("roundtrip: flat-group dtypes decode rows that split groups") {
 // shapes that straddle groups report 0 sections.
 TEST_CASE("roundtrip: row-chunked encoding equals whole-tensor encoding") {
     cmf::Runtime &rt = runtime();
-    auto append = [](void *user, const void *d, size_t n) -> cmf_error * {
-        auto *v = static_cast<std::vector<uint8_t> *>(user);
-        v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
-        return nullptr;
-    };
     struct Case {
         int32_t id;
         std::vector<uint64_t> shape;
@@ -407,11 +402,11 @@ TEST_CASE("roundtrip: row-chunked encoding equals whole-tensor encoding") {
         for (uint64_t d : c.shape) elems *= d;
         std::vector<float> w = gaussian(elems, 99 + static_cast<uint32_t>(c.id));
         std::vector<uint8_t> whole;
-        cmf_byte_sink ws{sizeof(cmf_byte_sink), 0, &whole, append};
+        cmf_byte_sink ws = cmf::vector_sink(whole);
         REQUIRE(codec->vt.quantize(codec->ctx, ndim, c.shape.data(), w.data(), nullptr, &ws) == nullptr);
         std::vector<std::vector<uint8_t>> parts(n);
         std::vector<cmf_byte_sink> sinks;
-        for (auto &p : parts) sinks.push_back(cmf_byte_sink{sizeof(cmf_byte_sink), 0, &p, append});
+        for (auto &p : parts) sinks.push_back(cmf::vector_sink(p));
         const uint64_t rows = c.shape[0], row_len = elems / rows;
         const uint64_t steps[] = {1, 7, 13, 2, 9};
         uint64_t r = 0;
@@ -432,7 +427,7 @@ TEST_CASE("roundtrip: row-chunked encoding equals whole-tensor encoding") {
     const cmf::CodecEntry *q8 = rt.codec(CMF_DTYPE_Q8_ROW);
     std::vector<float> w(128, 0.5f);
     std::vector<uint8_t> sink_bytes;
-    cmf_byte_sink s{sizeof(cmf_byte_sink), 0, &sink_bytes, append};
+    cmf_byte_sink s = cmf::vector_sink(sink_bytes);
     cmf_byte_sink two[2] = {s, s};
     cmf_error *e = q8->vt.quantize_rows(q8->ctx, 2, shape, 3, 5, w.data(), nullptr, two, &n);
     REQUIRE(e != nullptr);

@@ -3,6 +3,7 @@
 // standard codecs and quantizes/dequantizes through the runtime's registry.
 #include <doctest/doctest.h>
 
+#include "common/byte_views.hpp"
 #include "plugins/runtime.hpp"
 
 #include <cmf/cmf.h>
@@ -10,16 +11,6 @@
 
 #include <string>
 #include <vector>
-
-namespace {
-
-cmf_error *append(void *user, const void *data, size_t n) {
-    auto *v = static_cast<std::vector<uint8_t> *>(user);
-    v->insert(v->end(), static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + n);
-    return nullptr;
-}
-
-}  // namespace
 
 TEST_CASE("third_party: the SDK example codec loads, is listed and decodes through the registry") {
     cmf_runtime_options o;
@@ -46,7 +37,7 @@ TEST_CASE("third_party: the SDK example codec loads, is listed and decodes throu
     const uint64_t shape[2] = {2, 3};
     const float src[6] = {1.27f, -0.5f, 0.0f, 0.01f, -1.27f, 0.635f};
     std::vector<uint8_t> bytes;
-    cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, &bytes, append};
+    cmf_byte_sink sink = cmf::vector_sink(bytes);
     REQUIRE(codec->vt.quantize(codec->ctx, 2, shape, src, nullptr, &sink) == nullptr);
     uint64_t size = 0;
     REQUIRE(codec->vt.expected_size(codec->ctx, 2, shape, &size) == nullptr);
@@ -55,14 +46,7 @@ TEST_CASE("third_party: the SDK example codec loads, is listed and decodes throu
     CHECK(static_cast<int8_t>(bytes[0]) == 127);
     CHECK(static_cast<int8_t>(bytes[1]) == -50);
 
-    cmf_tensor_view t{};
-    t.struct_size = sizeof t;
-    t.dtype = 200;
-    t.ndim = 2;
-    t.shape[0] = 2;
-    t.shape[1] = 3;
-    t.data = bytes.data();
-    t.nbytes = bytes.size();
+    cmf_tensor_view t = cmf::tensor_view(200, {2, 3}, bytes);
     REQUIRE(codec->vt.validate(codec->ctx, &t) == nullptr);
     float out[3];
     REQUIRE(codec->vt.dequantize_rows(codec->ctx, &t, 1, 2, out) == nullptr);

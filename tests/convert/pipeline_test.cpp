@@ -4,6 +4,7 @@
 // rounding bound otherwise); plus bad inputs.
 #include <doctest/doctest.h>
 
+#include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
@@ -89,17 +90,9 @@ struct MemorySink : TensorSink {
 std::vector<float> decode(const Stored &t) {
     const cmf::CodecEntry *c = runtime().codec(t.dtype);
     REQUIRE(c);
-    cmf_tensor_view v{};
-    v.struct_size = sizeof v;
-    v.dtype = t.dtype;
-    v.ndim = static_cast<uint32_t>(t.shape.size());
+    cmf_tensor_view v = cmf::tensor_view(t.dtype, t.shape, t.bytes.data(), t.bytes.size());
     uint64_t n = 1;
-    for (size_t i = 0; i < t.shape.size(); ++i) {
-        v.shape[i] = t.shape[i];
-        n *= t.shape[i];
-    }
-    v.data = t.bytes.data();
-    v.nbytes = t.bytes.size();
+    for (uint64_t d : t.shape) n *= d;
     uint64_t rows = v.ndim >= 2 ? v.shape[0] : 1;
     std::vector<float> out(n);
     cmf::throw_if_error(c->vt.dequantize_rows(c->ctx, &v, 0, rows, out.data()), t.name);

@@ -4,6 +4,7 @@
 // dequantize-tiles path for a dtype whose codec has no kernel (f16).
 #include <doctest/doctest.h>
 
+#include "common/byte_views.hpp"
 #include "half.hpp"
 #include "kernels.hpp"
 #include "plugins/runtime.hpp"
@@ -11,6 +12,7 @@
 #include <cmf/cmf.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -51,14 +53,7 @@ void run_matmul(cmf_runtime *rt, int32_t dtype, const void *data, uint64_t nbyte
                 const std::vector<float> &x, size_t batch, std::vector<float> &y) {
     const cmf::BackendEntry *be = rt->backend("cpu");
     REQUIRE(be != nullptr);
-    cmf_tensor_view v{};
-    v.struct_size = sizeof v;
-    v.dtype = dtype;
-    v.ndim = 2;
-    v.shape[0] = rows;
-    v.shape[1] = cols;
-    v.data = data;
-    v.nbytes = nbytes;
+    cmf_tensor_view v = cmf::tensor_view(dtype, std::array<uint64_t, 2>{rows, cols}, data, nbytes);
     cmf_backend_weight *w = nullptr;
     REQUIRE(be->vt.weight_bind(be->ctx, &v, &w) == nullptr);
     y.assign(batch * rows, -1.0f);
@@ -117,23 +112,12 @@ TEST_CASE("cpu backend: f16 weights (F16C row kernel for decode, panel GEMM for 
     REQUIRE(codec != nullptr);
     REQUIRE(bool(codec->quantize));
     std::vector<uint8_t> bytes;
-    cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, &bytes, [](void *u, const void *d, size_t n) -> cmf_error * {
-                           auto *v = static_cast<std::vector<uint8_t> *>(u);
-                           v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
-                           return nullptr;
-                       }};
+    cmf_byte_sink sink = cmf::vector_sink(bytes);
     uint64_t shape[2] = {rows, cols};
     REQUIRE(codec->quantize(codec_ctx, 2, shape, w.data(), nullptr, &sink) == nullptr);
     REQUIRE(bytes.size() == rows * cols * 2);
     std::vector<float> w16(rows * cols);
-    cmf_tensor_view v{};
-    v.struct_size = sizeof v;
-    v.dtype = CMF_DTYPE_F16;
-    v.ndim = 2;
-    v.shape[0] = rows;
-    v.shape[1] = cols;
-    v.data = bytes.data();
-    v.nbytes = bytes.size();
+    cmf_tensor_view v = cmf::tensor_view(CMF_DTYPE_F16, {uint64_t(rows), uint64_t(cols)}, bytes);
     REQUIRE(codec->dequantize_rows(codec_ctx, &v, 0, rows, w16.data()) == nullptr);
     auto x = random_vec(batch * cols, 6);
     std::vector<double> ref;
@@ -292,14 +276,7 @@ TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear 
     const cmf::BackendEntry *be = t.rt->backend("cpu");
     REQUIRE(be != nullptr);
     float dummy[4] = {};
-    cmf_tensor_view v{};
-    v.struct_size = sizeof v;
-    v.dtype = 250;
-    v.ndim = 2;
-    v.shape[0] = 2;
-    v.shape[1] = 2;
-    v.data = dummy;
-    v.nbytes = sizeof dummy;
+    cmf_tensor_view v = cmf::tensor_view(250, std::array<uint64_t, 2>{2, 2}, dummy, sizeof dummy);
     cmf_backend_weight *w = nullptr;
     cmf_error *e = be->vt.weight_bind(be->ctx, &v, &w);
     REQUIRE(e != nullptr);
@@ -311,14 +288,9 @@ TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear 
 namespace {
 // Binds a host f32 vector as a 1-D or 2-D weight.
 cmf_backend_weight *bind_f32(const cmf::BackendEntry *be, const std::vector<float> &v, uint64_t rows, uint64_t cols) {
-    cmf_tensor_view t{};
-    t.struct_size = sizeof t;
-    t.dtype = CMF_DTYPE_F32;
-    t.ndim = rows == 0 ? 1 : 2;
-    t.shape[0] = rows == 0 ? cols : rows;
-    t.shape[1] = cols;
-    t.data = v.data();
-    t.nbytes = v.size() * 4;
+    std::vector<uint64_t> shape{cols};
+    if (rows != 0) shape.insert(shape.begin(), rows);
+    cmf_tensor_view t = cmf::tensor_view(CMF_DTYPE_F32, shape, v.data(), v.size() * 4);
     cmf_backend_weight *w = nullptr;
     REQUIRE(be->vt.weight_bind(be->ctx, &t, &w) == nullptr);
     return w;
@@ -417,14 +389,7 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
     // Embedding rows of an f16 table, scaled; an id outside the table is Bounds.
     std::vector<uint16_t> tab(6 * 3);
     for (size_t i = 0; i < tab.size(); ++i) tab[i] = cmf::codecs::f32_to_f16(float(i) * 0.25f);
-    cmf_tensor_view tv{};
-    tv.struct_size = sizeof tv;
-    tv.dtype = CMF_DTYPE_F16;
-    tv.ndim = 2;
-    tv.shape[0] = 6;
-    tv.shape[1] = 3;
-    tv.data = tab.data();
-    tv.nbytes = tab.size() * 2;
+    cmf_tensor_view tv = cmf::tensor_view(CMF_DTYPE_F16, std::array<uint64_t, 2>{6, 3}, tab.data(), tab.size() * 2);
     cmf_backend_weight *tw = nullptr;
     REQUIRE(vt.weight_bind(c, &tv, &tw) == nullptr);
     int32_t ids[2] = {4, 1};
