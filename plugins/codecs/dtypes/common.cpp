@@ -34,13 +34,27 @@ float add_ulps(float r, int delta) noexcept {
     return f32_from_bits(static_cast<uint32_t>(static_cast<int64_t>(f32_bits(r)) + delta));
 }
 
-}  // namespace
-
-float exp2f_f16(uint16_t h) noexcept {
+float exp2f_f16_computed(uint16_t h) noexcept {
     // The double result rounds correctly to f32 for every f16 argument (COMPAT §4).
     float r = static_cast<float>(std::exp2(static_cast<double>(f16_to_f32(h))));
     if (std::binary_search(std::begin(kExp2PlusOne), std::end(kExp2PlusOne), h)) r = add_ulps(r, +1);
     return r;
+}
+
+}  // namespace
+
+float exp2f_f16(uint16_t h) noexcept {
+    // Every f16 argument's value, computed once (256 KiB, a few ms): q4tp /
+    // q2tp decode needs two per weight row, and the double exp2 plus the
+    // search cost about as much as the row's whole dot product.
+    // Static storage: no allocation (this is noexcept), no 256 KiB stack temporary.
+    static const struct Table {
+        float v[65536];
+        Table() noexcept {
+            for (uint32_t i = 0; i < 65536; ++i) v[i] = exp2f_f16_computed(static_cast<uint16_t>(i));
+        }
+    } table;
+    return table.v[h];
 }
 
 float log2f_f16(uint16_t h) noexcept {

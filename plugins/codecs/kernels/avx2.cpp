@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -19,6 +20,11 @@ float hsum(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+int load_u16(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
 }
 float f16_scalar(const uint8_t *p) {
     uint16_t h;
@@ -145,89 +151,175 @@ inline void prefetch_ahead(const void *p) {
     _mm_prefetch(static_cast<const char *>(p) + kPrefetchAhead, _MM_HINT_T0);
 }
 inline __m256i load32(const int8_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
-// 16 nibble bytes -> 32 signed codes (q - 8) in q4_pairs order.
-inline __m256i q4_codes(const uint8_t *nib) {
-    const __m128i mask = _mm_set1_epi8(15);
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(nib));
-    __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), mask), _mm_and_si128(b, mask));
-    return _mm256_sub_epi8(c, _mm256_set1_epi8(8));
-}
-// 8 q2 bytes -> 32 signed codes 2c - 3 in q2_quads order.
-inline __m256i q2_codes(const uint8_t *chunk) {
-    uint64_t v;
-    std::memcpy(&v, chunk, 8);
-    __m256i c = _mm256_and_si256(_mm256_setr_epi64x(static_cast<long long>(v), static_cast<long long>(v >> 2),
-                                                    static_cast<long long>(v >> 4), static_cast<long long>(v >> 6)),
-                                 _mm256_set1_epi8(3));
-    return _mm256_sub_epi8(_mm256_add_epi8(c, c), _mm256_set1_epi8(3));
-}
 }  // namespace
 
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    // Four accumulators (one FMA chain per block would wait on its latency);
+    // one prefetch per 64 bytes.
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    auto step = [&](uint64_t b, __m256 &a) {
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(xd + b), block_isum(load32(w + 32 * b), load32(xq + 32 * b)), a);
+    };
     uint64_t b = 0;
-    for (; 32 * b + 64 <= n; b += 2) {
+    for (; 32 * b + 128 <= n; b += 4) {
         prefetch_ahead(w + 32 * b);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd[b]), block_isum(load32(w + 32 * b), load32(xq + 32 * b)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(xd[b + 1]), block_isum(load32(w + 32 * b + 32), load32(xq + 32 * b + 32)),
-                               acc1);
+        prefetch_ahead(w + 32 * b + 64);
+        step(b, acc[0]);
+        step(b + 1, acc[1]);
+        step(b + 2, acc[2]);
+        step(b + 3, acc[3]);
     }
-    if (32 * b + 32 <= n) {
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd[b]), block_isum(load32(w + 32 * b), load32(xq + 32 * b)), acc0);
-        ++b;
-    }
-    float acc = hsum(_mm256_add_ps(acc0, acc1));
+    for (; 32 * b + 32 <= n; ++b) step(b, acc[0]);
+    float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     if (32 * b < n) {  // partial last block: never read past the row
         int32_t s = 0;
         for (uint64_t i = 32 * b; i < n; ++i) s += int32_t{w[i]} * xq[i];
-        acc += xd[b] * static_cast<float>(s);
+        sum += xd[b] * static_cast<float>(s);
     }
-    return acc;
+    return sum;
 }
 
 namespace {
-// sum over groups of scale(g) * <codes(g), xq block g>, with two independent
-// accumulators: with one, every group's FMA waits for the previous one and
-// the loop runs at the FMA latency, not at the load/ALU rate (q4 decode
-// was bound by that chain: 79 % of a tg run in this loop, 8 GB/s).
-template <class Codes, class Scale>
-inline float grouped_dot(uint64_t groups, const int8_t *xq, Codes codes, Scale scale) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+// 32 unsigned q4 codes (0..15) in q4_pairs order from 16 nibble bytes: the
+// bytes in both lanes, the upper lane shifted down a nibble, then masked.
+inline __m256i q4_codes_u(const uint8_t *nib) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(nib)));
+    return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(15));
+}
+// 32 q2 codes doubled (2c: 0, 2, 4, 6) in q2_quads order from 8 bytes: lane j
+// holds bits [2j, 2j+2) of each byte. (Shifting the word left first to land
+// on 2c directly would lose its top bit.)
+inline __m256i q2_codes_2u(const uint8_t *chunk) {
+    uint64_t v;
+    std::memcpy(&v, chunk, 8);
+    __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<long long>(v)), _mm256_setr_epi64x(0, 2, 4, 6)),
+                                 _mm256_set1_epi8(3));
+    return _mm256_add_epi8(c, c);
+}
+
+// sum over groups of sx[g] * <codes(g) - Bias, xq block g>, where codes(g)
+// are unsigned bytes (so vpmaddubsw takes them as they are, without the two
+// sign fix-ups a signed pair needs) and the bias comes off in int16:
+// maddubs(codes, x) - maddubs(Bias, x), exact (pair sums stay under 2^15:
+// at most 2*15*127). sx[g] is the group's weight scale times x's block scale.
+// Four accumulators: one FMA chain per group would run at the FMA latency.
+template <int Bias, class Codes>
+inline float biased_dot(uint64_t groups, const int8_t *xq, const float *sx, Codes codes) {
+    const __m256i bias = _mm256_set1_epi8(Bias), ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    auto step = [&](uint64_t g, __m256 &a) {
+        __m256i x = load32(xq + 32 * g);
+        __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes(g), x), _mm256_maddubs_epi16(bias, x));
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(sx + g), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), a);
+    };
     uint64_t g = 0;
-    for (; g + 2 <= groups; g += 2) {
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(g)), block_isum(codes(g), load32(xq + 32 * g)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(g + 1)), block_isum(codes(g + 1), load32(xq + 32 * g + 32)), acc1);
+    for (; g + 4 <= groups; g += 4) {
+        step(g, acc[0]);
+        step(g + 1, acc[1]);
+        step(g + 2, acc[2]);
+        step(g + 3, acc[3]);
     }
-    if (g < groups) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(g)), block_isum(codes(g), load32(xq + 32 * g)), acc0);
-    return hsum(_mm256_add_ps(acc0, acc1));
+    for (; g < groups; ++g) step(g, acc[0]);
+    return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+// Runs `dot(g0, n, sx)` over the groups in slices of kSlice, with sx[i] =
+// scale(g0 + i) * xd[g0 + i] filled first by `fill(g0, n, sx)`: the scale
+// products come out of the dot's loop, where they were a scalar chain per group.
+constexpr uint64_t kSlice = 256;
+template <class Fill, class Dot>
+inline float sliced(uint64_t groups, Fill fill, Dot dot) {
+    alignas(32) float sx[kSlice];
+    float acc = 0.0f;
+    for (uint64_t g0 = 0; g0 < groups; g0 += kSlice) {
+        uint64_t n = std::min(kSlice, groups - g0);
+        fill(g0, n, sx);
+        acc += dot(g0, n, sx);
+    }
+    return acc;
+}
+// sx[i] = f16 scale (stride 2 bytes) * xd, 8 at a time.
+inline void fill_f16_scales(const uint8_t *f16_scales, const float *xd, uint64_t n, float *sx) {
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(f16_scales + 2 * i))),
+                                              _mm256_loadu_ps(xd + i)));
+    for (; i < n; ++i) sx[i] = f16_scalar(f16_scales + 2 * i) * xd[i];
+}
+inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, float *sx) {
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_loadu_ps(scales + i), _mm256_loadu_ps(xd + i)));
+    for (; i < n; ++i) sx[i] = scales[i] * xd[i];
 }
 }  // namespace
 
 float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups) {
-    return grouped_dot(
-        groups, xq, [&](uint64_t g) { return q4_codes(tiles + 18 * g + 2); },
-        [&](uint64_t g) { return f16_scalar(tiles + 18 * g) * xd[g]; });
+    return sliced(
+        groups,
+        [&](uint64_t g0, uint64_t n, float *sx) {
+            const uint8_t *t = tiles + 18 * g0;
+            uint64_t i = 0;
+            for (; i + 8 <= n; i += 8) {  // eight strided f16 scales into one register
+                __m128i h = _mm_setzero_si128();
+                h = _mm_insert_epi16(h, load_u16(t + 18 * i), 0);
+                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 1)), 1);
+                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 2)), 2);
+                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 3)), 3);
+                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 4)), 4);
+                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 5)), 5);
+                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 6)), 6);
+                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 7)), 7);
+                _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd + g0 + i)));
+            }
+            for (; i < n; ++i) sx[i] = f16_scalar(t + 18 * i) * xd[g0 + i];
+        },
+        [&](uint64_t g0, uint64_t n, const float *sx) {
+            const uint8_t *t = tiles + 18 * g0;
+            return biased_dot<8>(n, xq + 32 * g0, sx, [&](uint64_t g) {
+                if (g % 4 == 0) prefetch_ahead(t + 18 * g);  // a line per 72 bytes: the hardware prefetcher covers the rest
+                return q4_codes_u(t + 18 * g + 2);
+            });
+        });
 }
 
 float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
                       uint64_t groups) {
-    return grouped_dot(
-        groups, xq, [&](uint64_t g) { return q4_codes(nibbles + 16 * g); },
-        [&](uint64_t g) { return f16_scalar(f16_scales + 2 * g) * xd[g]; });
+    return sliced(
+        groups, [&](uint64_t g0, uint64_t n, float *sx) { fill_f16_scales(f16_scales + 2 * g0, xd + g0, n, sx); },
+        [&](uint64_t g0, uint64_t n, const float *sx) {
+            const uint8_t *nb = nibbles + 16 * g0;
+            return biased_dot<8>(n, xq + 32 * g0, sx, [&](uint64_t g) {
+                if (g % 4 == 0) prefetch_ahead(nb + 16 * g);
+                return q4_codes_u(nb + 16 * g);
+            });
+        });
 }
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,
                        uint64_t groups) {
-    return grouped_dot(
-        groups, xq, [&](uint64_t g) { return q4_codes(nibbles + 16 * g); }, [&](uint64_t g) { return scales[g] * xd[g]; });
+    return sliced(
+        groups, [&](uint64_t g0, uint64_t n, float *sx) { fill_f32_scales(scales + g0, xd + g0, n, sx); },
+        [&](uint64_t g0, uint64_t n, const float *sx) {
+            const uint8_t *nb = nibbles + 16 * g0;
+            return biased_dot<8>(n, xq + 32 * g0, sx, [&](uint64_t g) {
+                if (g % 4 == 0) prefetch_ahead(nb + 16 * g);
+                return q4_codes_u(nb + 16 * g);
+            });
+        });
 }
 
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
                        uint64_t groups) {
-    // codes are 2c - 3 = 2 * (c - 1.5)
-    return 0.5f * grouped_dot(
-                      groups, xq, [&](uint64_t g) { return q2_codes(chunks + 8 * g); },
-                      [&](uint64_t g) { return scales[g] * xd[g]; });
+    // (c - 1.5) * s = (2c - 3) * (s / 2): an integer sum, halved once.
+    return 0.5f * sliced(
+                      groups, [&](uint64_t g0, uint64_t n, float *sx) { fill_f32_scales(scales + g0, xd + g0, n, sx); },
+                      [&](uint64_t g0, uint64_t n, const float *sx) {
+                          const uint8_t *ch = chunks + 8 * g0;
+                          return biased_dot<3>(n, xq + 32 * g0, sx, [&](uint64_t g) {
+                              if (g % 8 == 0) prefetch_ahead(ch + 8 * g);
+                              return q2_codes_2u(ch + 8 * g);
+                          });
+                      });
 }
 
 float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
