@@ -349,6 +349,22 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
         CHECK(near(k::avx2::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
                    k::portable::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g)));
     }
+    // Decode kernels: bit-identical, every group with its own scale.
+    std::vector<float> gs(64);
+    for (size_t i = 0; i < gs.size(); ++i) gs[i] = 0.01f * static_cast<float>(i) - 0.2f;
+    for (uint64_t g : {1u, 3u, 64u}) {
+        CAPTURE(g);
+        for (uint64_t stride : {16u, 18u}) {
+            std::vector<float> a(32 * g, -1.0f), p(32 * g, -2.0f);
+            k::avx2::dequant_q4_groups(bytes.data(), stride, gs.data(), g, a.data());
+            k::portable::dequant_q4_groups(bytes.data(), stride, gs.data(), g, p.data());
+            CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
+        }
+        std::vector<float> a(32 * g, -1.0f), p(32 * g, -2.0f);
+        k::avx2::dequant_q2_groups(bytes.data(), gs.data(), g, a.data());
+        k::portable::dequant_q2_groups(bytes.data(), gs.data(), g, p.data());
+        CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
+    }
 }
 
 TEST_CASE("roundtrip: flat-group dtypes decode rows that split groups") {

@@ -6,6 +6,8 @@
 #include "dtypes/common.hpp"
 #include "kernels/kernels.hpp"
 
+#include <algorithm>
+
 namespace cmf::codecs {
 
 namespace {
@@ -44,12 +46,13 @@ public:
             uint64_t g = i / 32;
             const uint8_t *nib = nibbles(p, g);
             float s = scale(p, groups, g);
-            if (i % 32 == 0 && end - i >= 32) {  // whole group
-                for (unsigned k = 0; k < 16; ++k) {
-                    *dst++ = static_cast<float>((nib[k] & 15) - 8) * s;
-                    *dst++ = static_cast<float>((nib[k] >> 4) - 8) * s;
-                }
-                i += 32;
+            if (i % 32 == 0 && end - i >= 32) {  // a run of whole groups, through the kernel
+                float scales[64];
+                const uint64_t n = std::min<uint64_t>(64, (end - i) / 32);
+                for (uint64_t k = 0; k < n; ++k) scales[k] = scale(p, groups, g + k);
+                kernels::dequant_q4_groups(nib, Tiled ? 18 : 16, scales, n, dst);
+                dst += 32 * n;
+                i += 32 * n;
                 continue;
             }
             unsigned k = static_cast<unsigned>(i % 32);

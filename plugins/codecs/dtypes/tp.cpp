@@ -125,21 +125,18 @@ public:
             for (unsigned j = 0; j < n; ++j) body(rb + j, lad, j);
         }
     }
-    static float weight(const uint8_t *chunk, unsigned i, float s) {
-        if (Two) return (static_cast<float>((chunk[i / 4] >> (2 * (i % 4))) & 3u) - 1.5f) * s;
-        int q = (i & 1) ? (chunk[i / 2] >> 4) : (chunk[i / 2] & 15);
-        return static_cast<float>(q - 8) * s;
-    }
 
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         Layout l = layout(t);
         std::vector<float> scales(l.gpr);
         for_rows(l, r0, r1, [&](uint64_t r, const Ladders<Two> &lad, unsigned j) {
             row_scales(l, r, lad, j, scales.data());
-            for (uint64_t g = 0; g < l.gpr; ++g) {
-                const uint8_t *chunk = l.chunks + (r * l.gpr + g) * kChunk;
-                for (unsigned i = 0; i < 32; ++i) *dst++ = weight(chunk, i, scales[g]);
-            }
+            const uint8_t *chunks = l.chunks + r * l.gpr * kChunk;
+            if (Two)
+                kernels::dequant_q2_groups(chunks, scales.data(), l.gpr, dst);
+            else
+                kernels::dequant_q4_groups(chunks, kChunk, scales.data(), l.gpr, dst);
+            dst += 32 * l.gpr;
         });
     }
     bool can_quantize() const override { return true; }

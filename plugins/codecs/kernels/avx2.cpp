@@ -375,4 +375,40 @@ float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
     return hsum(acc);
 }
 
+// ---- decode -------------------------------------------------------------------
+
+void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst) {
+    const __m128i mask = _mm_set1_epi8(15);
+    const __m256i eight = _mm256_set1_epi32(8);
+    for (uint64_t g = 0; g < groups; ++g) {
+        __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(nibbles + stride * g));
+        __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+        // Interleaved back to element order: low nibble = even element.
+        __m128i e0 = _mm_unpacklo_epi8(lo, hi), e1 = _mm_unpackhi_epi8(lo, hi);
+        const __m256 s = _mm256_set1_ps(scales[g]);
+        const __m128i parts[4] = {e0, _mm_srli_si128(e0, 8), e1, _mm_srli_si128(e1, 8)};
+        for (int k = 0; k < 4; ++k) {
+            __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[k]), eight);
+            _mm256_storeu_ps(dst + 32 * g + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), s));
+        }
+    }
+}
+
+void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst) {
+    // Element 4k+j sits in bits [2j, 2j+2) of byte k: per 32-bit lane of
+    // 4 elements, broadcast byte k and shift each lane by 2j.
+    const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m256i three = _mm256_set1_epi32(3);
+    const __m256 half3 = _mm256_set1_ps(1.5f);
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *c = chunks + 8 * g;
+        const __m256 s = _mm256_set1_ps(scales[g]);
+        for (int k = 0; k < 8; k += 2) {  // bytes k, k+1 -> elements 4k .. 4k+7
+            __m256i v = _mm256_setr_epi32(c[k], c[k], c[k], c[k], c[k + 1], c[k + 1], c[k + 1], c[k + 1]);
+            __m256i q = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), three);
+            _mm256_storeu_ps(dst + 32 * g + 4 * k, _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), half3), s));
+        }
+    }
+}
+
 }  // namespace cmf::codecs::kernels::avx2

@@ -45,6 +45,10 @@ float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const
     return CMF_PICK(dot_q2_groups_xq, c, s, xq, xd, g);
 }
 float dot_q1(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1, t, x, g); }
+void dequant_q4_groups(const uint8_t *n, uint64_t stride, const float *s, uint64_t g, float *dst) {
+    CMF_PICK(dequant_q4_groups, n, stride, s, g, dst);
+}
+void dequant_q2_groups(const uint8_t *c, const float *s, uint64_t g, float *dst) { CMF_PICK(dequant_q2_groups, c, s, g, dst); }
 float dot_q1t(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1t, t, x, g); }
 
 }  // namespace cmf::codecs::kernels

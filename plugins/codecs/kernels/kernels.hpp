@@ -54,6 +54,14 @@ float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
                        uint64_t groups);
 
+// ---- decode (prefill widens weight panels to f32 through these) --------------
+// Whole groups of 32 in natural element order, bit-identical to the scalar
+// formulas: q4 (q - 8) * scale from 16 nibble bytes per group (even element
+// in the low nibble; groups `stride` bytes apart: 16 split, 18 tiled);
+// q2 (c - 1.5) * scale from 8 bytes per group (element 4k+j in bits [2j, 2j+2) of byte k).
+void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst);
+void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);
+
 // Which implementation the dispatcher chose ("avx2" or "portable").
 const char *active_isa();
 

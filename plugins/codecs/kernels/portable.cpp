@@ -152,4 +152,20 @@ float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
     return acc;
 }
 
+void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst) {
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *nib = nibbles + stride * g;
+        const float s = scales[g];
+        for (unsigned k = 0; k < 16; ++k) {
+            *dst++ = static_cast<float>((nib[k] & 15) - 8) * s;
+            *dst++ = static_cast<float>((nib[k] >> 4) - 8) * s;
+        }
+    }
+}
+void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst) {
+    for (uint64_t g = 0; g < groups; ++g)
+        for (unsigned i = 0; i < 32; ++i)
+            *dst++ = (static_cast<float>((chunks[8 * g + i / 4] >> (2 * (i % 4))) & 3u) - 1.5f) * scales[g];
+}
+
 }  // namespace cmf::codecs::kernels::portable
