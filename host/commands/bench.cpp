@@ -1,5 +1,5 @@
 // cmfhost bench: prompt processing (pp: one batch of N tokens) and text
-// generation (tg: N single-token steps) from an empty context, as llama-bench
+// generation (tg: N single-token steps) from an empty context (or after -d tokens of context), as llama-bench
 // measures them; median and spread over repetitions, peak RSS.
 #include "session_util.hpp"
 
@@ -64,7 +64,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int cmd_bench(const std::vector<std::string> &args) {
     CommonOptions common;
     std::string model;
-    uint32_t n_prompt = 512, n_gen = 128, reps = 5;
+    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0;
     bool json = false;
     po::options_description desc("options");
     desc.add_options()
@@ -72,19 +72,21 @@ int cmd_bench(const std::vector<std::string> &args) {
         ("n-prompt,p", po::value(&n_prompt)->default_value(512), "pp test: prompt tokens in one batch (0 = skip)")
         ("n-gen,n", po::value(&n_gen)->default_value(128), "tg test: generated tokens, one per step (0 = skip)")
         ("reps,r", po::value(&reps)->default_value(5), "repetitions of each test")
+        ("depth,d", po::value(&depth)->default_value(0),
+         "run both tests after this many context tokens (prefilled, not timed), as llama-bench -d")
         ("json", po::bool_switch(&json), "print the results as JSON on stdout");
     add_common_options(desc, common);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
-    if (!parse_args("bench", "[MODEL] [-p 512] [-n 128] [-r 5] [--json]", args, desc, pos, vm)) return 0;
+    if (!parse_args("bench", "[MODEL] [-p 512] [-n 128] [-r 5] [-d 0] [--json]", args, desc, pos, vm)) return 0;
     if (reps == 0) throw Failure("-r must be at least 1", 2);
     if (n_prompt == 0 && n_gen == 0) throw Failure("nothing to measure: -p and -n are both 0", 2);
 
     model = resolve_model(model);
     auto rt = make_runtime(common);
     auto m = open_model(rt.get(), model);
-    uint64_t n_ctx = std::max<uint64_t>({n_prompt, n_gen, 1});
+    uint64_t n_ctx = uint64_t(depth) + std::max<uint64_t>({n_prompt, n_gen, 1});
     auto s = make_session(rt.get(), m.get(), n_ctx);
     if (cmf_session_n_ctx(s.get()) < n_ctx)
         throw Failure("the session context (" + std::to_string(cmf_session_n_ctx(s.get())) + ") is smaller than the test", 2);
@@ -104,19 +106,26 @@ int cmd_bench(const std::vector<std::string> &args) {
     // is one forward pass, as llama-bench's default.
     std::mt19937_64 rng(1234);
     std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
-    std::vector<int32_t> prompt(n_prompt);
+    std::vector<int32_t> prompt(n_prompt), context(depth);
     for (auto &t : prompt) t = pick(rng);
+    for (auto &t : context) t = pick(rng);
+    // Every test starts from `depth` tokens of context: reset, then prefill
+    // them (untimed; the session cuts them into batches of n_batch).
+    auto start = [&] {
+        check(cmf_session_reset(s.get()), "session");
+        if (depth) check(cmf_session_eval(s.get(), context.data(), context.size(), CMF_LOGITS_LAST, logits.data(), logits.size()), "depth");
+    };
 
     std::vector<double> pp, tg;
     for (uint32_t r = 0; r < reps; ++r) {
         if (n_prompt) {
-            check(cmf_session_reset(s.get()), "session");
+            start();
             auto t0 = std::chrono::steady_clock::now();
             check(cmf_session_eval(s.get(), prompt.data(), prompt.size(), CMF_LOGITS_LAST, logits.data(), logits.size()), "pp");
             pp.push_back(double(n_prompt) / seconds_since(t0));
         }
         if (n_gen) {
-            check(cmf_session_reset(s.get()), "session");
+            start();
             int32_t tok = pick(rng);
             auto t0 = std::chrono::steady_clock::now();
             for (uint32_t i = 0; i < n_gen; ++i) {
@@ -128,14 +137,18 @@ int cmd_bench(const std::vector<std::string> &args) {
     }
     const uint64_t rss = peak_rss_bytes();
     const int threads = cmf_runtime_threads(rt.get());
+    // As llama-bench names them: "tg128", "tg128 @ d2048".
+    auto label = [&](const char *name, uint32_t n) {
+        return std::string(name) + std::to_string(n) + (depth ? " @ d" + std::to_string(depth) : std::string());
+    };
     auto row = [&](const char *name, uint32_t n, const std::vector<double> &v) {
         Summary su = summarize(v);
         if (!json)
-            std::printf("%s%-5u  %10.2f tok/s  ± %.2f (median of %zu; min %.2f, max %.2f)\n", name, n, su.median,
+            std::printf("%-12s  %10.2f tok/s  ± %.2f (median of %zu; min %.2f, max %.2f)\n", label(name, n).c_str(), su.median,
                         su.stddev, v.size(), su.min, su.max);
         boost::json::array samples;
         for (double x : v) samples.push_back(x);
-        return boost::json::object{{"test", std::string(name) + std::to_string(n)}, {"n_tokens", n},
+        return boost::json::object{{"test", label(name, n)}, {"n_tokens", n}, {"n_depth", depth},
                                    {"median_tok_s", su.median}, {"mean_tok_s", su.mean}, {"stddev_tok_s", su.stddev},
                                    {"min_tok_s", su.min}, {"max_tok_s", su.max}, {"samples_tok_s", samples}};
     };

@@ -12,7 +12,7 @@ writer, then checks:
   run interactive (stdin)   two turns, two stats lines;
   ppl                       == perplexity computed here from PyTorch logits;
   q8, q4, q4tp files        logits close to PyTorch f32 (cosine, top-1);
-  bench --json              parses, with positive rates and peak RSS;
+  bench --json              parses, with positive rates and peak RSS; -d runs at depth;
   clear errors for bad arguments and a missing default model.
 Exit 77 (skip) without torch.
 """
@@ -167,6 +167,14 @@ try:
 except (ValueError, KeyError):
     ok = False
 check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS")
+p = run(["bench", model_path, "-p", "8", "-n", "4", "-r", "1", "-d", "40", "--json"])
+try:
+    bj = json.loads(p.stdout)
+    tests = {t["test"]: t for t in bj["tests"]}
+    ok = set(tests) == {"pp8 @ d40", "tg4 @ d40"} and all(t["n_depth"] == 40 for t in tests.values())
+except (ValueError, KeyError):
+    ok = False
+check(ok, "bench -d 40: both tests run after 40 tokens of context and say so")
 
 # ---- errors ------------------------------------------------------------------
 p = run(["run", "-p", "x"], expect=2)

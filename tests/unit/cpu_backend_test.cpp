@@ -343,13 +343,19 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
     struct AttnCase {
         uint32_t hd, n, pos0, win;
         float cap;
+        uint32_t nh = 4, nkv = 2;
     };
-    // The last case: 61 tokens after 20 cached (K/V panels of 16 keys
-    // straddling the cache and the new rows, a window starting mid-panel).
+    // 61 tokens after 20 cached: K/V panels of 16 keys straddling the cache
+    // and the new rows, a window starting mid-panel. The last three are
+    // decode steps deep in a cache: one token (a KV group split across
+    // work items), two tokens with a window, and MQA (3 query heads on
+    // one KV head, split three ways), head_dim 40 and 64.
     for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f},
-                              AttnCase{16, 61, 20, 30, 0.0f}}) {
+                              AttnCase{16, 61, 20, 30, 0.0f}, AttnCase{40, 1, 300, 0, 0.0f},
+                              AttnCase{64, 2, 100, 50, 1.5f}, AttnCase{40, 1, 77, 0, 0.0f, 3, 1}}) {
         CAPTURE(ac.n);
-        const uint32_t nh = 4, nkv = 2, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
+        CAPTURE(ac.pos0);
+        const uint32_t nh = ac.nh, nkv = ac.nkv, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
         const float scale = 0.5f, cap = ac.cap;
         auto qa = random_vec(n * nh * hd, 14), kc = random_vec(rows * nkv * hd, 15), vc = random_vec(rows * nkv * hd, 16);
         std::vector<float> out(n * nh * hd);

@@ -452,6 +452,12 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
     }
 }
 
+// Decode attention reads one head's slice of each cached row; see attention().
+constexpr uint64_t kPrefetchKeys = 8;
+inline void prefetch_row(const float *p, uint64_t n) {
+    for (uint64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+}
+
 cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
                      uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
                      float scale, uint32_t window, float softcap) {
@@ -467,35 +473,56 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                               window, softcap);
             return;
         }
-        // Decode (few tokens): one work item per (token, head).
-        parallel(be, n_tokens * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
-            std::vector<float> s;
+        // Decode (few tokens): one work item per (token, KV head), the query
+        // heads sharing that KV head taken together, so each K and V row is
+        // read once per item instead of once per query head (GQA: half the
+        // cache traffic for Qwen3-0.6B's 16/8 heads, 1/7 for 28/4). With too
+        // few items to keep every thread busy (one token, MQA), a group is
+        // split into parts.
+        const uint64_t threads = static_cast<uint64_t>(std::max(1, be->host->num_threads(be->host->host_ctx)));
+        const uint64_t base_items = n_tokens * n_kv_heads;
+        const uint32_t parts =
+            static_cast<uint32_t>(std::min<uint64_t>(group, (2 * threads + base_items - 1) / base_items));
+        const uint32_t per_part = (group + parts - 1) / parts;
+        parallel(be, base_items * parts, 1, [&](uint64_t i0, uint64_t i1) {
+            thread_local std::vector<float> s;  // per query head of the item: its scores, then weights
             for (uint64_t i = i0; i < i1; ++i) {
-                uint64_t t = i / n_heads;
-                uint32_t h = static_cast<uint32_t>(i % n_heads);
-                uint64_t p = pos0 + t;
-                uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-                uint64_t n = p + 1 - j0;
-                s.resize(n);
-                const float *qh = q + t * qd + uint64_t(h) * head_dim;
-                const float *kh = k_cache + uint64_t(h / group) * head_dim;
-                const float *vh = v_cache + uint64_t(h / group) * head_dim;
-                float mx = -INFINITY;
+                const uint64_t t = i / (uint64_t(n_kv_heads) * parts);
+                const uint32_t kvh = static_cast<uint32_t>(i / parts % n_kv_heads);
+                const uint32_t h0 = kvh * group + static_cast<uint32_t>(i % parts) * per_part, h_end = kvh * group + group;
+                if (h0 >= h_end) continue;  // an empty last part
+                const uint32_t nh = std::min(per_part, h_end - h0);
+                const uint64_t p = pos0 + t;
+                const uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+                const uint64_t n = p + 1 - j0;
+                s.resize(uint64_t(nh) * n);
+                const float *kh = k_cache + uint64_t(kvh) * head_dim + j0 * kvd;
+                const float *vh = v_cache + uint64_t(kvh) * head_dim + j0 * kvd;
+                const float *qh = q + t * qd + uint64_t(h0) * head_dim;
+                float *o = out + t * qd + uint64_t(h0) * head_dim;
+                // The cache rows of one head are kvd floats apart (4 KiB for
+                // 8 KV heads of 128): the hardware prefetchers do not follow
+                // that, and each key started with a full memory latency. The
+                // rows kPrefetchKeys ahead are asked for explicitly.
                 for (uint64_t j = 0; j < n; ++j) {
-                    float sc = k.dot(qh, kh + (j0 + j) * kvd, head_dim) * scale;
-                    if (softcap > 0.0f) sc = softcap * std::tanh(sc / softcap);
-                    s[j] = sc;
-                    mx = std::max(mx, sc);
+                    if (j + kPrefetchKeys < n) prefetch_row(kh + (j + kPrefetchKeys) * kvd, head_dim);
+                    for (uint32_t g = 0; g < nh; ++g) {
+                        float sc = k.dot(qh + uint64_t(g) * head_dim, kh + j * kvd, head_dim) * scale;
+                        if (softcap > 0.0f) sc = softcap * std::tanh(sc / softcap);
+                        s[g * n + j] = sc;
+                    }
                 }
-                float sum = 0.0f;
+                for (uint32_t g = 0; g < nh; ++g) {
+                    float *sg = s.data() + g * n;
+                    const float mx = *std::max_element(sg, sg + n);
+                    const float inv = 1.0f / k.exp_sum(sg, n, mx);
+                    for (uint64_t j = 0; j < n; ++j) sg[j] *= inv;
+                }
+                std::fill(o, o + uint64_t(nh) * head_dim, 0.0f);
                 for (uint64_t j = 0; j < n; ++j) {
-                    s[j] = std::exp(s[j] - mx);
-                    sum += s[j];
+                    if (j + kPrefetchKeys < n) prefetch_row(vh + (j + kPrefetchKeys) * kvd, head_dim);
+                    for (uint32_t g = 0; g < nh; ++g) k.axpy(s[g * n + j], vh + j * kvd, o + uint64_t(g) * head_dim, head_dim);
                 }
-                float *o = out + t * qd + uint64_t(h) * head_dim;
-                std::fill(o, o + head_dim, 0.0f);
-                float inv = 1.0f / sum;
-                for (uint64_t j = 0; j < n; ++j) k.axpy(s[j] * inv, vh + (j0 + j) * kvd, o, head_dim);
             }
         });
     });
