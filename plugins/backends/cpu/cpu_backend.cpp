@@ -452,11 +452,8 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
     }
 }
 
-// Decode attention reads one head's slice of each cached row; see attention().
-constexpr uint64_t kPrefetchKeys = 8;
-inline void prefetch_row(const float *p, uint64_t n) {
-    for (uint64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
-}
+// Decode attention: a run of keys shorter than this is not split further.
+constexpr uint64_t kMinKeysPerSplit = 32;
 
 cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
                      uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
@@ -473,58 +470,76 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                               window, softcap);
             return;
         }
-        // Decode (few tokens): one work item per (token, KV head), the query
-        // heads sharing that KV head taken together, so each K and V row is
-        // read once per item instead of once per query head (GQA: half the
-        // cache traffic for Qwen3-0.6B's 16/8 heads, 1/7 for 28/4). With too
-        // few items to keep every thread busy (one token, MQA), a group is
-        // split into parts.
+        // Decode (few tokens): split-K. Each token's key range is cut into
+        // `splits` runs; a work item takes one run for every head, reading
+        // the cache rows front to back (a row holds all KV heads, so this is
+        // one sequential stream: per head, the slices are 4 KiB apart and
+        // every key began with a full memory latency), and leaves per head
+        // its running max, softmax denominator and unnormalised output. The
+        // runs are then merged per head (rescaled to the common max).
         const uint64_t threads = static_cast<uint64_t>(std::max(1, be->host->num_threads(be->host->host_ctx)));
-        const uint64_t base_items = n_tokens * n_kv_heads;
-        const uint32_t parts =
-            static_cast<uint32_t>(std::min<uint64_t>(group, (2 * threads + base_items - 1) / base_items));
-        const uint32_t per_part = (group + parts - 1) / parts;
-        parallel(be, base_items * parts, 1, [&](uint64_t i0, uint64_t i1) {
-            thread_local std::vector<float> s;  // per query head of the item: its scores, then weights
+        auto key_range = [&](uint64_t t) {
+            const uint64_t p = pos0 + t;
+            const uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+            return std::pair<uint64_t, uint64_t>{j0, p + 1};
+        };
+        const uint64_t longest = key_range(n_tokens - 1).second - key_range(n_tokens - 1).first;
+        const uint64_t splits = std::clamp<uint64_t>(std::min((2 * threads + n_tokens - 1) / n_tokens, longest / kMinKeysPerSplit),
+                                                     1, 2 * threads);
+        const uint64_t part_floats = uint64_t(n_heads) * (head_dim + 2);  // per item: o, then max and sum per head
+        thread_local std::vector<float> parts;
+        parts.resize(n_tokens * splits * part_floats);
+        float *const part_base = parts.data();
+        parallel(be, n_tokens * splits, 1, [&](uint64_t i0, uint64_t i1) {
+            thread_local std::vector<float> sc;  // [head][key of the run]
             for (uint64_t i = i0; i < i1; ++i) {
-                const uint64_t t = i / (uint64_t(n_kv_heads) * parts);
-                const uint32_t kvh = static_cast<uint32_t>(i / parts % n_kv_heads);
-                const uint32_t h0 = kvh * group + static_cast<uint32_t>(i % parts) * per_part, h_end = kvh * group + group;
-                if (h0 >= h_end) continue;  // an empty last part
-                const uint32_t nh = std::min(per_part, h_end - h0);
-                const uint64_t p = pos0 + t;
-                const uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-                const uint64_t n = p + 1 - j0;
-                s.resize(uint64_t(nh) * n);
-                const float *kh = k_cache + uint64_t(kvh) * head_dim + j0 * kvd;
-                const float *vh = v_cache + uint64_t(kvh) * head_dim + j0 * kvd;
-                const float *qh = q + t * qd + uint64_t(h0) * head_dim;
-                float *o = out + t * qd + uint64_t(h0) * head_dim;
-                // The cache rows of one head are kvd floats apart (4 KiB for
-                // 8 KV heads of 128): the hardware prefetchers do not follow
-                // that, and each key started with a full memory latency. The
-                // rows kPrefetchKeys ahead are asked for explicitly.
-                for (uint64_t j = 0; j < n; ++j) {
-                    if (j + kPrefetchKeys < n) prefetch_row(kh + (j + kPrefetchKeys) * kvd, head_dim);
-                    for (uint32_t g = 0; g < nh; ++g) {
-                        float sc = k.dot(qh + uint64_t(g) * head_dim, kh + j * kvd, head_dim) * scale;
-                        if (softcap > 0.0f) sc = softcap * std::tanh(sc / softcap);
-                        s[g * n + j] = sc;
+                const uint64_t t = i / splits, sp = i % splits;
+                const auto [j0, j1] = key_range(t);
+                const uint64_t a = j0 + (j1 - j0) * sp / splits, b = j0 + (j1 - j0) * (sp + 1) / splits, m = b - a;
+                float *o = part_base + i * part_floats, *mx = o + uint64_t(n_heads) * head_dim, *sum = mx + n_heads;
+                const float *qt = q + t * qd;
+                sc.resize(uint64_t(n_heads) * m);
+                for (uint64_t j = a; j < b; ++j) {
+                    const float *krow = k_cache + j * kvd;
+                    for (uint32_t h = 0; h < n_heads; ++h) {
+                        float v = k.dot(qt + uint64_t(h) * head_dim, krow + uint64_t(h / group) * head_dim, head_dim) * scale;
+                        if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
+                        sc[h * m + (j - a)] = v;
                     }
                 }
-                for (uint32_t g = 0; g < nh; ++g) {
-                    float *sg = s.data() + g * n;
-                    const float mx = *std::max_element(sg, sg + n);
-                    const float inv = 1.0f / k.exp_sum(sg, n, mx);
-                    for (uint64_t j = 0; j < n; ++j) sg[j] *= inv;
+                for (uint32_t h = 0; h < n_heads; ++h) {
+                    float *sh = sc.data() + h * m;
+                    mx[h] = m ? *std::max_element(sh, sh + m) : -INFINITY;
+                    sum[h] = m ? k.exp_sum(sh, m, mx[h]) : 0.0f;
                 }
-                std::fill(o, o + uint64_t(nh) * head_dim, 0.0f);
-                for (uint64_t j = 0; j < n; ++j) {
-                    if (j + kPrefetchKeys < n) prefetch_row(vh + (j + kPrefetchKeys) * kvd, head_dim);
-                    for (uint32_t g = 0; g < nh; ++g) k.axpy(s[g * n + j], vh + j * kvd, o + uint64_t(g) * head_dim, head_dim);
+                std::fill(o, o + uint64_t(n_heads) * head_dim, 0.0f);
+                for (uint64_t j = a; j < b; ++j) {
+                    const float *vrow = v_cache + j * kvd;
+                    for (uint32_t h = 0; h < n_heads; ++h)
+                        k.axpy(sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, o + uint64_t(h) * head_dim, head_dim);
                 }
             }
         });
+        // Merge the runs of each (token, head): out = sum_s e^(mx_s - M) o_s / sum_s e^(mx_s - M) sum_s.
+        for (uint64_t t = 0; t < n_tokens; ++t)
+            for (uint32_t h = 0; h < n_heads; ++h) {
+                float big = -INFINITY;
+                for (uint64_t sp = 0; sp < splits; ++sp)
+                    big = std::max(big, part_base[(t * splits + sp) * part_floats + uint64_t(n_heads) * head_dim + h]);
+                float *dst = out + t * qd + uint64_t(h) * head_dim;
+                std::fill(dst, dst + head_dim, 0.0f);
+                float z = 0.0f;
+                for (uint64_t sp = 0; sp < splits; ++sp) {
+                    const float *po = part_base + (t * splits + sp) * part_floats;
+                    const float pm = po[uint64_t(n_heads) * head_dim + h], ps = po[uint64_t(n_heads) * head_dim + n_heads + h];
+                    if (ps == 0.0f) continue;  // an empty run
+                    const float w = std::exp(pm - big);
+                    z += w * ps;
+                    k.axpy(w, po + uint64_t(h) * head_dim, dst, head_dim);
+                }
+                const float inv = 1.0f / z;
+                for (uint32_t d = 0; d < head_dim; ++d) dst[d] *= inv;
+            }
     });
 }
 
