@@ -1,0 +1,282 @@
+#include "gemm_i8.hpp"
+
+#include <cmf/cpu_features.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#if defined(CMF_NATIVE_KERNELS) && defined(__x86_64__)
+#include <immintrin.h>
+#define CMF_X86 1
+#endif
+
+namespace cmf::cpu::i8 {
+
+namespace {
+
+// ---- activations ----------------------------------------------------------------
+
+// One block of up to 32 values -> 32 codes (zero past n) and its scale. The
+// same arithmetic as the codecs plugin's quantize_x (plugins/codecs/kernels),
+// which this plugin cannot link (plugins are separate shared objects):
+// d = amax/127, q = clamp(rne(x * (1/d)), -127, 127), inf/NaN -> d = NaN,
+// q = 0. Inlined into each ISA's quantize_x so the compiler vectorises it
+// for that ISA; the result is the same bits either way (no reassociation:
+// max is exact, the rest is element-wise).
+inline float quantize_block(const float *x, uint64_t n, int8_t *q) {
+    float v[kBlock] = {};
+    std::copy(x, x + n, v);
+    float amax = 0.0f;
+    bool finite = true;
+    for (float e : v) {
+        const float a = std::fabs(e);
+        finite &= a < std::numeric_limits<float>::infinity();  // false for inf and NaN
+        amax = a > amax ? a : amax;
+    }
+    if (!finite) {
+        std::memset(q, 0, kBlock);
+        return std::numeric_limits<float>::quiet_NaN();
+    }
+    const float d = amax / 127.0f;
+    float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;  // d subnormal: the block is ~0
+    for (uint64_t e = 0; e < kBlock; ++e) {
+        float r = std::nearbyint(v[e] * inv);
+        r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
+        q[e] = static_cast<int8_t>(r);
+    }
+    return d;
+}
+
+inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                            uint64_t tile1, int8_t *xq, float *xd) {
+    const uint64_t nb = blocks(cols);
+    int8_t q[kBlock];
+    for (uint64_t tile = tile0; tile < tile1; ++tile)
+        for (uint64_t j = 0; j < kTokens; ++j) {
+            const uint64_t t = tile * kTokens + j;
+            for (uint64_t b = 0; b < nb; ++b) {
+                const uint64_t c0 = b * kBlock, n = t < n_batch ? std::min(kBlock, cols - c0) : 0;
+                xd[(tile * nb + b) * kTokens + j] = n > 0 ? quantize_block(x + t * ldx + c0, n, q) : 0.0f;
+                if (n == 0) std::memset(q, 0, kBlock);
+                int8_t *dst = xq + (tile * nb + b) * kSteps * kTokens * 4 + j * 4;
+                for (uint64_t s = 0; s < kSteps; ++s) std::memcpy(dst + s * kTokens * 4, q + 4 * s, 4);
+            }
+        }
+}
+
+void quantize_x_portable(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0, uint64_t tile1,
+                         int8_t *xq, float *xd) {
+    quantize_x_body(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
+}
+
+// ---- weights --------------------------------------------------------------------
+
+void pack_w_portable(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, uint8_t *wp, float *wd) {
+    const uint64_t nb = blocks(cols), ld = nb * kBlock;
+    for (uint64_t g = 0; g < w_groups(n_rows); ++g)
+        for (uint64_t b = 0; b < nb; ++b) {
+            for (uint64_t i = 0; i < kRows; ++i) {
+                const uint64_t r = g * kRows + i;
+                wd[(g * nb + b) * kRows + i] = r < n_rows ? scales[r * nb + b] : 0.0f;
+                for (uint64_t s = 0; s < kSteps; ++s) {
+                    uint8_t *dst = wp + ((g * nb + b) * kSteps + s) * 64 + i * 4;
+                    for (uint64_t k = 0; k < 4; ++k) {
+                        const int8_t c = r < n_rows ? codes[r * ld + b * kBlock + 4 * s + k] : int8_t{0};
+                        // |c| as a byte: |-128| wraps to 0x80, read as 128 unsigned.
+                        dst[k] = static_cast<uint8_t>(c < 0 ? -int(c) : int(c));
+                        dst[32 + k] = static_cast<uint8_t>(c);
+                    }
+                }
+            }
+        }
+}
+
+// ---- GEMM -----------------------------------------------------------------------
+
+// Writes the valid part of an 8-row x kTokens tile (acc[j][i] = row i, token j).
+inline void store_tile(const float (*acc)[kRows], uint64_t rows, uint64_t tokens, float *y, uint64_t ldy) {
+    for (uint64_t j = 0; j < tokens; ++j) std::memcpy(y + j * ldy, acc[j], rows * sizeof(float));
+}
+
+void gemm_portable(const uint8_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int8_t *xq,
+                   const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
+    const uint64_t nb = blocks(cols);
+    for (uint64_t g = 0; g < w_groups(n_rows); ++g)
+        for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
+            float acc[kTokens][kRows] = {};
+            for (uint64_t b = 0; b < nb; ++b) {
+                int32_t isum[kTokens][kRows] = {};
+                for (uint64_t s = 0; s < kSteps; ++s) {
+                    const int8_t *w = reinterpret_cast<const int8_t *>(wp + ((g * nb + b) * kSteps + s) * 64 + 32);
+                    const int8_t *xs = xq + ((tile * nb + b) * kSteps + s) * kTokens * 4;
+                    for (uint64_t j = 0; j < kTokens; ++j)
+                        for (uint64_t i = 0; i < kRows; ++i)
+                            for (uint64_t k = 0; k < 4; ++k) isum[j][i] += int32_t{w[i * 4 + k]} * xs[j * 4 + k];
+                }
+                for (uint64_t j = 0; j < kTokens; ++j) {
+                    const float sx = xd[(tile * nb + b) * kTokens + j];
+                    for (uint64_t i = 0; i < kRows; ++i) {
+                        const float sc = wd[(g * nb + b) * kRows + i] * sx;
+                        acc[j][i] = std::fma(static_cast<float>(isum[j][i]), sc, acc[j][i]);
+                    }
+                }
+            }
+            store_tile(acc, std::min(kRows, n_rows - g * kRows), std::min(kTokens, n_batch - tile * kTokens),
+                       y + tile * kTokens * ldy + g * kRows, ldy);
+        }
+}
+
+const Kernels kPortable{"portable", quantize_x_portable, pack_w_portable, gemm_portable};
+
+#ifdef CMF_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 void quantize_x_avx2(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                          uint64_t tile1, int8_t *xq, float *xd) {
+    quantize_x_body(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
+}
+
+// One 8-row group x one kTokens tile. Per 4-column step: |w| and w of the 8
+// rows (one ymm each), each token's 4 codes broadcast; vpsignb moves w's
+// sign onto x (so the unsigned x signed vpmaddubsw sees |w| * sign(w)x =
+// w*x; pairs stay below 2*128*127 < 2^15: no saturation), vpmaddwd with
+// ones sums pairs into int32 per row. 4 int32 + 4 f32 accumulators, ones,
+// |w|, w, x, one temporary: 15 of the 16 ymm registers.
+AVX2 void gemm_avx2(const uint8_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int8_t *xq,
+                    const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
+    static_assert(kTokens == 4 && kRows == 8, "the AVX2 tile is 8 rows x 4 tokens");
+    const uint64_t nb = blocks(cols);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (uint64_t g = 0; g < w_groups(n_rows); ++g) {
+        const uint64_t rows = std::min(kRows, n_rows - g * kRows);
+        const uint8_t *wg = wp + g * nb * kSteps * 64;
+        const float *wdg = wd + g * nb * kRows;
+        for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
+            const int32_t *xt = reinterpret_cast<const int32_t *>(xq) + tile * nb * kSteps * kTokens;
+            const float *xdt = xd + tile * nb * kTokens;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (uint64_t b = 0; b < nb; ++b) {
+                __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+                const uint8_t *wb = wg + b * kSteps * 64;
+                const int32_t *xb = xt + b * kSteps * kTokens;
+#pragma GCC unroll 8
+                for (uint64_t s = 0; s < kSteps; ++s) {
+                    const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 64));
+                    const __m256i ws = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 64 + 32));
+                    const int32_t *xs = xb + s * kTokens;
+#define CMF_I8_STEP(J, ACC)                                                                               \
+    ACC = _mm256_add_epi32(                                                                               \
+        ACC, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(_mm256_set1_epi32(xs[J]), ws)), ones))
+                    CMF_I8_STEP(0, i0);
+                    CMF_I8_STEP(1, i1);
+                    CMF_I8_STEP(2, i2);
+                    CMF_I8_STEP(3, i3);
+#undef CMF_I8_STEP
+                    // Keeps the four sums in registers step by step: without
+                    // it GCC reassociates the unrolled integer adds into a tree
+                    // of 32 live products and spills them to the stack (the
+                    // kernel ran at the f32 GEMM's speed).
+                    __asm__("" : "+x"(i0), "+x"(i1), "+x"(i2), "+x"(i3));
+                }
+                const __m256 sw = _mm256_loadu_ps(wdg + b * kRows);
+                const float *sx = xdt + b * kTokens;
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(sw, _mm256_set1_ps(sx[0])), a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(sw, _mm256_set1_ps(sx[1])), a1);
+                a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i2), _mm256_mul_ps(sw, _mm256_set1_ps(sx[2])), a2);
+                a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i3), _mm256_mul_ps(sw, _mm256_set1_ps(sx[3])), a3);
+            }
+            const uint64_t tokens = std::min(kTokens, n_batch - tile * kTokens);
+            float *yt = y + tile * kTokens * ldy + g * kRows;
+            if (rows == kRows && tokens == kTokens) {
+                _mm256_storeu_ps(yt, a0);
+                _mm256_storeu_ps(yt + ldy, a1);
+                _mm256_storeu_ps(yt + 2 * ldy, a2);
+                _mm256_storeu_ps(yt + 3 * ldy, a3);
+            } else {
+                float acc[kTokens][kRows];
+                _mm256_storeu_ps(acc[0], a0);
+                _mm256_storeu_ps(acc[1], a1);
+                _mm256_storeu_ps(acc[2], a2);
+                _mm256_storeu_ps(acc[3], a3);
+                store_tile(acc, rows, tokens, yt, ldy);
+            }
+        }
+    }
+}
+
+// 8x8 transpose of 32-bit lanes in registers: r[i] holds row i on entry,
+// column i on exit (the f32 GEMM's pack in kernels.cpp has its own copy in
+// that translation unit's anonymous namespace).
+AVX2 inline void transpose8x32(__m256i r[8]) {
+    __m256 v[8], t[8];
+    for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(r[i]);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    __m256 u[8];
+    u[0] = _mm256_shuffle_ps(t[0], t[2], 0x44);
+    u[1] = _mm256_shuffle_ps(t[0], t[2], 0xEE);
+    u[2] = _mm256_shuffle_ps(t[1], t[3], 0x44);
+    u[3] = _mm256_shuffle_ps(t[1], t[3], 0xEE);
+    u[4] = _mm256_shuffle_ps(t[4], t[6], 0x44);
+    u[5] = _mm256_shuffle_ps(t[4], t[6], 0xEE);
+    u[6] = _mm256_shuffle_ps(t[5], t[7], 0x44);
+    u[7] = _mm256_shuffle_ps(t[5], t[7], 0xEE);
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        r[i + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+
+// A block of 8 rows x 32 codes is an 8x8 matrix of 4-code words; the packed
+// step s is its column s. A scalar byte loop here cost about a third of the
+// whole GEMM at 512 tokens.
+AVX2 void pack_w_avx2(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, uint8_t *wp,
+                      float *wd) {
+    const uint64_t nb = blocks(cols), ld = nb * kBlock;
+    for (uint64_t g = 0; g < w_groups(n_rows); ++g) {
+        const uint64_t rows = std::min(kRows, n_rows - g * kRows);
+        for (uint64_t b = 0; b < nb; ++b) {
+            __m256i r[8];
+            for (uint64_t i = 0; i < kRows; ++i)
+                r[i] = i < rows ? _mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i *>(codes + (g * kRows + i) * ld + b * kBlock))
+                                : _mm256_setzero_si256();
+            transpose8x32(r);
+            uint8_t *dst = wp + (g * nb + b) * kSteps * 64;
+            for (uint64_t s = 0; s < kSteps; ++s) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + s * 64), _mm256_abs_epi8(r[s]));
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + s * 64 + 32), r[s]);
+            }
+            for (uint64_t i = 0; i < kRows; ++i)
+                wd[(g * nb + b) * kRows + i] = i < rows ? scales[(g * kRows + i) * nb + b] : 0.0f;
+        }
+    }
+}
+
+const Kernels kAvx2{"avx2", quantize_x_avx2, pack_w_avx2, gemm_avx2};
+#endif
+
+}  // namespace
+
+const Kernels *kernels_for(const char *isa) {
+    if (std::strcmp(isa, "portable") == 0) return &kPortable;
+#ifdef CMF_X86
+    if (std::strcmp(isa, "avx2") == 0 && cpu_has_avx2_fma_f16c()) return &kAvx2;
+#endif
+    return nullptr;
+}
+
+const Kernels &kernels() {
+    static const Kernels *best = [] {
+        const Kernels *k = kernels_for("avx2");
+        return k != nullptr ? k : &kPortable;
+    }();
+    return *best;
+}
+
+}  // namespace cmf::cpu::i8
