@@ -215,7 +215,7 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
         if (k == nullptr) continue;
         const std::string isa_name = isa;
         CAPTURE(isa_name);
-        std::vector<int8_t> xq(i8::packed_xq_bytes(n_batch, cols), int8_t{77});
+        std::vector<int16_t> xq(i8::packed_xq_count(n_batch, cols), int16_t{777});
         std::vector<float> xd(i8::packed_xd_floats(n_batch, cols), -5.0f);
         k->quantize_x(x.data(), cols, n_batch, cols, 0, i8::x_tiles(n_batch), xq.data(), xd.data());
         for (size_t tile = 0; tile < i8::x_tiles(n_batch); ++tile)
@@ -227,12 +227,12 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
                     else if (std::isnan(ref.d[tok * nb + b])) REQUIRE(std::isnan(d));
                     else REQUIRE(d == ref.d[tok * nb + b]);
                     for (size_t s = 0; s < i8::kSteps; ++s)
-                        for (size_t kk = 0; kk < 4; ++kk) {
-                            const int8_t q = xq[(((tile * nb + b) * i8::kSteps + s) * i8::kTokens + j) * 4 + kk];
-                            REQUIRE(q == (tok < n_batch ? ref.q[(tok * nb + b) * 32 + 4 * s + kk] : int8_t{0}));
+                        for (size_t kk = 0; kk < 2; ++kk) {
+                            const int16_t q = xq[(((tile * nb + b) * i8::kSteps + s) * i8::kTokens + j) * 2 + kk];
+                            REQUIRE(q == (tok < n_batch ? ref.q[(tok * nb + b) * 32 + 2 * s + kk] : int8_t{0}));
                         }
                 }
-        std::vector<uint8_t> wp(i8::packed_w_bytes(rows, cols), 0xAB);
+        std::vector<int16_t> wp(i8::packed_w_count(rows, cols), int16_t{999});
         std::vector<float> wd(i8::packed_wd_floats(rows, cols), -5.0f);
         k->pack_w(codes.data(), scales.data(), rows, cols, wp.data(), wd.data());
         for (size_t g = 0; g < i8::w_groups(rows); ++g)
@@ -241,11 +241,9 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
                     const size_t r = g * i8::kRows + i;
                     REQUIRE(wd[(g * nb + b) * i8::kRows + i] == (r < rows ? scales[r * nb + b] : 0.0f));
                     for (size_t s = 0; s < i8::kSteps; ++s)
-                        for (size_t kk = 0; kk < 4; ++kk) {
-                            const int c = r < rows ? codes[(r * nb + b) * 32 + 4 * s + kk] : 0;
-                            const uint8_t *at = wp.data() + ((g * nb + b) * i8::kSteps + s) * 64 + i * 4 + kk;
-                            REQUIRE(int(at[0]) == std::abs(c));
-                            REQUIRE(int(static_cast<int8_t>(at[32])) == c);
+                        for (size_t kk = 0; kk < 2; ++kk) {
+                            const int c = r < rows ? codes[(r * nb + b) * 32 + 2 * s + kk] : 0;
+                            REQUIRE(int(wp[((g * nb + b) * i8::kSteps + s) * 16 + i * 2 + kk]) == c);
                         }
                 }
     }
@@ -265,7 +263,7 @@ TEST_CASE("cpu backend int8: every ISA's GEMM matches a double reference and AVX
             for (size_t c = 0; c < nb * 32; ++c)
                 codes[r * nb * 32 + c] = c < cols ? static_cast<int8_t>(int(gen() % 256) - 128) : int8_t{0};
         for (auto &s : scales) s = std::ldexp(float(gen() % 4096 + 1), -int(gen() % 8) - 12);
-        codes[0] = -128;  // |-128| = 128 must not saturate vpmaddubsw
+        codes[0] = -128;  // the extreme codes: -128 * -127 twice is the largest pair sum
         codes[1] = -128;
         auto x = normal_vec(n_batch * cols, 31);
         if (n_batch > 2) x[2 * cols] = std::numeric_limits<float>::quiet_NaN();  // token 2, block 0: NaN outputs
@@ -278,10 +276,10 @@ TEST_CASE("cpu backend int8: every ISA's GEMM matches a double reference and AVX
             if (k == nullptr) continue;
             const std::string isa_name = isa;
             CAPTURE(isa_name);
-            std::vector<int8_t> xq(i8::packed_xq_bytes(n_batch, cols));
+            std::vector<int16_t> xq(i8::packed_xq_count(n_batch, cols));
             std::vector<float> xd(i8::packed_xd_floats(n_batch, cols));
             k->quantize_x(x.data(), cols, n_batch, cols, 0, i8::x_tiles(n_batch), xq.data(), xd.data());
-            std::vector<uint8_t> wp(i8::packed_w_bytes(rows, cols));
+            std::vector<int16_t> wp(i8::packed_w_count(rows, cols));
             std::vector<float> wd(i8::packed_wd_floats(rows, cols));
             k->pack_w(codes.data(), scales.data(), rows, cols, wp.data(), wd.data());
             // y has a row stride (ldy) wider than rows: the gap must stay untouched.

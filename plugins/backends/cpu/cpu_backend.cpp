@@ -60,7 +60,7 @@ constexpr uint64_t kPanelRows = cmf::cpu::kGemmRows;
 constexpr bool kInt8Gemm = true;
 // Weight rows per int8 work item: two 8-row groups, as many work items as
 // the f32 GEMM's 16-row panels.
-constexpr uint64_t kInt8PanelRows = 2 * cmf::cpu::i8::kRows;
+constexpr uint64_t kInt8PanelRows = 4 * cmf::cpu::i8::kRows;
 
 struct Backend {
     const cmf_host_api *host;
@@ -140,8 +140,8 @@ struct MatmulJob {
     const cmf_host_api *host;
     cmf_error *error;  // first error of any chunk (see record_error)
     const float *xp;   // prefill: x packed for the GEMM (kernels.hpp layout)
-    const int8_t *xq;  // int8 prefill: x quantized and packed (gemm_i8.hpp layout)
-    const float *xd;   //   and its block scales
+    const int16_t *xq;  // int8 prefill: x quantized and packed (gemm_i8.hpp layout)
+    const float *xd;    //   and its block scales
 };
 
 void record_error(MatmulJob *job, cmf_error *e) {
@@ -247,10 +247,10 @@ void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
     const uint64_t cols = w->cols, nb = i8::blocks(cols);
     thread_local std::vector<int8_t> codes;
     thread_local std::vector<float> scales, wd;
-    thread_local std::vector<uint8_t> wp;
+    thread_local std::vector<int16_t> wp;
     codes.resize(kInt8PanelRows * nb * i8::kBlock);
     scales.resize(kInt8PanelRows * nb);
-    wp.resize(i8::packed_w_bytes(kInt8PanelRows, cols));
+    wp.resize(i8::packed_w_count(kInt8PanelRows, cols));
     wd.resize(i8::packed_wd_floats(kInt8PanelRows, cols));
     for (uint64_t p = p0; p < p1; ++p) {
         const uint64_t r0 = p * kInt8PanelRows, r1 = std::min(w->rows, r0 + kInt8PanelRows);
@@ -267,16 +267,16 @@ cmf_error *matmul_int8(Backend *be, MatmulJob &job) {
     namespace i8 = cmf::cpu::i8;
     const cmf_backend_weight *w = job.w;
     // The calling thread's buffers: it waits for both loops.
-    thread_local std::vector<int8_t> xq;
+    thread_local std::vector<int16_t> xq;
     thread_local std::vector<float> xd;
-    xq.resize(i8::packed_xq_bytes(job.n_batch, w->cols));
+    xq.resize(i8::packed_xq_count(job.n_batch, w->cols));
     xd.resize(i8::packed_xd_floats(job.n_batch, w->cols));
     job.xq = xq.data();
     job.xd = xd.data();
     struct QuantJob {
         const float *x;
         uint64_t n_batch, cols;
-        int8_t *xq;
+        int16_t *xq;
         float *xd;
     } qj{job.x, job.n_batch, w->cols, xq.data(), xd.data()};
     be->host->parallel_for(

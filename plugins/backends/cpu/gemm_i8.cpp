@@ -51,7 +51,7 @@ inline float quantize_block(const float *x, uint64_t n, int8_t *q) {
 }
 
 inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
-                            uint64_t tile1, int8_t *xq, float *xd) {
+                            uint64_t tile1, int16_t *xq, float *xd) {
     const uint64_t nb = blocks(cols);
     int8_t q[kBlock];
     for (uint64_t tile = tile0; tile < tile1; ++tile)
@@ -61,37 +61,34 @@ inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint
                 const uint64_t c0 = b * kBlock, n = t < n_batch ? std::min(kBlock, cols - c0) : 0;
                 xd[(tile * nb + b) * kTokens + j] = n > 0 ? quantize_block(x + t * ldx + c0, n, q) : 0.0f;
                 if (n == 0) std::memset(q, 0, kBlock);
-                int8_t *dst = xq + (tile * nb + b) * kSteps * kTokens * 4 + j * 4;
-                for (uint64_t s = 0; s < kSteps; ++s) std::memcpy(dst + s * kTokens * 4, q + 4 * s, 4);
+                int16_t *dst = xq + (tile * nb + b) * kSteps * kTokens * 2 + j * 2;
+                for (uint64_t s = 0; s < kSteps; ++s) {
+                    dst[s * kTokens * 2] = q[2 * s];
+                    dst[s * kTokens * 2 + 1] = q[2 * s + 1];
+                }
             }
         }
 }
 
 void quantize_x_portable(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0, uint64_t tile1,
-                         int8_t *xq, float *xd) {
+                         int16_t *xq, float *xd) {
     quantize_x_body(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
 }
 
 // ---- weights --------------------------------------------------------------------
 
-void pack_w_portable(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, uint8_t *wp, float *wd) {
+void pack_w_portable(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, int16_t *wp, float *wd) {
     const uint64_t nb = blocks(cols), ld = nb * kBlock;
     for (uint64_t g = 0; g < w_groups(n_rows); ++g)
-        for (uint64_t b = 0; b < nb; ++b) {
+        for (uint64_t b = 0; b < nb; ++b)
             for (uint64_t i = 0; i < kRows; ++i) {
                 const uint64_t r = g * kRows + i;
                 wd[(g * nb + b) * kRows + i] = r < n_rows ? scales[r * nb + b] : 0.0f;
-                for (uint64_t s = 0; s < kSteps; ++s) {
-                    uint8_t *dst = wp + ((g * nb + b) * kSteps + s) * 64 + i * 4;
-                    for (uint64_t k = 0; k < 4; ++k) {
-                        const int8_t c = r < n_rows ? codes[r * ld + b * kBlock + 4 * s + k] : int8_t{0};
-                        // |c| as a byte: |-128| wraps to 0x80, read as 128 unsigned.
-                        dst[k] = static_cast<uint8_t>(c < 0 ? -int(c) : int(c));
-                        dst[32 + k] = static_cast<uint8_t>(c);
-                    }
-                }
+                for (uint64_t s = 0; s < kSteps; ++s)
+                    for (uint64_t k = 0; k < 2; ++k)
+                        wp[((g * nb + b) * kSteps + s) * 16 + i * 2 + k] =
+                            r < n_rows ? codes[r * ld + b * kBlock + 2 * s + k] : int16_t{0};
             }
-        }
 }
 
 // ---- GEMM -----------------------------------------------------------------------
@@ -101,7 +98,7 @@ inline void store_tile(const float (*acc)[kRows], uint64_t rows, uint64_t tokens
     for (uint64_t j = 0; j < tokens; ++j) std::memcpy(y + j * ldy, acc[j], rows * sizeof(float));
 }
 
-void gemm_portable(const uint8_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int8_t *xq,
+void gemm_portable(const int16_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int16_t *xq,
                    const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
     const uint64_t nb = blocks(cols);
     for (uint64_t g = 0; g < w_groups(n_rows); ++g)
@@ -110,11 +107,11 @@ void gemm_portable(const uint8_t *wp, const float *wd, uint64_t n_rows, uint64_t
             for (uint64_t b = 0; b < nb; ++b) {
                 int32_t isum[kTokens][kRows] = {};
                 for (uint64_t s = 0; s < kSteps; ++s) {
-                    const int8_t *w = reinterpret_cast<const int8_t *>(wp + ((g * nb + b) * kSteps + s) * 64 + 32);
-                    const int8_t *xs = xq + ((tile * nb + b) * kSteps + s) * kTokens * 4;
+                    const int16_t *w = wp + ((g * nb + b) * kSteps + s) * 16;
+                    const int16_t *xs = xq + ((tile * nb + b) * kSteps + s) * kTokens * 2;
                     for (uint64_t j = 0; j < kTokens; ++j)
                         for (uint64_t i = 0; i < kRows; ++i)
-                            for (uint64_t k = 0; k < 4; ++k) isum[j][i] += int32_t{w[i * 4 + k]} * xs[j * 4 + k];
+                            isum[j][i] += int32_t{w[i * 2]} * xs[j * 2] + int32_t{w[i * 2 + 1]} * xs[j * 2 + 1];
                 }
                 for (uint64_t j = 0; j < kTokens; ++j) {
                     const float sx = xd[(tile * nb + b) * kTokens + j];
@@ -135,50 +132,44 @@ const Kernels kPortable{"portable", quantize_x_portable, pack_w_portable, gemm_p
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 AVX2 void quantize_x_avx2(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
-                          uint64_t tile1, int8_t *xq, float *xd) {
+                          uint64_t tile1, int16_t *xq, float *xd) {
     quantize_x_body(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
 }
 
-// One 8-row group x one kTokens tile. Per 4-column step: |w| and w of the 8
-// rows (one ymm each), each token's 4 codes broadcast; vpsignb moves w's
-// sign onto x (so the unsigned x signed vpmaddubsw sees |w| * sign(w)x =
-// w*x; pairs stay below 2*128*127 < 2^15: no saturation), vpmaddwd with
-// ones sums pairs into int32 per row. 4 int32 + 4 f32 accumulators, ones,
-// |w|, w, x, one temporary: 15 of the 16 ymm registers.
-AVX2 void gemm_avx2(const uint8_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int8_t *xq,
+// One 8-row group x one kTokens tile. Per 2-column step: the 8 rows' codes
+// (one ymm of int16 pairs) and each token's 2 codes broadcast; vpmaddwd
+// gives each row's 2-term sum as int32, added to the token's accumulator.
+// 4 int32 + 4 f32 accumulators, w, x, a temporary: 11 ymm registers.
+AVX2 void gemm_avx2(const int16_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int16_t *xq,
                     const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
     static_assert(kTokens == 4 && kRows == 8, "the AVX2 tile is 8 rows x 4 tokens");
     const uint64_t nb = blocks(cols);
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (uint64_t g = 0; g < w_groups(n_rows); ++g) {
-        const uint64_t rows = std::min(kRows, n_rows - g * kRows);
-        const uint8_t *wg = wp + g * nb * kSteps * 64;
-        const float *wdg = wd + g * nb * kRows;
-        for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
+    // Token tiles outer: a tile (kTokens x cols int16, 8 KiB at 1024
+    // columns) stays in L1 while it meets every row group of the panel,
+    // which stays in L2.
+    for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
+        for (uint64_t g = 0; g < w_groups(n_rows); ++g) {
+            const uint64_t rows = std::min(kRows, n_rows - g * kRows);
+            const int16_t *wg = wp + g * nb * kSteps * 16;
+            const float *wdg = wd + g * nb * kRows;
             const int32_t *xt = reinterpret_cast<const int32_t *>(xq) + tile * nb * kSteps * kTokens;
             const float *xdt = xd + tile * nb * kTokens;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (uint64_t b = 0; b < nb; ++b) {
                 __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
-                const uint8_t *wb = wg + b * kSteps * 64;
+                const int16_t *wb = wg + b * kSteps * 16;
                 const int32_t *xb = xt + b * kSteps * kTokens;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
                 for (uint64_t s = 0; s < kSteps; ++s) {
-                    const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 64));
-                    const __m256i ws = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 64 + 32));
+                    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 16));
                     const int32_t *xs = xb + s * kTokens;
-#define CMF_I8_STEP(J, ACC)                                                                               \
-    ACC = _mm256_add_epi32(                                                                               \
-        ACC, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(_mm256_set1_epi32(xs[J]), ws)), ones))
-                    CMF_I8_STEP(0, i0);
-                    CMF_I8_STEP(1, i1);
-                    CMF_I8_STEP(2, i2);
-                    CMF_I8_STEP(3, i3);
-#undef CMF_I8_STEP
+                    i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[0])));
+                    i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[1])));
+                    i2 = _mm256_add_epi32(i2, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[2])));
+                    i3 = _mm256_add_epi32(i3, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[3])));
                     // Keeps the four sums in registers step by step: without
                     // it GCC reassociates the unrolled integer adds into a tree
-                    // of 32 live products and spills them to the stack (the
-                    // kernel ran at the f32 GEMM's speed).
+                    // of live products and spills them to the stack.
                     __asm__("" : "+x"(i0), "+x"(i1), "+x"(i2), "+x"(i3));
                 }
                 const __m256 sw = _mm256_loadu_ps(wdg + b * kRows);
@@ -232,25 +223,31 @@ AVX2 inline void transpose8x32(__m256i r[8]) {
     }
 }
 
-// A block of 8 rows x 32 codes is an 8x8 matrix of 4-code words; the packed
-// step s is its column s. A scalar byte loop here cost about a third of the
-// whole GEMM at 512 tokens.
-AVX2 void pack_w_avx2(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, uint8_t *wp,
+// A block of 8 rows x 32 codes widened to int16 is an 8x16 matrix of
+// 2-code words; packed step s is its column s: two 8x8 transposes. (A
+// scalar loop here cost as much as a third of the GEMM at 512 tokens.)
+AVX2 void pack_w_avx2(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, int16_t *wp,
                       float *wd) {
     const uint64_t nb = blocks(cols), ld = nb * kBlock;
     for (uint64_t g = 0; g < w_groups(n_rows); ++g) {
         const uint64_t rows = std::min(kRows, n_rows - g * kRows);
         for (uint64_t b = 0; b < nb; ++b) {
-            __m256i r[8];
-            for (uint64_t i = 0; i < kRows; ++i)
-                r[i] = i < rows ? _mm256_loadu_si256(
-                                      reinterpret_cast<const __m256i *>(codes + (g * kRows + i) * ld + b * kBlock))
-                                : _mm256_setzero_si256();
-            transpose8x32(r);
-            uint8_t *dst = wp + (g * nb + b) * kSteps * 64;
-            for (uint64_t s = 0; s < kSteps; ++s) {
-                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + s * 64), _mm256_abs_epi8(r[s]));
-                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + s * 64 + 32), r[s]);
+            __m256i lo[8], hi[8];
+            for (uint64_t i = 0; i < kRows; ++i) {
+                if (i < rows) {
+                    const int8_t *src = codes + (g * kRows + i) * ld + b * kBlock;
+                    lo[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src)));
+                    hi[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 16)));
+                } else {
+                    lo[i] = hi[i] = _mm256_setzero_si256();
+                }
+            }
+            transpose8x32(lo);
+            transpose8x32(hi);
+            int16_t *dst = wp + (g * nb + b) * kSteps * 16;
+            for (uint64_t s = 0; s < 8; ++s) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + s * 16), lo[s]);
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + (s + 8) * 16), hi[s]);
             }
             for (uint64_t i = 0; i < kRows; ++i)
                 wd[(g * nb + b) * kRows + i] = i < rows ? scales[(g * kRows + i) * nb + b] : 0.0f;
