@@ -22,9 +22,8 @@ namespace {
 // same arithmetic as the codecs plugin's quantize_x (plugins/codecs/kernels),
 // which this plugin cannot link (plugins are separate shared objects):
 // d = amax/127, q = clamp(rne(x * (1/d)), -127, 127), inf/NaN -> d = NaN,
-// q = 0. Inlined into each ISA's quantize_x so the compiler vectorises it
-// for that ISA; the result is the same bits either way (no reassociation:
-// max is exact, the rest is element-wise).
+// q = 0. The AVX2 set has a register version of it (quantize_block_avx2)
+// that produces the same bits (the tests compare them).
 inline float quantize_block(const float *x, uint64_t n, int8_t *q) {
     float v[kBlock] = {};
     std::copy(x, x + n, v);
@@ -50,29 +49,40 @@ inline float quantize_block(const float *x, uint64_t n, int8_t *q) {
     return d;
 }
 
+// Scatters one token's quantized block (32 codes as int16) into its packed
+// place: 2-code words at a stride of kTokens words.
+inline void scatter_block(const int16_t *q, int16_t *dst) {
+    for (uint64_t s = 0; s < kSteps; ++s) std::memcpy(dst + s * kTokens * 2, q + 2 * s, 2 * sizeof(int16_t));
+}
+
+// Quantizes tiles [tile0, tile1) with Block(x, n, q16) -> d.
+template <float (*Block)(const float *, uint64_t, int16_t *)>
 inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
                             uint64_t tile1, int16_t *xq, float *xd) {
     const uint64_t nb = blocks(cols);
-    int8_t q[kBlock];
+    alignas(32) int16_t q[kBlock];
     for (uint64_t tile = tile0; tile < tile1; ++tile)
         for (uint64_t j = 0; j < kTokens; ++j) {
             const uint64_t t = tile * kTokens + j;
             for (uint64_t b = 0; b < nb; ++b) {
                 const uint64_t c0 = b * kBlock, n = t < n_batch ? std::min(kBlock, cols - c0) : 0;
-                xd[(tile * nb + b) * kTokens + j] = n > 0 ? quantize_block(x + t * ldx + c0, n, q) : 0.0f;
-                if (n == 0) std::memset(q, 0, kBlock);
-                int16_t *dst = xq + (tile * nb + b) * kSteps * kTokens * 2 + j * 2;
-                for (uint64_t s = 0; s < kSteps; ++s) {
-                    dst[s * kTokens * 2] = q[2 * s];
-                    dst[s * kTokens * 2 + 1] = q[2 * s + 1];
-                }
+                xd[(tile * nb + b) * kTokens + j] = n > 0 ? Block(x + t * ldx + c0, n, q) : 0.0f;
+                if (n == 0) std::memset(q, 0, sizeof q);
+                scatter_block(q, xq + (tile * nb + b) * kSteps * kTokens * 2 + j * 2);
             }
         }
 }
 
+float quantize_block_portable(const float *x, uint64_t n, int16_t *q16) {
+    int8_t q[kBlock];
+    const float d = quantize_block(x, n, q);
+    for (uint64_t e = 0; e < kBlock; ++e) q16[e] = q[e];
+    return d;
+}
+
 void quantize_x_portable(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0, uint64_t tile1,
                          int16_t *xq, float *xd) {
-    quantize_x_body(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
+    quantize_x_body<quantize_block_portable>(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
 }
 
 // ---- weights --------------------------------------------------------------------
@@ -131,69 +141,139 @@ const Kernels kPortable{"portable", quantize_x_portable, pack_w_portable, gemm_p
 #ifdef CMF_X86
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 void quantize_x_avx2(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
-                          uint64_t tile1, int16_t *xq, float *xd) {
-    quantize_x_body(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
+// quantize_block in registers, bit-identical: max is exact, d and 1/d are
+// the same scalar operations, vroundps(nearest) is nearbyint in the default
+// rounding mode, min/max clamp as the comparisons do for finite values.
+// (The compiler left quantize_block scalar, with a libm call per element:
+// 8 % of a pp512.)
+AVX2 float quantize_block_avx2(const float *x, uint64_t n, int16_t *q16) {
+    alignas(32) float v[kBlock];
+    if (n == kBlock) {
+        std::memcpy(v, x, sizeof v);
+    } else {
+        std::memset(v, 0, sizeof v);
+        std::memcpy(v, x, n * sizeof(float));
+    }
+    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+    __m256 r[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_load_ps(v + 8 * i);
+        const __m256 a = _mm256_andnot_ps(sign, r[i]);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // !(a < inf): inf or NaN
+        amax = _mm256_max_ps(amax, a);
+    }
+    if (_mm256_movemask_ps(bad) != 0) {
+        std::memset(q16, 0, kBlock * sizeof(int16_t));
+        return std::numeric_limits<float>::quiet_NaN();
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    __m256i qi[4];
+    for (int i = 0; i < 4; ++i) {
+        const __m256 t = _mm256_round_ps(_mm256_mul_ps(r[i], vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        qi[i] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(t, hi), lo));
+    }
+    // packs interleaves 128-bit lanes; the permute restores element order.
+    const __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[0], qi[1]), 0xD8);
+    const __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[2], qi[3]), 0xD8);
+    _mm256_store_si256(reinterpret_cast<__m256i *>(q16), p0);
+    _mm256_store_si256(reinterpret_cast<__m256i *>(q16 + 16), p1);
+    return d;
 }
 
-// One 8-row group x one kTokens tile. Per 2-column step: the 8 rows' codes
-// (one ymm of int16 pairs) and each token's 2 codes broadcast; vpmaddwd
-// gives each row's 2-term sum as int32, added to the token's accumulator.
-// 4 int32 + 4 f32 accumulators, w, x, a temporary: 11 ymm registers.
+AVX2 void quantize_x_avx2(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                          uint64_t tile1, int16_t *xq, float *xd) {
+    quantize_x_body<quantize_block_avx2>(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
+}
+
+// G (1 or 2) adjacent 8-row groups x one kTokens tile, blocks in order.
+// Per 2-column step: each group's 8 rows of codes (one ymm of int16 pairs)
+// and each token's 2 codes broadcast; vpmaddwd gives each row's 2-term sum
+// as int32, added to that (group, token)'s accumulator. With G = 2: 8
+// int32 accumulators, 2 weight vectors, 1 broadcast: 6 loads per 8
+// vpmaddwd (8 rows x 4 tokens needed 5 per 4: load-port bound). The f32
+// accumulators take one update per block and live in memory (L1).
+template <int G>
+AVX2 inline void tile_avx2(const int16_t *wg, const float *wdg, uint64_t nb, const int32_t *xt, const float *xdt,
+                           float (*acc)[G * kRows]) {
+    for (uint64_t j = 0; j < kTokens; ++j)
+        for (int h = 0; h < G; ++h) _mm256_storeu_ps(acc[j] + h * kRows, _mm256_setzero_ps());
+    const uint64_t gstride = nb * kSteps * 16;  // int16 codes between groups
+    for (uint64_t b = 0; b < nb; ++b) {
+        __m256i i00 = _mm256_setzero_si256(), i01 = i00, i02 = i00, i03 = i00;
+        __m256i i10 = i00, i11 = i00, i12 = i00, i13 = i00;
+        const int16_t *wb = wg + b * kSteps * 16;
+        const int32_t *xb = xt + b * kSteps * kTokens;
+#pragma GCC unroll 16
+        for (uint64_t s = 0; s < kSteps; ++s) {
+            const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 16));
+            const int32_t *xs = xb + s * kTokens;
+            if constexpr (G == 2) {
+                const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + gstride + s * 16));
+                __m256i x = _mm256_set1_epi32(xs[0]);
+                i00 = _mm256_add_epi32(i00, _mm256_madd_epi16(w0, x));
+                i10 = _mm256_add_epi32(i10, _mm256_madd_epi16(w1, x));
+                x = _mm256_set1_epi32(xs[1]);
+                i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(w0, x));
+                i11 = _mm256_add_epi32(i11, _mm256_madd_epi16(w1, x));
+                x = _mm256_set1_epi32(xs[2]);
+                i02 = _mm256_add_epi32(i02, _mm256_madd_epi16(w0, x));
+                i12 = _mm256_add_epi32(i12, _mm256_madd_epi16(w1, x));
+                x = _mm256_set1_epi32(xs[3]);
+                i03 = _mm256_add_epi32(i03, _mm256_madd_epi16(w0, x));
+                i13 = _mm256_add_epi32(i13, _mm256_madd_epi16(w1, x));
+                // Keeps the sums in registers step by step: without it GCC
+                // reassociates the unrolled integer adds into a tree of live
+                // products and spills them to the stack.
+                __asm__("" : "+x"(i00), "+x"(i01), "+x"(i02), "+x"(i03), "+x"(i10), "+x"(i11), "+x"(i12), "+x"(i13));
+            } else {
+                i00 = _mm256_add_epi32(i00, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[0])));
+                i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[1])));
+                i02 = _mm256_add_epi32(i02, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[2])));
+                i03 = _mm256_add_epi32(i03, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[3])));
+                __asm__("" : "+x"(i00), "+x"(i01), "+x"(i02), "+x"(i03));
+            }
+        }
+        const float *sx = xdt + b * kTokens;
+        const __m256i isum[2][kTokens] = {{i00, i01, i02, i03}, {i10, i11, i12, i13}};
+        for (int h = 0; h < G; ++h) {
+            const __m256 sw = _mm256_loadu_ps(wdg + h * nb * kRows + b * kRows);
+            for (uint64_t j = 0; j < kTokens; ++j) {
+                float *a = acc[j] + h * kRows;
+                _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][j]),
+                                                    _mm256_mul_ps(sw, _mm256_set1_ps(sx[j])), _mm256_loadu_ps(a)));
+            }
+        }
+    }
+}
+
 AVX2 void gemm_avx2(const int16_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int16_t *xq,
                     const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
-    static_assert(kTokens == 4 && kRows == 8, "the AVX2 tile is 8 rows x 4 tokens");
-    const uint64_t nb = blocks(cols);
+    static_assert(kTokens == 4 && kRows == 8, "the AVX2 tile is 8 or 16 rows x 4 tokens");
+    const uint64_t nb = blocks(cols), groups = w_groups(n_rows);
     // Token tiles outer: a tile (kTokens x cols int16, 8 KiB at 1024
     // columns) stays in L1 while it meets every row group of the panel,
     // which stays in L2.
     for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
-        for (uint64_t g = 0; g < w_groups(n_rows); ++g) {
-            const uint64_t rows = std::min(kRows, n_rows - g * kRows);
+        const int32_t *xt = reinterpret_cast<const int32_t *>(xq) + tile * nb * kSteps * kTokens;
+        const float *xdt = xd + tile * nb * kTokens;
+        const uint64_t tokens = std::min(kTokens, n_batch - tile * kTokens);
+        float *yt = y + tile * kTokens * ldy;
+        for (uint64_t g = 0; g < groups; g += 2) {
             const int16_t *wg = wp + g * nb * kSteps * 16;
             const float *wdg = wd + g * nb * kRows;
-            const int32_t *xt = reinterpret_cast<const int32_t *>(xq) + tile * nb * kSteps * kTokens;
-            const float *xdt = xd + tile * nb * kTokens;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (uint64_t b = 0; b < nb; ++b) {
-                __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
-                const int16_t *wb = wg + b * kSteps * 16;
-                const int32_t *xb = xt + b * kSteps * kTokens;
-#pragma GCC unroll 16
-                for (uint64_t s = 0; s < kSteps; ++s) {
-                    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 16));
-                    const int32_t *xs = xb + s * kTokens;
-                    i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[0])));
-                    i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[1])));
-                    i2 = _mm256_add_epi32(i2, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[2])));
-                    i3 = _mm256_add_epi32(i3, _mm256_madd_epi16(w, _mm256_set1_epi32(xs[3])));
-                    // Keeps the four sums in registers step by step: without
-                    // it GCC reassociates the unrolled integer adds into a tree
-                    // of live products and spills them to the stack.
-                    __asm__("" : "+x"(i0), "+x"(i1), "+x"(i2), "+x"(i3));
-                }
-                const __m256 sw = _mm256_loadu_ps(wdg + b * kRows);
-                const float *sx = xdt + b * kTokens;
-                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(sw, _mm256_set1_ps(sx[0])), a0);
-                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(sw, _mm256_set1_ps(sx[1])), a1);
-                a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i2), _mm256_mul_ps(sw, _mm256_set1_ps(sx[2])), a2);
-                a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i3), _mm256_mul_ps(sw, _mm256_set1_ps(sx[3])), a3);
-            }
-            const uint64_t tokens = std::min(kTokens, n_batch - tile * kTokens);
-            float *yt = y + tile * kTokens * ldy + g * kRows;
-            if (rows == kRows && tokens == kTokens) {
-                _mm256_storeu_ps(yt, a0);
-                _mm256_storeu_ps(yt + ldy, a1);
-                _mm256_storeu_ps(yt + 2 * ldy, a2);
-                _mm256_storeu_ps(yt + 3 * ldy, a3);
-            } else {
-                float acc[kTokens][kRows];
-                _mm256_storeu_ps(acc[0], a0);
-                _mm256_storeu_ps(acc[1], a1);
-                _mm256_storeu_ps(acc[2], a2);
-                _mm256_storeu_ps(acc[3], a3);
-                store_tile(acc, rows, tokens, yt, ldy);
-            }
+            float acc[kTokens][2 * kRows];
+            if (g + 1 < groups) tile_avx2<2>(wg, wdg, nb, xt, xdt, reinterpret_cast<float (*)[2 * kRows]>(acc));
+            else tile_avx2<1>(wg, wdg, nb, xt, xdt, reinterpret_cast<float (*)[kRows]>(acc));
+            const uint64_t rows = std::min(2 * kRows, n_rows - g * kRows);
+            const uint64_t lda = g + 1 < groups ? 2 * kRows : kRows;
+            for (uint64_t j = 0; j < tokens; ++j)
+                std::memcpy(yt + j * ldy + g * kRows, &acc[0][0] + j * lda, rows * sizeof(float));
         }
     }
 }
