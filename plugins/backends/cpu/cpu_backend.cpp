@@ -58,8 +58,9 @@ constexpr uint64_t kGemmMinBatchCodec = 16;
 constexpr uint64_t kPanelRows = cmf::cpu::kGemmRows;
 // The int8 prefill GEMM for weights with an int8 view (see the top).
 constexpr bool kInt8Gemm = true;
-// Weight rows per int8 work item: two 8-row groups, as many work items as
-// the f32 GEMM's 16-row panels.
+// Weight rows per int8 work item: four 8-row groups (64 KiB of packed int16
+// codes at 1024 columns: L2), half as many work items as the f32 GEMM's
+// 16-row panels; each 4-token activation tile meets all of them from L1.
 constexpr uint64_t kInt8PanelRows = 4 * cmf::cpu::i8::kRows;
 
 struct Backend {
@@ -236,9 +237,9 @@ void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
 
 // int8 prefill: [p0, p1) are panels of kInt8PanelRows weight rows. The codec
 // writes each panel's codes and block scales (int8_rows), they are packed
-// into a per-thread buffer (L1-sized per 8-row group at 1-3k columns) and
-// multiplied with every token tile of the activations, quantized and
-// packed once for the whole matmul (job->xq, job->xd).
+// into a per-thread buffer and multiplied with every token tile of the
+// activations, quantized and packed once for the whole matmul (job->xq,
+// job->xd).
 void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
     auto *job = static_cast<MatmulJob *>(user);
     const cmf_backend_weight *w = job->w;
