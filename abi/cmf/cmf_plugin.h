@@ -132,7 +132,31 @@ typedef struct cmf_codec_vt {
     cmf_error *(*quantize_rows)(void *ctx, uint32_t ndim, const uint64_t *shape, uint64_t row_begin,
                                 uint64_t row_end, const float *src, const cmf_quantize_params *params,
                                 const cmf_byte_sink *out, uint32_t *n_sections);
+
+    /* Integer view of a 2-D weight, for int8 GEMMs (a backend multiplies
+     * these codes with int8-quantized activations). Optional (NULL: not
+     * provided; added after plugin ABI 1's first release, so hosts and
+     * backends read it only when struct_size covers it).
+     * Rows [row_begin, row_end) of W = [rows, cols] come out as int8 codes
+     * and one f32 scale per block of CMF_INT8_BLOCK columns, with
+     * nb = ceil(cols / CMF_INT8_BLOCK) blocks per row:
+     *   codes [(r - row_begin) * nb * CMF_INT8_BLOCK + c]  for c < cols
+     *         (the tail of the last block, c >= cols, is written as 0),
+     *   scales[(r - row_begin) * nb + c / CMF_INT8_BLOCK],
+     * such that codes * scale equals dequantize_rows' value exactly (in
+     * f32). A dtype with one scale per row repeats it in every block; codes
+     * may use all of -128..127 (q8_row) or less (q4: -8..7).
+     * With codes == NULL and scales == NULL it only answers whether this
+     * tensor has such a view: NULL if it has, else a CMF_ERR_UNSUPPORTED
+     * error (e.g. q8_2f's column field, q4 groups straddling rows when
+     * cols % 32 != 0); the caller then uses dequantize_rows.
+     * Reentrant: called concurrently on disjoint row ranges. */
+    cmf_error *(*int8_rows)(void *ctx, const cmf_tensor_view *t, uint64_t row_begin, uint64_t row_end,
+                            int8_t *codes, float *scales);
 } cmf_codec_vt;
+
+/* Columns per scale block of cmf_codec_vt.int8_rows. */
+#define CMF_INT8_BLOCK 32
 
 #define CMF_MAX_ROW_SECTIONS 4
 

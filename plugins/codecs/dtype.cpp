@@ -29,4 +29,8 @@ void Dtype::matmul_rows(const cmf_tensor_view &, const float *, uint64_t, uint64
     fail(CMF_ERR_UNSUPPORTED, std::string("dtype ") + name() + " has no matmul kernel");
 }
 
+void Dtype::int8_rows(const cmf_tensor_view &, uint64_t, uint64_t, int8_t *, float *) const {
+    fail(CMF_ERR_UNSUPPORTED, std::string("dtype ") + name() + " has no int8 view");
+}
+
 }  // namespace cmf::codecs

@@ -42,6 +42,15 @@ public:
     virtual bool has_matmul() const { return false; }
     virtual void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch,
                              uint64_t row_begin, uint64_t row_end, float *y, uint64_t ldy) const;
+    // cmf_codec_vt.int8_rows: has_int8_rows says whether the dtype ever has
+    // an exact int8 view (codes x f32 scale per CMF_INT8_BLOCK columns),
+    // int8_view whether this 2-D tensor has one, int8_rows writes rows
+    // [row_begin, row_end) in the layout cmf_plugin.h documents (the glue
+    // checks the shape, the row range and int8_view first).
+    virtual bool has_int8_rows() const { return false; }
+    virtual bool int8_view(const cmf_tensor_view &) const { return false; }
+    virtual void int8_rows(const cmf_tensor_view &t, uint64_t row_begin, uint64_t row_end, int8_t *codes,
+                           float *scales) const;
 };
 
 // Every dtype this module provides, in id order.

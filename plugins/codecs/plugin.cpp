@@ -104,6 +104,23 @@ cmf_error *vt_matmul_rows(void *ctx, const cmf_tensor_view *w, const float *x, u
                           [&] { c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy); });
 }
 
+// The int8 view for int8 GEMMs (cmf_codec_vt.int8_rows); codes == scales
+// == NULL asks whether this tensor has one.
+cmf_error *vt_int8_rows(void *ctx, const cmf_tensor_view *t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (t == nullptr) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "int8_rows: NULL tensor");
+        if (t->ndim != 2) cmf::codecs::fail(CMF_ERR_UNSUPPORTED, "int8_rows: the tensor is not 2-D");
+        if (!c->dtype->int8_view(*t))
+            cmf::codecs::fail(CMF_ERR_UNSUPPORTED,
+                              std::string(c->dtype->name()) + ": this tensor has no exact int8 view");
+        if (codes == nullptr && scales == nullptr) return;
+        if (codes == nullptr || scales == nullptr) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "int8_rows: NULL output");
+        if (r0 > r1 || r1 > t->shape[0]) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "int8_rows: row range out of bounds");
+        c->dtype->int8_rows(*t, r0, r1, codes, scales);
+    });
+}
+
 }  // namespace
 
 extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32_t *abi_version,
@@ -133,6 +150,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
             vt.quantize = d->can_quantize() ? vt_quantize : nullptr;
             vt.matmul_rows = d->has_matmul() ? vt_matmul_rows : nullptr;
             vt.quantize_rows = d->can_quantize() ? vt_quantize_rows : nullptr;
+            vt.int8_rows = d->has_int8_rows() ? vt_int8_rows : nullptr;
             state->codecs.push_back(std::move(c));
         }
     });

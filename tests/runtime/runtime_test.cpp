@@ -265,14 +265,22 @@ struct QuantCase {
     double min_cosine;   // at every position
     double mean_cosine;  // over all positions
     double min_top1;     // fraction of positions whose argmax equals the reference's
+    // Max relative logit difference of the batched (prefill) run against the
+    // file's weights decoded to f32 and run through the f32 path. 1e-4 where
+    // prefill is exact over the decoded weights; where the CPU backend's int8
+    // prefill GEMM runs (dtypes with cmf_codec_vt.int8_rows: q8_row, q4_block,
+    // q4_tiled) the activations are rounded to int8 blocks as in decode, and
+    // the difference is that rounding's: 2.1e-2..2.9e-2 measured here, the
+    // same as decode's "vs batched" figure before the int8 GEMM.
+    double max_kernel_err;
 };
 const QuantCase kQuantCases[] = {
     // f32 checks the path itself (HF checkpoint -> converter -> .cmf -> session).
-    {"f32", 0.999999, 0.999999, 1.0},
-    {"q8", 0.999, 0.9995, 0.95},   // [0.99966, 0.99986, 94/95]
-    {"q4", 0.85, 0.95, 0.60},      // [0.8968, 0.9645, 65/95]
-    {"q4t", 0.85, 0.95, 0.60},     // q4's groups and scales, tiled layout: same figures
-    {"q4tp", 0.85, 0.95, 0.60},    // [0.9037, 0.9641, 63/95]
+    {"f32", 0.999999, 0.999999, 1.0, 1e-4},
+    {"q8", 0.999, 0.9995, 0.95, 5e-2},   // [0.99966, 0.99986, 94/95]
+    {"q4", 0.85, 0.95, 0.60, 5e-2},      // [0.8968, 0.9645, 65/95]
+    {"q4t", 0.85, 0.95, 0.60, 5e-2},     // q4's groups and scales, tiled layout: same figures
+    {"q4tp", 0.85, 0.95, 0.60, 1e-4},    // [0.9037, 0.9641, 63/95]
 };
 
 struct QuantFigures {
@@ -436,7 +444,7 @@ void run_quant_case(const std::string &name) {
              << f.dec_min_cos << " mean " << f.dec_mean_cos << ", top-1 " << f.dec_agree << "/" << c.positions
              << ", vs batched " << std::scientific << std::setprecision(2) << f.dec_vs_batch;
         MESSAGE(line.str());
-        CHECK(f.kernel_err < 1e-4);
+        CHECK(f.kernel_err < q.max_kernel_err);
         CHECK(f.min_cos >= q.min_cosine);
         CHECK(f.mean_cos >= q.mean_cosine);
         CHECK(double(f.agree) >= q.min_top1 * double(c.positions));

@@ -13,7 +13,12 @@
 //    and run through the register-blocked gemm_packed kernel over all tokens.
 //    A codec's own matmul_rows is kept only for small batches
 //    (< kGemmMinBatchCodec), where its fused dot products win over decode
-//    + GEMM.
+//    + GEMM;
+//  - many tokens and a codec with an exact int8 view of the weight
+//    (cmf_codec_vt.int8_rows: q8_row, q4_block/q4_tiled): the int8 GEMM of
+//    gemm_i8.hpp instead (matmul_int8 below), unless kInt8Gemm is false or
+//    the environment sets CMF_CPU_INT8_GEMM=0 (A/B benchmarks).
+#include "gemm_i8.hpp"
 #include "kernels.hpp"
 
 #include <cmf/cmf_plugin.h>
@@ -21,6 +26,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -35,6 +42,9 @@ struct cmf_backend_weight {
     // 1-D vectors (norm weights, biases) are decoded to f32 once at bind
     // time: they are tiny and read by element-wise operations.
     std::vector<float> vec;
+    // The codec hands this weight over as int8 codes + block scales
+    // (cmf_codec_vt.int8_rows answered yes at bind time).
+    bool int8 = false;
 };
 
 namespace {
@@ -46,11 +56,18 @@ constexpr uint64_t kGemmMinBatch = 4;
 // the fused kernel to the f16 GEMM's rate through dequantized panels.
 constexpr uint64_t kGemmMinBatchCodec = 16;
 constexpr uint64_t kPanelRows = cmf::cpu::kGemmRows;
+// The int8 prefill GEMM for weights with an int8 view (see the top).
+constexpr bool kInt8Gemm = true;
+// Weight rows per int8 work item: four 8-row groups (64 KiB of packed int16
+// codes at 1024 columns: L2), half as many work items as the f32 GEMM's
+// 16-row panels; each 4-token activation tile meets all of them from L1.
+constexpr uint64_t kInt8PanelRows = 4 * cmf::cpu::i8::kRows;
 
 struct Backend {
     const cmf_host_api *host;
     std::string description;
     cmf_backend_vt vt;
+    bool int8_gemm = kInt8Gemm;
 };
 
 Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }
@@ -92,6 +109,14 @@ cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight *
         } else if (t->nbytes != w->rows * w->cols * sizeof(float)) {
             throw Error(CMF_ERR_BOUNDS, "weight_bind: f32 payload size does not match its shape");
         }
+        if (be->int8_gemm && t->ndim == 2 && w->codec != nullptr &&
+            w->codec->struct_size >= offsetof(cmf_codec_vt, int8_rows) + sizeof(void *) &&
+            w->codec->int8_rows != nullptr) {
+            // Asking costs an error object when the answer is no: once per bind.
+            cmf_error *e = w->codec->int8_rows(w->codec_ctx, t, 0, 0, nullptr, nullptr);
+            w->int8 = e == nullptr;
+            if (e != nullptr) be->host->error_free(e);
+        }
         if (t->ndim == 1) {
             w->vec.resize(w->cols);
             if (w->codec == nullptr) {
@@ -116,6 +141,8 @@ struct MatmulJob {
     const cmf_host_api *host;
     cmf_error *error;  // first error of any chunk (see record_error)
     const float *xp;   // prefill: x packed for the GEMM (kernels.hpp layout)
+    const int16_t *xq;  // int8 prefill: x quantized and packed (gemm_i8.hpp layout)
+    const float *xd;    //   and its block scales
 };
 
 void record_error(MatmulJob *job, cmf_error *e) {
@@ -208,14 +235,72 @@ void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
     }
 }
 
+// int8 prefill: [p0, p1) are panels of kInt8PanelRows weight rows. The codec
+// writes each panel's codes and block scales (int8_rows), they are packed
+// into a per-thread buffer and multiplied with every token tile of the
+// activations, quantized and packed once for the whole matmul (job->xq,
+// job->xd).
+void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
+    auto *job = static_cast<MatmulJob *>(user);
+    const cmf_backend_weight *w = job->w;
+    namespace i8 = cmf::cpu::i8;
+    const auto &k = i8::kernels();
+    const uint64_t cols = w->cols, nb = i8::blocks(cols);
+    thread_local std::vector<int8_t> codes;
+    thread_local std::vector<float> scales, wd;
+    thread_local std::vector<int16_t> wp;
+    codes.resize(kInt8PanelRows * nb * i8::kBlock);
+    scales.resize(kInt8PanelRows * nb);
+    wp.resize(i8::packed_w_count(kInt8PanelRows, cols));
+    wd.resize(i8::packed_wd_floats(kInt8PanelRows, cols));
+    for (uint64_t p = p0; p < p1; ++p) {
+        const uint64_t r0 = p * kInt8PanelRows, r1 = std::min(w->rows, r0 + kInt8PanelRows);
+        if (cmf_error *e = w->codec->int8_rows(w->codec_ctx, &w->view, r0, r1, codes.data(), scales.data())) {
+            record_error(job, e);
+            return;
+        }
+        k.pack_w(codes.data(), scales.data(), r1 - r0, cols, wp.data(), wd.data());
+        k.gemm(wp.data(), wd.data(), r1 - r0, cols, job->xq, job->xd, job->n_batch, job->y + r0, w->rows);
+    }
+}
+
+cmf_error *matmul_int8(Backend *be, MatmulJob &job) {
+    namespace i8 = cmf::cpu::i8;
+    const cmf_backend_weight *w = job.w;
+    // The calling thread's buffers: it waits for both loops.
+    thread_local std::vector<int16_t> xq;
+    thread_local std::vector<float> xd;
+    xq.resize(i8::packed_xq_count(job.n_batch, w->cols));
+    xd.resize(i8::packed_xd_floats(job.n_batch, w->cols));
+    job.xq = xq.data();
+    job.xd = xd.data();
+    struct QuantJob {
+        const float *x;
+        uint64_t n_batch, cols;
+        int16_t *xq;
+        float *xd;
+    } qj{job.x, job.n_batch, w->cols, xq.data(), xd.data()};
+    be->host->parallel_for(
+        be->host->host_ctx, 0, i8::x_tiles(job.n_batch), 4,
+        [](void *u, uint64_t t0, uint64_t t1) {
+            auto *j = static_cast<QuantJob *>(u);
+            i8::kernels().quantize_x(j->x, j->cols, j->n_batch, j->cols, t0, t1, j->xq, j->xd);
+        },
+        &qj);
+    const uint64_t panels = (w->rows + kInt8PanelRows - 1) / kInt8PanelRows;
+    be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_int8, &job);
+    return job.error;
+}
+
 cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch, float *y) {
     Backend *be = as_backend(ctx);
     if (w == nullptr || x == nullptr || y == nullptr)
         return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: NULL argument");
     if (w->view.ndim != 2) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: the weight is not 2-D");
-    MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr};
+    MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr, nullptr, nullptr};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
     bool native = native_dtype(w->view.dtype);
+    if (w->int8 && n_batch >= kGemmMinBatchCodec) return matmul_int8(be, job);
     if (n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch)) {
         // The activations are packed once, shared by every chunk. The
         // buffer belongs to the calling thread (it waits for the loop).
@@ -611,6 +696,8 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     *abi_version = CMF_PLUGIN_ABI_VERSION;
     auto be = std::make_unique<Backend>();
     be->host = host;
+    if (const char *env = std::getenv("CMF_CPU_INT8_GEMM"); env != nullptr && std::strcmp(env, "0") == 0)
+        be->int8_gemm = false;
     be->description = std::string("x86-64 CPU, kernels: ") + cmf::cpu::kernels().isa;
     cmf_backend_vt &vt = be->vt;
     vt = cmf_backend_vt{};

@@ -72,6 +72,25 @@ public:
         if (Tiled) return {18 * groups};
         return {16 * groups, 2 * groups};
     }
+    // int8 view: codes q-8 (-8..7) and the group's scale, when every row is
+    // whole groups (cols % 32 == 0; otherwise groups straddle rows).
+    bool has_int8_rows() const override { return true; }
+    bool int8_view(const cmf_tensor_view &t) const override {
+        return t.ndim == 2 && t.shape[1] > 0 && t.shape[1] % CMF_INT8_BLOCK == 0;
+    }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        validate(t);
+        const uint64_t gpr = t.shape[1] / 32, groups = groups_of(elements(shape_of(t)));
+        const uint8_t *p = bytes_of(t);
+        for (uint64_t g = r0 * gpr; g < r1 * gpr; ++g) {
+            const uint8_t *nib = nibbles(p, g);
+            for (unsigned k = 0; k < 16; ++k) {
+                *codes++ = static_cast<int8_t>((nib[k] & 15) - 8);
+                *codes++ = static_cast<int8_t>((nib[k] >> 4) - 8);
+            }
+            *scales++ = scale(p, groups, g);
+        }
+    }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override {
         Options opt(params, name(), {});

@@ -3,7 +3,9 @@
 #include "dtypes/common.hpp"
 #include "kernels/kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace cmf::codecs {
 
@@ -48,6 +50,21 @@ public:
         if (shape.size() < 2) return {};
         uint64_t n = elements(shape);
         return {n, 2 * shape[0]};
+    }
+    // int8 view: the codes as stored, the row's f16 scale in every block.
+    bool has_int8_rows() const override { return true; }
+    bool int8_view(const cmf_tensor_view &) const override { return true; }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        validate(t);
+        Matrix m = require_rows(shape_of(t), name());
+        const uint64_t nb = (m.cols + CMF_INT8_BLOCK - 1) / CMF_INT8_BLOCK, ld = nb * CMF_INT8_BLOCK;
+        const uint8_t *p = bytes_of(t);
+        for (uint64_t r = r0; r < r1; ++r) {
+            int8_t *dst = codes + (r - r0) * ld;
+            std::memcpy(dst, p + r * m.cols, m.cols);
+            std::memset(dst + m.cols, 0, ld - m.cols);
+            std::fill(scales + (r - r0) * nb, scales + (r - r0 + 1) * nb, load_f16(p + m.rows * m.cols + 2 * r));
+        }
     }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override {

@@ -1,0 +1,359 @@
+#include "gemm_i8.hpp"
+
+#include <cmf/cpu_features.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#if defined(CMF_NATIVE_KERNELS) && defined(__x86_64__)
+#include <immintrin.h>
+#define CMF_X86 1
+#endif
+
+namespace cmf::cpu::i8 {
+
+namespace {
+
+// ---- activations ----------------------------------------------------------------
+
+// One block of up to 32 values -> 32 codes (zero past n) and its scale. The
+// same arithmetic as the codecs plugin's quantize_x (plugins/codecs/kernels),
+// which this plugin cannot link (plugins are separate shared objects):
+// d = amax/127, q = clamp(rne(x * (1/d)), -127, 127), inf/NaN -> d = NaN,
+// q = 0. The AVX2 set has a register version of it (quantize_block_avx2)
+// that produces the same bits (the tests compare them).
+inline float quantize_block(const float *x, uint64_t n, int8_t *q) {
+    float v[kBlock] = {};
+    std::copy(x, x + n, v);
+    float amax = 0.0f;
+    bool finite = true;
+    for (float e : v) {
+        const float a = std::fabs(e);
+        finite &= a < std::numeric_limits<float>::infinity();  // false for inf and NaN
+        amax = a > amax ? a : amax;
+    }
+    if (!finite) {
+        std::memset(q, 0, kBlock);
+        return std::numeric_limits<float>::quiet_NaN();
+    }
+    const float d = amax / 127.0f;
+    float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;  // d subnormal: the block is ~0
+    for (uint64_t e = 0; e < kBlock; ++e) {
+        float r = std::nearbyint(v[e] * inv);
+        r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
+        q[e] = static_cast<int8_t>(r);
+    }
+    return d;
+}
+
+// Scatters one token's quantized block (32 codes as int16) into its packed
+// place: 2-code words at a stride of kTokens words.
+inline void scatter_block(const int16_t *q, int16_t *dst) {
+    for (uint64_t s = 0; s < kSteps; ++s) std::memcpy(dst + s * kTokens * 2, q + 2 * s, 2 * sizeof(int16_t));
+}
+
+// Quantizes tiles [tile0, tile1) with Block(x, n, q16) -> d.
+template <float (*Block)(const float *, uint64_t, int16_t *)>
+inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                            uint64_t tile1, int16_t *xq, float *xd) {
+    const uint64_t nb = blocks(cols);
+    alignas(32) int16_t q[kBlock];
+    for (uint64_t tile = tile0; tile < tile1; ++tile)
+        for (uint64_t j = 0; j < kTokens; ++j) {
+            const uint64_t t = tile * kTokens + j;
+            for (uint64_t b = 0; b < nb; ++b) {
+                const uint64_t c0 = b * kBlock, n = t < n_batch ? std::min(kBlock, cols - c0) : 0;
+                xd[(tile * nb + b) * kTokens + j] = n > 0 ? Block(x + t * ldx + c0, n, q) : 0.0f;
+                if (n == 0) std::memset(q, 0, sizeof q);
+                scatter_block(q, xq + (tile * nb + b) * kSteps * kTokens * 2 + j * 2);
+            }
+        }
+}
+
+float quantize_block_portable(const float *x, uint64_t n, int16_t *q16) {
+    int8_t q[kBlock];
+    const float d = quantize_block(x, n, q);
+    for (uint64_t e = 0; e < kBlock; ++e) q16[e] = q[e];
+    return d;
+}
+
+void quantize_x_portable(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0, uint64_t tile1,
+                         int16_t *xq, float *xd) {
+    quantize_x_body<quantize_block_portable>(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
+}
+
+// ---- weights --------------------------------------------------------------------
+
+void pack_w_portable(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, int16_t *wp, float *wd) {
+    const uint64_t nb = blocks(cols), ld = nb * kBlock;
+    for (uint64_t g = 0; g < w_groups(n_rows); ++g)
+        for (uint64_t b = 0; b < nb; ++b)
+            for (uint64_t i = 0; i < kRows; ++i) {
+                const uint64_t r = g * kRows + i;
+                wd[(g * nb + b) * kRows + i] = r < n_rows ? scales[r * nb + b] : 0.0f;
+                for (uint64_t s = 0; s < kSteps; ++s)
+                    for (uint64_t k = 0; k < 2; ++k)
+                        wp[((g * nb + b) * kSteps + s) * 16 + i * 2 + k] =
+                            r < n_rows ? codes[r * ld + b * kBlock + 2 * s + k] : int16_t{0};
+            }
+}
+
+// ---- GEMM -----------------------------------------------------------------------
+
+// Writes the valid part of an 8-row x kTokens tile (acc[j][i] = row i, token j).
+inline void store_tile(const float (*acc)[kRows], uint64_t rows, uint64_t tokens, float *y, uint64_t ldy) {
+    for (uint64_t j = 0; j < tokens; ++j) std::memcpy(y + j * ldy, acc[j], rows * sizeof(float));
+}
+
+void gemm_portable(const int16_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int16_t *xq,
+                   const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
+    const uint64_t nb = blocks(cols);
+    for (uint64_t g = 0; g < w_groups(n_rows); ++g)
+        for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
+            float acc[kTokens][kRows] = {};
+            for (uint64_t b = 0; b < nb; ++b) {
+                int32_t isum[kTokens][kRows] = {};
+                for (uint64_t s = 0; s < kSteps; ++s) {
+                    const int16_t *w = wp + ((g * nb + b) * kSteps + s) * 16;
+                    const int16_t *xs = xq + ((tile * nb + b) * kSteps + s) * kTokens * 2;
+                    for (uint64_t j = 0; j < kTokens; ++j)
+                        for (uint64_t i = 0; i < kRows; ++i)
+                            isum[j][i] += int32_t{w[i * 2]} * xs[j * 2] + int32_t{w[i * 2 + 1]} * xs[j * 2 + 1];
+                }
+                for (uint64_t j = 0; j < kTokens; ++j) {
+                    const float sx = xd[(tile * nb + b) * kTokens + j];
+                    for (uint64_t i = 0; i < kRows; ++i) {
+                        const float sc = wd[(g * nb + b) * kRows + i] * sx;
+                        acc[j][i] = std::fma(static_cast<float>(isum[j][i]), sc, acc[j][i]);
+                    }
+                }
+            }
+            store_tile(acc, std::min(kRows, n_rows - g * kRows), std::min(kTokens, n_batch - tile * kTokens),
+                       y + tile * kTokens * ldy + g * kRows, ldy);
+        }
+}
+
+const Kernels kPortable{"portable", quantize_x_portable, pack_w_portable, gemm_portable};
+
+#ifdef CMF_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// quantize_block in registers, bit-identical: max is exact, d and 1/d are
+// the same scalar operations, vroundps(nearest) is nearbyint in the default
+// rounding mode, min/max clamp as the comparisons do for finite values.
+// (The compiler left quantize_block scalar, with a libm call per element:
+// 8 % of a pp512.)
+AVX2 float quantize_block_avx2(const float *x, uint64_t n, int16_t *q16) {
+    alignas(32) float v[kBlock];
+    if (n == kBlock) {
+        std::memcpy(v, x, sizeof v);
+    } else {
+        std::memset(v, 0, sizeof v);
+        std::memcpy(v, x, n * sizeof(float));
+    }
+    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+    __m256 r[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_load_ps(v + 8 * i);
+        const __m256 a = _mm256_andnot_ps(sign, r[i]);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // !(a < inf): inf or NaN
+        amax = _mm256_max_ps(amax, a);
+    }
+    if (_mm256_movemask_ps(bad) != 0) {
+        std::memset(q16, 0, kBlock * sizeof(int16_t));
+        return std::numeric_limits<float>::quiet_NaN();
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    __m256i qi[4];
+    for (int i = 0; i < 4; ++i) {
+        const __m256 t = _mm256_round_ps(_mm256_mul_ps(r[i], vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        qi[i] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(t, hi), lo));
+    }
+    // packs interleaves 128-bit lanes; the permute restores element order.
+    const __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[0], qi[1]), 0xD8);
+    const __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[2], qi[3]), 0xD8);
+    _mm256_store_si256(reinterpret_cast<__m256i *>(q16), p0);
+    _mm256_store_si256(reinterpret_cast<__m256i *>(q16 + 16), p1);
+    return d;
+}
+
+AVX2 void quantize_x_avx2(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                          uint64_t tile1, int16_t *xq, float *xd) {
+    quantize_x_body<quantize_block_avx2>(x, ldx, n_batch, cols, tile0, tile1, xq, xd);
+}
+
+// G (1 or 2) adjacent 8-row groups x one kTokens tile, blocks in order.
+// Per 2-column step: each group's 8 rows of codes (one ymm of int16 pairs)
+// and each token's 2 codes broadcast; vpmaddwd gives each row's 2-term sum
+// as int32, added to that (group, token)'s accumulator. With G = 2: 8
+// int32 accumulators, 2 weight vectors, 1 broadcast: 6 loads per 8
+// vpmaddwd (8 rows x 4 tokens needed 5 per 4: load-port bound). The f32
+// accumulators take one update per block and live in memory (L1).
+template <int G>
+AVX2 inline void tile_avx2(const int16_t *wg, const float *wdg, uint64_t nb, const int32_t *xt, const float *xdt,
+                           float (*acc)[G * kRows]) {
+    for (uint64_t j = 0; j < kTokens; ++j)
+        for (int h = 0; h < G; ++h) _mm256_storeu_ps(acc[j] + h * kRows, _mm256_setzero_ps());
+    const uint64_t gstride = nb * kSteps * 16;  // int16 codes between groups
+    for (uint64_t b = 0; b < nb; ++b) {
+        __m256i i00 = _mm256_setzero_si256(), i01 = i00, i02 = i00, i03 = i00;
+        __m256i i10 = i00, i11 = i00, i12 = i00, i13 = i00;
+        const int16_t *wb = wg + b * kSteps * 16;
+        const int32_t *xb = xt + b * kSteps * kTokens;
+#pragma GCC unroll 16
+        for (uint64_t s = 0; s < kSteps; ++s) {
+            const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + s * 16));
+            const int32_t *xs = xb + s * kTokens;
+            if constexpr (G == 2) {
+                const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb + gstride + s * 16));
+                __m256i x = _mm256_set1_epi32(xs[0]);
+                i00 = _mm256_add_epi32(i00, _mm256_madd_epi16(w0, x));
+                i10 = _mm256_add_epi32(i10, _mm256_madd_epi16(w1, x));
+                x = _mm256_set1_epi32(xs[1]);
+                i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(w0, x));
+                i11 = _mm256_add_epi32(i11, _mm256_madd_epi16(w1, x));
+                x = _mm256_set1_epi32(xs[2]);
+                i02 = _mm256_add_epi32(i02, _mm256_madd_epi16(w0, x));
+                i12 = _mm256_add_epi32(i12, _mm256_madd_epi16(w1, x));
+                x = _mm256_set1_epi32(xs[3]);
+                i03 = _mm256_add_epi32(i03, _mm256_madd_epi16(w0, x));
+                i13 = _mm256_add_epi32(i13, _mm256_madd_epi16(w1, x));
+                // Keeps the sums in registers step by step: without it GCC
+                // reassociates the unrolled integer adds into a tree of live
+                // products and spills them to the stack.
+                __asm__("" : "+x"(i00), "+x"(i01), "+x"(i02), "+x"(i03), "+x"(i10), "+x"(i11), "+x"(i12), "+x"(i13));
+            } else {
+                i00 = _mm256_add_epi32(i00, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[0])));
+                i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[1])));
+                i02 = _mm256_add_epi32(i02, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[2])));
+                i03 = _mm256_add_epi32(i03, _mm256_madd_epi16(w0, _mm256_set1_epi32(xs[3])));
+                __asm__("" : "+x"(i00), "+x"(i01), "+x"(i02), "+x"(i03));
+            }
+        }
+        const float *sx = xdt + b * kTokens;
+        const __m256i isum[2][kTokens] = {{i00, i01, i02, i03}, {i10, i11, i12, i13}};
+        for (int h = 0; h < G; ++h) {
+            const __m256 sw = _mm256_loadu_ps(wdg + h * nb * kRows + b * kRows);
+            for (uint64_t j = 0; j < kTokens; ++j) {
+                float *a = acc[j] + h * kRows;
+                _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][j]),
+                                                    _mm256_mul_ps(sw, _mm256_set1_ps(sx[j])), _mm256_loadu_ps(a)));
+            }
+        }
+    }
+}
+
+AVX2 void gemm_avx2(const int16_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int16_t *xq,
+                    const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
+    static_assert(kTokens == 4 && kRows == 8, "the AVX2 tile is 8 or 16 rows x 4 tokens");
+    const uint64_t nb = blocks(cols), groups = w_groups(n_rows);
+    // Token tiles outer: a tile (kTokens x cols int16, 8 KiB at 1024
+    // columns) stays in L1 while it meets every row group of the panel,
+    // which stays in L2.
+    for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
+        const int32_t *xt = reinterpret_cast<const int32_t *>(xq) + tile * nb * kSteps * kTokens;
+        const float *xdt = xd + tile * nb * kTokens;
+        const uint64_t tokens = std::min(kTokens, n_batch - tile * kTokens);
+        float *yt = y + tile * kTokens * ldy;
+        for (uint64_t g = 0; g < groups; g += 2) {
+            const int16_t *wg = wp + g * nb * kSteps * 16;
+            const float *wdg = wd + g * nb * kRows;
+            float acc[kTokens][2 * kRows];
+            if (g + 1 < groups) tile_avx2<2>(wg, wdg, nb, xt, xdt, reinterpret_cast<float (*)[2 * kRows]>(acc));
+            else tile_avx2<1>(wg, wdg, nb, xt, xdt, reinterpret_cast<float (*)[kRows]>(acc));
+            const uint64_t rows = std::min(2 * kRows, n_rows - g * kRows);
+            const uint64_t lda = g + 1 < groups ? 2 * kRows : kRows;
+            for (uint64_t j = 0; j < tokens; ++j)
+                std::memcpy(yt + j * ldy + g * kRows, &acc[0][0] + j * lda, rows * sizeof(float));
+        }
+    }
+}
+
+// 8x8 transpose of 32-bit lanes in registers: r[i] holds row i on entry,
+// column i on exit (the f32 GEMM's pack in kernels.cpp has its own copy in
+// that translation unit's anonymous namespace).
+AVX2 inline void transpose8x32(__m256i r[8]) {
+    __m256 v[8], t[8];
+    for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(r[i]);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    __m256 u[8];
+    u[0] = _mm256_shuffle_ps(t[0], t[2], 0x44);
+    u[1] = _mm256_shuffle_ps(t[0], t[2], 0xEE);
+    u[2] = _mm256_shuffle_ps(t[1], t[3], 0x44);
+    u[3] = _mm256_shuffle_ps(t[1], t[3], 0xEE);
+    u[4] = _mm256_shuffle_ps(t[4], t[6], 0x44);
+    u[5] = _mm256_shuffle_ps(t[4], t[6], 0xEE);
+    u[6] = _mm256_shuffle_ps(t[5], t[7], 0x44);
+    u[7] = _mm256_shuffle_ps(t[5], t[7], 0xEE);
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        r[i + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+
+// A block of 8 rows x 32 codes widened to int16 is an 8x16 matrix of
+// 2-code words; packed step s is its column s: two 8x8 transposes. (A
+// scalar loop here cost as much as a third of the GEMM at 512 tokens.)
+AVX2 void pack_w_avx2(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, int16_t *wp,
+                      float *wd) {
+    const uint64_t nb = blocks(cols), ld = nb * kBlock;
+    for (uint64_t g = 0; g < w_groups(n_rows); ++g) {
+        const uint64_t rows = std::min(kRows, n_rows - g * kRows);
+        for (uint64_t b = 0; b < nb; ++b) {
+            __m256i lo[8], hi[8];
+            for (uint64_t i = 0; i < kRows; ++i) {
+                if (i < rows) {
+                    const int8_t *src = codes + (g * kRows + i) * ld + b * kBlock;
+                    lo[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src)));
+                    hi[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 16)));
+                } else {
+                    lo[i] = hi[i] = _mm256_setzero_si256();
+                }
+            }
+            transpose8x32(lo);
+            transpose8x32(hi);
+            int16_t *dst = wp + (g * nb + b) * kSteps * 16;
+            for (uint64_t s = 0; s < 8; ++s) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + s * 16), lo[s]);
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + (s + 8) * 16), hi[s]);
+            }
+            for (uint64_t i = 0; i < kRows; ++i)
+                wd[(g * nb + b) * kRows + i] = i < rows ? scales[(g * kRows + i) * nb + b] : 0.0f;
+        }
+    }
+}
+
+const Kernels kAvx2{"avx2", quantize_x_avx2, pack_w_avx2, gemm_avx2};
+#endif
+
+}  // namespace
+
+const Kernels *kernels_for(const char *isa) {
+    if (std::strcmp(isa, "portable") == 0) return &kPortable;
+#ifdef CMF_X86
+    if (std::strcmp(isa, "avx2") == 0 && cpu_has_avx2_fma_f16c()) return &kAvx2;
+#endif
+    return nullptr;
+}
+
+const Kernels &kernels() {
+    static const Kernels *best = [] {
+        const Kernels *k = kernels_for("avx2");
+        return k != nullptr ? k : &kPortable;
+    }();
+    return *best;
+}
+
+}  // namespace cmf::cpu::i8
