@@ -5,7 +5,6 @@
 #include <boost/dll/shared_library.hpp>
 
 #include <dlfcn.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -84,19 +83,8 @@ void host_log(void *host_ctx, int32_t level, const char *message) {
 void *host_alloc_aligned(size_t size, size_t alignment) {
     if (alignment < sizeof(void *)) alignment = sizeof(void *);
     if ((alignment & (alignment - 1)) != 0) return nullptr;
-    // Large buffers (the KV cache above all) go on transparent huge pages
-    // where the kernel allows them (THP "madvise" mode is common): decode
-    // attention reads one head's slice of every cached row, 4 KiB apart in
-    // a 1024-float row, so with 4 KiB pages every key was a TLB miss.
-    constexpr size_t kHuge = size_t(2) << 20;
-    const bool huge = size >= 2 * kHuge;
-    if (huge) alignment = std::max(alignment, kHuge);
     size = (size + alignment - 1) / alignment * alignment;
-    void *p = std::aligned_alloc(alignment, size ? size : alignment);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (p != nullptr && huge) (void)madvise(p, size, MADV_HUGEPAGE);  // advice only: failure changes nothing
-#endif
-    return p;
+    return std::aligned_alloc(alignment, size ? size : alignment);
 }
 
 void host_free_aligned(void *p) { std::free(p); }
