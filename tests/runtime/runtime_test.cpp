@@ -9,6 +9,7 @@
 //    through the C API; per-position cosine and top-1 agreement against the
 //    PyTorch f32 logits.
 #include <doctest/doctest.h>
+#include "support/test_runtime.hpp"
 
 #include "common/error.hpp"
 #include "half.hpp"
@@ -44,16 +45,6 @@ using cmf::runtime::SessionConfig;
 
 namespace {
 
-struct TestRuntime {
-    cmf_runtime *rt = nullptr;
-    TestRuntime() {
-        cmf_runtime_options o;
-        cmf_runtime_options_init(&o);
-        o.n_threads = 2;
-        REQUIRE(cmf_runtime_create(&o, &rt) == nullptr);
-    }
-    ~TestRuntime() { cmf_runtime_free(rt); }
-};
 
 std::vector<float> read_f32(const std::string &path) {
     std::ifstream f(path, std::ios::binary);

@@ -10,6 +10,8 @@
 //  - through the backend's matmul: q8_row/q4 prefill takes the int8 path,
 //    q8_2f and q4 with cols % 32 != 0 keep the f32 path.
 #include <doctest/doctest.h>
+#include "support/random_vec.hpp"
+#include "support/test_runtime.hpp"
 
 #include "gemm_i8.hpp"
 #include "plugins/runtime.hpp"
@@ -28,27 +30,12 @@ namespace {
 
 namespace i8 = cmf::cpu::i8;
 
-struct I8Runtime {
-    cmf_runtime *rt = nullptr;
-    I8Runtime() {
-        cmf_runtime_options o;
-        cmf_runtime_options_init(&o);
-        o.n_threads = 2;
-        REQUIRE(cmf_runtime_create(&o, &rt) == nullptr);
-    }
-    ~I8Runtime() { cmf_runtime_free(rt); }
+struct I8Runtime : TestRuntime {
     const cmf_codec_vt *codec(int32_t dtype, void **ctx) const {
         return rt->host_api()->find_codec(rt->host_api()->host_ctx, dtype, ctx);
     }
 };
 
-std::vector<float> normal_vec(size_t n, uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto &x : v) x = d(gen);
-    return v;
-}
 
 // A quantized weight: the codec's payload and its view.
 struct Encoded {
@@ -152,7 +139,7 @@ TEST_CASE("cpu backend int8: the codecs' int8_rows view equals dequantize_rows")
         const cmf_codec_vt *codec = t.codec(c.dtype, &ctx);
         REQUIRE(codec != nullptr);
         REQUIRE(codec->struct_size >= offsetof(cmf_codec_vt, int8_rows) + sizeof(void *));
-        auto w = normal_vec(c.rows * c.cols, 11);
+        auto w = random_vec(c.rows * c.cols, 11);
         w[3] = 40.0f;  // an outlier: q8 codes reach +-127, q4 group scales differ
         Encoded e = encode(codec, ctx, c.dtype, c.rows, c.cols, w.data());
         if (codec->int8_rows == nullptr) {
@@ -198,7 +185,7 @@ TEST_CASE("cpu backend int8: the codecs' int8_rows view equals dequantize_rows")
 
 TEST_CASE("cpu backend int8: packed operands have the documented layout, x quantizes like quantize_x") {
     const size_t rows = 11, cols = 70, n_batch = 6, nb = i8::blocks(cols);
-    auto x = normal_vec(n_batch * cols, 21);
+    auto x = random_vec(n_batch * cols, 21);
     for (size_t c = 32; c < 64; ++c) x[1 * cols + c] = 0.0f;  // an all-zero block: d = 0
     x[2 * cols + 5] = std::numeric_limits<float>::infinity();  // non-finite block: d = NaN, codes 0
     x[3 * cols + 3] = 1e-42f;  // a block of one subnormal: 1/d overflows, codes 0
@@ -265,7 +252,7 @@ TEST_CASE("cpu backend int8: every ISA's GEMM matches a double reference and AVX
         for (auto &s : scales) s = std::ldexp(float(gen() % 4096 + 1), -int(gen() % 8) - 12);
         codes[0] = -128;  // the extreme codes: -128 * -127 twice is the largest pair sum
         codes[1] = -128;
-        auto x = normal_vec(n_batch * cols, 31);
+        auto x = random_vec(n_batch * cols, 31);
         if (n_batch > 2) x[2 * cols] = std::numeric_limits<float>::quiet_NaN();  // token 2, block 0: NaN outputs
         const RefX rx = ref_quantize_x(x, n_batch, cols);
         std::vector<double> ref, mag;
@@ -325,11 +312,11 @@ TEST_CASE("cpu backend int8: matmul takes the int8 path for q8_row/q4 prefill an
         void *ctx = nullptr;
         const cmf_codec_vt *codec = t.codec(c.dtype, &ctx);
         REQUIRE(codec != nullptr);
-        auto w = normal_vec(c.rows * c.cols, 41);
+        auto w = random_vec(c.rows * c.cols, 41);
         Encoded e = encode(codec, ctx, c.dtype, c.rows, c.cols, w.data());
         std::vector<float> deq(c.rows * c.cols);
         REQUIRE(codec->dequantize_rows(ctx, &e.v, 0, c.rows, deq.data()) == nullptr);
-        auto x = normal_vec(batch * c.cols, 43);
+        auto x = random_vec(batch * c.cols, 43);
         cmf_backend_weight *bw = nullptr;
         REQUIRE(be->vt.weight_bind(be->ctx, &e.v, &bw) == nullptr);
         std::vector<float> y(batch * c.rows, -1.0f);

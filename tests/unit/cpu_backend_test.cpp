@@ -3,6 +3,8 @@
 // Covers the native f32 kernel (every ISA this CPU has), and the
 // dequantize-tiles path for a dtype whose codec has no kernel (f16).
 #include <doctest/doctest.h>
+#include "support/random_vec.hpp"
+#include "support/test_runtime.hpp"
 
 #include "common/byte_views.hpp"
 #include "half.hpp"
@@ -19,24 +21,7 @@
 
 namespace {
 
-struct TestRuntime {
-    cmf_runtime *rt = nullptr;
-    TestRuntime() {
-        cmf_runtime_options o;
-        cmf_runtime_options_init(&o);
-        o.n_threads = 2;
-        REQUIRE(cmf_runtime_create(&o, &rt) == nullptr);
-    }
-    ~TestRuntime() { cmf_runtime_free(rt); }
-};
 
-std::vector<float> random_vec(size_t n, uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto &x : v) x = d(gen);
-    return v;
-}
 
 void reference(const std::vector<float> &w, size_t rows, size_t cols, const std::vector<float> &x, size_t batch,
                std::vector<double> &y) {

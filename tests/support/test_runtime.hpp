@@ -1,0 +1,22 @@
+// A cmf_runtime for one test case: 2 threads (the CI machine's cores), the
+// build tree's plugins (CMF_PLUGIN_PATH from tests/meson.build), freed at
+// scope end. Shared by the unit and runtime tests.
+#pragma once
+
+#include "plugins/runtime.hpp"
+
+#include <cmf/cmf.h>
+#include <doctest/doctest.h>
+
+struct TestRuntime {
+    cmf_runtime *rt = nullptr;
+    TestRuntime() {
+        cmf_runtime_options o;
+        cmf_runtime_options_init(&o);
+        o.n_threads = 2;
+        REQUIRE(cmf_runtime_create(&o, &rt) == nullptr);
+    }
+    ~TestRuntime() { cmf_runtime_free(rt); }
+    TestRuntime(const TestRuntime &) = delete;
+    TestRuntime &operator=(const TestRuntime &) = delete;
+};
