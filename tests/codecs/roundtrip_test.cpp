@@ -360,6 +360,12 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
             k::portable::dequant_q4_groups(bytes.data(), stride, gs.data(), g, p.data());
             CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
         }
+        for (uint64_t stride : {16u, 18u}) {
+            std::vector<int8_t> a(32 * g, 1), p(32 * g, 2);
+            k::avx2::unpack_q4_groups(bytes.data(), stride, g, a.data());
+            k::portable::unpack_q4_groups(bytes.data(), stride, g, p.data());
+            CHECK(a == p);
+        }
         std::vector<float> a(32 * g, -1.0f), p(32 * g, -2.0f);
         k::avx2::dequant_q2_groups(bytes.data(), gs.data(), g, a.data());
         k::portable::dequant_q2_groups(bytes.data(), gs.data(), g, p.data());

@@ -550,6 +550,7 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
         const uint64_t qd = uint64_t(n_heads) * head_dim, kvd = uint64_t(n_kv_heads) * head_dim;
         const uint32_t group = n_heads / n_kv_heads;
         const auto &k = cmf::cpu::kernels();
+        if (n_tokens == 0) return;
         if (n_tokens >= kAttnBlock) {
             attention_blocked(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, group, head_dim, qd, kvd, scale,
                               window, softcap);

@@ -82,14 +82,9 @@ public:
         validate(t);
         const uint64_t gpr = t.shape[1] / 32, groups = groups_of(elements(shape_of(t)));
         const uint8_t *p = bytes_of(t);
-        for (uint64_t g = r0 * gpr; g < r1 * gpr; ++g) {
-            const uint8_t *nib = nibbles(p, g);
-            for (unsigned k = 0; k < 16; ++k) {
-                *codes++ = static_cast<int8_t>((nib[k] & 15) - 8);
-                *codes++ = static_cast<int8_t>((nib[k] >> 4) - 8);
-            }
-            *scales++ = scale(p, groups, g);
-        }
+        const uint64_t g0 = r0 * gpr, g1 = r1 * gpr;
+        kernels::unpack_q4_groups(nibbles(p, g0), Tiled ? 18 : 16, g1 - g0, codes);
+        for (uint64_t g = g0; g < g1; ++g) *scales++ = scale(p, groups, g);
     }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override {

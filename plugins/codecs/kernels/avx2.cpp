@@ -411,4 +411,14 @@ void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t grou
     }
 }
 
+void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes) {
+    const __m128i mask = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    for (uint64_t g = 0; g < groups; ++g) {
+        __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(nibbles + stride * g));
+        __m128i lo = _mm_sub_epi8(_mm_and_si128(b, mask), eight), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), mask), eight);
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(codes + 32 * g), _mm_unpacklo_epi8(lo, hi));  // low nibble = even element
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(codes + 32 * g + 16), _mm_unpackhi_epi8(lo, hi));
+    }
+}
+
 }  // namespace cmf::codecs::kernels::avx2

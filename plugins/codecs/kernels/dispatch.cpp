@@ -49,6 +49,9 @@ void dequant_q4_groups(const uint8_t *n, uint64_t stride, const float *s, uint64
     CMF_PICK(dequant_q4_groups, n, stride, s, g, dst);
 }
 void dequant_q2_groups(const uint8_t *c, const float *s, uint64_t g, float *dst) { CMF_PICK(dequant_q2_groups, c, s, g, dst); }
+void unpack_q4_groups(const uint8_t *n, uint64_t stride, uint64_t g, int8_t *codes) {
+    CMF_PICK(unpack_q4_groups, n, stride, g, codes);
+}
 float dot_q1t(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1t, t, x, g); }
 
 }  // namespace cmf::codecs::kernels

@@ -61,6 +61,8 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 // q2 (c - 1.5) * scale from 8 bytes per group (element 4k+j in bits [2j, 2j+2) of byte k).
 void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst);
 void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);
+// The q4 codes themselves, q - 8 in natural element order (int8_rows).
+void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes);
 
 // Which implementation the dispatcher chose ("avx2" or "portable").
 const char *active_isa();

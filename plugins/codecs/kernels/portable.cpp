@@ -168,4 +168,14 @@ void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t grou
             *dst++ = (static_cast<float>((chunks[8 * g + i / 4] >> (2 * (i % 4))) & 3u) - 1.5f) * scales[g];
 }
 
+void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes) {
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *nib = nibbles + stride * g;
+        for (unsigned k = 0; k < 16; ++k) {
+            *codes++ = static_cast<int8_t>((nib[k] & 15) - 8);
+            *codes++ = static_cast<int8_t>((nib[k] >> 4) - 8);
+        }
+    }
+}
+
 }  // namespace cmf::codecs::kernels::portable

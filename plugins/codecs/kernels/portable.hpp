@@ -21,7 +21,8 @@
     float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,             \
                            uint64_t groups);                                                                          \
     void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst); \
-    void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);
+    void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);                  \
+    void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes);
 
 namespace cmf::codecs::kernels::portable {
 CMF_CODECS_KERNEL_DECLS
