@@ -51,17 +51,24 @@ void crash_point(const char *p) {
     throw Error(CMF_ERR_IO, what + " '" + path + "': " + std::strerror(err));
 }
 
-Out::Out(int fd, std::string path, uint64_t pos) : fd_(fd), path_(std::move(path)), pos_(pos) { buf_.reserve(1 << 20); }
+Out::Out(int fd, std::string path, uint64_t pos) : fd_(fd), path_(std::move(path)), pos_(pos) { buf_.reserve(kChunk); }
 
+// Each write ends on a kChunk (2 MiB) boundary of the file. A buffered
+// write() of a whole aligned 2 MiB lets the page cache keep it as one 2 MiB
+// folio (ext4 with large folios, Linux >= 6.x), and a later mmap of the file
+// then maps the weights with 2 MiB pages: fewer TLB misses while decode
+// streams them. Measured on the 0.6B f16 model (2 threads, session 5): the
+// same bytes written 64 KiB at a time decode at 13.7 tok/s, written 2 MiB
+// aligned at 15.5 tok/s (/proc/meminfo FilePmdMapped 0 vs 1.1 GiB).
 void Out::put(const void *p, uint64_t n) {
     const uint8_t *b = static_cast<const uint8_t *>(p);
     while (n > 0) {
-        if (buf_.size() == buf_.capacity()) flush();
-        size_t k = size_t(std::min<uint64_t>(n, buf_.capacity() - buf_.size()));
+        const size_t k = size_t(std::min<uint64_t>(n, kChunk - pos_ % kChunk));
         buf_.insert(buf_.end(), b, b + k);
         b += k;
         n -= k;
         pos_ += k;
+        if (pos_ % kChunk == 0) flush();
     }
 }
 

@@ -30,6 +30,7 @@ public:
     void flush();
 
 private:
+    static constexpr uint64_t kChunk = uint64_t(2) << 20;  // see put()
     int fd_;
     std::string path_;
     uint64_t pos_;

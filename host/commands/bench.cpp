@@ -55,6 +55,18 @@ uint64_t current_rss_bytes() {
     return 0;
 }
 
+// Bytes of file mappings held in 2 MiB pages (smaps_rollup FilePmdMapped),
+// 0 when the kernel does not report it. The weights stream fastest in 2 MiB
+// pages; whether a file gets them depends on how its page cache was filled
+// (docs/performance.md, "Page size"), so bench shows it next to the speed.
+uint64_t file_pmd_mapped_bytes() {
+    std::ifstream f("/proc/self/smaps_rollup");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("FilePmdMapped:", 0) == 0) return std::stoull(line.substr(14)) * 1024;
+    return 0;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -136,6 +148,7 @@ int cmd_bench(const std::vector<std::string> &args) {
         }
     }
     const uint64_t rss = peak_rss_bytes();
+    const uint64_t pmd_mapped = file_pmd_mapped_bytes();
     const int threads = cmf_runtime_threads(rt.get());
     // As llama-bench names them: "tg128", "tg128 @ d2048".
     auto label = [&](const char *name, uint32_t n) {
@@ -162,13 +175,14 @@ int cmd_bench(const std::vector<std::string> &args) {
         boost::json::object o{{"model", model},          {"threads", threads},
                               {"reps", reps},            {"tests", tests},
                               {"weight_bytes", weight_bytes}, {"rss_after_load_bytes", rss_loaded},
-                              {"peak_rss_bytes", rss}};
+                              {"peak_rss_bytes", rss},   {"file_pmd_mapped_bytes", pmd_mapped}};
         std::cout << boost::json::serialize(o) << "\n";
     } else {
         if (n_gen)
             std::printf("tg streams %.2f GB/s of weights (median tok/s x weight bytes)\n",
                         summarize(tg).median * double(weight_bytes) / 1e9);
-        std::printf("peak RSS %.1f MiB\n", double(rss) / (1024.0 * 1024.0));
+        std::printf("peak RSS %.1f MiB; file pages mapped as 2 MiB pages: %.1f MiB\n", double(rss) / (1024.0 * 1024.0),
+                    double(pmd_mapped) / (1024.0 * 1024.0));
     }
     return 0;
 }
