@@ -7,7 +7,8 @@
 #   3. the memory read bandwidth of this machine on the same thread count
 #      (bench_qwen --bandwidth-only);
 #   4. `cmfhost bench` (pp512, tg128, 3 reps) on each file: tok/s, weight
-#      GB/s in decode, RSS after open+bind, peak RSS.
+#      GB/s in decode, RSS after open+bind, peak RSS; then the read
+#      bandwidth again, and decode's share of it.
 # usage: [DTYPES="f16 q8 q4tp q4"] [PP=512] [TG=128] [REPS=3] [THREADS=2] bench/qwen06b.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
 # Takes ~10 minutes on the 2-core machine. Run it on an idle machine.
 set -euo pipefail
@@ -33,5 +34,12 @@ for q in $dtypes; do
   printf 'convert %-5s %6.1f s  %6.1f MB/s of source  peak RSS %6.0f MiB  -> %s (%d MB)\n' "$q" "$wall" \
     "$(echo "$src_bytes / $wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)" "$(basename "$out")" \
     "$(( $(stat -c %s "$out") / 1000000 ))"
-  "$build/host/cmfhost" bench "$out" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" --threads "$threads" | sed "s/^/  $q: /"
+  "$build/host/cmfhost" bench "$out" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" --threads "$threads" \
+    | tee "$work/bench-$q.txt" | sed "s/^/  $q: /"
+  # The bandwidth of this shared VM drifts by 20 % over minutes: each
+  # dtype's decode rate is compared with a read measured right after it.
+  bw=$("$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep 'median pass' | sed 's/.*median pass \([0-9.]*\).*/\1/')
+  tgbw=$(grep 'tg streams' "$work/bench-$q.txt" | awk '{print $3}' || true)
+  [ -n "$tgbw" ] && printf '  %s: decode reads %s GB/s = %.0f %% of the median read pass just after (%s GB/s)\n' \
+    "$q" "$tgbw" "$(echo "100 * $tgbw / $bw" | bc -l)" "$bw"
 done
