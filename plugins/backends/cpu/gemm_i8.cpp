@@ -1,5 +1,6 @@
 #include "gemm_i8.hpp"
 
+#include <cmf/block_quant.hpp>
 #include <cmf/cpu_features.hpp>
 
 #include <algorithm>
@@ -14,40 +15,11 @@
 
 namespace cmf::cpu::i8 {
 
+static_assert(kBlock == cmf::block_quant::kBlock, "the int8 GEMM quantizes x in the shared 32-blocks");
+
 namespace {
 
 // ---- activations ----------------------------------------------------------------
-
-// One block of up to 32 values -> 32 codes (zero past n) and its scale. The
-// same arithmetic as the codecs plugin's quantize_x (plugins/codecs/kernels),
-// which this plugin cannot link (plugins are separate shared objects):
-// d = amax/127, q = clamp(rne(x * (1/d)), -127, 127), inf/NaN -> d = NaN,
-// q = 0. The AVX2 set has a register version of it (quantize_block_avx2)
-// that produces the same bits (the tests compare them).
-inline float quantize_block(const float *x, uint64_t n, int8_t *q) {
-    float v[kBlock] = {};
-    std::copy(x, x + n, v);
-    float amax = 0.0f;
-    bool finite = true;
-    for (float e : v) {
-        const float a = std::fabs(e);
-        finite &= a < std::numeric_limits<float>::infinity();  // false for inf and NaN
-        amax = a > amax ? a : amax;
-    }
-    if (!finite) {
-        std::memset(q, 0, kBlock);
-        return std::numeric_limits<float>::quiet_NaN();
-    }
-    const float d = amax / 127.0f;
-    float inv = d > 0.0f ? 1.0f / d : 0.0f;
-    if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;  // d subnormal: the block is ~0
-    for (uint64_t e = 0; e < kBlock; ++e) {
-        float r = std::nearbyint(v[e] * inv);
-        r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
-        q[e] = static_cast<int8_t>(r);
-    }
-    return d;
-}
 
 // Scatters one token's quantized block (32 codes as int16) into its packed
 // place: 2-code words at a stride of kTokens words.
@@ -73,9 +45,11 @@ inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint
         }
 }
 
+// The activations are quantized by the one block quantizer the codecs'
+// decode dots use too (cmf/block_quant.hpp), widened to int16 here.
 float quantize_block_portable(const float *x, uint64_t n, int16_t *q16) {
     int8_t q[kBlock];
-    const float d = quantize_block(x, n, q);
+    const float d = cmf::block_quant::quantize_block(x, n, q);
     for (uint64_t e = 0; e < kBlock; ++e) q16[e] = q[e];
     return d;
 }
@@ -141,43 +115,14 @@ const Kernels kPortable{"portable", quantize_x_portable, pack_w_portable, gemm_p
 #ifdef CMF_X86
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-// quantize_block in registers, bit-identical: max is exact, d and 1/d are
-// the same scalar operations, vroundps(nearest) is nearbyint in the default
-// rounding mode, min/max clamp as the comparisons do for finite values.
-// (The compiler left quantize_block scalar, with a libm call per element:
-// 8 % of a pp512.)
+// The shared block quantizer in registers (cmf/block_quant.hpp; the compiler
+// left the scalar one scalar, with a libm call per element: 8 % of a
+// pp512), its int32 codes packed to int16 in element order.
 AVX2 float quantize_block_avx2(const float *x, uint64_t n, int16_t *q16) {
-    alignas(32) float v[kBlock];
-    if (n == kBlock) {
-        std::memcpy(v, x, sizeof v);
-    } else {
-        std::memset(v, 0, sizeof v);
-        std::memcpy(v, x, n * sizeof(float));
-    }
-    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
-    __m256 r[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-        r[i] = _mm256_load_ps(v + 8 * i);
-        const __m256 a = _mm256_andnot_ps(sign, r[i]);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // !(a < inf): inf or NaN
-        amax = _mm256_max_ps(amax, a);
-    }
-    if (_mm256_movemask_ps(bad) != 0) {
-        std::memset(q16, 0, kBlock * sizeof(int16_t));
-        return std::numeric_limits<float>::quiet_NaN();
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    const float d = _mm_cvtss_f32(m) / 127.0f;
-    float inv = d > 0.0f ? 1.0f / d : 0.0f;
-    if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;
-    const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    alignas(32) float v[kBlock] = {};
+    std::memcpy(v, x, n * sizeof(float));
     __m256i qi[4];
-    for (int i = 0; i < 4; ++i) {
-        const __m256 t = _mm256_round_ps(_mm256_mul_ps(r[i], vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        qi[i] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(t, hi), lo));
-    }
+    const float d = cmf::block_quant::quantize_block_avx2(v, qi);
     // packs interleaves 128-bit lanes; the permute restores element order.
     const __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[0], qi[1]), 0xD8);
     const __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[2], qi[3]), 0xD8);

@@ -7,6 +7,8 @@
 
 #include <immintrin.h>
 
+#include <cmf/block_quant.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -86,9 +88,6 @@ void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
                                            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     const __m256i quads = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
                                            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
-    const __m256 lim = _mm256_set1_ps(127.0f);
     for (uint64_t b = 0; b < x_blocks(n); ++b) {
         alignas(32) float tail[32] = {};
         const float *v = x + 32 * b;
@@ -96,33 +95,10 @@ void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
             std::memcpy(tail, v, (n - 32 * b) * sizeof(float));
             v = tail;
         }
-        __m256 e[4];
-        __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-        for (int k = 0; k < 4; ++k) {
-            e[k] = _mm256_loadu_ps(v + 8 * k);
-            __m256 a = _mm256_and_ps(e[k], abs_mask);
-            amax = _mm256_max_ps(amax, a);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // inf or NaN
-        }
-        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        m = _mm_max_ss(m, _mm_movehdup_ps(m));
-        // Same scalar operations as the portable quantize_x: bit-identical codes.
-        float scale = _mm_cvtss_f32(m) / 127.0f;
-        float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;
-        d[b] = scale;
-        if (_mm256_movemask_ps(bad)) {  // inf or NaN in the block: NaN scale, zero codes
-            d[b] = std::numeric_limits<float>::quiet_NaN();
-            _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 32 * b), _mm256_setzero_si256());
-            continue;
-        }
+        // The block quantizer the cpu backend's int8 GEMM shares
+        // (cmf/block_quant.hpp), bit-identical to the portable quantize_x.
         __m256i i32[4];
-        for (int k = 0; k < 4; ++k) {
-            __m256 r = _mm256_round_ps(_mm256_mul_ps(e[k], _mm256_set1_ps(inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            r = _mm256_min_ps(_mm256_max_ps(r, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
-            i32[k] = _mm256_cvtps_epi32(r);
-        }
+        d[b] = cmf::block_quant::quantize_block_avx2(v, i32);
         // packs work per 128-bit lane: bytes come out as dwords 0,2,4,6,1,3,5,7 of the natural order.
         __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
         bytes = _mm256_permutevar8x32_epi32(bytes, pack_fix);

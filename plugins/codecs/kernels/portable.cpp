@@ -1,5 +1,7 @@
 #include "kernels/portable.hpp"
 
+#include <cmf/block_quant.hpp>
+
 #include "half.hpp"
 
 #include <algorithm>
@@ -45,32 +47,13 @@ unsigned position(XOrder order, unsigned e) {
 }
 }  // namespace
 
+// The block quantizer the cpu backend's int8 GEMM shares (cmf/block_quant.hpp),
+// its codes placed in `order`.
 void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
     for (uint64_t b = 0; b < x_blocks(n); ++b) {
-        float v[32] = {};
-        uint64_t take = std::min<uint64_t>(32, n - 32 * b);
-        std::copy(x + 32 * b, x + 32 * b + take, v);
-        float amax = 0.0f;
-        bool finite = true;
-        for (float e : v) {
-            float a = std::fabs(e);
-            if (!(a < std::numeric_limits<float>::infinity())) finite = false;  // inf or NaN
-            amax = a > amax ? a : amax;
-        }
-        float scale = amax / 127.0f;
-        float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        if (!(inv < std::numeric_limits<float>::infinity())) inv = 0.0f;  // scale subnormal: block ~ 0
-        d[b] = scale;
-        if (!finite) {  // inf or NaN in the block: NaN scale, zero codes
-            d[b] = std::numeric_limits<float>::quiet_NaN();
-            std::fill(q + 32 * b, q + 32 * b + 32, int8_t{0});
-            continue;
-        }
-        for (unsigned e = 0; e < 32; ++e) {
-            float r = std::nearbyint(v[e] * inv);
-            r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
-            q[32 * b + position(order, e)] = static_cast<int8_t>(r);
-        }
+        int8_t v[32];
+        d[b] = cmf::block_quant::quantize_block(x + 32 * b, std::min<uint64_t>(32, n - 32 * b), v);
+        for (unsigned e = 0; e < 32; ++e) q[32 * b + position(order, e)] = v[e];
     }
 }
 
