@@ -72,6 +72,11 @@ struct Backend {
 
 Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }
 
+// Threads of the runtime pool the loops below run on (work is cut per thread).
+uint64_t pool_threads(const Backend *be) {
+    return static_cast<uint64_t>(std::max(1, be->host->num_threads(be->host->host_ctx)));
+}
+
 // Runs body(begin, end) over [0, n) on the runtime pool.
 template <class F>
 void parallel(Backend *be, uint64_t n, uint64_t grain, F &&body) {
@@ -332,7 +337,7 @@ cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64
     // quantized-activation cache (a memcmp of x): with 16-row chunks that
     // was 5.4 % of a q4 tg run (perf, 0.6B shape), 0.9 % with 8 chunks per
     // thread.
-    const uint64_t threads = static_cast<uint64_t>(std::max(1, be->host->num_threads(be->host->host_ctx)));
+    const uint64_t threads = pool_threads(be);
     const uint64_t grain = std::max<uint64_t>({4, 16384 / std::max<uint64_t>(1, w->cols), (w->rows + 8 * threads - 1) / (8 * threads)});
     be->host->parallel_for(be->host->host_ctx, 0, w->rows, grain, fn, &job);
     return job.error;
@@ -540,6 +545,18 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
 // Decode attention: a run of keys shorter than this is not split further.
 constexpr uint64_t kMinKeysPerSplit = 32;
 
+// One split-K work item's result in its slice of the partials buffer: per
+// head the unnormalised output (head_dim floats), then per head the run's
+// max score, then per head its softmax denominator.
+struct SplitPart {
+    float *base;
+    uint32_t n_heads, head_dim;
+    static uint64_t floats(uint32_t n_heads, uint32_t head_dim) { return uint64_t(n_heads) * (head_dim + 2); }
+    float *o(uint32_t h) const { return base + uint64_t(h) * head_dim; }
+    float *max() const { return base + uint64_t(n_heads) * head_dim; }
+    float *sum() const { return max() + n_heads; }
+};
+
 cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
                      uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
                      float scale, uint32_t window, float softcap) {
@@ -563,7 +580,7 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
         // every key began with a full memory latency), and leaves per head
         // its running max, softmax denominator and unnormalised output. The
         // runs are then merged per head (rescaled to the common max).
-        const uint64_t threads = static_cast<uint64_t>(std::max(1, be->host->num_threads(be->host->host_ctx)));
+        const uint64_t threads = pool_threads(be);
         auto key_range = [&](uint64_t t) {
             const uint64_t p = pos0 + t;
             const uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
@@ -572,17 +589,18 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
         const uint64_t longest = key_range(n_tokens - 1).second - key_range(n_tokens - 1).first;
         const uint64_t splits = std::clamp<uint64_t>(std::min((2 * threads + n_tokens - 1) / n_tokens, longest / kMinKeysPerSplit),
                                                      1, 2 * threads);
-        const uint64_t part_floats = uint64_t(n_heads) * (head_dim + 2);  // per item: o, then max and sum per head
+        const uint64_t part_floats = SplitPart::floats(n_heads, head_dim);
         thread_local std::vector<float> parts;
         parts.resize(n_tokens * splits * part_floats);
-        float *const part_base = parts.data();
+        auto part = [&, base = parts.data()](uint64_t item) { return SplitPart{base + item * part_floats, n_heads, head_dim}; };
         parallel(be, n_tokens * splits, 1, [&](uint64_t i0, uint64_t i1) {
             thread_local std::vector<float> sc;  // [head][key of the run]
             for (uint64_t i = i0; i < i1; ++i) {
                 const uint64_t t = i / splits, sp = i % splits;
                 const auto [j0, j1] = key_range(t);
                 const uint64_t a = j0 + (j1 - j0) * sp / splits, b = j0 + (j1 - j0) * (sp + 1) / splits, m = b - a;
-                float *o = part_base + i * part_floats, *mx = o + uint64_t(n_heads) * head_dim, *sum = mx + n_heads;
+                const SplitPart pt = part(i);
+                float *o = pt.o(0), *mx = pt.max(), *sum = pt.sum();
                 const float *qt = q + t * qd;
                 sc.resize(uint64_t(n_heads) * m);
                 for (uint64_t j = a; j < b; ++j) {
@@ -610,18 +628,17 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
         for (uint64_t t = 0; t < n_tokens; ++t)
             for (uint32_t h = 0; h < n_heads; ++h) {
                 float big = -INFINITY;
-                for (uint64_t sp = 0; sp < splits; ++sp)
-                    big = std::max(big, part_base[(t * splits + sp) * part_floats + uint64_t(n_heads) * head_dim + h]);
+                for (uint64_t sp = 0; sp < splits; ++sp) big = std::max(big, part(t * splits + sp).max()[h]);
                 float *dst = out + t * qd + uint64_t(h) * head_dim;
                 std::fill(dst, dst + head_dim, 0.0f);
                 float z = 0.0f;
                 for (uint64_t sp = 0; sp < splits; ++sp) {
-                    const float *po = part_base + (t * splits + sp) * part_floats;
-                    const float pm = po[uint64_t(n_heads) * head_dim + h], ps = po[uint64_t(n_heads) * head_dim + n_heads + h];
+                    const SplitPart pt = part(t * splits + sp);
+                    const float ps = pt.sum()[h];
                     if (ps == 0.0f) continue;  // an empty run
-                    const float w = std::exp(pm - big);
+                    const float w = std::exp(pt.max()[h] - big);
                     z += w * ps;
-                    k.axpy(w, po + uint64_t(h) * head_dim, dst, head_dim);
+                    k.axpy(w, pt.o(h), dst, head_dim);
                 }
                 const float inv = 1.0f / z;
                 for (uint32_t d = 0; d < head_dim; ++d) dst[d] *= inv;
