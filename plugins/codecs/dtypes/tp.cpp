@@ -15,23 +15,13 @@ namespace cmf::codecs {
 
 namespace {
 
-// Rung values of one row: q4tp t[c] = exp2f(lo) * exp2f(step)^c (31 sequential f32
-// multiplies); q2tp puts an exact 0 at rung 0 and shifts the q4tp ladder up by one.
-template <bool Two>
-std::array<float, 32> ladder(uint16_t lo_h, uint16_t step_h) {
-    std::array<float, 32> t{};
-    float e = exp2f_f16(step_h);
-    int first = Two ? 1 : 0;
-    t[first] = exp2f_f16(lo_h);
-    for (int c = first + 1; c < 32; ++c) t[c] = t[c - 1] * e;
-    return t;
-}
-
-// The ladders of up to kLadderRows rows at once, rung-major (t[c][j] is rung
-// c of row j): the same multiplies as ladder() per row, so bit-identical,
-// but eight independent chains in flight instead of one. A single row's
-// chain of 31 dependent multiplies cost about as much as its whole dot
-// product in decode (measured: ~100 of ~350 cycles per 1024-wide q4tp row).
+// Rung values: q4tp t[c] = exp2f(lo) * exp2f(step)^c (31 sequential f32
+// multiplies); q2tp puts an exact 0 at rung 0 and shifts the q4tp ladder up
+// by one. Built for up to kLadderRows rows at once, rung-major (t[c][j] is
+// rung c of row j): eight independent chains in flight instead of one. A
+// single row's chain of 31 dependent multiplies cost about as much as its
+// whole dot product in decode (measured: ~100 of ~350 cycles per 1024-wide
+// q4tp row).
 constexpr unsigned kLadderRows = 8;
 template <bool Two>
 struct Ladders {
@@ -48,6 +38,19 @@ struct Ladders {
             for (unsigned j = 0; j < kLadderRows; ++j) t[c][j] = t[c - 1][j] * e[j];
     }
 };
+
+// Rung values of one row (the encoder's): lane 0 of Ladders, so encoder and
+// decoder share one chain of multiplies.
+template <bool Two>
+std::array<float, 32> ladder(uint16_t lo_h, uint16_t step_h) {
+    uint8_t params[4];
+    store_u16(params, lo_h);
+    store_u16(params + 2, step_h);
+    const Ladders<Two> lad(params, 1);
+    std::array<float, 32> t{};
+    for (int c = 0; c < 32; ++c) t[c] = lad.t[c][0];
+    return t;
+}
 
 uint32_t read_code(const uint8_t *codes, uint64_t g) {
     uint64_t bit = 5 * g;
