@@ -35,37 +35,32 @@ Summary summarize(std::vector<double> v) {
     return s;
 }
 
-// Peak resident set in bytes: VmHWM, else getrusage's maxrss.
-uint64_t peak_rss_bytes() {
-    std::ifstream f("/proc/self/status");
+// A "Key:  N kB" line of a /proc file, in bytes; 0 when the file or the
+// line is not there.
+uint64_t proc_kib_field(const char *file, const std::string &key) {
+    std::ifstream f(file);
     std::string line;
     while (std::getline(f, line))
-        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+        if (line.rfind(key, 0) == 0) return std::stoull(line.substr(key.size())) * 1024;
+    return 0;
+}
+
+// Peak resident set in bytes: VmHWM, else getrusage's maxrss.
+uint64_t peak_rss_bytes() {
+    if (uint64_t b = proc_kib_field("/proc/self/status", "VmHWM:")) return b;
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
-// Current resident set in bytes (VmRSS), 0 when /proc is not there.
-uint64_t current_rss_bytes() {
-    std::ifstream f("/proc/self/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-    return 0;
-}
+// Current resident set in bytes (VmRSS).
+uint64_t current_rss_bytes() { return proc_kib_field("/proc/self/status", "VmRSS:"); }
 
-// Bytes of file mappings held in 2 MiB pages (smaps_rollup FilePmdMapped),
-// 0 when the kernel does not report it. The weights stream fastest in 2 MiB
-// pages; whether a file gets them depends on how its page cache was filled
-// (docs/performance.md, "Page size"), so bench shows it next to the speed.
-uint64_t file_pmd_mapped_bytes() {
-    std::ifstream f("/proc/self/smaps_rollup");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("FilePmdMapped:", 0) == 0) return std::stoull(line.substr(14)) * 1024;
-    return 0;
-}
+// Bytes of file mappings held in 2 MiB pages (smaps_rollup FilePmdMapped).
+// The weights stream fastest in 2 MiB pages; whether a file gets them
+// depends on how its page cache was filled (docs/performance.md, "Page
+// size"), so bench shows it next to the speed.
+uint64_t file_pmd_mapped_bytes() { return proc_kib_field("/proc/self/smaps_rollup", "FilePmdMapped:"); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -163,10 +163,11 @@ try:
     bj = json.loads(p.stdout)
     tests = {t["test"]: t for t in bj["tests"]}
     ok = (set(tests) == {"pp32", "tg8"} and all(t["median_tok_s"] > 0 and len(t["samples_tok_s"]) == 2
-                                                for t in tests.values()) and bj["peak_rss_bytes"] > 0)
+                                                for t in tests.values()) and bj["peak_rss_bytes"] > 0
+          and 0 <= bj["file_pmd_mapped_bytes"] <= bj["peak_rss_bytes"])
 except (ValueError, KeyError):
     ok = False
-check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS")
+check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS, 2 MiB-mapped bytes within it")
 p = run(["bench", model_path, "-p", "8", "-n", "4", "-r", "1", "-d", "40", "--json"])
 try:
     bj = json.loads(p.stdout)
