@@ -291,11 +291,18 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
 // order changed.
 // Against the per-group form (broadcast 16 B, srlv + and, two vpmaddubsw with
 // the bias recomputed per row, three loads per group), measured on this
-// machine (2-core EPYC Zen 3, AVX2), kernel only, 256 rows x 1024 columns
-// (L2-resident), fastest of 3000 passes in TSC ticks per row, old and new
-// interleaved in one process (16:00 UTC, load 4-5): split q4_block 105 -> 86,
-// q4tp's groups 105 -> 85, q4_tiled 115 -> 108 (its strided scales and two
-// 16-byte loads per pair keep more of the old cost).
+// machine (2-core EPYC Zen 3, AVX2), old and new kernels linked into one
+// /tmp harness and run interleaved (16:00-16:20 UTC, other jobs running):
+//  - L2-resident, 256 rows x 1024 columns, fastest of 3000 passes, TSC ticks
+//    per row: split (q4_block) 105-108 -> 85-86, groups (q4tp) 105-108 ->
+//    85-86, tiled 115-118 -> 107-108. In a slower state of the machine (all
+//    figures ~25 % up) split 134 -> 113, tiled 148 -> 150: the tiled pair's
+//    two 16-byte loads (a quarter of them split across lines) and its
+//    strided scale gather keep most of the old cost.
+//  - Streaming 151936 rows x 1024 (87 MB) from DRAM on 2 threads, median of
+//    24 alternating passes: split 15.2-15.3 -> 15.5-16.4 GB/s; tiled 12.5-13.9
+//    -> 12.7-13.4 GB/s (the same within the noise): at ~180 ticks per row the
+//    stream is memory-bound either way.
 // Group g's 16 nibble bytes are at nib + Stride*g (16: split q4_block and
 // q4tp; 18: q4_tiled tiles, past their scale); `fill` is sliced's.
 template <uint64_t Stride, class Fill>
@@ -329,8 +336,8 @@ inline float q4_pair_dot(const uint8_t *nib, const int8_t *xq, const int16_t *xb
         const uint64_t pairs = n / 2;
         uint64_t k = 0;
         for (; k + 4 <= pairs; k += 4) {
-            prefetch_ahead(nb + 2 * Stride * k);  // a line per 64 B of nibbles (tiled: per 72 B)
-            prefetch_ahead(nb + 2 * Stride * (k + 2));
+            // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
+            for (uint64_t off = 0; off < 8 * Stride; off += 64) prefetch_ahead(nb + 2 * Stride * k + off);
             const __m256 s8 = _mm256_load_ps(sx + 2 * k);
             step(k, pair_scales(s8, 0), acc[0]);
             step(k + 1, pair_scales(s8, 2), acc[1]);
