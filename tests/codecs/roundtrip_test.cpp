@@ -346,30 +346,40 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
     std::vector<float> gs(64);
     for (size_t i = 0; i < gs.size(); ++i) gs[i] = 0.01f * static_cast<float>(i) - 0.2f;
     // q4 dots on a q4_pair_blocks x, odd and even group counts (an odd count
-    // ends in the single-group step), then with a NaN x block (paired or not)
-    // and with a NaN weight scale in the last group: both give NaN.
-    std::vector<int16_t> xb(16 * 32);
-    for (uint64_t g : {1u, 2u, 3u, 33u, 64u}) {
+    // ends in the single-group step; 259 runs a second slice of 3 groups
+    // from group 256), then with a NaN x block (paired or not) and with a
+    // NaN weight scale in the last group: both give NaN.
+    for (uint64_t g : {1u, 2u, 3u, 33u, 64u, 259u}) {
+        std::vector<uint8_t> split0(18 * g), tiled0(18 * g);
+        for (auto &b : split0) b = static_cast<uint8_t>(rng());
+        for (auto &b : tiled0) b = static_cast<uint8_t>(rng());
+        for (uint64_t i = 0; i < g; ++i) split0[16 * g + 2 * i + 1] &= 0x3b, tiled0[18 * i + 1] &= 0x3b;  // finite f16 scales
+        std::vector<float> fs0(g);
+        for (uint64_t i = 0; i < g; ++i) fs0[i] = 0.01f * static_cast<float>(i % 64) - 0.2f;
         for (int nan_case = 0; nan_case < 3; ++nan_case) {
             CAPTURE(g);
             CAPTURE(nan_case);
-            std::vector<float> xv(x.begin(), x.begin() + 32 * g), fs(gs.begin(), gs.begin() + g);
-            std::vector<uint8_t> split(bytes.begin(), bytes.begin() + 1024 + 2 * g), tiled(bytes.begin(), bytes.begin() + 18 * g);
+            std::vector<float> xv = gaussian(32 * g, static_cast<uint32_t>(g), 0.01f), fs = fs0;
+            std::vector<uint8_t> split = split0, tiled = tiled0;
             if (nan_case == 1) xv[32 * (g / 2) + 3] = std::numeric_limits<float>::quiet_NaN();
             if (nan_case == 2) {
                 fs[g - 1] = std::numeric_limits<float>::quiet_NaN();
-                split[1024 + 2 * (g - 1)] = 0x00, split[1024 + 2 * (g - 1) + 1] = 0x7e;  // f16 NaN
+                split[16 * g + 2 * (g - 1)] = 0x00, split[16 * g + 2 * (g - 1) + 1] = 0x7e;  // f16 NaN
                 tiled[18 * (g - 1)] = 0x00, tiled[18 * (g - 1) + 1] = 0x7e;
             }
-            k::quantize_x(xv.data(), 32 * g, k::XOrder::q4_pair_blocks, xq.data(), xd.data());
-            k::q4_pair_bias(xq.data(), g, xb.data());
+            std::vector<int8_t> q(32 * g);
+            std::vector<float> d(g);
+            std::vector<int16_t> xb(16 * (g / 2));
+            k::quantize_x(xv.data(), 32 * g, k::XOrder::q4_pair_blocks, q.data(), d.data());
+            k::q4_pair_bias(q.data(), g, xb.data());
+            const uint8_t *sc = split.data() + 16 * g;
             const float r[3][2] = {
-                {k::avx2::dot_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g),
-                 k::portable::dot_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g)},
-                {k::avx2::dot_q4_split_xq(split.data(), split.data() + 1024, xq.data(), xb.data(), xd.data(), g),
-                 k::portable::dot_q4_split_xq(split.data(), split.data() + 1024, xq.data(), xb.data(), xd.data(), g)},
-                {k::avx2::dot_q4_groups_xq(split.data(), fs.data(), xq.data(), xb.data(), xd.data(), g),
-                 k::portable::dot_q4_groups_xq(split.data(), fs.data(), xq.data(), xb.data(), xd.data(), g)}};
+                {k::avx2::dot_q4_tiled_xq(tiled.data(), q.data(), xb.data(), d.data(), g),
+                 k::portable::dot_q4_tiled_xq(tiled.data(), q.data(), xb.data(), d.data(), g)},
+                {k::avx2::dot_q4_split_xq(split.data(), sc, q.data(), xb.data(), d.data(), g),
+                 k::portable::dot_q4_split_xq(split.data(), sc, q.data(), xb.data(), d.data(), g)},
+                {k::avx2::dot_q4_groups_xq(split.data(), fs.data(), q.data(), xb.data(), d.data(), g),
+                 k::portable::dot_q4_groups_xq(split.data(), fs.data(), q.data(), xb.data(), d.data(), g)}};
             for (const auto &ap : r) {
                 if (nan_case == 0) {
                     CHECK(near(ap[0], ap[1]));

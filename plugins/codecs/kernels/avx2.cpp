@@ -285,8 +285,9 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
 // precomputed q4_pair_bias (x only) in int16, exact: |sum| <= 2*2*15*127 =
 // 7620, |bias| <= 4064. Then vpmaddwd, cvt and one FMA with [sA x4 | sB x4],
 // permuted in registers from one load of 8 groups' scale products per 4
-// pairs (a load per pair for them kept the loop load-bound: Zen 3 issues two
-// 256-bit loads a cycle). An odd last group takes the single-group step.
+// pairs, so a pair costs four 256-bit loads (nibbles, the two x halves, the
+// bias; the old form took six per two groups). An odd last group takes the
+// single-group step.
 // Each group's integer sum is the same as before; only the f32 summation
 // order changed.
 // Against the per-group form (broadcast 16 B, srlv + and, two vpmaddubsw with
@@ -326,7 +327,7 @@ inline float q4_pair_dot(const uint8_t *nib, const int8_t *xq, const int16_t *xb
                 v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w))),
                                             _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + Stride)), 1);
             // Keeps v in a register: GCC otherwise folds a second load of w
-            // into the mask's vpand, and the loop is bound by its loads.
+            // into the mask's vpand (one more load per pair).
             __asm__("" : "+x"(v));
             __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
             __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(x + 64 * k)), _mm256_maddubs_epi16(hi, load32(x + 64 * k + 32)));
