@@ -338,13 +338,6 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
         const int8_t *w8 = reinterpret_cast<const int8_t *>(bytes.data());
         k::portable::quantize_x(x.data(), n, k::XOrder::natural, xq.data(), xd.data());
         CHECK(near(k::avx2::dot_i8_xq(w8, xq.data(), xd.data(), n), k::portable::dot_i8_xq(w8, xq.data(), xd.data(), n)));
-        k::portable::quantize_x(x.data(), 32 * g, k::XOrder::q4_pairs, xq.data(), xd.data());
-        CHECK(near(k::avx2::dot_q4_tiled_xq(bytes.data(), xq.data(), xd.data(), g),
-                   k::portable::dot_q4_tiled_xq(bytes.data(), xq.data(), xd.data(), g)));
-        CHECK(near(k::avx2::dot_q4_split_xq(bytes.data(), bytes.data() + 1024, xq.data(), xd.data(), g),
-                   k::portable::dot_q4_split_xq(bytes.data(), bytes.data() + 1024, xq.data(), xd.data(), g)));
-        CHECK(near(k::avx2::dot_q4_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
-                   k::portable::dot_q4_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g)));
         k::portable::quantize_x(x.data(), 32 * g, k::XOrder::q2_quads, xq.data(), xd.data());
         CHECK(near(k::avx2::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
                    k::portable::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g)));
@@ -352,6 +345,51 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
     // Decode kernels: bit-identical, every group with its own scale.
     std::vector<float> gs(64);
     for (size_t i = 0; i < gs.size(); ++i) gs[i] = 0.01f * static_cast<float>(i) - 0.2f;
+    // q4 dots on a q4_pair_blocks x, odd and even group counts (an odd count
+    // ends in the single-group step; 259 runs a second slice of 3 groups
+    // from group 256), then with a NaN x block (paired or not) and with a
+    // NaN weight scale in the last group: both give NaN.
+    for (uint64_t g : {1u, 2u, 3u, 33u, 64u, 259u}) {
+        std::vector<uint8_t> split0(18 * g), tiled0(18 * g);
+        for (auto &b : split0) b = static_cast<uint8_t>(rng());
+        for (auto &b : tiled0) b = static_cast<uint8_t>(rng());
+        for (uint64_t i = 0; i < g; ++i) split0[16 * g + 2 * i + 1] &= 0x3b, tiled0[18 * i + 1] &= 0x3b;  // finite f16 scales
+        std::vector<float> fs0(g);
+        for (uint64_t i = 0; i < g; ++i) fs0[i] = 0.01f * static_cast<float>(i % 64) - 0.2f;
+        for (int nan_case = 0; nan_case < 3; ++nan_case) {
+            CAPTURE(g);
+            CAPTURE(nan_case);
+            std::vector<float> xv = gaussian(32 * g, static_cast<uint32_t>(g), 0.01f), fs = fs0;
+            std::vector<uint8_t> split = split0, tiled = tiled0;
+            if (nan_case == 1) xv[32 * (g / 2) + 3] = std::numeric_limits<float>::quiet_NaN();
+            if (nan_case == 2) {
+                fs[g - 1] = std::numeric_limits<float>::quiet_NaN();
+                split[16 * g + 2 * (g - 1)] = 0x00, split[16 * g + 2 * (g - 1) + 1] = 0x7e;  // f16 NaN
+                tiled[18 * (g - 1)] = 0x00, tiled[18 * (g - 1) + 1] = 0x7e;
+            }
+            std::vector<int8_t> q(32 * g);
+            std::vector<float> d(g);
+            std::vector<int16_t> xb(16 * (g / 2));
+            k::quantize_x(xv.data(), 32 * g, k::XOrder::q4_pair_blocks, q.data(), d.data());
+            k::q4_pair_bias(q.data(), g, xb.data());
+            const uint8_t *sc = split.data() + 16 * g;
+            const float r[3][2] = {
+                {k::avx2::dot_q4_tiled_xq(tiled.data(), q.data(), xb.data(), d.data(), g),
+                 k::portable::dot_q4_tiled_xq(tiled.data(), q.data(), xb.data(), d.data(), g)},
+                {k::avx2::dot_q4_split_xq(split.data(), sc, q.data(), xb.data(), d.data(), g),
+                 k::portable::dot_q4_split_xq(split.data(), sc, q.data(), xb.data(), d.data(), g)},
+                {k::avx2::dot_q4_groups_xq(split.data(), fs.data(), q.data(), xb.data(), d.data(), g),
+                 k::portable::dot_q4_groups_xq(split.data(), fs.data(), q.data(), xb.data(), d.data(), g)}};
+            for (const auto &ap : r) {
+                if (nan_case == 0) {
+                    CHECK(near(ap[0], ap[1]));
+                } else {
+                    CHECK(std::isnan(ap[0]));
+                    CHECK(std::isnan(ap[1]));
+                }
+            }
+        }
+    }
     for (uint64_t g : {1u, 3u, 64u}) {
         CAPTURE(g);
         for (uint64_t stride : {16u, 18u}) {
@@ -370,6 +408,45 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
         k::avx2::dequant_q2_groups(bytes.data(), gs.data(), g, a.data());
         k::portable::dequant_q2_groups(bytes.data(), gs.data(), g, p.data());
         CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("roundtrip: q4_pair_blocks x order and bias match a scalar reference") {
+    // Built from the natural order: element e of block b at
+    // 64*(b/2) + 16*(b%2) + 32*(e%2) + e/2 when b has a partner, else
+    // 32*b + 16*(e%2) + e/2; the bias of pair k, entry j: 8 * the sum of the
+    // four elements 4j..4j+3 (j < 8: block 2k; j >= 8: 4(j-8).. of block 2k+1).
+    namespace k = cmf::codecs::kernels;
+    std::vector<float> x = gaussian(64 * 32, 21, 0.01f);
+    for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;             // block 1 all zero
+    x[32 * 4 + 9] = std::numeric_limits<float>::quiet_NaN();  // block 4: NaN scale, zero codes
+    for (int i = 0; i < 64; ++i) x[32 * 6 + i] = i < 32 ? 9.0f : -9.0f;  // blocks 6, 7: codes 127, -127
+    for (uint64_t n : {32u, 64u, 96u, 77u, 33u * 32u, 2048u}) {
+        CAPTURE(n);
+        const uint64_t nb = k::x_blocks(n);
+        std::vector<int8_t> nat(32 * nb), q(32 * nb, 99);
+        std::vector<float> dn(nb), dq(nb);
+        k::portable::quantize_x(x.data(), n, k::XOrder::natural, nat.data(), dn.data());
+        k::quantize_x(x.data(), n, k::XOrder::q4_pair_blocks, q.data(), dq.data());
+        CHECK(std::memcmp(dn.data(), dq.data(), nb * sizeof(float)) == 0);
+        std::vector<int8_t> want(32 * nb);
+        for (uint64_t b = 0; b < nb; ++b)
+            for (uint64_t e = 0; e < 32; ++e)
+                want[(b | 1) < nb ? 64 * (b / 2) + 16 * (b % 2) + 32 * (e % 2) + e / 2 : 32 * b + 16 * (e % 2) + e / 2] =
+                    nat[32 * b + e];
+        CHECK(q == want);
+        std::vector<int16_t> bias(16 * (nb / 2) + 1, int16_t{12345}), want_bias(16 * (nb / 2) + 1, int16_t{12345});
+        k::q4_pair_bias(q.data(), nb, bias.data());
+        for (uint64_t p = 0; p < nb / 2; ++p)
+            for (uint64_t j = 0; j < 16; ++j) {
+                const int8_t *e = nat.data() + 32 * (2 * p + j / 8) + 4 * (j % 8);
+                want_bias[16 * p + j] = static_cast<int16_t>(8 * (e[0] + e[1] + e[2] + e[3]));
+            }
+        CHECK(bias == want_bias);  // including the untouched sentinel past the last pair
+        if (n == 2048) {  // the extremes of the int16 bias
+            CHECK(*std::max_element(bias.begin(), bias.end() - 1) == 8 * 4 * 127);
+            CHECK(*std::min_element(bias.begin(), bias.end() - 1) == -8 * 4 * 127);
+        }
     }
 }
 

@@ -158,14 +158,14 @@ public:
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
         Layout l = layout(w);
-        const QuantizedX &xq = quantized_x(x, ldx, n_batch, l.m.cols, Two ? kernels::XOrder::q2_quads : kernels::XOrder::q4_pairs);
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, l.m.cols, Two ? kernels::XOrder::q2_quads : kernels::XOrder::q4_pair_blocks);
         std::vector<float> scales(l.gpr);
         for_rows(l, r0, r1, [&](uint64_t r, const Ladders<Two> &lad, unsigned j) {
             row_scales(l, r, lad, j, scales.data());
             const uint8_t *chunks = l.chunks + r * l.gpr * kChunk;
             for (uint64_t b = 0; b < n_batch; ++b)
                 y[b * ldy + r] = Two ? kernels::dot_q2_groups_xq(chunks, scales.data(), xq.q(b), xq.d(b), l.gpr)
-                                     : kernels::dot_q4_groups_xq(chunks, scales.data(), xq.q(b), xq.d(b), l.gpr);
+                                     : kernels::dot_q4_groups_xq(chunks, scales.data(), xq.q(b), xq.bias(b), xq.d(b), l.gpr);
         });
     }
 

@@ -158,6 +158,7 @@ float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) 
 namespace {
 // 32 unsigned q4 codes (0..15) in q4_pairs order from 16 nibble bytes: the
 // bytes in both lanes, the upper lane shifted down a nibble, then masked.
+// (Only the unpaired last group of a q4 row takes this path.)
 inline __m256i q4_codes_u(const uint8_t *nib) {
     __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(nib)));
     return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(15));
@@ -173,20 +174,24 @@ inline __m256i q2_codes_2u(const uint8_t *chunk) {
     return _mm256_add_epi8(c, c);
 }
 
-// sum over groups of sx[g] * <codes(g) - Bias, xq block g>, where codes(g)
-// are unsigned bytes (so vpmaddubsw takes them as they are, without the two
-// sign fix-ups a signed pair needs) and the bias comes off in int16:
+// acc + s * <codes - Bias, x> for one 32-block, where the codes are unsigned
+// bytes (so vpmaddubsw takes them as they are, without the two sign fix-ups
+// a signed pair needs) and the bias comes off in int16:
 // maddubs(codes, x) - maddubs(Bias, x), exact (pair sums stay under 2^15:
-// at most 2*15*127). sx[g] is the group's weight scale times x's block scale.
-// Four accumulators: one FMA chain per group would run at the FMA latency.
+// at most 2*15*127).
+template <int Bias>
+inline __m256 biased_step(__m256i codes, __m256i x, __m256 s, __m256 acc) {
+    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes, x), _mm256_maddubs_epi16(_mm256_set1_epi8(Bias), x));
+    return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1))), acc);
+}
+// sum over groups of sx[g] * <codes(g) - Bias, xq block g>; sx[g] is the
+// group's weight scale times x's block scale. Four accumulators: one FMA
+// chain per group would run at the FMA latency.
 template <int Bias, class Codes>
 inline float biased_dot(uint64_t groups, const int8_t *xq, const float *sx, Codes codes) {
-    const __m256i bias = _mm256_set1_epi8(Bias), ones = _mm256_set1_epi16(1);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     auto step = [&](uint64_t g, __m256 &a) {
-        __m256i x = load32(xq + 32 * g);
-        __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes(g), x), _mm256_maddubs_epi16(bias, x));
-        a = _mm256_fmadd_ps(_mm256_broadcast_ss(sx + g), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), a);
+        a = biased_step<Bias>(codes(g), load32(xq + 32 * g), _mm256_broadcast_ss(sx + g), a);
     };
     uint64_t g = 0;
     for (; g + 4 <= groups; g += 4) {
@@ -201,8 +206,10 @@ inline float biased_dot(uint64_t groups, const int8_t *xq, const float *sx, Code
 
 // Runs `dot(g0, n, sx)` over the groups in slices of kSlice, with sx[i] =
 // scale(g0 + i) * xd[g0 + i] filled first by `fill(g0, n, sx)`: the scale
-// products come out of the dot's loop, where they were a scalar chain per group.
+// products come out of the dot's loop, where they were a scalar chain per
+// group. Even, so that q4 slices start on a q4_pair_blocks pair boundary.
 constexpr uint64_t kSlice = 256;
+static_assert(kSlice % 2 == 0, "a q4 slice must start on a pair of x blocks");
 template <class Fill, class Dot>
 inline float sliced(uint64_t groups, Fill fill, Dot dot) {
     alignas(32) float sx[kSlice];
@@ -214,74 +221,135 @@ inline float sliced(uint64_t groups, Fill fill, Dot dot) {
     }
     return acc;
 }
-// sx[i] = f16 scale (stride 2 bytes) * xd, 8 at a time.
+// sx[i] = f16 scale i * xd[i], the scales Stride bytes apart (2: a scale
+// array; 18: q4_tiled tiles), 8 at a time.
+template <uint64_t Stride>
 inline void fill_f16_scales(const uint8_t *f16_scales, const float *xd, uint64_t n, float *sx) {
     uint64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(f16_scales + 2 * i))),
-                                              _mm256_loadu_ps(xd + i)));
-    for (; i < n; ++i) sx[i] = f16_scalar(f16_scales + 2 * i) * xd[i];
+    for (; i + 8 <= n; i += 8) {
+        const uint8_t *h = f16_scales + Stride * i;
+        __m128i v;
+        if constexpr (Stride == 2) {
+            v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(h));
+        } else {  // eight strided f16 scales into one register
+            v = _mm_setzero_si128();
+            v = _mm_insert_epi16(v, load_u16(h), 0);
+            v = _mm_insert_epi16(v, load_u16(h + Stride), 1);
+            v = _mm_insert_epi16(v, load_u16(h + 2 * Stride), 2);
+            v = _mm_insert_epi16(v, load_u16(h + 3 * Stride), 3);
+            v = _mm_insert_epi16(v, load_u16(h + 4 * Stride), 4);
+            v = _mm_insert_epi16(v, load_u16(h + 5 * Stride), 5);
+            v = _mm_insert_epi16(v, load_u16(h + 6 * Stride), 6);
+            v = _mm_insert_epi16(v, load_u16(h + 7 * Stride), 7);
+        }
+        _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_cvtph_ps(v), _mm256_loadu_ps(xd + i)));
+    }
+    for (; i < n; ++i) sx[i] = f16_scalar(f16_scales + Stride * i) * xd[i];
 }
 inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, float *sx) {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_loadu_ps(scales + i), _mm256_loadu_ps(xd + i)));
     for (; i < n; ++i) sx[i] = scales[i] * xd[i];
 }
+
+// q4 rows against a q4_pair_blocks x, two groups (A = 2k, B = 2k+1) per step:
+// one 32-byte load holds both groups' nibbles (tiled: two 16-byte loads,
+// vinserti128); masked it is [A lo codes | B lo codes], shifted a nibble
+// [A hi | B hi], which the pair's x bytes [A lo | B lo], [A hi | B hi] meet
+// lane for lane, so maddubs(lo, x0) + maddubs(hi, x1) holds A's pair sums in
+// the low lane and B's in the high one. The offset -8 comes off as the
+// precomputed q4_pair_bias (x only) in int16, exact: |sum| <= 2*2*15*127 =
+// 7620, |bias| <= 4064. Then vpmaddwd, cvt and one FMA with [sA x4 | sB x4],
+// permuted in registers from one load of 8 groups' scale products per 4
+// pairs, so a pair costs four 256-bit loads (nibbles, the two x halves, the
+// bias; the old form took six per two groups). An odd last group takes the
+// single-group step.
+// Each group's integer sum is the same as before; only the f32 summation
+// order changed.
+// Against the per-group form (broadcast 16 B, srlv + and, two vpmaddubsw with
+// the bias recomputed per row, three loads per group), measured on this
+// machine (2-core EPYC Zen 3, AVX2), old and new kernels linked into one
+// /tmp harness and run interleaved (16:00-16:20 UTC, other jobs running):
+//  - L2-resident, 256 rows x 1024 columns, fastest of 3000 passes, TSC ticks
+//    per row: split (q4_block) 105-108 -> 85-86, groups (q4tp) 105-108 ->
+//    85-86, tiled 115-118 -> 107-108. In a slower state of the machine (all
+//    figures ~25 % up) split 134 -> 113, tiled 148 -> 150: the tiled pair's
+//    two 16-byte loads (a quarter of them split across lines) and its
+//    strided scale gather keep most of the old cost.
+//  - Streaming 151936 rows x 1024 (87 MB) from DRAM on 2 threads, median of
+//    24 alternating passes: split 15.2-15.3 -> 15.5-16.4 GB/s; tiled 12.5-13.9
+//    -> 12.7-13.4 GB/s (the same within the noise): at ~180 ticks per row the
+//    stream is memory-bound either way.
+// Group g's 16 nibble bytes are at nib + Stride*g (16: split q4_block and
+// q4tp; 18: q4_tiled tiles, past their scale); `fill` is sliced's.
+template <uint64_t Stride, class Fill>
+inline float q4_pair_dot(const uint8_t *nib, const int8_t *xq, const int16_t *xbias, uint64_t groups, Fill fill) {
+    return sliced(groups, fill, [&](uint64_t g0, uint64_t n, const float *sx) {
+        const uint8_t *nb = nib + Stride * g0;
+        const int8_t *x = xq + 32 * g0;
+        const int16_t *bias = xbias + 8 * g0;  // 16 per pair
+        const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        // sA x4 | sB x4 for the pair whose products sit in lanes j, j+1 of an 8-float register.
+        auto pair_scales = [](__m256 s8, int j) {
+            return _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
+        };
+        auto step = [&](uint64_t k, __m256 s, __m256 &a) {
+            const uint8_t *w = nb + 2 * Stride * k;
+            __m256i v;
+            if constexpr (Stride == 16)
+                v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
+            else
+                v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w))),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + Stride)), 1);
+            // Keeps v in a register: GCC otherwise folds a second load of w
+            // into the mask's vpand (one more load per pair).
+            __asm__("" : "+x"(v));
+            __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(x + 64 * k)), _mm256_maddubs_epi16(hi, load32(x + 64 * k + 32)));
+            p = _mm256_sub_epi16(p, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bias + 16 * k)));
+            a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), a);
+        };
+        const uint64_t pairs = n / 2;
+        uint64_t k = 0;
+        for (; k + 4 <= pairs; k += 4) {
+            // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
+            for (uint64_t off = 0; off < 8 * Stride; off += 64) prefetch_ahead(nb + 2 * Stride * k + off);
+            const __m256 s8 = _mm256_load_ps(sx + 2 * k);
+            step(k, pair_scales(s8, 0), acc[0]);
+            step(k + 1, pair_scales(s8, 2), acc[1]);
+            step(k + 2, pair_scales(s8, 4), acc[2]);
+            step(k + 3, pair_scales(s8, 6), acc[3]);
+        }
+        for (; k < pairs; ++k) step(k, _mm256_set_m128(_mm_broadcast_ss(sx + 2 * k + 1), _mm_broadcast_ss(sx + 2 * k)), acc[k % 4]);
+        if (n % 2) {  // the unpaired last group, its x block in q4_pairs order
+            const uint64_t g = n - 1;
+            acc[3] = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_broadcast_ss(sx + g), acc[3]);
+        }
+        return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    });
+}
 }  // namespace
 
-float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups) {
-    return sliced(
-        groups,
-        [&](uint64_t g0, uint64_t n, float *sx) {
-            const uint8_t *t = tiles + 18 * g0;
-            uint64_t i = 0;
-            for (; i + 8 <= n; i += 8) {  // eight strided f16 scales into one register
-                __m128i h = _mm_setzero_si128();
-                h = _mm_insert_epi16(h, load_u16(t + 18 * i), 0);
-                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 1)), 1);
-                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 2)), 2);
-                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 3)), 3);
-                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 4)), 4);
-                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 5)), 5);
-                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 6)), 6);
-                h = _mm_insert_epi16(h, load_u16(t + 18 * (i + 7)), 7);
-                _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd + g0 + i)));
-            }
-            for (; i < n; ++i) sx[i] = f16_scalar(t + 18 * i) * xd[g0 + i];
-        },
-        [&](uint64_t g0, uint64_t n, const float *sx) {
-            const uint8_t *t = tiles + 18 * g0;
-            return biased_dot<8>(n, xq + 32 * g0, sx, [&](uint64_t g) {
-                if (g % 4 == 0) prefetch_ahead(t + 18 * g);  // a line per 72 bytes: the hardware prefetcher covers the rest
-                return q4_codes_u(t + 18 * g + 2);
-            });
-        });
-}
-
-float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,
                       uint64_t groups) {
-    return sliced(
-        groups, [&](uint64_t g0, uint64_t n, float *sx) { fill_f16_scales(f16_scales + 2 * g0, xd + g0, n, sx); },
-        [&](uint64_t g0, uint64_t n, const float *sx) {
-            const uint8_t *nb = nibbles + 16 * g0;
-            return biased_dot<8>(n, xq + 32 * g0, sx, [&](uint64_t g) {
-                if (g % 4 == 0) prefetch_ahead(nb + 16 * g);
-                return q4_codes_u(nb + 16 * g);
-            });
-        });
+    return q4_pair_dot<18>(tiles + 2, xq, xbias, groups, [&](uint64_t g0, uint64_t n, float *sx) {
+        fill_f16_scales<18>(tiles + 18 * g0, xd + g0, n, sx);
+    });
 }
 
-float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,
-                       uint64_t groups) {
-    return sliced(
-        groups, [&](uint64_t g0, uint64_t n, float *sx) { fill_f32_scales(scales + g0, xd + g0, n, sx); },
-        [&](uint64_t g0, uint64_t n, const float *sx) {
-            const uint8_t *nb = nibbles + 16 * g0;
-            return biased_dot<8>(n, xq + 32 * g0, sx, [&](uint64_t g) {
-                if (g % 4 == 0) prefetch_ahead(nb + 16 * g);
-                return q4_codes_u(nb + 16 * g);
-            });
-        });
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
+                      const float *xd, uint64_t groups) {
+    return q4_pair_dot<16>(nibbles, xq, xbias, groups, [&](uint64_t g0, uint64_t n, float *sx) {
+        fill_f16_scales<2>(f16_scales + 2 * g0, xd + g0, n, sx);
+    });
+}
+
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *xbias,
+                       const float *xd, uint64_t groups) {
+    return q4_pair_dot<16>(nibbles, xq, xbias, groups, [&](uint64_t g0, uint64_t n, float *sx) {
+        fill_f32_scales(scales + g0, xd + g0, n, sx);
+    });
 }
 
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,

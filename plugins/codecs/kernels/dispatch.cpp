@@ -1,8 +1,11 @@
-// Picks AVX2+FMA+F16C kernels at run time when the CPU has them.
+// Picks AVX2+FMA+F16C kernels at run time when the CPU has them, and makes
+// the ISA-independent q4_pair_blocks x order and its bias terms.
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
 
 #include <cmf/cpu_features.hpp>
+
+#include <cstring>
 
 namespace cmf::codecs::kernels {
 
@@ -27,19 +30,37 @@ float dot_f32(const float *a, const float *x, uint64_t n) { return CMF_PICK(dot_
 float dot_f16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_f16, h, x, n); }
 float dot_bf16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_bf16, h, x, n); }
 void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
-    CMF_PICK(quantize_x, x, n, order, q, d);
+    if (order != XOrder::q4_pair_blocks) return CMF_PICK(quantize_x, x, n, order, q, d);
+    // q4_pairs, then per pair of blocks swap the middle two 16-byte quarters:
+    // [A lo | A hi | B lo | B hi] -> [A lo | B lo | A hi | B hi] (kernels.hpp).
+    CMF_PICK(quantize_x, x, n, XOrder::q4_pairs, q, d);
+    for (uint64_t k = 0; k < x_blocks(n) / 2; ++k) {
+        int8_t a_hi[16];
+        std::memcpy(a_hi, q + 64 * k + 16, 16);
+        std::memcpy(q + 64 * k + 16, q + 64 * k + 32, 16);
+        std::memcpy(q + 64 * k + 32, a_hi, 16);
+    }
+}
+void q4_pair_bias(const int8_t *q, uint64_t blocks, int16_t *bias) {
+    for (uint64_t k = 0; k < blocks / 2; ++k) {
+        const int8_t *lo = q + 64 * k, *hi = q + 64 * k + 32;
+        for (unsigned j = 0; j < 16; ++j)
+            bias[16 * k + j] = static_cast<int16_t>(8 * (lo[2 * j] + lo[2 * j + 1] + hi[2 * j] + hi[2 * j + 1]));
+    }
 }
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
     return CMF_PICK(dot_i8_xq, w, xq, xd, n);
 }
-float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const float *xd, uint64_t g) {
-    return CMF_PICK(dot_q4_tiled_xq, t, xq, xd, g);
+float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int16_t *xb, const float *xd, uint64_t g) {
+    return CMF_PICK(dot_q4_tiled_xq, t, xq, xb, xd, g);
 }
-float dot_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const float *xd, uint64_t g) {
-    return CMF_PICK(dot_q4_split_xq, n, s, xq, xd, g);
+float dot_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int16_t *xb, const float *xd,
+                      uint64_t g) {
+    return CMF_PICK(dot_q4_split_xq, n, s, xq, xb, xd, g);
 }
-float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const float *xd, uint64_t g) {
-    return CMF_PICK(dot_q4_groups_xq, n, s, xq, xd, g);
+float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const int16_t *xb, const float *xd,
+                       uint64_t g) {
+    return CMF_PICK(dot_q4_groups_xq, n, s, xq, xb, xd, g);
 }
 float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const float *xd, uint64_t g) {
     return CMF_PICK(dot_q2_groups_xq, c, s, xq, xd, g);

@@ -34,22 +34,47 @@ inline uint64_t x_blocks(uint64_t n) { return (n + kXBlock - 1) / kXBlock; }
 //   natural:  p = e
 //   q4_pairs: p = e/2 + 16*(e%2)   (low nibbles, then high nibbles)
 //   q2_quads: p = 8*(e%4) + e/4    (bits 0-1 of the 8 bytes, then 2-3, 4-5, 6-7)
-enum class XOrder : int { natural, q4_pairs, q2_quads };
+//   q4_pair_blocks: blocks 2k and 2k+1 (A, B) stored together as 64 bytes
+//             [A lo | B lo | A hi | B hi], lo/hi being the two 16-byte halves
+//             of the block in q4_pairs order (the q4_pairs pair with its middle
+//             two 16-byte quarters swapped): one 32-byte load of two q4 groups'
+//             nibbles masked gives [A lo codes | B lo codes], shifted a nibble
+//             [A hi | B hi], so both groups go through one vpmaddubsw pair with
+//             A in the low 128-bit lane and B in the high one. With an odd
+//             block count the last block has no partner and stays in q4_pairs
+//             order. Element e of block b sits at
+//               64*(b/2) + 16*(b%2) + 32*(e%2) + e/2   (b paired: (b|1) < blocks)
+//               32*b + 16*(e%2) + e/2                  (b the unpaired last block)
+enum class XOrder : int { natural, q4_pairs, q2_quads, q4_pair_blocks };
 
 // x[0..n) -> q[0 .. 32*x_blocks(n)) (tail block zero-padded) and d[0..x_blocks(n)).
 // A block holding an inf or NaN gets d = NaN (and q = 0), so the result is NaN
-// as an f32 dot would be.
+// as an f32 dot would be. q4_pair_blocks is made by a post-pass over the
+// q4_pairs bytes (identical on both ISAs); the per-ISA quantize_x
+// (portable.hpp) take only the other three orders.
 void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);
+
+// The q4 offset term of a q4_pair_blocks x, per pair: bias[16*k + j] =
+// 8 * (sum of the four codes at positions 2j, 2j+1, 32+2j, 32+2j+1 of pair k),
+// i.e. maddubs(8, lo half) + maddubs(8, hi half) as int16: j < 8 belongs to
+// block 2k (the 4 elements 4j..4j+3), j >= 8 to block 2k+1 (elements
+// 4(j-8)..4(j-8)+3). |bias| <= 4*8*127 = 4064. Depends on x only, so it is
+// made once per x (QuantizedX) instead of once per weight row.
+// q: 32*blocks codes in q4_pair_blocks order -> bias[0 .. 16*(blocks/2)).
+void q4_pair_bias(const int8_t *q, uint64_t blocks, int16_t *bias);
 
 // All return the sum over blocks of (weight scale) * d[b] * sum_p w[p]*q[p].
 // q8: int8 codes, natural order, n elements (any n); row scale applied by the caller.
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);
-// q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; q4_pairs order.
-float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups);  // [f16 s][16 B]
-float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
-                      uint64_t groups);
-float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,
-                       uint64_t groups);
+// q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
+// q4_pair_blocks order over exactly `groups` blocks, xbias = q4_pair_bias of it
+// (the portable kernels recompute the offset from the codes and ignore xbias).
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,
+                      uint64_t groups);  // [f16 s][16 B]
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
+                      const float *xd, uint64_t groups);
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *xbias,
+                       const float *xd, uint64_t groups);
 // q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
                        uint64_t groups);

@@ -68,32 +68,36 @@ float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) 
 }
 
 namespace {
-// One q4 group (16 nibble bytes) against a q4_pairs block: sum (q-8)*xq.
-int32_t q4_isum(const uint8_t *nib, const int8_t *xq) {
+// Group g (16 nibble bytes) of a row of `groups` against its block of a
+// q4_pair_blocks x (kernels.hpp): sum (q-8)*xq, the offset taken from the
+// codes themselves (no bias vector: an independent check of the AVX2 one).
+int32_t q4_isum(const uint8_t *nib, const int8_t *xq, uint64_t g, uint64_t groups) {
+    const int8_t *lo = xq + 64 * (g / 2) + 16 * (g % 2);  // the unpaired last block: 32*g
+    const int8_t *hi = lo + ((g | 1) < groups ? 32 : 16);
     int32_t s = 0;
-    for (int k = 0; k < 16; ++k) s += ((nib[k] & 15) - 8) * xq[k] + ((nib[k] >> 4) - 8) * xq[16 + k];
+    for (int k = 0; k < 16; ++k) s += ((nib[k] & 15) - 8) * lo[k] + ((nib[k] >> 4) - 8) * hi[k];
     return s;
 }
 }  // namespace
 
-float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups) {
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *, const float *xd, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g)
-        acc += f16_at(tiles + 18 * g) * xd[g] * static_cast<float>(q4_isum(tiles + 18 * g + 2, xq + 32 * g));
+        acc += f16_at(tiles + 18 * g) * xd[g] * static_cast<float>(q4_isum(tiles + 18 * g + 2, xq, g, groups));
     return acc;
 }
-float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
-                      uint64_t groups) {
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *,
+                      const float *xd, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g)
-        acc += f16_at(f16_scales + 2 * g) * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq + 32 * g));
+        acc += f16_at(f16_scales + 2 * g) * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq, g, groups));
     return acc;
 }
-float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,
-                       uint64_t groups) {
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *,
+                       const float *xd, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g)
-        acc += scales[g] * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq + 32 * g));
+        acc += scales[g] * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq, g, groups));
     return acc;
 }
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,

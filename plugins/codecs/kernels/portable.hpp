@@ -1,4 +1,6 @@
 // Portable kernel implementations (also the reference the AVX2 ones are tested against).
+// The per-ISA quantize_x take XOrder natural, q4_pairs and q2_quads only;
+// kernels::quantize_x (dispatch.cpp) derives q4_pair_blocks from q4_pairs.
 #pragma once
 
 #include "kernels/kernels.hpp"
@@ -13,11 +15,12 @@
     float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);                                             \
     void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);                                   \
     float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);                                  \
-    float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups);                  \
-    float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const float *xd,       \
+    float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,              \
                           uint64_t groups);                                                                           \
-    float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const float *xd,            \
-                           uint64_t groups);                                                                          \
+    float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,  \
+                          const float *xd, uint64_t groups);                                                          \
+    float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *xbias,       \
+                           const float *xd, uint64_t groups);                                                         \
     float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,             \
                            uint64_t groups);                                                                          \
     void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst); \
