@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# llama.cpp on the same Qwen3-0.6B-shaped checkpoint that bench/qwen06b.sh runs
+# through `cmfhost bench`, to compare decode/prefill speed side by side:
+#   1. `npm ci` here if node_modules is missing (node-llama-cpp, pinned; its
+#      @node-llama-cpp/linux-x64 package ships prebuilt llama.cpp CPU libraries,
+#      nothing is compiled);
+#   2. hf_to_gguf.py: the checkpoint -> qwen06b-f16.gguf and qwen06b-q8_0.gguf in
+#      WORK_DIR (skipped when the .gguf exists);
+#   3. a cheap correctness check: f16 and q8_0 must agree on the argmax next token
+#      (and logits to ~1e-3) for a few single-token steps;
+#   4. bench.mjs on each file: pp512 and tg128 as llama-bench measures them (one
+#      warm-up, REPS timed runs, KV cache cleared before each), median (min-max)
+#      tok/s, with the ggml CPU variant library llama.cpp loaded.
+# The checkpoint (WORK_DIR/hf, 1.19 GB BF16, random weights) is made once by
+#   build-rel/bench/convert_bench --shape 0.6b --dir WORK_DIR/hf --checkpoint-only 1
+# usage: [TYPES="f16 q8_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA=0]
+#        bench/llamacpp/run.sh [WORK_DIR=/tmp/cmf-qwen06b]
+# Takes ~5 minutes on the 2-core machine. Run it on an idle machine.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+work="${1:-/tmp/cmf-qwen06b}"
+types="${TYPES:-f16 q8_0}"
+threads="${THREADS:-2}"
+case "${1:-}" in -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+
+if [ ! -f "$work/hf/config.json" ] || [ ! -f "$work/hf/model.safetensors" ]; then
+  echo "run.sh: no checkpoint in $work/hf; make it with" >&2
+  echo "  build-rel/bench/convert_bench --shape 0.6b --dir $work/hf --checkpoint-only 1" >&2
+  exit 1
+fi
+if [ ! -d "$here/node_modules/node-llama-cpp" ]; then
+  # No install scripts: node-llama-cpp's postinstall would only try to download or
+  # build binaries; the prebuilt ones come with the optional dependency.
+  (cd "$here" && npm ci --ignore-scripts --no-audit --no-fund)
+fi
+
+echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
+for t in $types; do
+  out="$work/qwen06b-$t.gguf"
+  if [ ! -f "$out" ]; then
+    /usr/bin/python3 "$here/hf_to_gguf.py" "$work/hf" "$out" "$t"
+  fi
+done
+
+# Correctness: the argmax next token of each quantization must match the first's.
+set -- $types
+if [ $# -ge 2 ]; then
+  ref=""
+  for t in $types; do
+    node "$here/bench.mjs" "$work/qwen06b-$t.gguf" --threads "$threads" --check-tokens 4 \
+      | grep '^check' | sed 's/.*argmax \([0-9]*\).*/\1/' > "$work/llamacpp-check-$t.txt"
+    if [ -z "$ref" ]; then ref=$t
+    elif cmp -s "$work/llamacpp-check-$ref.txt" "$work/llamacpp-check-$t.txt"; then
+      echo "check: $t and $ref agree on the argmax next token at 4 positions ($(paste -sd' ' "$work/llamacpp-check-$t.txt"))"
+    else
+      echo "check: $t and $ref DISAGREE on the argmax next token: $(paste -sd' ' "$work/llamacpp-check-$t.txt") vs $(paste -sd' ' "$work/llamacpp-check-$ref.txt")"
+    fi
+  done
+fi
+
+for t in $types; do
+  node "$here/bench.mjs" "$work/qwen06b-$t.gguf" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" \
+    --threads "$threads" --flash-attn "${FA:-0}" | sed "s/^/  $t: /"
+done
+echo "# done $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
