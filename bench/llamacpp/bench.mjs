@@ -12,20 +12,22 @@
 // best of its libggml-cpu-*.so variants for this CPU at load time).
 //
 // usage: node bench.mjs MODEL.gguf [-p 512] [-n 128] [-r 3] [--threads 2]
-//                                  [--flash-attn 0|1] [--check-tokens 8]
+//                                  [--flash-attn 0|1] [--check-tokens K [--dump-logits FILE]]
 //   --check-tokens K: instead of timing, evaluate K fixed token ids one at a time
 //                     and print the argmax next token and the logits of a fixed set
-//                     of token ids after each (to compare two quantizations).
+//                     of token ids after each (to compare two quantizations);
+//                     --dump-logits writes the K x n_vocab logits as raw f32 to FILE
+//                     (check_ref.py compares them with a numpy forward pass).
 import fs from "node:fs";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
 function usage(code) {
     (code ? process.stderr : process.stdout).write(
-        "usage: node bench.mjs MODEL.gguf [-p 512] [-n 128] [-r 3] [--threads 2] [--flash-attn 0|1] [--check-tokens K]\n");
+        "usage: node bench.mjs MODEL.gguf [-p 512] [-n 128] [-r 3] [--threads 2] [--flash-attn 0|1] [--check-tokens K [--dump-logits FILE]]\n");
     process.exit(code);
 }
 
-const opts = { p: 512, n: 128, r: 3, threads: 2, fa: 0, check: 0 };
+const opts = { p: 512, n: 128, r: 3, threads: 2, fa: 0, check: 0, dump: null };
 let modelPath = null;
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
@@ -42,6 +44,7 @@ for (let i = 0; i < argv.length; i++) {
     else if (a === "-t" || a === "--threads") opts.threads = num();
     else if (a === "--flash-attn" || a === "-fa") opts.fa = num();
     else if (a === "--check-tokens") opts.check = num();
+    else if (a === "--dump-logits" && i + 1 < argv.length) opts.dump = argv[++i];
     else if (!a.startsWith("-") && modelPath === null) modelPath = a;
     else { console.error(`bench.mjs: unknown argument ${a}`); usage(2); }
 }
@@ -121,15 +124,20 @@ async function measure(name, fn, arg) {
 async function check(K) {
     await seq.clearHistory();
     const probe = [0, 1, 1000, 50000, 151935 % nVocab];
+    const all = new Float32Array(K * nVocab);
     for (let i = 0; i < K; i++) {
         const tok = (i * 7919 + 11) % nVocab;
         const [o] = await seq.controlledEvaluate([[tok, { generateNext: { token: true, logits: true } }]]);
         const lg = o.next.logits;
         let best = -1, bestV = -Infinity;
-        for (const [t, v] of lg) if (v > bestV) { bestV = v; best = t; }
+        for (const [t, v] of lg) {
+            all[i * nVocab + t] = v;
+            if (v > bestV) { bestV = v; best = t; }
+        }
         console.log(`check pos ${i} in ${tok}: argmax ${best} (${bestV.toFixed(4)}), sampled ${o.next.token}; logits[${probe.join(",")}] = ` +
             probe.map((t) => (lg.get(t) ?? NaN).toFixed(4)).join(" "));
     }
+    if (opts.dump) fs.writeFileSync(opts.dump, Buffer.from(all.buffer));
 }
 
 const rel = llama.llamaCppRelease;

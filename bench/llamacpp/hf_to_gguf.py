@@ -3,7 +3,11 @@
 into a GGUF v3 file that llama.cpp's qwen3 loader accepts, so that llama.cpp can be
 benchmarked on exactly the weights `cmfhost bench` runs.
 
-usage: /usr/bin/python3 hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0}
+usage: /usr/bin/python3 hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0} [QK_NORM_SCALE]
+
+QK_NORM_SCALE (for check_ref.py only, never for benchmarks) multiplies the q_norm
+and k_norm weights: convert_bench's random norms (std 0.02) make attention almost
+uniform, so positions, RoPE and q/k would go unchecked without it.
 
 Only for benchmarking: written from the GGUF spec (ggml docs/gguf.md) with Debian's
 numpy; it does not use the `gguf` PyPI package (no PyPI on this machine). The
@@ -167,9 +171,10 @@ def byte_level_alphabet():
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[3] not in FILE_TYPE:
-        fail("usage: hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0}")
-    hf, out_path, kind = sys.argv[1:]
+    if len(sys.argv) not in (4, 5) or sys.argv[3] not in FILE_TYPE:
+        fail("usage: hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0} [QK_NORM_SCALE]")
+    hf, out_path, kind = sys.argv[1:4]
+    qk_scale = float(sys.argv[4]) if len(sys.argv) == 5 else 1.0
     with open(os.path.join(hf, "config.json")) as f:
         cfg = json.load(f)
     if cfg.get("model_type") != "qwen3":
@@ -257,8 +262,9 @@ def main():
             shape = st.shape(hname)
             rows = shape[0] if len(shape) > 1 else 1
             chunk = max(1, (1 << 22) // int(np.prod(shape[1:]) if len(shape) > 1 else shape[0]))
+            scale = qk_scale if hname.endswith(("q_norm.weight", "k_norm.weight")) else 1.0
             for r in range(0, rows, chunk):
-                f.write(encode(gtype, st.rows_f32(hname, r, min(chunk, rows - r))))
+                f.write(encode(gtype, scale * st.rows_f32(hname, r, min(chunk, rows - r))))
         if f.tell() != base + data_size:
             fail(f"internal: wrote {f.tell() - base} data bytes, planned {data_size}")
     os.replace(tmp, out_path)
