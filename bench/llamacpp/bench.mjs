@@ -53,8 +53,15 @@ if (!fs.existsSync(modelPath)) { console.error(`bench.mjs: no such file ${modelP
 if (opts.r < 1 || opts.threads < 1) { console.error("bench.mjs: -r and --threads must be >= 1"); process.exit(2); }
 
 // build: "never" -- use the prebuilt binaries or fail; never try to compile llama.cpp.
+// Info-level logs are needed for llama.cpp's own timers (llama_perf_context_print);
+// of the rest only warnings and errors are shown.
+const perfLines = [];
 const llama = await getLlama({
-    gpu: false, build: "never", maxThreads: opts.threads, logLevel: LlamaLogLevel.error,
+    gpu: false, build: "never", maxThreads: opts.threads, logLevel: LlamaLogLevel.info,
+    logger: (level, message) => {
+        if (/llama_perf_context_print:\s+(prompt )?eval time/.test(message)) perfLines.push(message.trim());
+        else if (level === "warn" || level === "error" || level === "fatal") process.stderr.write(`llama.cpp ${level}: ${message}\n`);
+    },
 });
 const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
 // node-llama-cpp exposes no vocabulary size: take it from token_embd's ne[1].
@@ -69,6 +76,7 @@ const context = await model.createContext({
     threads: { ideal: opts.threads, min: opts.threads },
     flashAttention: opts.fa !== 0,
     sequences: 1,
+    performanceTracking: true,
 });
 const seq = context.getSequence();
 
@@ -149,6 +157,13 @@ if (opts.check) await check(opts.check);
 else {
     if (opts.p) await measure(`pp${opts.p}`, runPrompt, opts.p);
     if (opts.n) await measure(`tg${opts.n}`, runGen, opts.n);
+    // Cross-check without node/JS overhead: llama.cpp's timers over all runs
+    // including warm-ups ("prompt eval" = the pp batches, "eval" = the tg steps).
+    await context.printTimings();
+    for (const l of perfLines) {
+        const m = /(prompt eval|eval) time =\s*([\d.]+) ms \/\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second/.exec(l);
+        if (m) console.log(`llama.cpp timers: ${m[1].padEnd(11)} ${Number(m[4]).toFixed(2).padStart(9)} tok/s over ${m[3]} tokens (all runs incl. warm-up)`);
+    }
 }
 await context.dispose();
 await model.dispose();

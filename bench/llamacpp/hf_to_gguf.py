@@ -223,11 +223,14 @@ def main():
     kv.f32("qwen3.attention.layer_norm_rms_epsilon", float(cfg.get("rms_norm_eps", 1e-6)))
     # Dummy vocabulary: the 256 byte tokens (llama.cpp needs "\n" to tokenize to
     # something) then unique placeholders up to vocab_size.
-    tokens = byte_level_alphabet() + [f"<dummy{i}>" for i in range(256, n_vocab)]
+    # The last one is "<|endoftext|>" (type 3 = control), bos = eos, so that
+    # llama.cpp finds its end-of-generation token by name and does not warn.
+    tokens = byte_level_alphabet() + [f"<dummy{i}>" for i in range(256, n_vocab - 1)]
+    tokens.append("<|endoftext|>")
     kv.str("tokenizer.ggml.model", "gpt2")
     kv.str("tokenizer.ggml.pre", "qwen2")
     kv.str_array("tokenizer.ggml.tokens", tokens)
-    kv.i32_array("tokenizer.ggml.token_type", [1] * n_vocab)  # 1 = normal
+    kv.i32_array("tokenizer.ggml.token_type", [1] * (n_vocab - 1) + [3])  # 1 = normal
     kv.str_array("tokenizer.ggml.merges", ["\u0120 \u0120"])
     kv.u32("tokenizer.ggml.bos_token_id", n_vocab - 1)
     kv.u32("tokenizer.ggml.eos_token_id", n_vocab - 1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp on the same Qwen3-0.6B-shaped checkpoint that bench/qwen06b.sh runs
 # through `cmfhost bench`, to compare decode/prefill speed side by side:
-#   1. `npm ci` here if node_modules is missing (node-llama-cpp, pinned; its
+#   1. `npm install` here if node_modules is missing (node-llama-cpp, pinned; its
 #      @node-llama-cpp/linux-x64 package ships prebuilt llama.cpp CPU libraries,
 #      nothing is compiled);
 #   2. hf_to_gguf.py: the checkpoint -> qwen06b-f16.gguf and qwen06b-q8_0.gguf in
@@ -34,7 +34,7 @@ fi
 if [ ! -d "$here/node_modules/node-llama-cpp" ]; then
   # No install scripts: node-llama-cpp's postinstall would only try to download or
   # build binaries; the prebuilt ones come with the optional dependency.
-  (cd "$here" && npm ci --ignore-scripts --no-audit --no-fund)
+  (cd "$here" && npm install --ignore-scripts --no-audit --no-fund)
 fi
 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
