@@ -150,7 +150,7 @@ async function check(K) {
 
 const rel = llama.llamaCppRelease;
 console.log(`llama.cpp ${rel?.release ?? "?"} (${llama.buildType}, node-llama-cpp), CPU backend ${cpuVariant()}, ` +
-    `${opts.threads} threads, flash-attn ${opts.fa ? 1 : 0}, ctx ${context.contextSize}, batch ${context.batchSize}`);
+    `${opts.threads} threads (context uses ${context.currentThreads}), flash-attn ${opts.fa ? 1 : 0}, ctx ${context.contextSize}, batch ${context.batchSize}`);
 console.log(`ggml ${llama.systemInfo.trim()}`);
 console.log(`model ${modelPath} (${(fs.statSync(modelPath).size / 1e6).toFixed(0)} MB), n_vocab ${nVocab}`);
 if (opts.check) await check(opts.check);

@@ -11,14 +11,14 @@
 #      forward pass of the checkpoint (check_ref.py: same argmax, rel RMS error
 #      <= 1e-2 at 6 positions); (b) the f16 and q8_0 files agree on the argmax
 #      next token at 4 positions;
-#   4. bench.mjs on each file: pp512 and tg128 as llama-bench measures them (one
+#   4. bench.mjs on each file, with and without flash attention: pp512 and tg128 as llama-bench measures them (one
 #      warm-up, REPS timed runs, KV cache cleared before each), median (min-max)
 #      tok/s, with the ggml CPU variant library llama.cpp loaded.
 # The checkpoint (WORK_DIR/hf, 1.19 GB BF16, random weights) is made once by
 #   build-rel/bench/convert_bench --shape 0.6b --dir WORK_DIR/hf --checkpoint-only 1
-# usage: [TYPES="f16 q8_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA=0]
+# usage: [TYPES="f16 q8_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA="0 1"]
 #        bench/llamacpp/run.sh [WORK_DIR=/tmp/cmf-qwen06b]
-# Takes ~5 minutes on the 2-core machine. Run it on an idle machine.
+# Takes ~8 minutes on the 2-core machine. Run it on an idle machine.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="${1:-/tmp/cmf-qwen06b}"
@@ -67,8 +67,12 @@ if [ $# -ge 2 ]; then
   done
 fi
 
-for t in $types; do
-  node "$here/bench.mjs" "$work/qwen06b-$t.gguf" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" \
-    --threads "$threads" --flash-attn "${FA:-0}" | sed "s/^/  $t: /"
+# Both attention paths by default: llama-bench's -fa 0, and flash attention
+# (llama.cpp's "auto" turns it on for the CPU), measured faster here.
+for fa in ${FA:-0 1}; do
+  for t in $types; do
+    node "$here/bench.mjs" "$work/qwen06b-$t.gguf" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" \
+      --threads "$threads" --flash-attn "$fa" | grep -v '^ggml CPU' | sed "s/^/  $t fa$fa: /"
+  done
 done
 echo "# done $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
