@@ -18,7 +18,7 @@
 #   build-rel/bench/convert_bench --shape 0.6b --dir WORK_DIR/hf --checkpoint-only 1
 # usage: [TYPES="f16 q8_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA="0 1"]
 #        bench/llamacpp/run.sh [WORK_DIR=/tmp/cmf-qwen06b]
-# Takes ~8 minutes on the 2-core machine. Run it on an idle machine.
+# Takes ~6 minutes on the 2-core machine. Run it on an idle machine.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="${1:-/tmp/cmf-qwen06b}"
