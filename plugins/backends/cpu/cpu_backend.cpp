@@ -600,7 +600,7 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                 const auto [j0, j1] = key_range(t);
                 const uint64_t a = j0 + (j1 - j0) * sp / splits, b = j0 + (j1 - j0) * (sp + 1) / splits, m = b - a;
                 const SplitPart pt = part(i);
-                float *o = pt.o(0), *mx = pt.max(), *sum = pt.sum();
+                float *mx = pt.max(), *sum = pt.sum();
                 const float *qt = q + t * qd;
                 sc.resize(uint64_t(n_heads) * m);
                 for (uint64_t j = a; j < b; ++j) {
@@ -616,11 +616,11 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                     mx[h] = m ? *std::max_element(sh, sh + m) : -INFINITY;
                     sum[h] = m ? k.exp_sum(sh, m, mx[h]) : 0.0f;
                 }
-                std::fill(o, o + uint64_t(n_heads) * head_dim, 0.0f);
+                std::fill(pt.o(0), pt.max(), 0.0f);  // every head's o
                 for (uint64_t j = a; j < b; ++j) {
                     const float *vrow = v_cache + j * kvd;
                     for (uint32_t h = 0; h < n_heads; ++h)
-                        k.axpy(sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, o + uint64_t(h) * head_dim, head_dim);
+                        k.axpy(sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, pt.o(h), head_dim);
                 }
             }
         });
