@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "container/writer.hpp"
 #include "plugins/runtime.hpp"
+#include "support/test_runtime.hpp"
 
 #include <openssl/evp.h>
 
@@ -25,18 +26,11 @@ using Bytes = std::vector<uint8_t>;
 
 namespace {
 
-struct Rt {
-    cmf_runtime *rt = nullptr;
-    Rt() {
-        cmf_runtime_options o;
-        cmf_runtime_options_init(&o);
-        o.n_threads = 2;
-        o.log_level = CMF_LOG_ERROR;
-        REQUIRE(cmf_runtime_create(&o, &rt) == nullptr);
+struct Rt : TestRuntime {
+    Rt() : TestRuntime(CMF_LOG_ERROR) {
         // Refused (and harmless) once the real codecs plugin registers 11 and 13.
         cmf_error_free(cmf_runtime_load_plugin(rt, CMF_TEST_CONTAINER_CODECS));
     }
-    ~Rt() { cmf_runtime_free(rt); }
 };
 Rt &runtime() {
     static Rt rt;
