@@ -260,6 +260,9 @@ TEST_CASE("roundtrip: int8 matmul paths equal the decode against quantized activ
         for (int iter = 0; iter < 4; ++iter) {
             uint64_t rows = 3 + rng() % 5, cols = 32 * (1 + rng() % 8), batch = 1 + rng() % 3;
             if (iter == 1 && (id == CMF_DTYPE_Q8_ROW || id == CMF_DTYPE_Q8_2F)) cols = 32 * 3 + 13;
+            // Rows past two 16-row tiles of the batched row loop, ending in a
+            // row outside the row kernels' groups of four.
+            if (iter == 3) rows = 37, batch = 2;
             CAPTURE(id);
             CAPTURE(cols);
             std::vector<uint64_t> shape{rows, cols};
@@ -408,6 +411,122 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
         k::avx2::dequant_q2_groups(bytes.data(), gs.data(), g, a.data());
         k::portable::dequant_q2_groups(bytes.data(), gs.data(), g, p.data());
         CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
+    // rows_* sum four rows per horizontal-add tree: a lane mix-up would put a
+    // row's sum in its neighbour's y. Every row differs, one row has a NaN
+    // scale (its y alone is NaN), and row counts leave 0-3 rows past the last
+    // group of four. Each ISA's row kernel against its own per-row dot (up
+    // to f32 summation order), and the AVX2 one against the portable one.
+    namespace k = cmf::codecs::kernels;
+    // Equal up to f32 summation order: within 1e-5 of the row's sum of |terms|
+    // (a sum can cancel to far below its terms; a row's sum landing in the
+    // wrong y misses by about the size of the sum itself).
+    auto near = [](float a, float b, double mag) { return std::fabs(double(a) - b) <= 1e-5 * mag; };
+    std::mt19937 rng(11);
+    const bool avx2 = std::string(k::active_isa()) == "avx2";
+    for (uint64_t rows : {1u, 3u, 4u, 9u, 14u}) {
+        const uint64_t nan_row = rows / 2;
+        // q8: any column count, f16 row scales.
+        for (uint64_t n : {31u, 64u, 77u, 1024u}) {
+            CAPTURE(rows);
+            CAPTURE(n);
+            std::vector<int8_t> w(rows * n);
+            for (auto &v : w) v = static_cast<int8_t>(rng());
+            std::vector<uint8_t> sc(2 * rows);
+            for (uint64_t r = 0; r < rows; ++r) {
+                uint16_t h = cmf::codecs::f32_to_f16(0.01f * static_cast<float>(r + 1));
+                if (r == nan_row) h = 0x7e00;
+                std::memcpy(sc.data() + 2 * r, &h, 2);
+            }
+            std::vector<float> x = gaussian(n, static_cast<uint32_t>(rng()), 0.0f), xd(k::x_blocks(n));
+            std::vector<int8_t> xq(32 * xd.size());
+            k::quantize_x(x.data(), n, k::XOrder::natural, xq.data(), xd.data());
+            std::vector<float> yp(rows + 1, -7.0f), ya(rows + 1, -7.0f);
+            k::portable::rows_i8_xq(w.data(), n, sc.data(), xq.data(), xd.data(), n, rows, yp.data());
+            if (avx2) k::avx2::rows_i8_xq(w.data(), n, sc.data(), xq.data(), xd.data(), n, rows, ya.data());
+            for (uint64_t r = 0; r < rows; ++r) {
+                CAPTURE(r);
+                const float s = cmf::codecs::f16_to_f32(static_cast<uint16_t>(sc[2 * r] | sc[2 * r + 1] << 8));
+                const float want = s * k::portable::dot_i8_xq(w.data() + r * n, xq.data(), xd.data(), n);
+                double mag = 0;
+                for (uint64_t c = 0; c < n; ++c) mag += std::fabs(double(s) * w[r * n + c] * xq[c] * xd[c / 32]);
+                CHECK((r == nan_row ? std::isnan(yp[r]) : yp[r] == want));
+                if (!avx2) continue;
+                const float want_a = s * k::avx2::dot_i8_xq(w.data() + r * n, xq.data(), xd.data(), n);
+                CHECK((r == nan_row ? std::isnan(ya[r]) : near(ya[r], want_a, mag) && near(ya[r], want, mag)));
+            }
+            CHECK(yp[rows] == -7.0f);
+            CHECK((!avx2 || ya[rows] == -7.0f));
+        }
+        // q4 split and tiled: whole groups, one NaN f16 group scale in nan_row.
+        for (uint64_t g : {1u, 3u, 32u}) {
+            CAPTURE(rows);
+            CAPTURE(g);
+            std::vector<uint8_t> split(18 * g * rows), tiled(18 * g * rows);
+            for (auto &b : split) b = static_cast<uint8_t>(rng());
+            for (auto &b : tiled) b = static_cast<uint8_t>(rng());
+            uint8_t *ss = split.data() + 16 * g * rows;
+            for (uint64_t i = 0; i < g * rows; ++i) ss[2 * i + 1] &= 0x3b, tiled[18 * i + 1] &= 0x3b;  // finite f16 scales
+            ss[2 * (g * nan_row + g - 1)] = 0x00, ss[2 * (g * nan_row + g - 1) + 1] = 0x7e;
+            tiled[18 * (g * nan_row)] = 0x00, tiled[18 * (g * nan_row) + 1] = 0x7e;
+            std::vector<float> x = gaussian(32 * g, static_cast<uint32_t>(rng()), 0.0f), xd(g);
+            std::vector<int8_t> xq(32 * g);
+            std::vector<int16_t> xb(16 * (g / 2));
+            k::quantize_x(x.data(), 32 * g, k::XOrder::q4_pair_blocks, xq.data(), xd.data());
+            k::q4_pair_bias(xq.data(), g, xb.data());
+            float xmax = 0;
+            for (float v : x) xmax = std::max(xmax, std::fabs(v));
+            for (int tiled_layout = 0; tiled_layout < 2; ++tiled_layout) {
+                CAPTURE(tiled_layout);
+                auto row_dot = [&](bool use_avx2, uint64_t r) {
+                    if (tiled_layout)
+                        return use_avx2 ? k::avx2::dot_q4_tiled_xq(tiled.data() + 18 * g * r, xq.data(), xb.data(), xd.data(), g)
+                                        : k::portable::dot_q4_tiled_xq(tiled.data() + 18 * g * r, xq.data(), xb.data(), xd.data(), g);
+                    const uint8_t *nib = split.data() + 16 * g * r, *sc = ss + 2 * g * r;
+                    return use_avx2 ? k::avx2::dot_q4_split_xq(nib, sc, xq.data(), xb.data(), xd.data(), g)
+                                    : k::portable::dot_q4_split_xq(nib, sc, xq.data(), xb.data(), xd.data(), g);
+                };
+                auto row_kernel = [&](bool use_avx2, float *y) {
+                    if (tiled_layout) {
+                        if (use_avx2) k::avx2::rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
+                        else k::portable::rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
+                    } else if (use_avx2) {
+                        k::avx2::rows_q4_split_xq(split.data(), ss, xq.data(), xb.data(), xd.data(), g, rows, y);
+                    } else {
+                        k::portable::rows_q4_split_xq(split.data(), ss, xq.data(), xb.data(), xd.data(), g, rows, y);
+                    }
+                };
+                // sum |w| * max |x| bounds a row's sum of |terms| (up to x's rounding).
+                auto row_mag = [&](uint64_t r) {
+                    std::vector<float> scales(g), wd(32 * g);
+                    for (uint64_t i = 0; i < g; ++i) {
+                        const uint8_t *h = tiled_layout ? tiled.data() + 18 * (g * r + i) : ss + 2 * (g * r + i);
+                        scales[i] = cmf::codecs::f16_to_f32(static_cast<uint16_t>(h[0] | h[1] << 8));
+                    }
+                    k::portable::dequant_q4_groups(tiled_layout ? tiled.data() + 18 * g * r + 2 : split.data() + 16 * g * r,
+                                                   tiled_layout ? 18 : 16, scales.data(), g, wd.data());
+                    double m = 0;
+                    for (float v : wd) m += std::fabs(double(v)) * xmax * 1.01;
+                    return m;
+                };
+                std::vector<float> yp(rows + 1, -7.0f), ya(rows + 1, -7.0f);
+                row_kernel(false, yp.data());
+                if (avx2) row_kernel(true, ya.data());
+                for (uint64_t r = 0; r < rows; ++r) {
+                    CAPTURE(r);
+                    CHECK((r == nan_row ? std::isnan(yp[r]) : yp[r] == row_dot(false, r)));
+                    if (avx2)
+                        CHECK((r == nan_row ? std::isnan(ya[r])
+                                            : near(ya[r], row_dot(true, r), row_mag(r)) &&
+                                                  near(ya[r], row_dot(false, r), row_mag(r))));
+                }
+                CHECK(yp[rows] == -7.0f);
+                CHECK((!avx2 || ya[rows] == -7.0f));
+            }
+        }
     }
 }
 

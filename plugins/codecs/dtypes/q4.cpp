@@ -114,12 +114,14 @@ public:
         uint64_t groups = groups_of(elements(shape_of(w)));
         const uint8_t *p = bytes_of(w);
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::q4_pair_blocks);
-        for (uint64_t r = r0; r < r1; ++r)
-            for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] =
-                    Tiled ? kernels::dot_q4_tiled_xq(p + 18 * r * gpr, xq.q(b), xq.bias(b), xq.d(b), gpr)
-                          : kernels::dot_q4_split_xq(p + 16 * r * gpr, p + 16 * groups + 2 * r * gpr, xq.q(b),
-                                                     xq.bias(b), xq.d(b), gpr);
+        for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
+            float *yb = y + b * ldy + t0;
+            if (Tiled)
+                kernels::rows_q4_tiled_xq(p + 18 * t0 * gpr, xq.q(b), xq.bias(b), xq.d(b), gpr, t1 - t0, yb);
+            else
+                kernels::rows_q4_split_xq(p + 16 * t0 * gpr, p + 16 * groups + 2 * t0 * gpr, xq.q(b), xq.bias(b),
+                                          xq.d(b), gpr, t1 - t0, yb);
+        });
     }
 };
 

@@ -17,11 +17,10 @@ namespace {
 void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t cols, const float *x, uint64_t ldx,
                     uint64_t n_batch, uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
     const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
-    for (uint64_t r = r0; r < r1; ++r) {
-        const float s = load_f16(f16_scales + 2 * r);
-        const int8_t *q = reinterpret_cast<const int8_t *>(codes + r * cols);
-        for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = s * kernels::dot_i8_xq(q, xq.q(b), xq.d(b), cols);
-    }
+    const int8_t *q = reinterpret_cast<const int8_t *>(codes);
+    for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
+        kernels::rows_i8_xq(q + t0 * cols, cols, f16_scales + 2 * t0, xq.q(b), xq.d(b), cols, t1 - t0, y + b * ldy + t0);
+    });
 }
 
 // Layout [i8 rows*cols][f16 rows].

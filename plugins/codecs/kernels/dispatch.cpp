@@ -51,12 +51,24 @@ void q4_pair_bias(const int8_t *q, uint64_t blocks, int16_t *bias) {
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
     return CMF_PICK(dot_i8_xq, w, xq, xd, n);
 }
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd, uint64_t n,
+                uint64_t rows, float *y) {
+    CMF_PICK(rows_i8_xq, w, ld, f16_scales, xq, xd, n, rows, y);
+}
 float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int16_t *xb, const float *xd, uint64_t g) {
     return CMF_PICK(dot_q4_tiled_xq, t, xq, xb, xd, g);
 }
 float dot_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int16_t *xb, const float *xd,
                       uint64_t g) {
     return CMF_PICK(dot_q4_split_xq, n, s, xq, xb, xd, g);
+}
+void rows_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int16_t *xb, const float *xd, uint64_t g, uint64_t rows,
+                      float *y) {
+    CMF_PICK(rows_q4_tiled_xq, t, xq, xb, xd, g, rows, y);
+}
+void rows_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int16_t *xb, const float *xd, uint64_t g,
+                      uint64_t rows, float *y) {
+    CMF_PICK(rows_q4_split_xq, n, s, xq, xb, xd, g, rows, y);
 }
 float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const int16_t *xb, const float *xd,
                        uint64_t g) {

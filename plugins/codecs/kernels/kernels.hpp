@@ -66,6 +66,11 @@ void q4_pair_bias(const int8_t *q, uint64_t blocks, int16_t *bias);
 // All return the sum over blocks of (weight scale) * d[b] * sum_p w[p]*q[p].
 // q8: int8 codes, natural order, n elements (any n); row scale applied by the caller.
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);
+// q8 rows: y[r] = (f16 scale r) * dot_i8_xq(w + r*ld, xq, xd, n) for r < rows,
+// f16_scales holding `rows` little-endian f16 values. One call per row range:
+// the AVX2 form works on four rows at a time.
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd, uint64_t n,
+                uint64_t rows, float *y);
 // q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
 // q4_pair_blocks order over exactly `groups` blocks, xbias = q4_pair_bias of it
 // (the portable kernels recompute the offset from the codes and ignore xbias).
@@ -73,6 +78,14 @@ float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbi
                       uint64_t groups);  // [f16 s][16 B]
 float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
                       const float *xd, uint64_t groups);
+// Row ranges of the two above, one call per range (the AVX2 forms sum four
+// rows at a time, as rows_i8_xq): y[r] for r < rows, row r being the
+// `groups` groups starting at group groups*r (tiles: 18 B each; split: 16 B
+// of nibbles, 2 B of scale).
+void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd, uint64_t groups,
+                      uint64_t rows, float *y);
+void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
+                      const float *xd, uint64_t groups, uint64_t rows, float *y);
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *xbias,
                        const float *xd, uint64_t groups);
 // q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.

@@ -67,6 +67,11 @@ float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) 
     return acc;
 }
 
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd, uint64_t n,
+                uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) y[r] = f16_at(f16_scales + 2 * r) * dot_i8_xq(w + r * ld, xq, xd, n);
+}
+
 namespace {
 // Group g (16 nibble bytes) of a row of `groups` against its block of a
 // q4_pair_blocks x (kernels.hpp): sum (q-8)*xq, the offset taken from the
@@ -93,6 +98,17 @@ float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
         acc += f16_at(f16_scales + 2 * g) * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq, g, groups));
     return acc;
 }
+void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd, uint64_t groups,
+                      uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) y[r] = dot_q4_tiled_xq(tiles + 18 * groups * r, xq, xbias, xd, groups);
+}
+
+void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
+                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r)
+        y[r] = dot_q4_split_xq(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xbias, xd, groups);
+}
+
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *,
                        const float *xd, uint64_t groups) {
     float acc = 0.0f;

@@ -15,10 +15,16 @@
     float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);                                             \
     void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);                                   \
     float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);                                  \
+    void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd,     \
+                    uint64_t n, uint64_t rows, float *y);                                                            \
     float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,              \
                           uint64_t groups);                                                                           \
     float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,  \
                           const float *xd, uint64_t groups);                                                          \
+    void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,            \
+                          uint64_t groups, uint64_t rows, float *y);                                                  \
+    void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias, \
+                          const float *xd, uint64_t groups, uint64_t rows, float *y);                                 \
     float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *xbias,       \
                            const float *xd, uint64_t groups);                                                         \
     float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,             \
