@@ -248,6 +248,25 @@ typedef struct cmf_backend_vt {
      * host memory; an id outside the table's rows is CMF_ERR_BOUNDS. */
     cmf_error *(*embed)(void *ctx, const cmf_backend_weight *table, const int32_t *tokens,
                         uint64_t n_tokens, float scale, float *out);
+
+    /* ---- a KV cache in another dtype (appended; optional) ----
+     * An arch calls these only when both are non-NULL and inside the
+     * backend's struct_size; otherwise its cache is f32 (copy + attention).
+     * A cache of `dtype` is a buffer of rows of row_len elements: for
+     * CMF_DTYPE_F16, allocate n_rows * row_len * 2 bytes with buffer_alloc.
+     * The arch never offsets into such a buffer: rows are named by index.
+     * CMF_DTYPE_F32 is accepted too (then the buffer is plain f32 rows).
+     * Other dtypes: CMF_ERR_UNSUPPORTED. */
+
+    /* Rows [row0, row0 + n_rows) of `cache` = src ([n_rows][row_len] f32),
+     * converted to the cache's dtype (f16: rounded to nearest even). */
+    cmf_error *(*kv_write)(void *ctx, float *cache, int32_t dtype, uint64_t row_len, uint64_t row0,
+                           const float *src, uint64_t n_rows);
+    /* attention above, over caches of `cache_dtype` (row_len n_kv_heads*head_dim). */
+    cmf_error *(*attention_kv)(void *ctx, const float *q, const float *k_cache, const float *v_cache,
+                               int32_t cache_dtype, float *out, uint64_t n_tokens, uint64_t pos0,
+                               uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, float scale,
+                               uint32_t window, float softcap);
 } cmf_backend_vt;
 
 /* cmf_backend_vt.rms_norm styles (ARCHS 1.5) */

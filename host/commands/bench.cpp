@@ -70,6 +70,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int cmd_bench(const std::vector<std::string> &args) {
     CommonOptions common;
+    SessionFlags session_flags;
     std::string model;
     uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0;
     bool json = false;
@@ -83,6 +84,7 @@ int cmd_bench(const std::vector<std::string> &args) {
          "run both tests after this many context tokens (prefilled, not timed), as llama-bench -d")
         ("json", po::bool_switch(&json), "print the results as JSON on stdout");
     add_common_options(desc, common);
+    add_session_options(desc, session_flags);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
@@ -94,7 +96,7 @@ int cmd_bench(const std::vector<std::string> &args) {
     auto rt = make_runtime(common);
     auto m = open_model(rt.get(), model);
     uint64_t n_ctx = uint64_t(depth) + std::max<uint64_t>({n_prompt, n_gen, 1});
-    auto s = make_session(rt.get(), m.get(), n_ctx);
+    auto s = make_session(rt.get(), m.get(), n_ctx, session_flags);
     if (cmf_session_n_ctx(s.get()) < n_ctx)
         throw Failure("the session context (" + std::to_string(cmf_session_n_ctx(s.get())) + ") is smaller than the test", 2);
     // Weights stay in the file mapping and load lazily: what opening and
@@ -161,13 +163,14 @@ int cmd_bench(const std::vector<std::string> &args) {
                                    {"min_tok_s", su.min}, {"max_tok_s", su.max}, {"samples_tok_s", samples}};
     };
     if (!json)
-        std::printf("model %s, %d threads, %u reps, %.1f MiB of weights, RSS after open+bind %.1f MiB\n", model.c_str(),
-                    threads, reps, double(weight_bytes) / (1024.0 * 1024.0), double(rss_loaded) / (1024.0 * 1024.0));
+        std::printf("model %s, %d threads, %u reps, %.1f MiB of weights, KV cache %s, RSS after open+bind %.1f MiB\n",
+                    model.c_str(), threads, reps, double(weight_bytes) / (1024.0 * 1024.0), session_flags.kv_cache.c_str(),
+                    double(rss_loaded) / (1024.0 * 1024.0));
     boost::json::array tests;
     if (n_prompt) tests.push_back(row("pp", n_prompt, pp));
     if (n_gen) tests.push_back(row("tg", n_gen, tg));
     if (json) {
-        boost::json::object o{{"model", model},          {"threads", threads},
+        boost::json::object o{{"model", model},          {"threads", threads}, {"kv_cache", session_flags.kv_cache},
                               {"reps", reps},            {"tests", tests},
                               {"weight_bytes", weight_bytes}, {"rss_after_load_bytes", rss_loaded},
                               {"peak_rss_bytes", rss},   {"file_pmd_mapped_bytes", pmd_mapped}};

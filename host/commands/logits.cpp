@@ -10,6 +10,7 @@ namespace cmfhost {
 
 int cmd_logits(const std::vector<std::string> &args) {
     CommonOptions common;
+    SessionFlags session_flags;
     std::string model, prompt, ids_arg, out;
     bool raw = false;
     po::options_description desc("options");
@@ -20,6 +21,7 @@ int cmd_logits(const std::vector<std::string> &args) {
         ("raw", po::bool_switch(&raw), "tokenize -p as plain text (no chat template)")
         ("out,o", po::value(&out)->required(), "output file: positions x vocab f32");
     add_common_options(desc, common);
+    add_session_options(desc, session_flags);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
@@ -38,7 +40,7 @@ int cmd_logits(const std::vector<std::string> &args) {
                   : encode(tok.get(), render_chat(m.get(), {{"user", prompt}}), 0);
     }
     if (ids.empty()) throw Failure("no tokens to evaluate", 2);
-    auto s = make_session(rt.get(), m.get(), ids.size());
+    auto s = make_session(rt.get(), m.get(), ids.size(), session_flags);
     const uint64_t V = cmf_session_vocab_size(s.get());
     std::vector<float> logits(ids.size() * V);
     check(cmf_session_eval(s.get(), ids.data(), ids.size(), CMF_LOGITS_ALL, logits.data(), logits.size()), "eval");

@@ -13,6 +13,7 @@ namespace cmfhost {
 
 int cmd_ppl(const std::vector<std::string> &args) {
     CommonOptions common;
+    SessionFlags session_flags;
     std::string model, file;
     uint64_t n_ctx = 512;
     po::options_description desc("options");
@@ -21,6 +22,7 @@ int cmd_ppl(const std::vector<std::string> &args) {
         ("file,f", po::value(&file)->required(), "UTF-8 text file to score")
         ("ctx", po::value(&n_ctx)->default_value(512), "window length in tokens");
     add_common_options(desc, common);
+    add_session_options(desc, session_flags);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
@@ -38,7 +40,7 @@ int cmd_ppl(const std::vector<std::string> &args) {
     auto tok = model_tokenizer(m.get());
     auto tokens = encode(tok.get(), text, 0);
     if (tokens.size() < 2) throw Failure(file + ": needs at least 2 tokens, has " + std::to_string(tokens.size()), 1);
-    auto s = make_session(rt.get(), m.get(), n_ctx);
+    auto s = make_session(rt.get(), m.get(), n_ctx, session_flags);
     const uint64_t window = std::min<uint64_t>(n_ctx, cmf_session_n_ctx(s.get()));
     const uint64_t V = cmf_session_vocab_size(s.get());
     std::vector<float> logits;

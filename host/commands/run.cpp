@@ -99,6 +99,7 @@ Turn generate(cmf_session *s, cmf_detokenizer *d, std::vector<int32_t> &context,
 
 int cmd_run(const std::vector<std::string> &args) {
     CommonOptions common;
+    SessionFlags session_flags;
     std::string model, prompt, system;
     bool raw = false, greedy = false;
     uint32_t n_predict = 256;
@@ -123,6 +124,7 @@ int cmd_run(const std::vector<std::string> &args) {
         ("greedy", po::bool_switch(&greedy), "greedy decoding (temperature 0, no penalties)")
         ("ctx", po::value(&n_ctx)->default_value(0), "context tokens (0 = min(model max, 4096))");
     add_common_options(desc, common);
+    add_session_options(desc, session_flags);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
@@ -137,7 +139,7 @@ int cmd_run(const std::vector<std::string> &args) {
     cmf_model_special_ids sp;
     cmf_model_special_ids_init(&sp);
     check(cmf_model_get_special_ids(m.get(), &sp), "special ids");
-    auto sess = make_session(rt.get(), m.get(), n_ctx);
+    auto sess = make_session(rt.get(), m.get(), n_ctx, session_flags);
     cmf_detokenizer *d = nullptr;
     check(cmf_detokenizer_create(tok.get(), CMF_DECODE_SKIP_SPECIAL, &d), "detokenizer");
     DetokenizerPtr detok(d);

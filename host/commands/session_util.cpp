@@ -30,10 +30,21 @@ std::string resolve_model(const std::string &given) {
     return def;
 }
 
-SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx) {
+void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
+    desc.add_options()("kv-cache", boost::program_options::value(&flags.kv_cache)->default_value(flags.kv_cache),
+                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)");
+}
+
+SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags) {
+    if (flags.kv_cache != "f32" && flags.kv_cache != "f16")
+        throw Failure("--kv-cache must be f32 or f16, not '" + flags.kv_cache + "'", 2);
     cmf_session_options o;
     cmf_session_options_init(&o);
     o.n_ctx = n_ctx;
+    // The arch's model option (the qwen arch's kv_cache=f32|f16), passed only
+    // when it is not the default, so that f32 runs with any arch plugin.
+    const std::string arch_options = "kv_cache=" + flags.kv_cache;
+    if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
     cmf_session *s = nullptr;
     check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
     return SessionPtr(s);

@@ -4,6 +4,8 @@
 
 #include "model_util.hpp"
 
+#include <boost/program_options.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,7 +33,12 @@ std::string default_model_path();
 // telling the user to pass one.
 std::string resolve_model(const std::string &given);
 
-SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx);
+// Session flags of the commands that run a model (run, bench, ppl, logits).
+struct SessionFlags {
+    std::string kv_cache = "f32";  // --kv-cache: the KV cache's element type, f32 or f16
+};
+void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
+SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);
 TokenizerPtr model_tokenizer(const cmf_model *m);
 std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags);
 // "1,2,3" -> ids (Failure on anything else).

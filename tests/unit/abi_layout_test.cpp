@@ -90,7 +90,7 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, quantize_rows, 80);
     CHECK_OFFSET(cmf_codec_vt, int8_rows, 88);
     CHECK(CMF_INT8_BLOCK == 32);
-    CHECK_SIZE(cmf_backend_vt, 152);
+    CHECK_SIZE(cmf_backend_vt, 168);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);
     CHECK_OFFSET(cmf_backend_vt, name, 8);
     CHECK_OFFSET(cmf_backend_vt, version, 16);
@@ -110,6 +110,8 @@ namespace {
     CHECK_OFFSET(cmf_backend_vt, add, 128);
     CHECK_OFFSET(cmf_backend_vt, add_bias, 136);
     CHECK_OFFSET(cmf_backend_vt, embed, 144);
+    CHECK_OFFSET(cmf_backend_vt, kv_write, 152);
+    CHECK_OFFSET(cmf_backend_vt, attention_kv, 160);
     CHECK_OFFSET(cmf_arch_vt, abi_version, 4);
     CHECK_OFFSET(cmf_arch_vt, name, 8);
     CHECK_OFFSET(cmf_arch_vt, version, 16);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -145,6 +146,57 @@ TEST_CASE("cpu backend: 16-bit row kernels, conversions and the panel GEMM agree
             p->matmul_f32(wide.data(), cols, x.data(), cols, batch, 0, rows, y0.data(), rows);
             (bf ? k->matmul_bf16 : k->matmul_f16)(bits.data(), cols, x.data(), cols, batch, 0, rows, y1.data(), rows);
             CHECK(close(y0, y1));
+        }
+    }
+}
+
+TEST_CASE("cpu backend: f16 KV cache kernels (narrow, dot, axpy) on every ISA") {
+    // narrow_f16 against the compiler's own IEEE binary16 conversion (GCC's
+    // _Float16: round to nearest even), over normal values, subnormals,
+    // exact ties at both, overflow, inf and NaN.
+    std::vector<float> v = random_vec(4096, 21);
+    for (size_t i = 0; i < v.size(); i += 4) v[i] *= 1e-5f;  // subnormal f16 range
+    for (uint32_t m : {0x33000000u, 0x33000001u, 0x33400000u, 0x387FE000u, 0x387FF000u, 0x38800000u, 0x3F801000u,
+                       0x3F803000u, 0x477FEFFFu, 0x477FF000u, 0x7F800000u, 0xFF800000u, 0x80000001u}) {
+        float f;
+        std::memcpy(&f, &m, 4);
+        v.push_back(f);  // ties at subnormal and normal ulps, the largest finite, overflow to inf, inf, a tiny negative
+    }
+    v.push_back(std::nanf(""));
+    std::vector<uint16_t> want(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        const _Float16 h = static_cast<_Float16>(v[i]);
+        std::memcpy(&want[i], &h, 2);
+    }
+    const cmf::cpu::Kernels *p = cmf::cpu::kernels_for("portable");
+    auto x = random_vec(203, 22), y0 = random_vec(203, 23);
+    for (const char *isa : {"portable", "avx2", "avx512"}) {
+        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+        if (!k) continue;
+        CAPTURE(isa);
+        std::vector<uint16_t> got(v.size(), 0x1234);
+        k->narrow_f16(v.data(), v.size(), got.data());
+        for (size_t i = 0; i < v.size(); ++i) {
+            CAPTURE(i);
+            CAPTURE(v[i]);
+            if (std::isnan(v[i]))
+                CHECK((got[i] & 0x7C00) == 0x7C00);
+            if (std::isnan(v[i]))
+                CHECK((got[i] & 0x03FF) != 0);
+            else
+                CHECK(got[i] == want[i]);
+        }
+        // dot and axpy over f16 bits against the f32 kernels on the widened values.
+        std::vector<float> wide(203);
+        p->convert_f16(got.data(), 203, wide.data());
+        for (uint64_t n : {1u, 7u, 8u, 33u, 203u}) {
+            CAPTURE(n);
+            const float d16 = k->dot_f16(x.data(), got.data(), n), d32 = p->dot(x.data(), wide.data(), n);
+            CHECK(std::fabs(d16 - d32) <= 1e-5f * (1.0f + std::fabs(d32)));
+            std::vector<float> a = y0, b = y0;
+            k->axpy_f16(0.75f, got.data(), a.data(), n);
+            p->axpy(0.75f, wide.data(), b.data(), n);
+            for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 1e-6f * (1.0f + std::fabs(b[i])));
         }
     }
 }
@@ -343,29 +395,69 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
         const uint32_t nh = ac.nh, nkv = ac.nkv, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
         const float scale = 0.5f, cap = ac.cap;
         auto qa = random_vec(n * nh * hd, 14), kc = random_vec(rows * nkv * hd, 15), vc = random_vec(rows * nkv * hd, 16);
-        std::vector<float> out(n * nh * hd);
-        REQUIRE(vt.attention(c, qa.data(), kc.data(), vc.data(), out.data(), n, pos0, nh, nkv, hd, scale, win, cap) == nullptr);
-        for (uint32_t tk = 0; tk < n; ++tk)
-            for (uint32_t h = 0; h < nh; ++h) {
-                uint32_t kvh = h / (nh / nkv), p = pos0 + tk;
-                std::vector<double> s;
-                std::vector<uint32_t> js;
-                for (uint32_t j = 0; j <= p; ++j) {
-                    if (win > 0 && j + win <= p) continue;  // outside the window
-                    double d = 0;
-                    for (uint32_t i = 0; i < hd; ++i) d += double(qa[(tk * nh + h) * hd + i]) * kc[(j * nkv + kvh) * hd + i];
-                    d *= scale;
-                    s.push_back(cap > 0 ? cap * std::tanh(d / cap) : d);
-                    js.push_back(j);
+        // attention (f32 cache), then attention_kv over f32 and f16 caches
+        // written by kv_write in two calls (the cached rows, then the new
+        // ones). The f16 case's reference is computed on the f16 values.
+        for (int32_t kv : {-1, CMF_DTYPE_F32, CMF_DTYPE_F16}) {
+            CAPTURE(kv);
+            const size_t elem = kv == CMF_DTYPE_F16 ? 2 : 4, row = size_t(nkv) * hd;
+            std::vector<float> kbuf((rows * row * elem + 3) / 4, -1.0f), vbuf = kbuf;
+            std::vector<float> out(n * nh * hd);
+            if (kv < 0) {
+                REQUIRE(vt.attention(c, qa.data(), kc.data(), vc.data(), out.data(), n, pos0, nh, nkv, hd, scale, win, cap) == nullptr);
+            } else {
+                for (auto [r0, r1] : {std::pair<uint32_t, uint32_t>{0, pos0}, std::pair<uint32_t, uint32_t>{pos0, rows}}) {
+                    REQUIRE(vt.kv_write(c, kbuf.data(), kv, row, r0, kc.data() + r0 * row, r1 - r0) == nullptr);
+                    REQUIRE(vt.kv_write(c, vbuf.data(), kv, row, r0, vc.data() + r0 * row, r1 - r0) == nullptr);
                 }
-                double mx = *std::max_element(s.begin(), s.end()), z = 0;
-                for (double &v : s) z += (v = std::exp(v - mx));
-                for (uint32_t i = 0; i < hd; ++i) {
-                    double o = 0;
-                    for (size_t m = 0; m < js.size(); ++m) o += s[m] / z * vc[(js[m] * nkv + kvh) * hd + i];
-                    REQUIRE(out[(tk * nh + h) * hd + i] == doctest::Approx(o).epsilon(1e-4));
+                REQUIRE(vt.attention_kv(c, qa.data(), kbuf.data(), vbuf.data(), kv, out.data(), n, pos0, nh, nkv, hd, scale, win,
+                                        cap) == nullptr);
+            }
+            std::vector<float> kref = kc, vref = vc;  // what the cache holds, as f32
+            if (kv == CMF_DTYPE_F16) {
+                const auto *kh = reinterpret_cast<const uint16_t *>(kbuf.data()), *vh = reinterpret_cast<const uint16_t *>(vbuf.data());
+                for (size_t i = 0; i < kref.size(); ++i) {
+                    kref[i] = cmf::codecs::f16_to_f32(kh[i]);
+                    vref[i] = cmf::codecs::f16_to_f32(vh[i]);
+                    REQUIRE(std::fabs(kref[i] - kc[i]) <= std::fabs(kc[i]) * 0x1p-11f + 0x1p-25f);  // rounded, not garbage
                 }
             }
+            for (uint32_t tk = 0; tk < n; ++tk)
+                for (uint32_t h = 0; h < nh; ++h) {
+                    uint32_t kvh = h / (nh / nkv), p = pos0 + tk;
+                    std::vector<double> s;
+                    std::vector<uint32_t> js;
+                    for (uint32_t j = 0; j <= p; ++j) {
+                        if (win > 0 && j + win <= p) continue;  // outside the window
+                        double d = 0;
+                        for (uint32_t i = 0; i < hd; ++i) d += double(qa[(tk * nh + h) * hd + i]) * kref[(j * nkv + kvh) * hd + i];
+                        d *= scale;
+                        s.push_back(cap > 0 ? cap * std::tanh(d / cap) : d);
+                        js.push_back(j);
+                    }
+                    double mx = *std::max_element(s.begin(), s.end()), z = 0;
+                    for (double &v : s) z += (v = std::exp(v - mx));
+                    for (uint32_t i = 0; i < hd; ++i) {
+                        double o = 0;
+                        for (size_t m = 0; m < js.size(); ++m) o += s[m] / z * vref[(js[m] * nkv + kvh) * hd + i];
+                        REQUIRE(out[(tk * nh + h) * hd + i] == doctest::Approx(o).epsilon(1e-4));
+                    }
+                }
+        }
+    }
+    // A cache dtype the backend does not have is refused, not guessed.
+    {
+        std::vector<float> buf(64), src(64);
+        cmf_error *ek = vt.kv_write(c, buf.data(), CMF_DTYPE_BF16, 8, 0, src.data(), 2);
+        REQUIRE(ek != nullptr);
+        CHECK(cmf_error_code(ek) == CMF_ERR_UNSUPPORTED);
+        CHECK(std::string(cmf_error_message(ek)).find("KV cache dtype 2") != std::string::npos);
+        cmf_error_free(ek);
+        std::vector<float> qv(8), ov(8);
+        ek = vt.attention_kv(c, qv.data(), buf.data(), buf.data(), CMF_DTYPE_Q8_ROW, ov.data(), 1, 0, 1, 1, 8, 1.0f, 0, 0.0f);
+        REQUIRE(ek != nullptr);
+        CHECK(cmf_error_code(ek) == CMF_ERR_UNSUPPORTED);
+        cmf_error_free(ek);
     }
 
     // gelu_tanh gated product.

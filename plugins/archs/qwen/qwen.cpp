@@ -15,6 +15,7 @@
 #include <cmf/plugin.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -65,6 +66,10 @@ struct Model {
     Config cfg;
     uint32_t rot_dim = 0;
     uint64_t q_dim = 0, kv_dim = 0, max_ffn = 0;
+    // The KV cache's element type (model option kv_cache): CMF_DTYPE_F32, or
+    // CMF_DTYPE_F16 through the backend's kv_write / attention_kv.
+    int32_t kv_dtype = CMF_DTYPE_F32;
+    uint64_t kv_row_bytes() const { return kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4); }
     Weight embed, final_norm, head;
     std::vector<Layer> layers;
     std::vector<cmf_backend_weight *> owned;
@@ -96,7 +101,7 @@ struct State {
     Model *model = nullptr;
     uint64_t n_ctx = 0;
     uint64_t n_past = 0;
-    std::vector<float *> k_cache, v_cache;  // per layer: [n_ctx][kv_dim]
+    std::vector<float *> k_cache, v_cache;  // per layer: [n_ctx][kv_dim] of model->kv_dtype
     Scratch scratch;
 
     ~State() {
@@ -178,6 +183,37 @@ void require_backend(const cmf_backend_vt *be) {
                                                  "' lacks an operation the qwen arch needs");
 }
 
+// Model options ("key=value,..."): kv_cache=f32|f16. Unknown keys, values
+// and a backend without the f16 cache operations are errors, never ignored.
+void apply_options(Model &m, const char *options) {
+    if (options == nullptr) return;
+    std::string all(options);
+    size_t at = 0;
+    while (at < all.size()) {
+        size_t end = all.find(',', at);
+        if (end == std::string::npos) end = all.size();
+        const std::string item = all.substr(at, end - at);
+        at = end + 1;
+        if (item.empty()) continue;
+        const size_t eq = item.find('=');
+        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (key != "kv_cache")
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "qwen: unknown model option \"" + key + "\" (known: kv_cache=f32|f16)");
+        if (value == "f32") {
+            m.kv_dtype = CMF_DTYPE_F32;
+        } else if (value == "f16") {
+            const cmf_backend_vt *be = m.be;
+            if (be->struct_size < offsetof(cmf_backend_vt, attention_kv) + sizeof(void *) || be->kv_write == nullptr ||
+                be->attention_kv == nullptr)
+                throw Error(CMF_ERR_UNSUPPORTED, std::string("qwen: backend '") + (be->name ? be->name : "?") +
+                                                     "' has no f16 KV cache (kv_write, attention_kv)");
+            m.kv_dtype = CMF_DTYPE_F16;
+        } else {
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "qwen: kv_cache must be f32 or f16, not \"" + value + "\"");
+        }
+    }
+}
+
 void build_layer(Model &m, Binder &b, uint64_t i) {
     const Config &c = m.cfg;
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -243,12 +279,11 @@ cmf_error *model_create(void *ctx, const cmf_model_source *src, const cmf_backen
     return cmf::sdk::call(pl->host, [&] {
         if (src == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "qwen: NULL argument");
         require_backend(backend);
-        if (params != nullptr && params->options != nullptr && params->options[0] != '\0')
-            throw Error(CMF_ERR_INVALID_ARGUMENT, std::string("qwen: unknown model options \"") + params->options + "\"");
         auto m = std::make_unique<Model>();
         m->host = pl->host;
         m->be = backend;
         m->be_ctx = backend_ctx;
+        apply_options(*m, params != nullptr ? params->options : nullptr);
         m->cfg = cmf::qwen::parse_config(src->arch_json, src->arch_json_len);
         const Config &c = m->cfg;
         if (c.has_yarn) throw Error(CMF_ERR_UNSUPPORTED, "qwen: arch.yarn RoPE scaling is not implemented yet");
@@ -308,12 +343,12 @@ cmf_error *state_create(void *ctx, cmf_arch_model *model, uint64_t n_ctx, cmf_ar
         s->n_ctx = n_ctx;
         s->scratch.be = m->be;
         s->scratch.be_ctx = m->be_ctx;
-        // The KV cache holds K after RoPE and V, f32, per layer.
+        // The KV cache holds K after RoPE and V, per layer, in m->kv_dtype.
         for (size_t i = 0; i < m->layers.size(); ++i) {
             float *k = nullptr, *v = nullptr;
-            check(m->be->buffer_alloc(m->be_ctx, n_ctx * m->kv_dim * sizeof(float), &k));
+            check(m->be->buffer_alloc(m->be_ctx, n_ctx * m->kv_row_bytes(), &k));
             s->k_cache.push_back(k);
-            check(m->be->buffer_alloc(m->be_ctx, n_ctx * m->kv_dim * sizeof(float), &v));
+            check(m->be->buffer_alloc(m->be_ctx, n_ctx * m->kv_row_bytes(), &v));
             s->v_cache.push_back(v);
         }
         *out = reinterpret_cast<cmf_arch_state *>(s.release());
@@ -386,10 +421,17 @@ void attention_block(const Model &m, State &s, const Layer &L, size_t li, uint64
         check(be->rope(bc, sc.q, n, m.q_dim, nh, hd, m.rot_dim, pos, float(c.rope_theta)));
         check(be->rope(bc, sc.k, n, m.kv_dim, nkv, hd, m.rot_dim, pos, float(c.rope_theta)));
     }
-    check(be->copy(bc, s.k_cache[li] + pos * m.kv_dim, sc.k, n * m.kv_dim));
-    check(be->copy(bc, s.v_cache[li] + pos * m.kv_dim, sc.v, n * m.kv_dim));
-    check(be->attention(bc, sc.q, s.k_cache[li], s.v_cache[li], sc.attn, n, pos, nh, nkv, hd,
-                        1.0f / std::sqrt(float(hd)), 0, 0.0f));
+    const float scale = 1.0f / std::sqrt(float(hd));
+    if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
+        check(be->copy(bc, s.k_cache[li] + pos * m.kv_dim, sc.k, n * m.kv_dim));
+        check(be->copy(bc, s.v_cache[li] + pos * m.kv_dim, sc.v, n * m.kv_dim));
+        check(be->attention(bc, sc.q, s.k_cache[li], s.v_cache[li], sc.attn, n, pos, nh, nkv, hd, scale, 0, 0.0f));
+    } else {
+        check(be->kv_write(bc, s.k_cache[li], m.kv_dtype, m.kv_dim, pos, sc.k, n));
+        check(be->kv_write(bc, s.v_cache[li], m.kv_dtype, m.kv_dim, pos, sc.v, n));
+        check(be->attention_kv(bc, sc.q, s.k_cache[li], s.v_cache[li], m.kv_dtype, sc.attn, n, pos, nh, nkv, hd, scale,
+                               0, 0.0f));
+    }
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
 }
 

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 struct cmf_backend_weight {
@@ -456,7 +457,39 @@ cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_
 // scalar transpose of V were ~5 % more.
 constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
 
-void attention_blocked(Backend *be, const float *q, const float *k_cache, const float *v_cache, float *out,
+// ---- KV cache rows: f32, or f16 bits (kv_write / attention_kv) ----
+template <class T>
+float kv_dot(const cmf::cpu::Kernels &k, const float *a, const T *row, uint64_t n) {
+    if constexpr (std::is_same_v<T, float>)
+        return k.dot(a, row, n);
+    else
+        return k.dot_f16(a, row, n);
+}
+template <class T>
+void kv_axpy(const cmf::cpu::Kernels &k, float a, const T *row, float *y, uint64_t n) {
+    if constexpr (std::is_same_v<T, float>)
+        k.axpy(a, row, y, n);
+    else
+        k.axpy_f16(a, row, y, n);
+}
+// n_rows rows of `cols` cache elements (row stride ld) as f32: an f32
+// cache's rows themselves (*ld_out = ld), else widened into tmp (*ld_out = cols).
+template <class T>
+const float *kv_rows_f32(const cmf::cpu::Kernels &k, const T *src, uint64_t ld, uint64_t n_rows, uint64_t cols,
+                         std::vector<float> &tmp, uint64_t *ld_out) {
+    if constexpr (std::is_same_v<T, float>) {
+        *ld_out = ld;
+        return src;
+    } else {
+        tmp.resize(n_rows * cols);
+        for (uint64_t r = 0; r < n_rows; ++r) k.convert_f16(src + r * ld, cols, tmp.data() + r * cols);
+        *ld_out = cols;
+        return tmp.data();
+    }
+}
+
+template <class T>
+void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v_cache, float *out,
                        uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
                        uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
     using cmf::cpu::kGemmRows;
@@ -474,16 +507,20 @@ void attention_blocked(Backend *be, const float *q, const float *k_cache, const 
     v_buf.resize(n_kv * v_stride);
     float *const kp = k_buf.data(), *const vp = v_buf.data();
     parallel(be, uint64_t(n_kv) * key_panels, 8, [&](uint64_t i0, uint64_t i1) {
+        thread_local std::vector<float> k_tmp, v_tmp;  // an f16 cache's panel rows widened
         for (uint64_t i = i0; i < i1; ++i) {
             const uint64_t kvh = i / key_panels, j0 = (i % key_panels) * kGemmRows;
             const uint64_t nj = std::min(kGemmRows, n_keys - j0);
-            k.pack_w(k_cache + j0 * kvd + kvh * hd, kvd, nj, hd, kp + kvh * k_stride + j0 * hd);
+            uint64_t ldk = 0, ldv = 0;
+            const float *kr = kv_rows_f32(k, k_cache + j0 * kvd + kvh * hd, kvd, nj, hd, k_tmp, &ldk);
+            const float *vr = kv_rows_f32(k, v_cache + j0 * kvd + kvh * hd, kvd, nj, hd, v_tmp, &ldv);
+            k.pack_w(kr, ldk, nj, hd, kp + kvh * k_stride + j0 * hd);
             float *vdst = vp + kvh * v_stride;
             for (uint64_t p = 0; p < d_panels; ++p) {
                 const uint64_t d0 = p * kGemmRows, nd = std::min(kGemmRows, hd - d0);
                 for (uint64_t j = j0; j < j0 + nj; ++j) {
                     float *dst = vdst + (p * n_keys + j) * kGemmRows;
-                    std::memcpy(dst, v_cache + j * kvd + kvh * hd + d0, nd * sizeof(float));
+                    std::memcpy(dst, vr + (j - j0) * ldv + d0, nd * sizeof(float));
                     std::fill(dst + nd, dst + kGemmRows, 0.0f);
                 }
             }
@@ -557,11 +594,12 @@ struct SplitPart {
     float *sum() const { return max() + n_heads; }
 };
 
-cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
-                     uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
-                     float scale, uint32_t window, float softcap) {
-    Backend *be = as_backend(ctx);
-    return cmf::sdk::call(be->host, [&] {
+// attention / attention_kv over cache rows of T (float or f16 bits).
+template <class T>
+void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_cache, float *out, uint64_t n_tokens,
+                    uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, float scale,
+                    uint32_t window, float softcap) {
+    {
         if (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "attention: n_heads must be a multiple of n_kv_heads");
         const uint64_t qd = uint64_t(n_heads) * head_dim, kvd = uint64_t(n_kv_heads) * head_dim;
@@ -604,9 +642,9 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                 const float *qt = q + t * qd;
                 sc.resize(uint64_t(n_heads) * m);
                 for (uint64_t j = a; j < b; ++j) {
-                    const float *krow = k_cache + j * kvd;
+                    const T *krow = k_cache + j * kvd;
                     for (uint32_t h = 0; h < n_heads; ++h) {
-                        float v = k.dot(qt + uint64_t(h) * head_dim, krow + uint64_t(h / group) * head_dim, head_dim) * scale;
+                        float v = kv_dot(k, qt + uint64_t(h) * head_dim, krow + uint64_t(h / group) * head_dim, head_dim) * scale;
                         if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
                         sc[h * m + (j - a)] = v;
                     }
@@ -618,9 +656,9 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                 }
                 std::fill(pt.o(0), pt.max(), 0.0f);  // every head's o
                 for (uint64_t j = a; j < b; ++j) {
-                    const float *vrow = v_cache + j * kvd;
+                    const T *vrow = v_cache + j * kvd;
                     for (uint32_t h = 0; h < n_heads; ++h)
-                        k.axpy(sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, pt.o(h), head_dim);
+                        kv_axpy(k, sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, pt.o(h), head_dim);
                 }
             }
         });
@@ -643,6 +681,54 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                 const float inv = 1.0f / z;
                 for (uint32_t d = 0; d < head_dim; ++d) dst[d] *= inv;
             }
+    }
+}
+
+cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
+                     uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                     float scale, uint32_t window, float softcap) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        attention_rows(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window,
+                       softcap);
+    });
+}
+
+void check_kv_dtype(int32_t dtype, const char *op) {
+    if (dtype != CMF_DTYPE_F32 && dtype != CMF_DTYPE_F16)
+        throw Error(CMF_ERR_UNSUPPORTED, std::string(op) + ": KV cache dtype " + std::to_string(dtype) +
+                                             " is not supported (f32 = 0 and f16 = 1 are)");
+}
+
+cmf_error *attention_kv(void *ctx, const float *q, const float *k_cache, const float *v_cache, int32_t cache_dtype,
+                        float *out, uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads,
+                        uint32_t head_dim, float scale, uint32_t window, float softcap) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        check_kv_dtype(cache_dtype, "attention_kv");
+        if (cache_dtype == CMF_DTYPE_F32)
+            return attention_rows(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale,
+                                  window, softcap);
+        attention_rows(be, q, reinterpret_cast<const uint16_t *>(k_cache), reinterpret_cast<const uint16_t *>(v_cache),
+                       out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap);
+    });
+}
+
+cmf_error *kv_write(void *ctx, float *cache, int32_t dtype, uint64_t row_len, uint64_t row0, const float *src,
+                    uint64_t n_rows) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        check_kv_dtype(dtype, "kv_write");
+        const uint64_t n = n_rows * row_len;
+        if (n == 0) return;
+        if (cache == nullptr || src == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "kv_write: NULL argument");
+        if (dtype == CMF_DTYPE_F32) {
+            std::memcpy(cache + row0 * row_len, src, n * sizeof(float));
+            return;
+        }
+        uint16_t *dst = reinterpret_cast<uint16_t *>(cache) + row0 * row_len;
+        const auto &k = cmf::cpu::kernels();
+        parallel(be, n, 16384, [&](uint64_t i0, uint64_t i1) { k.narrow_f16(src + i0, i1 - i0, dst + i0); });
     });
 }
 
@@ -739,6 +825,8 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.add = add;
     vt.add_bias = add_bias;
     vt.embed = embed;
+    vt.kv_write = kv_write;
+    vt.attention_kv = attention_kv;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();
     return nullptr;

@@ -56,6 +56,51 @@ void matmul_portable(const float *w, uint64_t cols, const float *x, uint64_t ldx
         for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = dot_portable(w + r * cols, x + b * ldx, cols);
 }
 
+float dot_f16_portable(const float *a, const uint16_t *h, uint64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * f16_to_f32(h[i + k]);
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; ++i) s += a[i] * f16_to_f32(h[i]);
+    return s;
+}
+
+void axpy_f16_portable(float a, const uint16_t *h, float *y, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) y[i] += a * f16_to_f32(h[i]);
+}
+
+// IEEE binary16 from binary32, round to nearest even everywhere, as F16C's
+// vcvtps2ph does (so both ISAs store the same cache bits). codecs'
+// f32_to_f16 is not this: it rounds subnormal halves up, as the original
+// implementation's scale encoder does (COMPAT), which a KV cache need not copy.
+uint16_t f32_to_f16_rne(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+    const uint32_t exp32 = (x >> 23) & 0xFFu, mant = x & 0x7FFFFFu;
+    if (exp32 == 0xFF) return static_cast<uint16_t>(sign | 0x7C00u | (mant ? 0x200u | (mant >> 13) : 0u));
+    const int32_t e = static_cast<int32_t>(exp32) - 112;  // the f16 exponent field
+    uint32_t m, shift;
+    if (e >= 1) {
+        if (e >= 31) return static_cast<uint16_t>(sign | 0x7C00u);
+        m = (static_cast<uint32_t>(e) << 23) | mant;  // exponent and mantissa, rounded as one: a carry bumps the exponent
+        shift = 13;
+    } else {
+        if (e < -10) return sign;  // below half the smallest subnormal (its exact half rounds to even: 0)
+        m = mant | 0x800000u;
+        shift = static_cast<uint32_t>(14 - e);
+    }
+    uint32_t h = m >> shift;
+    const uint32_t rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+}
+
+void narrow_f16_portable(const float *src, uint64_t n, uint16_t *dst) {
+    for (uint64_t i = 0; i < n; ++i) dst[i] = f32_to_f16_rne(src[i]);
+}
+
 void convert_f16_portable(const uint16_t *src, uint64_t n, float *dst) {
     for (uint64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
@@ -272,6 +317,36 @@ AVX2 void matmul_h16_avx2(const uint16_t *w, uint64_t cols, const float *x, uint
     }
 }
 
+AVX2 float dot_f16_avx2(const float *a, const uint16_t *h, uint64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    uint64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_f16(h + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8_f16(h + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), load8_f16(h + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), load8_f16(h + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_f16(h + i), s0);
+    float r = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; ++i) r += a[i] * f16_to_f32(h[i]);
+    return r;
+}
+
+AVX2 void axpy_f16_avx2(float a, const uint16_t *h, float *y, uint64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8_f16(h + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * f16_to_f32(h[i]);
+}
+
+AVX2 void narrow_f16_avx2(const float *src, uint64_t n, uint16_t *dst) {
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; ++i) dst[i] = f32_to_f16_rne(src[i]);
+}
+
 AVX2 void convert_f16_avx2(const uint16_t *src, uint64_t n, float *dst) {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_f16(src + i));
@@ -464,19 +539,24 @@ const Kernels kPortable{"portable",
                         dot_portable,
                         axpy_portable,
                         exp_sum_portable,
-                        silu_mul_portable};
+                        silu_mul_portable,
+                        dot_f16_portable,
+                        axpy_f16_portable,
+                        narrow_f16_portable};
 #ifdef CMF_X86
 constexpr GemmPanelFn gemm_panel_avx2 = gemm_panel_generic<pack_w_avx2, pack_x_avx2, gemm_packed_avx2>;
 const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, matmul_h16_avx2<true>,
                     convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,       pack_w_avx2,
                     pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2,
-                    exp_sum_avx2,     silu_mul_avx2};
+                    exp_sum_avx2,     silu_mul_avx2,     dot_f16_avx2,          axpy_f16_avx2,
+                    narrow_f16_avx2};
 // AVX-512 machines get the 512-bit f32 dot; the 16-bit and GEMM kernels are
 // the AVX2 ones (AVX-512 CPUs run them; no AVX-512 machine to tune on here).
 const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false>, matmul_h16_avx2<true>,
                       convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,        pack_w_avx2,
                       pack_x_avx2,      gemm_packed_avx2,  dot_avx512,             axpy_avx2,
-                      exp_sum_avx2,     silu_mul_avx2};
+                      exp_sum_avx2,     silu_mul_avx2,     dot_f16_avx2,           axpy_f16_avx2,
+                      narrow_f16_avx2};
 #endif
 
 }  // namespace

@@ -62,6 +62,13 @@ using DotFn = float (*)(const float *a, const float *b, uint64_t n);
 // y[i] += a * x[i]
 using AxpyFn = void (*)(float a, const float *x, float *y, uint64_t n);
 
+// The KV cache in f16 (cmf_backend_vt.kv_write / attention_kv): dot(a, h)
+// and y += a * h over f16 bits, and f32 -> f16 rounded to nearest even
+// (subnormals too; overflow -> inf, NaN stays NaN).
+using DotF16Fn = float (*)(const float *a, const uint16_t *h, uint64_t n);
+using AxpyF16Fn = void (*)(float a, const uint16_t *h, float *y, uint64_t n);
+using NarrowF16Fn = void (*)(const float *src, uint64_t n, uint16_t *dst);
+
 struct Kernels {
     const char *isa;  // "avx512", "avx2" or "portable"
     MatmulF32Fn matmul_f32;
@@ -77,6 +84,9 @@ struct Kernels {
     AxpyFn axpy;
     ExpSumFn exp_sum;
     SiluMulFn silu_mul;
+    DotF16Fn dot_f16;
+    AxpyF16Fn axpy_f16;
+    NarrowF16Fn narrow_f16;
 };
 
 // The best kernels this CPU runs (portable only when native kernels are off).
