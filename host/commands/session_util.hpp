@@ -34,8 +34,12 @@ std::string default_model_path();
 std::string resolve_model(const std::string &given);
 
 // Session flags of the commands that run a model (run, bench, ppl, logits).
+// --kv-cache defaults to f16 for run and bench (half the cache memory, and
+// at depth faster: the 0.6B q8 file decodes 13.3 -> 17.6-19.0 tok/s after
+// 2048 tokens; logits stay within 4e-4 of the f32 reference), and to f32
+// for logits and ppl, which measure the model's numbers exactly.
 struct SessionFlags {
-    std::string kv_cache = "f32";  // --kv-cache: the KV cache's element type, f32 or f16
+    std::string kv_cache;  // --kv-cache: the KV cache's element type, f32 or f16
 };
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);

@@ -13,6 +13,8 @@ writer, then checks:
   ppl                       == perplexity computed here from PyTorch logits;
   q8, q4, q4tp files        logits close to PyTorch f32 (cosine, top-1);
   bench --json              parses, with positive rates and peak RSS; -d runs at depth;
+  --kv-cache f16 / f32      logits with an f16 cache within 1e-3 of PyTorch, run's
+                            greedy text the same with either cache, a bad value refused;
   clear errors for bad arguments and a missing default model.
 Exit 77 (skip) without torch.
 """
@@ -85,6 +87,18 @@ if got.size == len(ids) * V:
     err = max(abs(got[last, i] - v) / max(1.0, abs(v)) for i, v in top)
     check(err <= 1e-3, f"recorded first-step top logits: max relative error {err:.2e}")
 
+    # The f16 KV cache: still within 1e-3 of PyTorch, and not bit-identical
+    # to the f32 cache (it is in use).
+    out16 = os.path.join(work, "logits16.f32")
+    run(["logits", model_path, "--ids", ",".join(map(str, ids)), "--out", out16, "--kv-cache", "f16"])
+    g16 = np.fromfile(out16, dtype="<f4").astype(np.float64)
+    if g16.size == got.size:
+        rel16 = np.abs(g16.reshape(got.shape) - want).max() / np.abs(want).max()
+        check(0 < np.abs(g16.reshape(got.shape) - got).max() and rel16 <= 1e-3,
+              f"logits --kv-cache f16 vs PyTorch: max |diff| / max |ref| = {rel16:.2e} <= 1e-3")
+    else:
+        check(False, "logits --kv-cache f16 writes the same number of floats")
+
 # logits -p (chat template) == logits --raw of the ChatML text
 a, b = os.path.join(work, "chat_a.f32"), os.path.join(work, "chat_b.f32")
 run(["logits", model_path, "-p", "Hello", "--out", a])
@@ -100,6 +114,9 @@ check(case["text"].startswith(d.stdout.decode().rstrip("\n")), "the 16-token tex
 err = p.stderr.decode()
 check("prompt 11 tok, generated 16 tok" in err and "stop: max-tokens" in err and "decode" in err,
       "run prints the stats line on stderr: " + err.strip().splitlines()[-1] if err.strip() else "(none)")
+
+p = run(["run", model_path, "--greedy", "--raw", "-n", "16", "-p", prompt, "--kv-cache", "f32"])
+check(p.stdout.decode() == expected_text, "run --kv-cache f32 (the default is f16) prints the same continuation")
 
 p = run(["run", model_path, "--greedy", "-n", "8", "-p", "Hello"])
 check("stop:" in p.stderr.decode(), "run -p (chat) finishes with a stats line")
@@ -164,10 +181,10 @@ try:
     tests = {t["test"]: t for t in bj["tests"]}
     ok = (set(tests) == {"pp32", "tg8"} and all(t["median_tok_s"] > 0 and len(t["samples_tok_s"]) == 2
                                                 for t in tests.values()) and bj["peak_rss_bytes"] > 0
-          and 0 <= bj["file_pmd_mapped_bytes"] <= bj["peak_rss_bytes"])
+          and 0 <= bj["file_pmd_mapped_bytes"] <= bj["peak_rss_bytes"] and bj["kv_cache"] == "f16")
 except (ValueError, KeyError):
     ok = False
-check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS, 2 MiB-mapped bytes within it")
+check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS, 2 MiB-mapped bytes within it, f16 KV cache")
 p = run(["bench", model_path, "-p", "8", "-n", "4", "-r", "1", "-d", "40", "--json"])
 try:
     bj = json.loads(p.stdout)
@@ -186,6 +203,8 @@ p = run(["logits", model_path, "--ids", "1,x", "--out", out], expect=2)
 check("not a token id" in p.stderr.decode(), "logits --ids with a bad id: clear error")
 p = run(["run", os.path.join(work, "missing.cmf"), "-p", "x"], expect=1)
 check("missing.cmf" in p.stderr.decode(), "run on a missing file names it")
+p = run(["bench", model_path, "-p", "8", "-n", "0", "--kv-cache", "q8"], expect=2)
+check("--kv-cache must be f32 or f16" in p.stderr.decode(), "bench --kv-cache q8: clear error")
 p = run(["ppl", model_path], expect=2)
 check("file" in p.stderr.decode(), "ppl without --file: clear error")
 # ---- default model hook ---------------------------------------------------------
