@@ -24,21 +24,30 @@ using codecs::f16_to_f32;
 
 // ---- portable ---------------------------------------------------------------
 
+// A dot/axpy operand element as f32: f32 as is, f16 bits (an f16 KV cache) widened.
+inline float wide1(float v) { return v; }
+inline float wide1(uint16_t h) { return f16_to_f32(h); }
+
 // Eight independent accumulators keep the FP adder pipeline full without
 // -ffast-math (which we do not use: results must not depend on flags).
-float dot_portable(const float *a, const float *b, uint64_t n) {
+template <class T>
+float dot_wide_portable(const float *a, const T *b, uint64_t n) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+        for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * wide1(b[i + k]);
     float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; ++i) s += a[i] * b[i];
+    for (; i < n; ++i) s += a[i] * wide1(b[i]);
     return s;
 }
-
-void axpy_portable(float a, const float *x, float *y, uint64_t n) {
-    for (uint64_t i = 0; i < n; ++i) y[i] += a * x[i];
+template <class T>
+void axpy_wide_portable(float a, const T *x, float *y, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) y[i] += a * wide1(x[i]);
 }
+float dot_portable(const float *a, const float *b, uint64_t n) { return dot_wide_portable(a, b, n); }
+void axpy_portable(float a, const float *x, float *y, uint64_t n) { axpy_wide_portable(a, x, y, n); }
+float dot_f16_portable(const float *a, const uint16_t *h, uint64_t n) { return dot_wide_portable(a, h, n); }
+void axpy_f16_portable(float a, const uint16_t *h, float *y, uint64_t n) { axpy_wide_portable(a, h, y, n); }
 
 float exp_sum_portable(float *x, uint64_t n, float sub) {
     float sum = 0.0f;
@@ -54,20 +63,6 @@ void matmul_portable(const float *w, uint64_t cols, const float *x, uint64_t ldx
                      uint64_t r1, float *y, uint64_t ldy) {
     for (uint64_t r = r0; r < r1; ++r)
         for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = dot_portable(w + r * cols, x + b * ldx, cols);
-}
-
-float dot_f16_portable(const float *a, const uint16_t *h, uint64_t n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * f16_to_f32(h[i + k]);
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; ++i) s += a[i] * f16_to_f32(h[i]);
-    return s;
-}
-
-void axpy_f16_portable(float a, const uint16_t *h, float *y, uint64_t n) {
-    for (uint64_t i = 0; i < n; ++i) y[i] += a * f16_to_f32(h[i]);
 }
 
 // IEEE binary16 from binary32, round to nearest even everywhere, as F16C's
@@ -179,27 +174,39 @@ AVX2 inline float hsum(__m256 s) {
     return _mm_cvtss_f32(h);
 }
 
-AVX2 float dot_avx2(const float *a, const float *b, uint64_t n) {
+// Eight elements of a dot/axpy operand widened to f32: f32 as is, f16 bits
+// (an f16 KV cache) with F16C; one at a time for the tails.
+AVX2 inline __m256 load8_wide(const float *p) { return _mm256_loadu_ps(p); }
+AVX2 inline __m256 load8_wide(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+
+// dot(a, b) with four accumulators; b f32 or f16 bits.
+template <class T>
+AVX2 float dot_wide_avx2(const float *a, const T *b, uint64_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
     uint64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_wide(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8_wide(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), load8_wide(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), load8_wide(b + i + 24), s3);
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_wide(b + i), s0);
     float r = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; ++i) r += a[i] * b[i];
+    for (; i < n; ++i) r += a[i] * wide1(b[i]);
     return r;
 }
-
-AVX2 void axpy_avx2(float a, const float *x, float *y, uint64_t n) {
-    __m256 va = _mm256_set1_ps(a);
+// y += a * x; x f32 or f16 bits.
+template <class T>
+AVX2 void axpy_wide_avx2(float a, const T *x, float *y, uint64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
     uint64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; ++i) y[i] += a * x[i];
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8_wide(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * wide1(x[i]);
 }
+AVX2 float dot_avx2(const float *a, const float *b, uint64_t n) { return dot_wide_avx2(a, b, n); }
+AVX2 void axpy_avx2(float a, const float *x, float *y, uint64_t n) { axpy_wide_avx2(a, x, y, n); }
+AVX2 float dot_f16_avx2(const float *a, const uint16_t *h, uint64_t n) { return dot_wide_avx2(a, h, n); }
+AVX2 void axpy_f16_avx2(float a, const uint16_t *h, float *y, uint64_t n) { axpy_wide_avx2(a, h, y, n); }
 
 // exp(x) for 8 lanes: Cephes' expf. x = n ln2 + r with |r| <= ln2/2 (ln2
 // split in two for precision), exp(r) by a degree-7 polynomial, 2^n into the
@@ -315,28 +322,6 @@ AVX2 void matmul_h16_avx2(const uint16_t *w, uint64_t cols, const float *x, uint
             y[b * ldy + r] = s;
         }
     }
-}
-
-AVX2 float dot_f16_avx2(const float *a, const uint16_t *h, uint64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    uint64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_f16(h + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8_f16(h + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), load8_f16(h + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), load8_f16(h + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_f16(h + i), s0);
-    float r = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; ++i) r += a[i] * f16_to_f32(h[i]);
-    return r;
-}
-
-AVX2 void axpy_f16_avx2(float a, const uint16_t *h, float *y, uint64_t n) {
-    const __m256 va = _mm256_set1_ps(a);
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8_f16(h + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; ++i) y[i] += a * f16_to_f32(h[i]);
 }
 
 AVX2 void narrow_f16_avx2(const float *src, uint64_t n, uint16_t *dst) {
