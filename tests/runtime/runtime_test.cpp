@@ -140,6 +140,20 @@ std::vector<float> all_logits(Session &s, const std::vector<int32_t> &seq) {
     return out;
 }
 
+// Token-by-token decode of seq[0..n) from an empty cache: the worst
+// rel_err of a step's logits against `full`, the batched logits of seq.
+double kv_decode_error(Session &s, const std::vector<int32_t> &seq, size_t n, const std::vector<float> &full) {
+    const uint64_t vocab = s.vocab_size();
+    std::vector<float> step(vocab);
+    s.truncate(0);
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+        s.eval(std::span<const int32_t>(&seq[i], 1), CMF_LOGITS_LAST, step.data());
+        worst = std::max(worst, rel_err(step.data(), full.data() + i * vocab, vocab));
+    }
+    return worst;
+}
+
 void run_case(const std::string &name) {
     const char *root = std::getenv("CMF_PARITY_DIR");
     REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
@@ -181,13 +195,7 @@ void run_case(const std::string &name) {
 
     // 3. KV-cache decode (one token per forward) equals the full recompute,
     //    and so does prefill in odd-sized chunks.
-    s.truncate(0);
-    std::vector<float> step(c.vocab);
-    double kv_worst = 0;
-    for (size_t i = 0; i < seq.size(); ++i) {
-        s.eval(std::span<const int32_t>(&seq[i], 1), CMF_LOGITS_LAST, step.data());
-        kv_worst = std::max(kv_worst, rel_err(step.data(), got.data() + i * c.vocab, c.vocab));
-    }
+    const double kv_worst = kv_decode_error(s, seq, seq.size(), got);
     MESSAGE(name << " KV decode vs full recompute: " << kv_worst);
     CHECK(kv_worst < 1e-5);
     SessionConfig chunked = cfg;
@@ -196,6 +204,7 @@ void run_case(const std::string &name) {
     auto got7 = all_logits(s7, seq);
     CHECK(rel_err(got7.data(), got.data(), got.size()) < 1e-5);
     // Rollback: truncate to the prompt and recompute the first generated step.
+    std::vector<float> step(c.vocab);
     s.truncate(c.prompt.size() - 1);
     s.eval(std::span<const int32_t>(&c.prompt.back(), 1), CMF_LOGITS_LAST, step.data());
     CHECK(rel_err(step.data(), got.data() + (c.prompt.size() - 1) * c.vocab, c.vocab) < 1e-5);
@@ -217,13 +226,7 @@ void run_case(const std::string &name) {
                      << c.positions << " positions");
         CHECK(e < (dtype == CMF_DTYPE_F16 ? 5e-3 : 5e-2));
         // The KV path must agree with the batched path in any dtype.
-        sh.truncate(0);
-        double kv = 0;
-        for (size_t i = 0; i < 8; ++i) {
-            sh.eval(std::span<const int32_t>(&seq[i], 1), CMF_LOGITS_LAST, step.data());
-            kv = std::max(kv, rel_err(step.data(), gh.data() + i * c.vocab, c.vocab));
-        }
-        CHECK(kv < 1e-5);
+        CHECK(kv_decode_error(sh, seq, 8, gh) < 1e-5);
     }
 
     // 5. The f16 KV cache (f32 weights): close to the reference, the same
@@ -251,12 +254,7 @@ void run_case(const std::string &name) {
     produced.clear();
     sk.generate(c.prompt, g);
     CHECK(produced == c.greedy);
-    sk.truncate(0);
-    double kvk = 0;
-    for (size_t i = 0; i < seq.size(); ++i) {
-        sk.eval(std::span<const int32_t>(&seq[i], 1), CMF_LOGITS_LAST, step.data());
-        kvk = std::max(kvk, rel_err(step.data(), gk.data() + i * c.vocab, c.vocab));
-    }
+    const double kvk = kv_decode_error(sk, seq, seq.size(), gk);
     MESSAGE(name << " f16 KV cache, KV decode vs full recompute: " << kvk);
     CHECK(kvk < 5e-4);
 }
