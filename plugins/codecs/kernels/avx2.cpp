@@ -165,8 +165,9 @@ namespace {
 // of the speed: the stream stalls, perf annotate put it on rows 3 and 4's
 // loads), but four rows' sums leave through one horizontal-add tree and one
 // store, and the ISA dispatch is paid once per call, not per row. Against
-// the per-row calls: q8 tg64 on the 0.6B file, 2 threads, median of 8
-// alternating runs each, 26.6 -> 27.0 tok/s; 1 thread 17.7 -> 18.4.
+// the per-row calls, tg64 on the 0.6B files, 2 threads, medians of 8
+// alternating runs: q8 25.6 -> 26.9 tok/s, q4 34.5 -> 36.0; q8 on 1 thread
+// (5 runs) 17.7 -> 18.4.
 // `acc(r)` is row r's dot as 8 partial sums; y[r] = their sum.
 template <class Acc>
 inline void rows4(uint64_t rows, float *y, Acc acc) {
