@@ -599,89 +599,87 @@ template <class T>
 void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_cache, float *out, uint64_t n_tokens,
                     uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, float scale,
                     uint32_t window, float softcap) {
-    {
-        if (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
-            throw Error(CMF_ERR_INVALID_ARGUMENT, "attention: n_heads must be a multiple of n_kv_heads");
-        const uint64_t qd = uint64_t(n_heads) * head_dim, kvd = uint64_t(n_kv_heads) * head_dim;
-        const uint32_t group = n_heads / n_kv_heads;
-        const auto &k = cmf::cpu::kernels();
-        if (n_tokens == 0) return;
-        if (n_tokens >= kAttnBlock) {
-            attention_blocked(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, group, head_dim, qd, kvd, scale,
-                              window, softcap);
-            return;
-        }
-        // Decode (few tokens): split-K. Each token's key range is cut into
-        // `splits` runs; a work item takes one run for every head, reading
-        // the cache rows front to back (a row holds all KV heads, so this is
-        // one sequential stream: per head, the slices are 4 KiB apart and
-        // every key began with a full memory latency), and leaves per head
-        // its running max, softmax denominator and unnormalised output. The
-        // runs are then merged per head (rescaled to the common max).
-        const uint64_t threads = pool_threads(be);
-        auto key_range = [&](uint64_t t) {
-            const uint64_t p = pos0 + t;
-            const uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-            return std::pair<uint64_t, uint64_t>{j0, p + 1};
-        };
-        const uint64_t longest = key_range(n_tokens - 1).second - key_range(n_tokens - 1).first;
-        const uint64_t splits = std::clamp<uint64_t>(std::min((2 * threads + n_tokens - 1) / n_tokens, longest / kMinKeysPerSplit),
-                                                     1, 2 * threads);
-        const uint64_t part_floats = SplitPart::floats(n_heads, head_dim);
-        thread_local std::vector<float> parts;
-        parts.resize(n_tokens * splits * part_floats);
-        auto part = [&, base = parts.data()](uint64_t item) { return SplitPart{base + item * part_floats, n_heads, head_dim}; };
-        parallel(be, n_tokens * splits, 1, [&](uint64_t i0, uint64_t i1) {
-            thread_local std::vector<float> sc;  // [head][key of the run]
-            for (uint64_t i = i0; i < i1; ++i) {
-                const uint64_t t = i / splits, sp = i % splits;
-                const auto [j0, j1] = key_range(t);
-                const uint64_t a = j0 + (j1 - j0) * sp / splits, b = j0 + (j1 - j0) * (sp + 1) / splits, m = b - a;
-                const SplitPart pt = part(i);
-                float *mx = pt.max(), *sum = pt.sum();
-                const float *qt = q + t * qd;
-                sc.resize(uint64_t(n_heads) * m);
-                for (uint64_t j = a; j < b; ++j) {
-                    const T *krow = k_cache + j * kvd;
-                    for (uint32_t h = 0; h < n_heads; ++h) {
-                        float v = kv_dot(k, qt + uint64_t(h) * head_dim, krow + uint64_t(h / group) * head_dim, head_dim) * scale;
-                        if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
-                        sc[h * m + (j - a)] = v;
-                    }
-                }
-                for (uint32_t h = 0; h < n_heads; ++h) {
-                    float *sh = sc.data() + h * m;
-                    mx[h] = m ? *std::max_element(sh, sh + m) : -INFINITY;
-                    sum[h] = m ? k.exp_sum(sh, m, mx[h]) : 0.0f;
-                }
-                std::fill(pt.o(0), pt.max(), 0.0f);  // every head's o
-                for (uint64_t j = a; j < b; ++j) {
-                    const T *vrow = v_cache + j * kvd;
-                    for (uint32_t h = 0; h < n_heads; ++h)
-                        kv_axpy(k, sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, pt.o(h), head_dim);
-                }
-            }
-        });
-        // Merge the runs of each (token, head): out = sum_s e^(mx_s - M) o_s / sum_s e^(mx_s - M) sum_s.
-        for (uint64_t t = 0; t < n_tokens; ++t)
-            for (uint32_t h = 0; h < n_heads; ++h) {
-                float big = -INFINITY;
-                for (uint64_t sp = 0; sp < splits; ++sp) big = std::max(big, part(t * splits + sp).max()[h]);
-                float *dst = out + t * qd + uint64_t(h) * head_dim;
-                std::fill(dst, dst + head_dim, 0.0f);
-                float z = 0.0f;
-                for (uint64_t sp = 0; sp < splits; ++sp) {
-                    const SplitPart pt = part(t * splits + sp);
-                    const float ps = pt.sum()[h];
-                    if (ps == 0.0f) continue;  // an empty run
-                    const float w = std::exp(pt.max()[h] - big);
-                    z += w * ps;
-                    k.axpy(w, pt.o(h), dst, head_dim);
-                }
-                const float inv = 1.0f / z;
-                for (uint32_t d = 0; d < head_dim; ++d) dst[d] *= inv;
-            }
+    if (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "attention: n_heads must be a multiple of n_kv_heads");
+    const uint64_t qd = uint64_t(n_heads) * head_dim, kvd = uint64_t(n_kv_heads) * head_dim;
+    const uint32_t group = n_heads / n_kv_heads;
+    const auto &k = cmf::cpu::kernels();
+    if (n_tokens == 0) return;
+    if (n_tokens >= kAttnBlock) {
+        attention_blocked(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, group, head_dim, qd, kvd, scale,
+                          window, softcap);
+        return;
     }
+    // Decode (few tokens): split-K. Each token's key range is cut into
+    // `splits` runs; a work item takes one run for every head, reading
+    // the cache rows front to back (a row holds all KV heads, so this is
+    // one sequential stream: per head, the slices are 4 KiB apart and
+    // every key began with a full memory latency), and leaves per head
+    // its running max, softmax denominator and unnormalised output. The
+    // runs are then merged per head (rescaled to the common max).
+    const uint64_t threads = pool_threads(be);
+    auto key_range = [&](uint64_t t) {
+        const uint64_t p = pos0 + t;
+        const uint64_t j0 = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+        return std::pair<uint64_t, uint64_t>{j0, p + 1};
+    };
+    const uint64_t longest = key_range(n_tokens - 1).second - key_range(n_tokens - 1).first;
+    const uint64_t splits = std::clamp<uint64_t>(std::min((2 * threads + n_tokens - 1) / n_tokens, longest / kMinKeysPerSplit),
+                                                 1, 2 * threads);
+    const uint64_t part_floats = SplitPart::floats(n_heads, head_dim);
+    thread_local std::vector<float> parts;
+    parts.resize(n_tokens * splits * part_floats);
+    auto part = [&, base = parts.data()](uint64_t item) { return SplitPart{base + item * part_floats, n_heads, head_dim}; };
+    parallel(be, n_tokens * splits, 1, [&](uint64_t i0, uint64_t i1) {
+        thread_local std::vector<float> sc;  // [head][key of the run]
+        for (uint64_t i = i0; i < i1; ++i) {
+            const uint64_t t = i / splits, sp = i % splits;
+            const auto [j0, j1] = key_range(t);
+            const uint64_t a = j0 + (j1 - j0) * sp / splits, b = j0 + (j1 - j0) * (sp + 1) / splits, m = b - a;
+            const SplitPart pt = part(i);
+            float *mx = pt.max(), *sum = pt.sum();
+            const float *qt = q + t * qd;
+            sc.resize(uint64_t(n_heads) * m);
+            for (uint64_t j = a; j < b; ++j) {
+                const T *krow = k_cache + j * kvd;
+                for (uint32_t h = 0; h < n_heads; ++h) {
+                    float v = kv_dot(k, qt + uint64_t(h) * head_dim, krow + uint64_t(h / group) * head_dim, head_dim) * scale;
+                    if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
+                    sc[h * m + (j - a)] = v;
+                }
+            }
+            for (uint32_t h = 0; h < n_heads; ++h) {
+                float *sh = sc.data() + h * m;
+                mx[h] = m ? *std::max_element(sh, sh + m) : -INFINITY;
+                sum[h] = m ? k.exp_sum(sh, m, mx[h]) : 0.0f;
+            }
+            std::fill(pt.o(0), pt.max(), 0.0f);  // every head's o
+            for (uint64_t j = a; j < b; ++j) {
+                const T *vrow = v_cache + j * kvd;
+                for (uint32_t h = 0; h < n_heads; ++h)
+                    kv_axpy(k, sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, pt.o(h), head_dim);
+            }
+        }
+    });
+    // Merge the runs of each (token, head): out = sum_s e^(mx_s - M) o_s / sum_s e^(mx_s - M) sum_s.
+    for (uint64_t t = 0; t < n_tokens; ++t)
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            float big = -INFINITY;
+            for (uint64_t sp = 0; sp < splits; ++sp) big = std::max(big, part(t * splits + sp).max()[h]);
+            float *dst = out + t * qd + uint64_t(h) * head_dim;
+            std::fill(dst, dst + head_dim, 0.0f);
+            float z = 0.0f;
+            for (uint64_t sp = 0; sp < splits; ++sp) {
+                const SplitPart pt = part(t * splits + sp);
+                const float ps = pt.sum()[h];
+                if (ps == 0.0f) continue;  // an empty run
+                const float w = std::exp(pt.max()[h] - big);
+                z += w * ps;
+                k.axpy(w, pt.o(h), dst, head_dim);
+            }
+            const float inv = 1.0f / z;
+            for (uint32_t d = 0; d < head_dim; ++d) dst[d] *= inv;
+        }
 }
 
 cmf_error *attention(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
