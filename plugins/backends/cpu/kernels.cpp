@@ -174,10 +174,19 @@ AVX2 inline float hsum(__m256 s) {
     return _mm_cvtss_f32(h);
 }
 
+// 8 weights as f32: F16C for f16, a 16-bit shift for bf16.
+AVX2 inline __m256 load8_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+AVX2 inline __m256 load8_bf16(const uint16_t *p) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
 // Eight elements of a dot/axpy operand widened to f32: f32 as is, f16 bits
 // (an f16 KV cache) with F16C; one at a time for the tails.
 AVX2 inline __m256 load8_wide(const float *p) { return _mm256_loadu_ps(p); }
-AVX2 inline __m256 load8_wide(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+AVX2 inline __m256 load8_wide(const uint16_t *p) { return load8_f16(p); }
 
 // dot(a, b) with four accumulators; b f32 or f16 bits.
 template <class T>
@@ -265,15 +274,6 @@ void matmul_avx2(const float *w, uint64_t cols, const float *x, uint64_t ldx, ui
                  uint64_t r1, float *y, uint64_t ldy) {
     for (uint64_t r = r0; r < r1; ++r)
         for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] = dot_avx2(w + r * cols, x + b * ldx, cols);
-}
-
-// 8 weights as f32: F16C for f16, a 16-bit shift for bf16.
-AVX2 inline __m256 load8_f16(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-}
-AVX2 inline __m256 load8_bf16(const uint16_t *p) {
-    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
 template <bool Bf16>
