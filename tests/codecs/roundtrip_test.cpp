@@ -93,6 +93,14 @@ TEST_CASE("roundtrip: illegal shapes give clear errors") {
     CHECK_THROWS_WITH(encode(CMF_DTYPE_Q1, odd, w.data()), doctest::Contains("multiple of 32"));
     CHECK_THROWS_WITH(encode(CMF_DTYPE_Q8_ROW, {2, 32}, w.data(), "bogus=1"), doctest::Contains("no option 'bogus'"));
     CHECK_THROWS_WITH(encode(CMF_DTYPE_VBIT, {2, 32}, w.data(), "mean_bits=abc"), doctest::Contains("not a finite number"));
+    // Option syntax (cmf/options.hpp): items without '=' or without a key are
+    // refused by name, empty items are skipped, and the list names what a
+    // dtype takes.
+    CHECK_THROWS_WITH(encode(CMF_DTYPE_VBIT, {2, 32}, w.data(), "mean_bits"), doctest::Contains("option 'mean_bits' is not key=value"));
+    CHECK_THROWS_WITH(encode(CMF_DTYPE_VBIT, {2, 32}, w.data(), ",=4"), doctest::Contains("option '=4' is not key=value"));
+    CHECK_THROWS_WITH(encode(CMF_DTYPE_Q8_ROW, {2, 32}, w.data(), "a=1"), doctest::Contains("(it takes none)"));
+    CHECK_THROWS_WITH(encode(CMF_DTYPE_VBIT, {2, 32}, w.data(), "keep=1"), doctest::Contains("(known: mean_bits)"));
+    CHECK(encode(CMF_DTYPE_Q8_ROW, {2, 32}, w.data(), ",,") == encode(CMF_DTYPE_Q8_ROW, {2, 32}, w.data()));
     // q4_block and q8_row work on any row length, like the original.
     CHECK(encode(CMF_DTYPE_Q4_BLOCK, {7, 9}, w.data()).size() == 36);
 }

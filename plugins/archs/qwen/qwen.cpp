@@ -12,6 +12,7 @@
 #include "config.hpp"
 
 #include <cmf/cmf_plugin.h>
+#include <cmf/options.hpp>
 #include <cmf/plugin.hpp>
 
 #include <cmath>
@@ -186,17 +187,8 @@ void require_backend(const cmf_backend_vt *be) {
 // Model options ("key=value,..."): kv_cache=f32|f16. Unknown keys, values
 // and a backend without the f16 cache operations are errors, never ignored.
 void apply_options(Model &m, const char *options) {
-    if (options == nullptr) return;
-    std::string all(options);
-    size_t at = 0;
-    while (at < all.size()) {
-        size_t end = all.find(',', at);
-        if (end == std::string::npos) end = all.size();
-        const std::string item = all.substr(at, end - at);
-        at = end + 1;
-        if (item.empty()) continue;
-        const size_t eq = item.find('=');
-        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    for (const cmf::sdk::OptionItem &item : cmf::sdk::split_options(options)) {
+        const std::string &key = item.key, &value = item.value;
         if (key != "kv_cache")
             throw Error(CMF_ERR_INVALID_ARGUMENT, "qwen: unknown model option \"" + key + "\" (known: kv_cache=f32|f16)");
         if (value == "f32") {

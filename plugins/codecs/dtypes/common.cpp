@@ -2,6 +2,8 @@
 
 #include "kernels/kernels.hpp"
 
+#include <cmf/options.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -94,19 +96,10 @@ uint64_t checked_mad(uint64_t a, uint64_t b, uint64_t c, const char *dtype) {
 
 Options::Options(const cmf_quantize_params *params, const char *dtype, std::initializer_list<const char *> allowed)
     : dtype_(dtype) {
-    if (!params || !params->options) return;
-    std::string s = params->options;
-    size_t pos = 0;
-    while (pos < s.size()) {
-        size_t end = s.find(',', pos);
-        if (end == std::string::npos) end = s.size();
-        std::string item = s.substr(pos, end - pos);
-        pos = end + 1;
-        if (item.empty()) continue;
-        size_t eq = item.find('=');
-        if (eq == std::string::npos || eq == 0)
-            fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " option '" + item + "' is not key=value");
-        std::string key = item.substr(0, eq);
+    for (const cmf::sdk::OptionItem &item : cmf::sdk::split_options(params ? params->options : nullptr)) {
+        if (!item.has_value || item.key.empty())
+            fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " option '" + item.text + "' is not key=value");
+        const std::string &key = item.key;
         bool known = false;
         std::string list;
         for (const char *a : allowed) {
@@ -116,7 +109,7 @@ Options::Options(const cmf_quantize_params *params, const char *dtype, std::init
         if (!known)
             fail(CMF_ERR_INVALID_ARGUMENT, dtype_ + " has no option '" + key + "'" +
                                                (list.empty() ? std::string(" (it takes none)") : " (known: " + list + ")"));
-        values_[key] = item.substr(eq + 1);
+        values_[key] = item.value;
     }
 }
 
