@@ -287,6 +287,15 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
     for (; i < n; ++i) sx[i] = scales[i] * xd[i];
 }
 
+// q4 weights are prefetched further ahead than q8's (kPrefetchAhead): a q4
+// byte takes longer to compute, so 1 KiB ahead no longer covers the memory
+// latency. q4 tg64 on the 0.6B q4_block file, 2 threads, 2 MiB pages,
+// medians of 6-8 alternating runs in three rounds (19:15-19:30 UTC, idle):
+// 1 KiB ahead 39.6 / - / 42.0 tok/s, 2 KiB 45.4 / 46.0 / 41.3, 3 KiB
+// - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs 36.6
+// (3 KiB). The same distances moved q8 by less than the noise.
+constexpr long kQ4PrefetchAhead = 3072;
+
 // q4 rows against a q4_pair_blocks x, two groups (A = 2k, B = 2k+1) per step:
 // one 32-byte load holds both groups' nibbles (tiled: two 16-byte loads,
 // vinserti128); masked it is [A lo codes | B lo codes], shifted a nibble
@@ -317,14 +326,6 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
 //    stream is memory-bound either way.
 // Group g's 16 nibble bytes are at nib + Stride*g (16: split q4_block and
 // q4tp; 18: q4_tiled tiles, past their scale); `fill` is sliced's.
-// q4 weights are prefetched further ahead than q8's (kPrefetchAhead): a q4
-// byte takes longer to compute, so 1 KiB ahead no longer covers the memory
-// latency. q4 tg64 on the 0.6B q4_block file, 2 threads, 2 MiB pages,
-// medians of 6-8 alternating runs in three rounds (19:15-19:30 UTC, idle):
-// 1 KiB ahead 39.6 / - / 42.0 tok/s, 2 KiB 45.4 / 46.0 / 41.3, 3 KiB
-// - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs 36.6
-// (3 KiB). The same distances moved q8 by less than the noise.
-constexpr long kQ4PrefetchAhead = 3072;
 template <uint64_t Stride, class Fill>
 inline __m256 q4_pair_acc(const uint8_t *nib, const int8_t *xq, const int16_t *xbias, uint64_t groups, Fill fill) {
     return sliced(groups, fill, [&](uint64_t g0, uint64_t n, const float *sx) {
