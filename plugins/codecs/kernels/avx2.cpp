@@ -290,7 +290,7 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
 // q4 weights are prefetched further ahead than q8's (kPrefetchAhead): a q4
 // byte takes longer to compute, so 1 KiB ahead no longer covers the memory
 // latency. q4 tg64 on the 0.6B q4_block file, 2 threads, 2 MiB pages,
-// medians of 6-8 alternating runs in three rounds (19:15-19:30 UTC, idle):
+// medians of 6-8 alternating runs in three rounds (19:00-19:05 UTC, idle):
 // 1 KiB ahead 39.6 / - / 42.0 tok/s, 2 KiB 45.4 / 46.0 / 41.3, 3 KiB
 // - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs 36.6
 // (3 KiB). The same distances moved q8 by less than the noise.
