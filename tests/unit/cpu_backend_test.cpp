@@ -201,6 +201,58 @@ TEST_CASE("cpu backend: f16 KV cache kernels (narrow, dot, axpy) on every ISA") 
     }
 }
 
+TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per head, f32 and f16 rows") {
+    // (n_heads, group, head_dim): GQA, plain MHA, MQA, a head count that is not a multiple of 4, and head
+    // dims off the 16-wide fast path.
+    for (auto [nh, group, hd] : {std::tuple<uint32_t, uint32_t, uint32_t>{16, 2, 128}, {4, 1, 64}, {8, 8, 32},
+                                 {7, 7, 48}, {6, 3, 40}, {5, 1, 9}, {12, 4, 256}}) {
+        CAPTURE(nh);
+        CAPTURE(group);
+        CAPTURE(hd);
+        const uint32_t nkv = nh / group;
+        auto q = random_vec(size_t(nh) * hd, 31), row = random_vec(size_t(nkv) * hd, 32);
+        auto a = random_vec(nh, 33), o0 = random_vec(size_t(nh) * hd, 34);
+        std::vector<uint16_t> row16(row.size());
+        for (size_t i = 0; i < row.size(); ++i) {
+            const _Float16 h = static_cast<_Float16>(row[i]);
+            std::memcpy(&row16[i], &h, 2);
+        }
+        for (int f16 = 0; f16 < 2; ++f16) {
+            CAPTURE(f16);
+            std::vector<double> rv(row.size());
+            for (size_t i = 0; i < row.size(); ++i) rv[i] = f16 ? double(static_cast<float>(static_cast<_Float16>(row[i]))) : row[i];
+            for (const char *isa : {"portable", "avx2", "avx512"}) {
+                const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+                if (!k) continue;
+                CAPTURE(isa);
+                std::vector<float> out(nh + 1, NAN), o = o0;
+                out[nh] = 12345.0f;  // past the heads: untouched
+                if (f16) {
+                    k->heads_dot_f16(q.data(), row16.data(), nh, group, hd, out.data());
+                    k->heads_axpy_f16(a.data(), row16.data(), nh, group, hd, o.data());
+                } else {
+                    k->heads_dot(q.data(), row.data(), nh, group, hd, out.data());
+                    k->heads_axpy(a.data(), row.data(), nh, group, hd, o.data());
+                }
+                CHECK(out[nh] == 12345.0f);
+                for (uint32_t h = 0; h < nh; ++h) {
+                    CAPTURE(h);
+                    double want = 0, mag = 0;
+                    for (uint32_t d = 0; d < hd; ++d) {
+                        want += double(q[size_t(h) * hd + d]) * rv[size_t(h / group) * hd + d];
+                        mag += std::fabs(double(q[size_t(h) * hd + d]) * rv[size_t(h / group) * hd + d]);
+                    }
+                    CHECK(std::fabs(out[h] - want) <= 1e-6 * mag + 1e-7);
+                    for (uint32_t d = 0; d < hd; ++d) {
+                        const double w = o0[size_t(h) * hd + d] + double(a[h]) * rv[size_t(h / group) * hd + d];
+                        CHECK(std::fabs(o[size_t(h) * hd + d] - w) <= 1e-6 * (1.0 + std::fabs(w)));
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("cpu backend: packed GEMM operands have the documented layout and every ISA's GEMM matches a double reference") {
     using cmf::cpu::kGemmRows;
     using cmf::cpu::kGemmTokens;

@@ -458,19 +458,22 @@ cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_
 constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
 
 // ---- KV cache rows: f32, or f16 bits (kv_write / attention_kv) ----
+// One cache row against every head (Kernels::heads_dot / heads_axpy).
 template <class T>
-float kv_dot(const cmf::cpu::Kernels &k, const float *a, const T *row, uint64_t n) {
+void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, const T *row, uint32_t n_heads, uint32_t group,
+                  uint32_t head_dim, float *out) {
     if constexpr (std::is_same_v<T, float>)
-        return k.dot(a, row, n);
+        k.heads_dot(q, row, n_heads, group, head_dim, out);
     else
-        return k.dot_f16(a, row, n);
+        k.heads_dot_f16(q, row, n_heads, group, head_dim, out);
 }
 template <class T>
-void kv_axpy(const cmf::cpu::Kernels &k, float a, const T *row, float *y, uint64_t n) {
+void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, const T *row, uint32_t n_heads, uint32_t group,
+                   uint32_t head_dim, float *o) {
     if constexpr (std::is_same_v<T, float>)
-        k.axpy(a, row, y, n);
+        k.heads_axpy(a, row, n_heads, group, head_dim, o);
     else
-        k.axpy_f16(a, row, y, n);
+        k.heads_axpy_f16(a, row, n_heads, group, head_dim, o);
 }
 // n_rows rows of `cols` cache elements (row stride ld) as f32: an f32
 // cache's rows themselves (*ld_out = ld), else widened into tmp (*ld_out = cols).
@@ -579,6 +582,16 @@ void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v
     }
 }
 
+// Decode attention reads its run of cache rows front to back; the hardware
+// prefetcher stops at each 4 KiB page (one or two f16 rows), so the rows
+// kKeysAhead ahead are prefetched in software, a line per 64 bytes.
+constexpr uint64_t kKeysAhead = 2;
+template <class T>
+void prefetch_row(const T *row, uint64_t n) {
+    const char *c = reinterpret_cast<const char *>(row);
+    for (uint64_t off = 0; off < n * sizeof(T); off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
 // Decode attention: a run of keys shorter than this is not split further.
 constexpr uint64_t kMinKeysPerSplit = 32;
 
@@ -632,6 +645,9 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
     auto part = [&, base = parts.data()](uint64_t item) { return SplitPart{base + item * part_floats, n_heads, head_dim}; };
     parallel(be, n_tokens * splits, 1, [&](uint64_t i0, uint64_t i1) {
         thread_local std::vector<float> sc;  // [head][key of the run]
+        thread_local std::vector<float> per_head;  // one key's value for every head
+        per_head.resize(n_heads);
+        float *ph = per_head.data();
         for (uint64_t i = i0; i < i1; ++i) {
             const uint64_t t = i / splits, sp = i % splits;
             const auto [j0, j1] = key_range(t);
@@ -641,9 +657,10 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
             const float *qt = q + t * qd;
             sc.resize(uint64_t(n_heads) * m);
             for (uint64_t j = a; j < b; ++j) {
-                const T *krow = k_cache + j * kvd;
+                if (j + kKeysAhead < b) prefetch_row(k_cache + (j + kKeysAhead) * kvd, kvd);
+                kv_heads_dot(k, qt, k_cache + j * kvd, n_heads, group, head_dim, ph);
                 for (uint32_t h = 0; h < n_heads; ++h) {
-                    float v = kv_dot(k, qt + uint64_t(h) * head_dim, krow + uint64_t(h / group) * head_dim, head_dim) * scale;
+                    float v = ph[h] * scale;
                     if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
                     sc[h * m + (j - a)] = v;
                 }
@@ -655,9 +672,9 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
             }
             std::fill(pt.o(0), pt.max(), 0.0f);  // every head's o
             for (uint64_t j = a; j < b; ++j) {
-                const T *vrow = v_cache + j * kvd;
-                for (uint32_t h = 0; h < n_heads; ++h)
-                    kv_axpy(k, sc[h * m + (j - a)], vrow + uint64_t(h / group) * head_dim, pt.o(h), head_dim);
+                if (j + kKeysAhead < b) prefetch_row(v_cache + (j + kKeysAhead) * kvd, kvd);
+                for (uint32_t h = 0; h < n_heads; ++h) ph[h] = sc[h * m + (j - a)];
+                kv_heads_axpy(k, ph, v_cache + j * kvd, n_heads, group, head_dim, pt.o(0));  // o(h) = o(0) + h*head_dim
             }
         }
     });

@@ -48,6 +48,15 @@ float dot_portable(const float *a, const float *b, uint64_t n) { return dot_wide
 void axpy_portable(float a, const float *x, float *y, uint64_t n) { axpy_wide_portable(a, x, y, n); }
 float dot_f16_portable(const float *a, const uint16_t *h, uint64_t n) { return dot_wide_portable(a, h, n); }
 void axpy_f16_portable(float a, const uint16_t *h, float *y, uint64_t n) { axpy_wide_portable(a, h, y, n); }
+// Per head, the same sums as dot/axpy above (so portable results did not change).
+template <class T>
+void heads_dot_portable(const float *q, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *out) {
+    for (uint32_t h = 0; h < n_heads; ++h) out[h] = dot_wide_portable(q + uint64_t(h) * hd, row + uint64_t(h / group) * hd, hd);
+}
+template <class T>
+void heads_axpy_portable(const float *a, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
+    for (uint32_t h = 0; h < n_heads; ++h) axpy_wide_portable(a[h], row + uint64_t(h / group) * hd, o + uint64_t(h) * hd, hd);
+}
 
 float exp_sum_portable(float *x, uint64_t n, float sub) {
     float sum = 0.0f;
@@ -211,6 +220,39 @@ AVX2 void axpy_wide_avx2(float a, const T *x, float *y, uint64_t n) {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8_wide(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; ++i) y[i] += a * wide1(x[i]);
+}
+// Four heads at a time, two accumulators each (eight FMA chains in flight),
+// their sums out through one horizontal-add tree; the row's slice of a KV
+// head is read once per query head (from L1 after the first).
+template <class T>
+AVX2 void heads_dot_avx2(const float *q, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *out) {
+    uint32_t h = 0;
+    if (hd % 16 == 0) {
+        for (; h + 4 <= n_heads; h += 4) {
+            __m256 acc[4][2];
+            for (int i = 0; i < 4; ++i) {
+                const float *qh = q + uint64_t(h + i) * hd;
+                const T *kh = row + uint64_t((h + i) / group) * hd;
+                __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+                for (uint32_t d = 0; d < hd; d += 16) {
+                    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), load8_wide(kh + d), s0);
+                    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), load8_wide(kh + d + 8), s1);
+                }
+                acc[i][0] = s0;
+                acc[i][1] = s1;
+            }
+            const __m256 a0 = _mm256_add_ps(acc[0][0], acc[0][1]), a1 = _mm256_add_ps(acc[1][0], acc[1][1]);
+            const __m256 a2 = _mm256_add_ps(acc[2][0], acc[2][1]), a3 = _mm256_add_ps(acc[3][0], acc[3][1]);
+            // lane i of the 128-bit result is head h+i's sum.
+            const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+            _mm_storeu_ps(out + h, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+        }
+    }
+    for (; h < n_heads; ++h) out[h] = dot_wide_avx2(q + uint64_t(h) * hd, row + uint64_t(h / group) * hd, hd);
+}
+template <class T>
+AVX2 void heads_axpy_avx2(const float *a, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
+    for (uint32_t h = 0; h < n_heads; ++h) axpy_wide_avx2(a[h], row + uint64_t(h / group) * hd, o + uint64_t(h) * hd, hd);
 }
 AVX2 float dot_avx2(const float *a, const float *b, uint64_t n) { return dot_wide_avx2(a, b, n); }
 AVX2 void axpy_avx2(float a, const float *x, float *y, uint64_t n) { axpy_wide_avx2(a, x, y, n); }
@@ -527,21 +569,27 @@ const Kernels kPortable{"portable",
                         silu_mul_portable,
                         dot_f16_portable,
                         axpy_f16_portable,
-                        narrow_f16_portable};
+                        narrow_f16_portable,
+                        heads_dot_portable<float>,
+                        heads_dot_portable<uint16_t>,
+                        heads_axpy_portable<float>,
+                        heads_axpy_portable<uint16_t>};
 #ifdef CMF_X86
 constexpr GemmPanelFn gemm_panel_avx2 = gemm_panel_generic<pack_w_avx2, pack_x_avx2, gemm_packed_avx2>;
 const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, matmul_h16_avx2<true>,
                     convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,       pack_w_avx2,
                     pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2,
                     exp_sum_avx2,     silu_mul_avx2,     dot_f16_avx2,          axpy_f16_avx2,
-                    narrow_f16_avx2};
+                    narrow_f16_avx2,  heads_dot_avx2<float>, heads_dot_avx2<uint16_t>, heads_axpy_avx2<float>,
+                    heads_axpy_avx2<uint16_t>};
 // AVX-512 machines get the 512-bit f32 dot; the 16-bit and GEMM kernels are
 // the AVX2 ones (AVX-512 CPUs run them; no AVX-512 machine to tune on here).
 const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false>, matmul_h16_avx2<true>,
                       convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx2,        pack_w_avx2,
                       pack_x_avx2,      gemm_packed_avx2,  dot_avx512,             axpy_avx2,
                       exp_sum_avx2,     silu_mul_avx2,     dot_f16_avx2,           axpy_f16_avx2,
-                      narrow_f16_avx2};
+                      narrow_f16_avx2,  heads_dot_avx2<float>, heads_dot_avx2<uint16_t>, heads_axpy_avx2<float>,
+                      heads_axpy_avx2<uint16_t>};
 #endif
 
 }  // namespace

@@ -69,6 +69,20 @@ using DotF16Fn = float (*)(const float *a, const uint16_t *h, uint64_t n);
 using AxpyF16Fn = void (*)(float a, const uint16_t *h, float *y, uint64_t n);
 using NarrowF16Fn = void (*)(const float *src, uint64_t n, uint16_t *dst);
 
+// Decode attention over one KV-cache row (every KV head, `head_dim` apart),
+// f32 or f16 bits, for `n_heads` query heads of which each `group` share a
+// KV head: out[h] = dot(q + h*head_dim, row + (h/group)*head_dim), and
+// o[h*head_dim + d] += a[h] * row[(h/group)*head_dim + d]. One call per key
+// instead of one dot and one axpy per (key, head).
+using HeadsDotFn = void (*)(const float *q, const float *row, uint32_t n_heads, uint32_t group, uint32_t head_dim,
+                            float *out);
+using HeadsDotF16Fn = void (*)(const float *q, const uint16_t *row, uint32_t n_heads, uint32_t group,
+                               uint32_t head_dim, float *out);
+using HeadsAxpyFn = void (*)(const float *a, const float *row, uint32_t n_heads, uint32_t group, uint32_t head_dim,
+                             float *o);
+using HeadsAxpyF16Fn = void (*)(const float *a, const uint16_t *row, uint32_t n_heads, uint32_t group,
+                                uint32_t head_dim, float *o);
+
 struct Kernels {
     const char *isa;  // "avx512", "avx2" or "portable"
     MatmulF32Fn matmul_f32;
@@ -87,6 +101,10 @@ struct Kernels {
     DotF16Fn dot_f16;
     AxpyF16Fn axpy_f16;
     NarrowF16Fn narrow_f16;
+    HeadsDotFn heads_dot;
+    HeadsDotF16Fn heads_dot_f16;
+    HeadsAxpyFn heads_axpy;
+    HeadsAxpyF16Fn heads_axpy_f16;
 };
 
 // The best kernels this CPU runs (portable only when native kernels are off).
