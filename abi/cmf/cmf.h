@@ -599,10 +599,13 @@ typedef struct cmf_session_options {
     int32_t n_threads;         /* 0 = the runtime's pool; any other value must equal it */
     uint64_t n_ctx;            /* context tokens; 0 = min(max_position_embeddings, 4096) */
     uint32_t n_batch;          /* prefill tokens per forward pass (default 512) */
-    uint32_t reserved0;
+    uint32_t flags;            /* CMF_SESSION_* bits; 0 by default (was reserved, zero) */
     const char *backend;       /* backend name; NULL or "" = the default backend */
     const char *arch_options;  /* arch-specific "key=value,..." or NULL */
 } cmf_session_options;
+
+/* cmf_session_options.flags. Other bits: CMF_ERR_INVALID_ARGUMENT. */
+#define CMF_SESSION_PROFILE 1u /* time every backend operation: cmf_session_profile */
 
 CMF_API void cmf_session_options_init(cmf_session_options *opts);
 
@@ -682,6 +685,21 @@ CMF_API cmf_error *cmf_session_truncate(cmf_session *s, uint64_t n_keep);
 #endif
 CMF_API cmf_error *cmf_session_eval(cmf_session *s, const int32_t *tokens, size_t n, int32_t logits_mode,
                                     float *logits, size_t logits_len);
+
+/* The backend-operation profile of a session created with
+ * CMF_SESSION_PROFILE, as JSON (free with cmf_string_free):
+ *   {"ops":[{"phase":"bind"|"prefill"|"decode", "op":"matmul", "weight":
+ *            "q4_block [3072,1024]" or "", "calls":N, "seconds":S,
+ *            "weight_bytes":B}, ...]}
+ * one entry per (phase, operation, weight shape and dtype: the same matrix
+ * of every layer shares one), each phase's entries largest time first;
+ * weight_bytes is the weight's payload, per call. A forward of more than one token is prefill, of one decode.
+ * Times are the wall time of each backend call (calls are synchronous), so
+ * they add up to the forward passes' time less the arch's own work.
+ * Without the flag: CMF_ERR_INVALID_ARGUMENT. */
+CMF_API cmf_error *cmf_session_profile(const cmf_session *s, char **out_json);
+/* Zero the profile (e.g. after a warm-up). */
+CMF_API cmf_error *cmf_session_profile_reset(cmf_session *s);
 
 CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s); /* logits per position */
 CMF_API uint64_t cmf_session_n_ctx(const cmf_session *s);

@@ -24,18 +24,11 @@ struct cmf_detokenizer {
     cmf::text::StreamDecoder dec;
 };
 
+using cmf::capi::give_string;
+
 namespace {
 void require(const void *p, const char *what) {
     if (!p) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL");
-}
-// A malloc'd NUL-terminated copy for the caller (freed by cmf_string_free).
-void give_string(const std::string &s, char **out, size_t *out_len) {
-    char *p = static_cast<char *>(std::malloc(s.size() + 1));
-    if (!p) throw std::bad_alloc();
-    std::memcpy(p, s.data(), s.size());
-    p[s.size()] = '\0';
-    *out = p;
-    if (out_len) *out_len = s.size();
 }
 }  // namespace
 

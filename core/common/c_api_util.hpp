@@ -5,7 +5,10 @@
 #include "common/error.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <string>
 
 namespace cmf::capi {
 
@@ -26,6 +29,16 @@ T copy_in(const T *src, void (*init)(T *)) {
     std::memcpy(reinterpret_cast<char *>(&out) + sizeof(uint32_t), reinterpret_cast<const char *>(src) + sizeof(uint32_t),
                 std::min<size_t>(src->struct_size, sizeof(T)) - sizeof(uint32_t));
     return out;
+}
+
+// A malloc'd NUL-terminated copy for the caller (freed by cmf_string_free).
+inline void give_string(const std::string &s, char **out, size_t *out_len = nullptr) {
+    char *p = static_cast<char *>(std::malloc(s.size() + 1));
+    if (!p) throw std::bad_alloc();
+    std::memcpy(p, s.data(), s.size());
+    p[s.size()] = '\0';
+    *out = p;
+    if (out_len) *out_len = s.size();
 }
 
 }  // namespace cmf::capi

@@ -45,7 +45,14 @@ Session::Session(Runtime &rt, const cmf_model_source &src, const SessionConfig &
     cmf_arch_model_params params{};
     params.struct_size = sizeof params;
     params.options = cfg_.arch_options.empty() ? nullptr : cfg_.arch_options.c_str();
-    throw_if_error(arch_->vt.model_create(arch_->ctx, &src_, &be->vt, be->ctx, &params, &model_),
+    const cmf_backend_vt *be_vt = &be->vt;
+    void *be_ctx = be->ctx;
+    if (cfg_.profile) {
+        profile_ = std::make_unique<BackendProfile>(be->vt, be->ctx);
+        be_vt = profile_->vt();
+        be_ctx = profile_->ctx();
+    }
+    throw_if_error(arch_->vt.model_create(arch_->ctx, &src_, be_vt, be_ctx, &params, &model_),
                    "arch '" + arch_->name + "'");
     try {
         cmf_arch_model_info info{};
@@ -74,6 +81,7 @@ void Session::forward(std::span<const int32_t> tokens, int32_t mode, float *logi
     a.pos = tokens_.size();
     a.logits_mode = mode;
     a.logits = logits;
+    if (profile_) profile_->set_phase(tokens.size() > 1 ? BackendProfile::Phase::prefill : BackendProfile::Phase::decode);
     throw_if_error(arch_->vt.forward(arch_->ctx, model_, state_, &a));
     tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
 }

@@ -8,6 +8,7 @@
 // session (bound weights reference the views).
 #pragma once
 
+#include "runtime/backend_profile.hpp"
 #include "text/sampler.hpp"
 
 #include <cmf/cmf.h>
@@ -16,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +35,7 @@ struct SessionConfig {
     uint32_t n_batch = 512;   // prefill tokens per forward call
     std::string backend;      // "" = the runtime's default backend
     std::string arch_options; // passed to the arch's model_create
+    bool profile = false;     // time every backend operation (profile())
 };
 
 struct GenerateConfig {
@@ -82,6 +85,9 @@ public:
     // Thread-safe: makes the running generate() return at the next token.
     void cancel() { cancel_.store(true); }
 
+    // The backend profile (SessionConfig::profile), or nullptr.
+    BackendProfile *profile() { return profile_.get(); }
+
 private:
     void forward(std::span<const int32_t> tokens, int32_t mode, float *logits);
 
@@ -90,6 +96,9 @@ private:
     SessionConfig cfg_;
     const ArchEntry *arch_ = nullptr;
     std::string arch_name_;
+    // Stands between the arch and the backend when profiling; declared
+    // before model_ so it outlives the weights the model frees through it.
+    std::unique_ptr<BackendProfile> profile_;
     cmf_arch_model *model_ = nullptr;
     cmf_arch_state *state_ = nullptr;
     uint64_t vocab_ = 0;

@@ -9,7 +9,9 @@
 #include <cmf/cmf_plugin.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 using cmf::Error;
 using cmf::guard;
@@ -26,6 +28,18 @@ using cmf::capi::copy_out;
 cmf::runtime::Session &session_of(cmf_session *s) {
     if (s == nullptr || !s->impl) throw Error(CMF_ERR_INVALID_ARGUMENT, "NULL session");
     return *s->impl;
+}
+cmf::runtime::BackendProfile *profile_of(const cmf_session *s, const char *fn) {
+    if (s == nullptr || !s->impl) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(fn) + ": NULL session");
+    cmf::runtime::BackendProfile *p = s->impl->profile();
+    if (p == nullptr)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(fn) + ": the session was not created with CMF_SESSION_PROFILE");
+    return p;
+}
+std::string hex(uint32_t v) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%x", v);
+    return buf;
 }
 }  // namespace
 
@@ -77,6 +91,9 @@ CMF_API cmf_error *cmf_session_create(cmf_runtime *rt, const struct cmf_model_so
         cfg.n_batch = o.n_batch;
         cfg.backend = o.backend ? o.backend : "";
         cfg.arch_options = o.arch_options ? o.arch_options : "";
+        if (o.flags & ~CMF_SESSION_PROFILE)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create: unknown flags 0x" + hex(o.flags & ~CMF_SESSION_PROFILE));
+        cfg.profile = (o.flags & CMF_SESSION_PROFILE) != 0;
         auto s = std::make_unique<cmf_session>();
         s->impl = std::make_unique<cmf::runtime::Session>(*rt, *src, cfg);
         *out = s.release();
@@ -161,6 +178,19 @@ CMF_API cmf_error *cmf_session_eval(cmf_session *s, const int32_t *tokens, size_
                                             std::to_string(need) + " needed");
         sess.eval(std::span<const int32_t>(tokens, n), logits_mode, logits);
     });
+}
+
+CMF_API cmf_error *cmf_session_profile(const cmf_session *s, char **out_json) {
+    return guard([&] {
+        if (out_json == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_profile: NULL out_json");
+        *out_json = nullptr;
+        cmf::runtime::BackendProfile *p = profile_of(s, "cmf_session_profile");
+        cmf::capi::give_string(p->to_json(), out_json);
+    });
+}
+
+CMF_API cmf_error *cmf_session_profile_reset(cmf_session *s) {
+    return guard([&] { profile_of(s, "cmf_session_profile_reset")->reset(); });
 }
 
 CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s) { return s && s->impl ? s->impl->vocab_size() : 0; }

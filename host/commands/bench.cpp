@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <string>
+#include <tuple>
 #include <random>
 #include <sys/resource.h>
 
@@ -62,6 +65,87 @@ uint64_t current_rss_bytes() { return proc_kib_field("/proc/self/status", "VmRSS
 // size"), so bench shows it next to the speed.
 uint64_t file_pmd_mapped_bytes() { return proc_kib_field("/proc/self/smaps_rollup", "FilePmdMapped:"); }
 
+// A session's backend profile (cmf_session_profile), keyed by (phase, op,
+// weight), so that the work between timed tests can be subtracted out.
+struct Profile {
+    struct Entry {
+        uint64_t calls = 0;
+        double seconds = 0;
+        uint64_t weight_bytes = 0;
+    };
+    std::map<std::tuple<std::string, std::string, std::string>, Entry> ops;
+
+    static Profile read(const cmf_session *s) {
+        char *text = nullptr;
+        check(cmf_session_profile(s, &text), "profile");
+        std::string copy(text);
+        cmf_string_free(text);
+        Profile p;
+        const boost::json::value doc = boost::json::parse(copy);  // named: the loop below holds references into it
+        for (const auto &v : doc.as_object().at("ops").as_array()) {
+            const auto &o = v.as_object();
+            Entry &e = p.ops[{std::string(o.at("phase").as_string()), std::string(o.at("op").as_string()),
+                              std::string(o.at("weight").as_string())}];
+            e.calls = o.at("calls").to_number<uint64_t>();
+            e.seconds = o.at("seconds").to_number<double>();
+            e.weight_bytes = o.at("weight_bytes").to_number<uint64_t>();
+        }
+        return p;
+    }
+    Profile operator-(const Profile &b) const {
+        Profile d = *this;
+        for (const auto &[k, e] : b.ops) {
+            Entry &x = d.ops[k];
+            x.calls -= e.calls;
+            x.seconds -= e.seconds;
+        }
+        return d;
+    }
+    Profile &operator+=(const Profile &b) {
+        for (const auto &[k, e] : b.ops) {
+            Entry &x = ops[k];
+            x.calls += e.calls;
+            x.seconds += e.seconds;
+            x.weight_bytes = e.weight_bytes;
+        }
+        return *this;
+    }
+    // One phase's rows, largest time first (rows without calls dropped).
+    std::vector<std::pair<std::tuple<std::string, std::string, std::string>, Entry>> phase(const std::string &name) const {
+        std::vector<std::pair<std::tuple<std::string, std::string, std::string>, Entry>> rows;
+        for (const auto &[k, e] : ops)
+            if (std::get<0>(k) == name && e.calls > 0) rows.emplace_back(k, e);
+        std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.seconds > b.second.seconds; });
+        return rows;
+    }
+};
+
+// The text table of one phase: per token, per call and share of the phase's
+// backend time; matmul rows also the weight bytes they streamed per second
+// (a decode matmul reads its whole weight once per call).
+void print_profile(const Profile &p, const char *phase, uint64_t tokens, double measured_seconds) {
+    const auto rows = p.phase(phase);
+    if (rows.empty() || tokens == 0) return;
+    double total = 0;
+    for (const auto &r : rows) total += r.second.seconds;
+    std::printf("\nprofile, %s: %llu tokens; backend calls %.3f ms per token, %.1f %% of the measured time\n", phase,
+                static_cast<unsigned long long>(tokens), 1e3 * total / double(tokens),
+                measured_seconds > 0 ? 100.0 * total / measured_seconds : 0.0);
+    std::printf("  %-13s %-26s %10s %11s %10s %7s %8s\n", "op", "weight", "calls/tok", "us/call", "ms/tok", "share", "GB/s");
+    for (const auto &[k, e] : rows) {
+        // A matmul reads its whole weight; embed one row of it, a norm a small vector.
+        const bool streams = std::get<1>(k) == "matmul" && e.weight_bytes > 0 && e.seconds > 0;
+        const double gbs = streams ? double(e.weight_bytes) * double(e.calls) / e.seconds / 1e9 : 0.0;
+        std::printf("  %-13s %-26s %10.2f %11.2f %10.3f %6.1f%% ", std::get<1>(k).c_str(), std::get<2>(k).c_str(),
+                    double(e.calls) / double(tokens), 1e6 * e.seconds / double(e.calls), 1e3 * e.seconds / double(tokens),
+                    100.0 * e.seconds / total);
+        if (gbs > 0)
+            std::printf("%8.2f\n", gbs);
+        else
+            std::printf("%8s\n", "");
+    }
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -82,13 +166,16 @@ int cmd_bench(const std::vector<std::string> &args) {
         ("reps,r", po::value(&reps)->default_value(5), "repetitions of each test")
         ("depth,d", po::value(&depth)->default_value(0),
          "run both tests after this many context tokens (prefilled, not timed), as llama-bench -d")
+        ("profile", po::bool_switch(&session_flags.profile),
+         "time every backend operation of the timed tests and print where prefill's and decode's time went "
+         "(JSON: \"profile\"); the clock reads add ~50 ns per call")
         ("json", po::bool_switch(&json), "print the results as JSON on stdout");
     add_common_options(desc, common);
     add_session_options(desc, session_flags);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
-    if (!parse_args("bench", "[MODEL] [-p 512] [-n 128] [-r 5] [-d 0] [--json]", args, desc, pos, vm)) return 0;
+    if (!parse_args("bench", "[MODEL] [-p 512] [-n 128] [-r 5] [-d 0] [--profile] [--json]", args, desc, pos, vm)) return 0;
     if (reps == 0) throw Failure("-r must be at least 1", 2);
     if (n_prompt == 0 && n_gen == 0) throw Failure("nothing to measure: -p and -n are both 0", 2);
 
@@ -125,16 +212,28 @@ int cmd_bench(const std::vector<std::string> &args) {
         if (depth) check(cmf_session_eval(s.get(), context.data(), context.size(), CMF_LOGITS_LAST, logits.data(), logits.size()), "depth");
     };
 
+    // The profile covers the timed work only: what start() prefilled is
+    // taken out by reading the profile before and after each test.
+    Profile profile;
+    auto timed = [&](auto &&test) {
+        if (!session_flags.profile) return test();
+        const Profile before = Profile::read(s.get());
+        test();
+        profile += Profile::read(s.get()) - before;
+    };
     std::vector<double> pp, tg;
     for (uint32_t r = 0; r < reps; ++r) {
         if (n_prompt) {
             start();
+            timed([&] {
             auto t0 = std::chrono::steady_clock::now();
             check(cmf_session_eval(s.get(), prompt.data(), prompt.size(), CMF_LOGITS_LAST, logits.data(), logits.size()), "pp");
             pp.push_back(double(n_prompt) / seconds_since(t0));
+            });
         }
         if (n_gen) {
             start();
+            timed([&] {
             int32_t tok = pick(rng);
             auto t0 = std::chrono::steady_clock::now();
             for (uint32_t i = 0; i < n_gen; ++i) {
@@ -142,6 +241,7 @@ int cmd_bench(const std::vector<std::string> &args) {
                 tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
             }
             tg.push_back(double(n_gen) / seconds_since(t0));
+            });
         }
     }
     const uint64_t rss = peak_rss_bytes();
@@ -169,11 +269,28 @@ int cmd_bench(const std::vector<std::string> &args) {
     boost::json::array tests;
     if (n_prompt) tests.push_back(row("pp", n_prompt, pp));
     if (n_gen) tests.push_back(row("tg", n_gen, tg));
+    // Time of the timed tests, to set the profile's backend time against.
+    double pp_seconds = 0, tg_seconds = 0;
+    for (double v : pp) pp_seconds += double(n_prompt) / v;
+    for (double v : tg) tg_seconds += double(n_gen) / v;
     if (json) {
         boost::json::object o{{"model", model},          {"threads", threads}, {"kv_cache", session_flags.kv_cache},
                               {"reps", reps},            {"tests", tests},
                               {"weight_bytes", weight_bytes}, {"rss_after_load_bytes", rss_loaded},
                               {"peak_rss_bytes", rss},   {"file_pmd_mapped_bytes", pmd_mapped}};
+        if (session_flags.profile) {
+            boost::json::array rows;
+            for (const char *ph : {"prefill", "decode"})
+                for (const auto &[k, e] : profile.phase(ph))
+                    rows.push_back(boost::json::object{{"phase", ph}, {"op", std::get<1>(k)}, {"weight", std::get<2>(k)},
+                                                       {"calls", e.calls}, {"seconds", e.seconds},
+                                                       {"weight_bytes", e.weight_bytes}});
+            o["profile"] = boost::json::object{{"prefill_tokens", uint64_t(n_prompt) * (n_prompt ? reps : 0)},
+                                               {"prefill_seconds", pp_seconds},
+                                               {"decode_tokens", uint64_t(n_gen) * (n_gen ? reps : 0)},
+                                               {"decode_seconds", tg_seconds},
+                                               {"ops", std::move(rows)}};
+        }
         std::cout << boost::json::serialize(o) << "\n";
     } else {
         if (n_gen)
@@ -181,6 +298,10 @@ int cmd_bench(const std::vector<std::string> &args) {
                         summarize(tg).median * double(weight_bytes) / 1e9);
         std::printf("peak RSS %.1f MiB; file pages mapped as 2 MiB pages: %.1f MiB\n", double(rss) / (1024.0 * 1024.0),
                     double(pmd_mapped) / (1024.0 * 1024.0));
+        if (session_flags.profile) {
+            print_profile(profile, "prefill", uint64_t(n_prompt) * reps, pp_seconds);
+            print_profile(profile, "decode", uint64_t(n_gen) * reps, tg_seconds);
+        }
     }
     return 0;
 }

@@ -41,6 +41,7 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     cmf_session_options o;
     cmf_session_options_init(&o);
     o.n_ctx = n_ctx;
+    if (flags.profile) o.flags |= CMF_SESSION_PROFILE;
     // The arch's model option (the qwen arch's kv_cache=f32|f16), passed only
     // when it is not the default, so that f32 runs with any arch plugin.
     const std::string arch_options = "kv_cache=" + flags.kv_cache;

@@ -13,6 +13,7 @@ writer, then checks:
   ppl                       == perplexity computed here from PyTorch logits;
   q8, q4, q4tp files        logits close to PyTorch f32 (cosine, top-1);
   bench --json              parses, with positive rates and peak RSS; -d runs at depth;
+  bench --profile           per-op backend times: calls per forward, depth excluded;
   --kv-cache f16 / f32      logits with an f16 cache within 1e-3 of PyTorch, run's
                             greedy text the same with either cache, a bad value refused;
   clear errors for bad arguments and a missing default model.
@@ -193,6 +194,29 @@ try:
 except (ValueError, KeyError):
     ok = False
 check(ok, "bench -d 40: both tests run after 40 tokens of context and say so")
+# --profile: the backend calls of the timed tests only (the 40 depth tokens
+# prefilled before each test are not in it), one row per op and weight shape.
+info = json.loads(run(["info", model_path, "--json"]).stdout)
+layers = sum(1 for t in info["tensors"] if t["name"].endswith(".mlp.down_proj.weight"))
+p = run(["bench", model_path, "-p", "8", "-n", "4", "-r", "2", "-d", "40", "--profile", "--json"])
+try:
+    pr = json.loads(p.stdout)["profile"]
+
+    def matmuls(phase):
+        return sum(o["calls"] for o in pr["ops"] if o["phase"] == phase and o["op"] == "matmul")
+    per_forward = 7 * layers + 1  # q, k, v, o, gate, up, down per layer, and the head
+    ok = (layers > 0 and pr["decode_tokens"] == 8 and pr["prefill_tokens"] == 16
+          and matmuls("decode") == 8 * per_forward and matmuls("prefill") == 2 * per_forward
+          and 0 < sum(o["seconds"] for o in pr["ops"] if o["phase"] == "decode") <= pr["decode_seconds"]
+          and all(o["weight"] for o in pr["ops"] if o["op"] == "matmul"))
+except (ValueError, KeyError):
+    ok = False
+check(ok, "bench --profile --json: matmul calls per forward = 7 x layers + 1, depth prefill excluded, "
+          "backend time within the measured time")
+p = run(["bench", model_path, "-p", "0", "-n", "4", "-r", "1", "--profile"])
+out_text = p.stdout.decode()
+check("profile, decode: 4 tokens" in out_text and "\n  matmul " in out_text and "GB/s" in out_text,
+      "bench --profile prints the decode table")
 
 # ---- errors ------------------------------------------------------------------
 p = run(["run", "-p", "x"], expect=2)

@@ -23,6 +23,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -615,4 +616,101 @@ TEST_CASE("parity: the C API drives a session (generate, callback stop, stop ids
     CHECK(cmf_error_code(e) == CMF_ERR_BOUNDS);
     cmf_error_free(e);
     cmf_session_free(s);
+}
+
+TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the results unchanged") {
+    const char *root = std::getenv("CMF_PARITY_DIR");
+    REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
+    Case c = load_case(std::string(root) + "/qwen2_tied");
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+    uint64_t layers = 0;
+    std::string q_shape;  // the profile's label of every layer's q_proj
+    uint64_t q_bytes = 0;
+    for (const auto &tt : c.tensors) {
+        if (tt.name.find(".mlp.down_proj.weight") != std::string::npos) ++layers;
+        if (tt.name == "model.layers.0.self_attn.q_proj.weight") {
+            q_shape = "f32 [" + std::to_string(tt.shape[0]) + "," + std::to_string(tt.shape[1]) + "]";
+            q_bytes = tt.count * sizeof(float);
+        }
+    }
+    REQUIRE(layers > 0);
+    REQUIRE(!q_shape.empty());
+
+    cmf_session_options so;
+    cmf_session_options_init(&so);
+    so.n_ctx = 100;
+    so.flags = 2;  // not a flag
+    cmf_session *s = nullptr;
+    cmf_error *e = cmf_session_create(t.rt, model->source(), &so, &s);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(cmf_error_message(e)).find("unknown flags 0x2") != std::string::npos);
+    cmf_error_free(e);
+    so.flags = 0;
+    cmf_session *plain = nullptr;
+    REQUIRE(cmf_session_create(t.rt, model->source(), &so, &plain) == nullptr);
+    char *json = nullptr;
+    e = cmf_session_profile(plain, &json);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(cmf_error_message(e)).find("CMF_SESSION_PROFILE") != std::string::npos);
+    CHECK(json == nullptr);
+    cmf_error_free(e);
+    so.flags = CMF_SESSION_PROFILE;
+    REQUIRE(cmf_session_create(t.rt, model->source(), &so, &s) == nullptr);
+
+    // The same logits with and without the profile in between: prefill, then three decode steps.
+    const uint64_t V = c.vocab;
+    std::vector<float> a(V), b(V);
+    REQUIRE(cmf_session_eval(plain, c.prompt.data(), c.prompt.size(), CMF_LOGITS_LAST, a.data(), V) == nullptr);
+    REQUIRE(cmf_session_eval(s, c.prompt.data(), c.prompt.size(), CMF_LOGITS_LAST, b.data(), V) == nullptr);
+    CHECK(std::memcmp(a.data(), b.data(), V * sizeof(float)) == 0);
+    double decode_wall = 0;
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(cmf_session_eval(plain, &c.greedy[i], 1, CMF_LOGITS_LAST, a.data(), V) == nullptr);
+        const auto t0 = std::chrono::steady_clock::now();
+        REQUIRE(cmf_session_eval(s, &c.greedy[i], 1, CMF_LOGITS_LAST, b.data(), V) == nullptr);
+        decode_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        CHECK(std::memcmp(a.data(), b.data(), V * sizeof(float)) == 0);
+    }
+
+    REQUIRE(cmf_session_profile(s, &json) == nullptr);
+    REQUIRE(json != nullptr);
+    std::string text(json);
+    cmf_string_free(json);
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc = parser.parse(text);
+    std::map<std::string, uint64_t> matmul_calls, binds;
+    double decode_seconds = 0;
+    bool q_seen = false;
+    for (simdjson::dom::element op : doc["ops"].get_array()) {
+        const std::string phase{std::string_view(op["phase"])}, name{std::string_view(op["op"])},
+            weight{std::string_view(op["weight"])};
+        const uint64_t calls = uint64_t(op["calls"]);
+        const double seconds = double(op["seconds"]);
+        CHECK(calls > 0);
+        CHECK(seconds >= 0);
+        if (name == "matmul") matmul_calls[phase] += calls;
+        if (name == "weight_bind") binds[phase] += calls;
+        if (phase == "decode") decode_seconds += seconds;
+        if (name == "matmul" && weight == q_shape) {
+            q_seen = true;
+            CHECK(uint64_t(op["weight_bytes"]) == q_bytes);
+        }
+    }
+    CHECK(q_seen);
+    // q, k, v, o, gate, up, down per layer and the head, once per forward.
+    CHECK(matmul_calls["prefill"] == 7 * layers + 1);
+    CHECK(matmul_calls["decode"] == 3 * (7 * layers + 1));
+    CHECK(binds["bind"] > 7 * layers);  // every weight the arch bound, norms included
+    CHECK(decode_seconds > 0);
+    CHECK(decode_seconds <= decode_wall);  // wall time of calls inside the measured evals
+
+    REQUIRE(cmf_session_profile_reset(s) == nullptr);
+    REQUIRE(cmf_session_profile(s, &json) == nullptr);
+    CHECK(std::string(json) == R"({"ops":[]})");
+    cmf_string_free(json);
+    cmf_session_free(s);
+    cmf_session_free(plain);
 }
