@@ -3,6 +3,8 @@
 // policy of the project: `cmfhost convert`, `cmf_convert` and `requant` use it.
 #pragma once
 
+#include "common/dtype_name.hpp"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -17,8 +19,7 @@ namespace cmf::convert {
 int32_t quant_dtype_from_name(const std::string &name);
 // Header `quant_type` for a --quant choice (COMPAT §5.13).
 const char *header_quant_type(int32_t dtype);
-// Short dtype name for messages ("q4tp").
-std::string dtype_name(int32_t dtype);
+using cmf::dtype_name;  // common/dtype_name.hpp
 
 // Glob `pattern` (fnmatch) against the whole name or any dot-separated
 // suffix of it: the matching rule of --quant-map and requant --only.

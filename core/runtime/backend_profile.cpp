@@ -1,6 +1,6 @@
 #include "runtime/backend_profile.hpp"
 
-#include "convert/dtype_policy.hpp"
+#include "common/dtype_name.hpp"
 
 #include <boost/json.hpp>
 
@@ -109,7 +109,7 @@ void BackendProfile::record(const char *op, const cmf_backend_weight *w, double 
 void BackendProfile::note_weight(const cmf_backend_weight *w, const cmf_tensor_view &t) {
     std::string shape = "[";
     for (uint32_t i = 0; i < t.ndim && i < CMF_MAX_DIMS; ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
-    weights_[w] = WeightInfo{cmf::convert::dtype_name(t.dtype) + " " + shape + "]", t.nbytes};
+    weights_[w] = WeightInfo{cmf::dtype_name(t.dtype) + " " + shape + "]", t.nbytes};
 }
 
 std::string BackendProfile::to_json() const {
