@@ -125,16 +125,19 @@ struct Profile {
 // (a decode matmul reads its whole weight once per call).
 void print_profile(const Profile &p, const char *phase, uint64_t tokens, double measured_seconds) {
     const auto rows = p.phase(phase);
+    const bool decode = std::string(phase) == "decode";
     if (rows.empty() || tokens == 0) return;
     double total = 0;
     for (const auto &r : rows) total += r.second.seconds;
     std::printf("\nprofile, %s: %llu tokens; backend calls %.3f ms per token, %.1f %% of the measured time\n", phase,
                 static_cast<unsigned long long>(tokens), 1e3 * total / double(tokens),
                 measured_seconds > 0 ? 100.0 * total / measured_seconds : 0.0);
-    std::printf("  %-13s %-26s %10s %11s %10s %7s %8s\n", "op", "weight", "calls/tok", "us/call", "ms/tok", "share", "GB/s");
+    std::printf("  %-13s %-26s %10s %11s %10s %7s %8s\n", "op", "weight", "calls/tok", "us/call", "ms/tok", "share",
+                decode ? "GB/s" : "");
     for (const auto &[k, e] : rows) {
-        // A matmul reads its whole weight; embed one row of it, a norm a small vector.
-        const bool streams = std::get<1>(k) == "matmul" && e.weight_bytes > 0 && e.seconds > 0;
+        // A decode matmul reads its whole weight (a prefill matmul is compute-bound:
+        // no rate shown); embed reads one row of it, a norm a small vector.
+        const bool streams = decode && std::get<1>(k) == "matmul" && e.weight_bytes > 0 && e.seconds > 0;
         const double gbs = streams ? double(e.weight_bytes) * double(e.calls) / e.seconds / 1e9 : 0.0;
         std::printf("  %-13s %-26s %10.2f %11.2f %10.3f %6.1f%% ", std::get<1>(k).c_str(), std::get<2>(k).c_str(),
                     double(e.calls) / double(tokens), 1e6 * e.seconds / double(e.calls), 1e3 * e.seconds / double(tokens),
