@@ -155,10 +155,15 @@ double kv_decode_error(Session &s, const std::vector<int32_t> &seq, size_t n, co
     return worst;
 }
 
-void run_case(const std::string &name) {
+// The directory of one reference case under CMF_PARITY_DIR.
+std::string parity_dir(const std::string &name) {
     const char *root = std::getenv("CMF_PARITY_DIR");
     REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
-    Case c = load_case(std::string(root) + "/" + name);
+    return std::string(root) + "/" + name;
+}
+
+void run_case(const std::string &name) {
+    Case c = load_case(parity_dir(name));
     TestRuntime t;
     auto model = model_of(c, CMF_DTYPE_F32);
     SessionConfig cfg;
@@ -449,9 +454,7 @@ QuantFigures run_converted(const TestRuntime &t, const Case &c, const std::strin
 }
 
 void run_quant_case(const std::string &name) {
-    const char *root = std::getenv("CMF_PARITY_DIR");
-    REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
-    const std::string dir = std::string(root) + "/" + name;
+    const std::string dir = parity_dir(name);
     Case c = load_case(dir);
     TestRuntime t;
     for (const QuantCase &q : kQuantCases) {
@@ -513,9 +516,7 @@ TEST_CASE("session: errors are specific") {
 }
 
 TEST_CASE("parity: the C API drives a session (generate, callback stop, stop ids, cancel, eval, errors)") {
-    const char *root = std::getenv("CMF_PARITY_DIR");
-    REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
-    Case c = load_case(std::string(root) + "/qwen2_tied");
+    Case c = load_case(parity_dir("qwen2_tied"));
     TestRuntime t;
     auto model = model_of(c, CMF_DTYPE_F32);
 
@@ -619,9 +620,7 @@ TEST_CASE("parity: the C API drives a session (generate, callback stop, stop ids
 }
 
 TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the results unchanged") {
-    const char *root = std::getenv("CMF_PARITY_DIR");
-    REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
-    Case c = load_case(std::string(root) + "/qwen2_tied");
+    Case c = load_case(parity_dir("qwen2_tied"));
     TestRuntime t;
     auto model = model_of(c, CMF_DTYPE_F32);
     uint64_t layers = 0;
