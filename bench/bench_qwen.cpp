@@ -207,6 +207,7 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     const int32_t dtype = dtype_name == "f32"    ? CMF_DTYPE_F32
                           : dtype_name == "bf16" ? CMF_DTYPE_BF16
                           : dtype_name == "q8"   ? CMF_DTYPE_Q8_ROW
+                          : dtype_name == "q4"   ? CMF_DTYPE_Q4_BLOCK
                                                  : CMF_DTYPE_F16;
     Rng rng;
     std::vector<float> wf(rows * cols), x(tokens * cols), y(tokens * rows);
@@ -280,7 +281,7 @@ int main(int argc, char **argv) {
         else if (a == "--plugin-path") plugin_path = next();
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
-                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8] [--reps N]] "
+                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4] [--reps N]] "
                                  "[--plugin-path DIRS]\n");
             return 2;
         }

@@ -334,13 +334,15 @@ inline float h16_scalar(uint16_t h) {
 // One row at a time, read front to back as a single stream, with four
 // accumulators to hide FMA latency; the other batch rows re-read it from L1.
 // Decode is bandwidth-bound, so the point is to keep the weight stream going.
-// Weights come from a file mapping in 4 KiB pages, where the hardware
-// prefetcher stops at every page boundary, so the stream is also prefetched
-// kPrefetchAhead bytes ahead. Measured on the 0.6B f16 file's bytes
-// (2 threads, /tmp matvec harness, session 4): four interleaved row streams
-// (the previous form, 8 KiB ahead) 14.8-16.9 GB/s; one stream 16.8-18.9
-// without prefetch, 20.3-23.4 with 1 KiB ahead (512 B and 2 KiB: lower).
-constexpr long kPrefetchAhead = 1024;
+// The hardware prefetcher alone leaves bandwidth unused (and stops at 4 KiB
+// page boundaries), so the stream is also prefetched kPrefetchAhead bytes
+// ahead, a distance chosen per CPU (cmf/cpu_features.hpp). Measured on the
+// 0.6B f16 file's bytes (2 threads, /tmp matvec harness, session 4, EPYC
+// Zen 3): four interleaved row streams (the previous form, 8 KiB ahead)
+// 14.8-16.9 GB/s; one stream 16.8-18.9 without prefetch, 20.3-23.4 with
+// 1 KiB ahead (512 B and 2 KiB: lower). On the Intel VM of session 8, the
+// same harness: 1 KiB 18.0-18.7 GB/s, 4 KiB 22.1-23.3.
+const long kPrefetchAhead = cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light);
 template <bool Bf16>
 AVX2 void matmul_h16_avx2(const uint16_t *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch,
                           uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {

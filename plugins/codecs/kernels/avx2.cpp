@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cmf/block_quant.hpp>
+#include <cmf/cpu_features.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -118,11 +119,11 @@ inline __m256 block_isum(__m256i w, __m256i xq) {
     __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
-// Decode streams weights from a file mapping in 4 KiB pages, where the
-// hardware prefetcher stops at every page boundary: each weight stream is
-// prefetched this far ahead, one line per 64 bytes read (see the cpu
-// backend's kPrefetchAhead for the measurements behind the distance).
-constexpr long kPrefetchAhead = 1024;
+// Decode streams weights from memory faster than the hardware prefetcher
+// alone asks for them (it also stops at 4 KiB page boundaries): each weight
+// stream is prefetched this far ahead, one line per 64 bytes read. The
+// distance depends on the CPU (cmf/cpu_features.hpp has the measurements).
+const long kPrefetchAhead = cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light);
 inline void prefetch_ahead(const void *p) {
     _mm_prefetch(static_cast<const char *>(p) + kPrefetchAhead, _MM_HINT_T0);
 }
@@ -287,14 +288,14 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
     for (; i < n; ++i) sx[i] = scales[i] * xd[i];
 }
 
-// q4 weights are prefetched further ahead than q8's (kPrefetchAhead): a q4
-// byte takes longer to compute, so 1 KiB ahead no longer covers the memory
+// q4 weights have their own prefetch distance: a q4 byte takes longer to
+// compute than a q8 byte, so on AMD 1 KiB ahead no longer covers the memory
 // latency. q4 tg64 on the 0.6B q4_block file, 2 threads, 2 MiB pages,
-// medians of 6-8 alternating runs in three rounds (19:00-19:05 UTC, idle):
-// 1 KiB ahead 39.6 / - / 42.0 tok/s, 2 KiB 45.4 / 46.0 / 41.3, 3 KiB
-// - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs 36.6
-// (3 KiB). The same distances moved q8 by less than the noise.
-constexpr long kQ4PrefetchAhead = 3072;
+// medians of 6-8 alternating runs in three rounds (EPYC Zen 3, 19:00-19:05
+// UTC, idle): 1 KiB ahead 39.6 / - / 42.0 tok/s, 2 KiB 45.4 / 46.0 / 41.3,
+// 3 KiB - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs
+// 36.6 (3 KiB). On the Intel VM 3 KiB is as good as any (cpu_features.hpp).
+const long kQ4PrefetchAhead = cmf::prefetch_ahead_bytes(cmf::PrefetchStream::q4);
 
 // q4 rows against a q4_pair_blocks x, two groups (A = 2k, B = 2k+1) per step:
 // one 32-byte load holds both groups' nibbles (tiled: two 16-byte loads,
