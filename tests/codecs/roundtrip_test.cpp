@@ -314,9 +314,12 @@ TEST_CASE("roundtrip: int8 matmul paths equal the decode against quantized activ
     }
 }
 
-TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
-    if (std::string(cmf::codecs::kernels::active_isa()) != "avx2") return;
+TEST_CASE("roundtrip: SIMD and portable kernels agree") {
+    // Every SIMD build this CPU runs (avx512vnni, avx2), not only the one
+    // dispatch picks.
     namespace k = cmf::codecs::kernels;
+    for (const k::SimdKernels &isa : k::simd_kernels()) {
+    CAPTURE(isa.isa);
     std::mt19937 rng(5);
     std::vector<uint8_t> bytes(32 * 64 * 2);  // enough for every kernel at 64 groups
     for (auto &b : bytes) b = static_cast<uint8_t>(rng() % 243);
@@ -333,7 +336,7 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
             uint64_t nb = k::x_blocks(n);
             std::vector<int8_t> qa(32 * nb, 99), qp(32 * nb, 99);
             std::vector<float> da(nb), dp(nb);
-            k::avx2::quantize_x(x.data(), n, order, qa.data(), da.data());
+            isa.quantize_x(x.data(), n, order, qa.data(), da.data());
             k::portable::quantize_x(x.data(), n, order, qp.data(), dp.data());
             CHECK(qa == qp);
             CHECK(std::memcmp(da.data(), dp.data(), nb * sizeof(float)) == 0);
@@ -342,15 +345,15 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
     std::vector<int8_t> xq(64 * 32);
     std::vector<float> xd(64);
     for (uint64_t g : {1u, 3u, 64u}) {
-        CHECK(near(k::avx2::dot_q1(bytes.data(), x.data(), g), k::portable::dot_q1(bytes.data(), x.data(), g)));
-        CHECK(near(k::avx2::dot_q1t(bytes.data(), x.data(), g), k::portable::dot_q1t(bytes.data(), x.data(), g)));
+        CHECK(near(isa.dot_q1(bytes.data(), x.data(), g), k::portable::dot_q1(bytes.data(), x.data(), g)));
+        CHECK(near(isa.dot_q1t(bytes.data(), x.data(), g), k::portable::dot_q1t(bytes.data(), x.data(), g)));
         uint64_t n = 32 * g - 5;
-        CHECK(near(k::avx2::dot_f32(x.data() + 7, x.data(), n), k::portable::dot_f32(x.data() + 7, x.data(), n)));
+        CHECK(near(isa.dot_f32(x.data() + 7, x.data(), n), k::portable::dot_f32(x.data() + 7, x.data(), n)));
         const int8_t *w8 = reinterpret_cast<const int8_t *>(bytes.data());
         k::portable::quantize_x(x.data(), n, k::XOrder::natural, xq.data(), xd.data());
-        CHECK(near(k::avx2::dot_i8_xq(w8, xq.data(), xd.data(), n), k::portable::dot_i8_xq(w8, xq.data(), xd.data(), n)));
+        CHECK(near(isa.dot_i8_xq(w8, xq.data(), xd.data(), n), k::portable::dot_i8_xq(w8, xq.data(), xd.data(), n)));
         k::portable::quantize_x(x.data(), 32 * g, k::XOrder::q2_quads, xq.data(), xd.data());
-        CHECK(near(k::avx2::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
+        CHECK(near(isa.dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
                    k::portable::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g)));
     }
     // Decode kernels: bit-identical, every group with its own scale.
@@ -380,16 +383,16 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
             }
             std::vector<int8_t> q(32 * g);
             std::vector<float> d(g);
-            std::vector<int16_t> xb(16 * (g / 2));
+            std::vector<int32_t> xb(8 * (g / 2));
             k::quantize_x(xv.data(), 32 * g, k::XOrder::q4_pair_blocks, q.data(), d.data());
-            k::q4_pair_bias(q.data(), g, xb.data());
+            k::q4_pair_offset(q.data(), g, xb.data());
             const uint8_t *sc = split.data() + 16 * g;
             const float r[3][2] = {
-                {k::avx2::dot_q4_tiled_xq(tiled.data(), q.data(), xb.data(), d.data(), g),
+                {isa.dot_q4_tiled_xq(tiled.data(), q.data(), xb.data(), d.data(), g),
                  k::portable::dot_q4_tiled_xq(tiled.data(), q.data(), xb.data(), d.data(), g)},
-                {k::avx2::dot_q4_split_xq(split.data(), sc, q.data(), xb.data(), d.data(), g),
+                {isa.dot_q4_split_xq(split.data(), sc, q.data(), xb.data(), d.data(), g),
                  k::portable::dot_q4_split_xq(split.data(), sc, q.data(), xb.data(), d.data(), g)},
-                {k::avx2::dot_q4_groups_xq(split.data(), fs.data(), q.data(), xb.data(), d.data(), g),
+                {isa.dot_q4_groups_xq(split.data(), fs.data(), q.data(), xb.data(), d.data(), g),
                  k::portable::dot_q4_groups_xq(split.data(), fs.data(), q.data(), xb.data(), d.data(), g)}};
             for (const auto &ap : r) {
                 if (nan_case == 0) {
@@ -405,20 +408,21 @@ TEST_CASE("roundtrip: AVX2 and portable kernels agree") {
         CAPTURE(g);
         for (uint64_t stride : {16u, 18u}) {
             std::vector<float> a(32 * g, -1.0f), p(32 * g, -2.0f);
-            k::avx2::dequant_q4_groups(bytes.data(), stride, gs.data(), g, a.data());
+            isa.dequant_q4_groups(bytes.data(), stride, gs.data(), g, a.data());
             k::portable::dequant_q4_groups(bytes.data(), stride, gs.data(), g, p.data());
             CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
         }
         for (uint64_t stride : {16u, 18u}) {
             std::vector<int8_t> a(32 * g, 1), p(32 * g, 2);
-            k::avx2::unpack_q4_groups(bytes.data(), stride, g, a.data());
+            isa.unpack_q4_groups(bytes.data(), stride, g, a.data());
             k::portable::unpack_q4_groups(bytes.data(), stride, g, p.data());
             CHECK(a == p);
         }
         std::vector<float> a(32 * g, -1.0f), p(32 * g, -2.0f);
-        k::avx2::dequant_q2_groups(bytes.data(), gs.data(), g, a.data());
+        isa.dequant_q2_groups(bytes.data(), gs.data(), g, a.data());
         k::portable::dequant_q2_groups(bytes.data(), gs.data(), g, p.data());
         CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
+    }
     }
 }
 
@@ -427,14 +431,20 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
     // row's sum in its neighbour's y. Every row differs, one row has a NaN
     // scale (its y alone is NaN), and row counts leave 0-3 rows past the last
     // group of four. Each ISA's row kernel against its own per-row dot (up
-    // to f32 summation order), and the AVX2 one against the portable one.
+    // to f32 summation order), and each SIMD one against the portable one.
     namespace k = cmf::codecs::kernels;
     // Equal up to f32 summation order: within 1e-5 of the row's sum of |terms|
     // (a sum can cancel to far below its terms; a row's sum landing in the
     // wrong y misses by about the size of the sum itself).
     auto near = [](float a, float b, double mag) { return std::fabs(double(a) - b) <= 1e-5 * mag; };
+    static const std::vector<k::SimdKernels> simd = k::simd_kernels();
+    std::vector<const k::SimdKernels *> isas;
+    for (const k::SimdKernels &set : simd) isas.push_back(&set);
+    if (isas.empty()) isas.push_back(nullptr);  // the portable checks alone
+    for (const k::SimdKernels *isa : isas) {
+    CAPTURE((isa ? isa->isa : "portable only"));
     std::mt19937 rng(11);
-    const bool avx2 = std::string(k::active_isa()) == "avx2";
+    const bool simd_on = isa != nullptr;
     for (uint64_t rows : {1u, 3u, 4u, 9u, 14u}) {
         const uint64_t nan_row = rows / 2;
         // q8: any column count, f16 row scales.
@@ -454,7 +464,7 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
             k::quantize_x(x.data(), n, k::XOrder::natural, xq.data(), xd.data());
             std::vector<float> yp(rows + 1, -7.0f), ya(rows + 1, -7.0f);
             k::portable::rows_i8_xq(w.data(), n, sc.data(), xq.data(), xd.data(), n, rows, yp.data());
-            if (avx2) k::avx2::rows_i8_xq(w.data(), n, sc.data(), xq.data(), xd.data(), n, rows, ya.data());
+            if (simd_on) isa->rows_i8_xq(w.data(), n, sc.data(), xq.data(), xd.data(), n, rows, ya.data());
             for (uint64_t r = 0; r < rows; ++r) {
                 CAPTURE(r);
                 const float s = cmf::codecs::f16_to_f32(static_cast<uint16_t>(sc[2 * r] | sc[2 * r + 1] << 8));
@@ -462,12 +472,12 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
                 double mag = 0;
                 for (uint64_t c = 0; c < n; ++c) mag += std::fabs(double(s) * w[r * n + c] * xq[c] * xd[c / 32]);
                 CHECK((r == nan_row ? std::isnan(yp[r]) : yp[r] == want));
-                if (!avx2) continue;
-                const float want_a = s * k::avx2::dot_i8_xq(w.data() + r * n, xq.data(), xd.data(), n);
+                if (!simd_on) continue;
+                const float want_a = s * isa->dot_i8_xq(w.data() + r * n, xq.data(), xd.data(), n);
                 CHECK((r == nan_row ? std::isnan(ya[r]) : near(ya[r], want_a, mag) && near(ya[r], want, mag)));
             }
             CHECK(yp[rows] == -7.0f);
-            CHECK((!avx2 || ya[rows] == -7.0f));
+            CHECK((!simd_on || ya[rows] == -7.0f));
         }
         // q4 split and tiled: whole groups, one NaN f16 group scale in nan_row.
         for (uint64_t g : {1u, 3u, 32u}) {
@@ -482,27 +492,27 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
             tiled[18 * (g * nan_row)] = 0x00, tiled[18 * (g * nan_row) + 1] = 0x7e;
             std::vector<float> x = gaussian(32 * g, static_cast<uint32_t>(rng()), 0.0f), xd(g);
             std::vector<int8_t> xq(32 * g);
-            std::vector<int16_t> xb(16 * (g / 2));
+            std::vector<int32_t> xb(8 * (g / 2));
             k::quantize_x(x.data(), 32 * g, k::XOrder::q4_pair_blocks, xq.data(), xd.data());
-            k::q4_pair_bias(xq.data(), g, xb.data());
+            k::q4_pair_offset(xq.data(), g, xb.data());
             float xmax = 0;
             for (float v : x) xmax = std::max(xmax, std::fabs(v));
             for (int tiled_layout = 0; tiled_layout < 2; ++tiled_layout) {
                 CAPTURE(tiled_layout);
-                auto row_dot = [&](bool use_avx2, uint64_t r) {
+                auto row_dot = [&](bool use_simd, uint64_t r) {
                     if (tiled_layout)
-                        return use_avx2 ? k::avx2::dot_q4_tiled_xq(tiled.data() + 18 * g * r, xq.data(), xb.data(), xd.data(), g)
+                        return use_simd ? isa->dot_q4_tiled_xq(tiled.data() + 18 * g * r, xq.data(), xb.data(), xd.data(), g)
                                         : k::portable::dot_q4_tiled_xq(tiled.data() + 18 * g * r, xq.data(), xb.data(), xd.data(), g);
                     const uint8_t *nib = split.data() + 16 * g * r, *sc = ss + 2 * g * r;
-                    return use_avx2 ? k::avx2::dot_q4_split_xq(nib, sc, xq.data(), xb.data(), xd.data(), g)
+                    return use_simd ? isa->dot_q4_split_xq(nib, sc, xq.data(), xb.data(), xd.data(), g)
                                     : k::portable::dot_q4_split_xq(nib, sc, xq.data(), xb.data(), xd.data(), g);
                 };
-                auto row_kernel = [&](bool use_avx2, float *y) {
+                auto row_kernel = [&](bool use_simd, float *y) {
                     if (tiled_layout) {
-                        if (use_avx2) k::avx2::rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
+                        if (use_simd) isa->rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
                         else k::portable::rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
-                    } else if (use_avx2) {
-                        k::avx2::rows_q4_split_xq(split.data(), ss, xq.data(), xb.data(), xd.data(), g, rows, y);
+                    } else if (use_simd) {
+                        isa->rows_q4_split_xq(split.data(), ss, xq.data(), xb.data(), xd.data(), g, rows, y);
                     } else {
                         k::portable::rows_q4_split_xq(split.data(), ss, xq.data(), xb.data(), xd.data(), g, rows, y);
                     }
@@ -522,27 +532,28 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
                 };
                 std::vector<float> yp(rows + 1, -7.0f), ya(rows + 1, -7.0f);
                 row_kernel(false, yp.data());
-                if (avx2) row_kernel(true, ya.data());
+                if (simd_on) row_kernel(true, ya.data());
                 for (uint64_t r = 0; r < rows; ++r) {
                     CAPTURE(r);
                     CHECK((r == nan_row ? std::isnan(yp[r]) : yp[r] == row_dot(false, r)));
-                    if (avx2)
+                    if (simd_on)
                         CHECK((r == nan_row ? std::isnan(ya[r])
                                             : near(ya[r], row_dot(true, r), row_mag(r)) &&
                                                   near(ya[r], row_dot(false, r), row_mag(r))));
                 }
                 CHECK(yp[rows] == -7.0f);
-                CHECK((!avx2 || ya[rows] == -7.0f));
+                CHECK((!simd_on || ya[rows] == -7.0f));
             }
         }
     }
+    }
 }
 
-TEST_CASE("roundtrip: q4_pair_blocks x order and bias match a scalar reference") {
+TEST_CASE("roundtrip: q4_pair_blocks x order and offsets match a scalar reference") {
     // Built from the natural order: element e of block b at
     // 64*(b/2) + 16*(b%2) + 32*(e%2) + e/2 when b has a partner, else
-    // 32*b + 16*(e%2) + e/2; the bias of pair k, entry j: 8 * the sum of the
-    // four elements 4j..4j+3 (j < 8: block 2k; j >= 8: 4(j-8).. of block 2k+1).
+    // 32*b + 16*(e%2) + e/2; the offset of pair k, entry j: -8 * the sum of
+    // the eight elements 8j..8j+7 (j < 4: block 2k; j >= 4: 8(j-4).. of block 2k+1).
     namespace k = cmf::codecs::kernels;
     std::vector<float> x = gaussian(64 * 32, 21, 0.01f);
     for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;             // block 1 all zero
@@ -562,17 +573,19 @@ TEST_CASE("roundtrip: q4_pair_blocks x order and bias match a scalar reference")
                 want[(b | 1) < nb ? 64 * (b / 2) + 16 * (b % 2) + 32 * (e % 2) + e / 2 : 32 * b + 16 * (e % 2) + e / 2] =
                     nat[32 * b + e];
         CHECK(q == want);
-        std::vector<int16_t> bias(16 * (nb / 2) + 1, int16_t{12345}), want_bias(16 * (nb / 2) + 1, int16_t{12345});
-        k::q4_pair_bias(q.data(), nb, bias.data());
+        std::vector<int32_t> off(8 * (nb / 2) + 1, 12345), want_off(8 * (nb / 2) + 1, 12345);
+        k::q4_pair_offset(q.data(), nb, off.data());
         for (uint64_t p = 0; p < nb / 2; ++p)
-            for (uint64_t j = 0; j < 16; ++j) {
-                const int8_t *e = nat.data() + 32 * (2 * p + j / 8) + 4 * (j % 8);
-                want_bias[16 * p + j] = static_cast<int16_t>(8 * (e[0] + e[1] + e[2] + e[3]));
+            for (uint64_t j = 0; j < 8; ++j) {
+                const int8_t *e = nat.data() + 32 * (2 * p + j / 4) + 8 * (j % 4);
+                int32_t sum = 0;
+                for (int i = 0; i < 8; ++i) sum += e[i];
+                want_off[8 * p + j] = -8 * sum;
             }
-        CHECK(bias == want_bias);  // including the untouched sentinel past the last pair
-        if (n == 2048) {  // the extremes of the int16 bias
-            CHECK(*std::max_element(bias.begin(), bias.end() - 1) == 8 * 4 * 127);
-            CHECK(*std::min_element(bias.begin(), bias.end() - 1) == -8 * 4 * 127);
+        CHECK(off == want_off);  // including the untouched sentinel past the last pair
+        if (n == 2048) {  // the extremes: blocks 6 and 7 hold codes 127 and -127
+            CHECK(*std::max_element(off.begin(), off.end() - 1) == 8 * 8 * 127);
+            CHECK(*std::min_element(off.begin(), off.end() - 1) == -8 * 8 * 127);
         }
     }
 }

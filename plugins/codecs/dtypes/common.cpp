@@ -152,11 +152,11 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
     r.codes.resize(n_batch * 32 * r.blocks);
     r.scales.resize(n_batch * r.blocks);
     const bool pairs = order == kernels::XOrder::q4_pair_blocks;
-    r.pair_bias.resize(pairs ? n_batch * 16 * (r.blocks / 2) : 0);
+    r.pair_offset.resize(pairs ? n_batch * 8 * (r.blocks / 2) : 0);
     for (uint64_t b = 0; b < n_batch; ++b) {
         std::memcpy(cache.x.data() + b * cols, x + b * ldx, cols * sizeof(float));
         kernels::quantize_x(x + b * ldx, cols, order, r.codes.data() + b * 32 * r.blocks, r.scales.data() + b * r.blocks);
-        if (pairs) kernels::q4_pair_bias(r.q(b), r.blocks, r.pair_bias.data() + b * 16 * (r.blocks / 2));
+        if (pairs) kernels::q4_pair_offset(r.q(b), r.blocks, r.pair_offset.data() + b * 8 * (r.blocks / 2));
     }
     cache.n_batch = n_batch, cache.cols = cols, cache.order = order;
     return r;

@@ -125,12 +125,12 @@ struct QuantizedX {
     std::vector<int8_t> codes;  // n_batch * 32 * blocks
     std::vector<float> scales;  // n_batch * blocks
     // XOrder::q4_pair_blocks only (else empty): per activation row b,
-    // kernels::q4_pair_bias of its codes, 16 int16 per pair of blocks
-    // (blocks / 2 pairs; an unpaired last block has none), n_batch * 16 * (blocks / 2).
-    std::vector<int16_t> pair_bias;
+    // kernels::q4_pair_offset of its codes, 8 int32 per pair of blocks
+    // (blocks / 2 pairs; an unpaired last block has none), n_batch * 8 * (blocks / 2).
+    std::vector<int32_t> pair_offset;
     const int8_t *q(uint64_t b) const { return codes.data() + b * 32 * blocks; }
     const float *d(uint64_t b) const { return scales.data() + b * blocks; }
-    const int16_t *bias(uint64_t b) const { return pair_bias.data() + b * 16 * (blocks / 2); }
+    const int32_t *offset(uint64_t b) const { return pair_offset.data() + b * 8 * (blocks / 2); }
 };
 // Valid until the calling thread's next call.
 const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order);

@@ -117,9 +117,9 @@ public:
         for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
             float *yb = y + b * ldy + t0;
             if (Tiled)
-                kernels::rows_q4_tiled_xq(p + 18 * t0 * gpr, xq.q(b), xq.bias(b), xq.d(b), gpr, t1 - t0, yb);
+                kernels::rows_q4_tiled_xq(p + 18 * t0 * gpr, xq.q(b), xq.offset(b), xq.d(b), gpr, t1 - t0, yb);
             else
-                kernels::rows_q4_split_xq(p + 16 * t0 * gpr, p + 16 * groups + 2 * t0 * gpr, xq.q(b), xq.bias(b),
+                kernels::rows_q4_split_xq(p + 16 * t0 * gpr, p + 16 * groups + 2 * t0 * gpr, xq.q(b), xq.offset(b),
                                           xq.d(b), gpr, t1 - t0, yb);
         });
     }

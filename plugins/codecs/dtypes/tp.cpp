@@ -165,7 +165,7 @@ public:
             const uint8_t *chunks = l.chunks + r * l.gpr * kChunk;
             for (uint64_t b = 0; b < n_batch; ++b)
                 y[b * ldy + r] = Two ? kernels::dot_q2_groups_xq(chunks, scales.data(), xq.q(b), xq.d(b), l.gpr)
-                                     : kernels::dot_q4_groups_xq(chunks, scales.data(), xq.q(b), xq.bias(b), xq.d(b), l.gpr);
+                                     : kernels::dot_q4_groups_xq(chunks, scales.data(), xq.q(b), xq.offset(b), xq.d(b), l.gpr);
         });
     }
 

@@ -1,31 +1,59 @@
-// Picks AVX2+FMA+F16C kernels at run time when the CPU has them, and makes
-// the ISA-independent q4_pair_blocks x order and its bias terms.
+// Picks at run time the AVX-512 VNNI build of the SIMD kernels, else the
+// AVX2+FMA+F16C one, else the portable kernels, and makes the ISA-independent
+// q4_pair_blocks x order and its offset terms.
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
 
 #include <cmf/cpu_features.hpp>
 
+#include <cstdlib>
 #include <cstring>
 
 namespace cmf::codecs::kernels {
 
 namespace {
+// CMF_CODECS_ISA=avx2 or =portable caps the kernels at that level (A/B
+// benchmarks, or a way around a suspected SIMD bug); unset or anything else:
+// the best the CPU runs.
+int isa_cap() {
+    static const int cap = [] {
+        const char *env = std::getenv("CMF_CODECS_ISA");
+        if (env != nullptr && std::strcmp(env, "portable") == 0) return 0;
+        if (env != nullptr && std::strcmp(env, "avx2") == 0) return 1;
+        return 2;
+    }();
+    return cap;
+}
 bool has_avx2() {
 #if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
-    return cmf::cpu_has_avx2_fma_f16c();
+    return isa_cap() >= 1 && cmf::cpu_has_avx2_fma_f16c();
+#else
+    return false;
+#endif
+}
+// What the avx512vnni build of avx2.cpp was compiled for (meson.build).
+bool has_avx512vnni() {
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
+    static const bool yes = isa_cap() >= 2 && has_avx2() && __builtin_cpu_supports("avx512f") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vnni");
+    return yes;
 #else
     return false;
 #endif
 }
 }  // namespace
 
-#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
+#define CMF_PICK(fn, ...)                                                                                              \
+    (has_avx512vnni() ? avx512vnni::fn(__VA_ARGS__) : has_avx2() ? avx2::fn(__VA_ARGS__) : portable::fn(__VA_ARGS__))
+#elif defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
 #define CMF_PICK(fn, ...) (has_avx2() ? avx2::fn(__VA_ARGS__) : portable::fn(__VA_ARGS__))
 #else
 #define CMF_PICK(fn, ...) portable::fn(__VA_ARGS__)
 #endif
 
-const char *active_isa() { return has_avx2() ? "avx2" : "portable"; }
+const char *active_isa() { return has_avx512vnni() ? "avx512vnni" : has_avx2() ? "avx2" : "portable"; }
 float dot_f32(const float *a, const float *x, uint64_t n) { return CMF_PICK(dot_f32, a, x, n); }
 float dot_f16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_f16, h, x, n); }
 float dot_bf16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_bf16, h, x, n); }
@@ -41,11 +69,14 @@ void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
         std::memcpy(q + 64 * k + 32, a_hi, 16);
     }
 }
-void q4_pair_bias(const int8_t *q, uint64_t blocks, int16_t *bias) {
+void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     for (uint64_t k = 0; k < blocks / 2; ++k) {
         const int8_t *lo = q + 64 * k, *hi = q + 64 * k + 32;
-        for (unsigned j = 0; j < 16; ++j)
-            bias[16 * k + j] = static_cast<int16_t>(8 * (lo[2 * j] + lo[2 * j + 1] + hi[2 * j] + hi[2 * j + 1]));
+        for (unsigned j = 0; j < 8; ++j) {
+            int32_t s = 0;
+            for (unsigned i = 4 * j; i < 4 * j + 4; ++i) s += lo[i] + hi[i];
+            offset[8 * k + j] = -8 * s;
+        }
     }
 }
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
@@ -55,22 +86,22 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
                 uint64_t rows, float *y) {
     CMF_PICK(rows_i8_xq, w, ld, f16_scales, xq, xd, n, rows, y);
 }
-float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int16_t *xb, const float *xd, uint64_t g) {
+float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g) {
     return CMF_PICK(dot_q4_tiled_xq, t, xq, xb, xd, g);
 }
-float dot_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int16_t *xb, const float *xd,
+float dot_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const float *xd,
                       uint64_t g) {
     return CMF_PICK(dot_q4_split_xq, n, s, xq, xb, xd, g);
 }
-void rows_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int16_t *xb, const float *xd, uint64_t g, uint64_t rows,
+void rows_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g, uint64_t rows,
                       float *y) {
     CMF_PICK(rows_q4_tiled_xq, t, xq, xb, xd, g, rows, y);
 }
-void rows_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int16_t *xb, const float *xd, uint64_t g,
+void rows_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g,
                       uint64_t rows, float *y) {
     CMF_PICK(rows_q4_split_xq, n, s, xq, xb, xd, g, rows, y);
 }
-float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const int16_t *xb, const float *xd,
+float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const int32_t *xb, const float *xd,
                        uint64_t g) {
     return CMF_PICK(dot_q4_groups_xq, n, s, xq, xb, xd, g);
 }
@@ -86,5 +117,24 @@ void unpack_q4_groups(const uint8_t *n, uint64_t stride, uint64_t g, int8_t *cod
     CMF_PICK(unpack_q4_groups, n, stride, g, codes);
 }
 float dot_q1t(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1t, t, x, g); }
+
+std::vector<SimdKernels> simd_kernels() {
+    std::vector<SimdKernels> sets;
+#define CMF_CODECS_KERNEL_POINTER(name) &isa_ns::name,
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
+    if (has_avx512vnni()) {
+        namespace isa_ns = avx512vnni;
+        sets.push_back({"avx512vnni", CMF_CODECS_KERNEL_NAMES(CMF_CODECS_KERNEL_POINTER)});
+    }
+#endif
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX2)
+    if (has_avx2()) {
+        namespace isa_ns = avx2;
+        sets.push_back({"avx2", CMF_CODECS_KERNEL_NAMES(CMF_CODECS_KERNEL_POINTER)});
+    }
+#endif
+#undef CMF_CODECS_KERNEL_POINTER
+    return sets;
+}
 
 }  // namespace cmf::codecs::kernels

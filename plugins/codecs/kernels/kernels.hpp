@@ -54,14 +54,16 @@ enum class XOrder : int { natural, q4_pairs, q2_quads, q4_pair_blocks };
 // (portable.hpp) take only the other three orders.
 void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);
 
-// The q4 offset term of a q4_pair_blocks x, per pair: bias[16*k + j] =
-// 8 * (sum of the four codes at positions 2j, 2j+1, 32+2j, 32+2j+1 of pair k),
-// i.e. maddubs(8, lo half) + maddubs(8, hi half) as int16: j < 8 belongs to
-// block 2k (the 4 elements 4j..4j+3), j >= 8 to block 2k+1 (elements
-// 4(j-8)..4(j-8)+3). |bias| <= 4*8*127 = 4064. Depends on x only, so it is
-// made once per x (QuantizedX) instead of once per weight row.
-// q: 32*blocks codes in q4_pair_blocks order -> bias[0 .. 16*(blocks/2)).
-void q4_pair_bias(const int8_t *q, uint64_t blocks, int16_t *bias);
+// The q4 offset term of a q4_pair_blocks x, per pair: offset[8*k + j] =
+// -8 * (sum of the eight codes at positions 4j..4j+3 and 32+4j..32+4j+3 of
+// pair k), the int32 lane j of a pair's dot (the bytes 4j..4j+3 of both its
+// 32-byte halves): j < 4 belongs to block 2k (the 8 elements 8j..8j+7), j >= 4
+// to block 2k+1 (elements 8(j-4)..8(j-4)+7). |offset| <= 8*8*127 = 8128.
+// Added to the lane sums of unsigned codes it makes them sums of (code - 8).
+// Depends on x only, so it is made once per x (QuantizedX) instead of once
+// per weight row.
+// q: 32*blocks codes in q4_pair_blocks order -> offset[0 .. 8*(blocks/2)).
+void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset);
 
 // All return the sum over blocks of (weight scale) * d[b] * sum_p w[p]*q[p].
 // q8: int8 codes, natural order, n elements (any n); row scale applied by the caller.
@@ -72,21 +74,21 @@ float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);
 void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd, uint64_t n,
                 uint64_t rows, float *y);
 // q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
-// q4_pair_blocks order over exactly `groups` blocks, xbias = q4_pair_bias of it
-// (the portable kernels recompute the offset from the codes and ignore xbias).
-float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,
+// q4_pair_blocks order over exactly `groups` blocks, xoff = q4_pair_offset of it
+// (the portable kernels recompute the offset from the codes and ignore xoff).
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                       uint64_t groups);  // [f16 s][16 B]
-float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups);
 // Row ranges of the two above, one call per range (the AVX2 forms sum four
 // rows at a time, as rows_i8_xq): y[r] for r < rows, row r being the
 // `groups` groups starting at group groups*r (tiles: 18 B each; split: 16 B
 // of nibbles, 2 B of scale).
-void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd, uint64_t groups,
+void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y);
-void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
+void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y);
-float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *xbias,
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups);
 // q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
@@ -102,7 +104,7 @@ void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t grou
 // The q4 codes themselves, q - 8 in natural element order (int8_rows).
 void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes);
 
-// Which implementation the dispatcher chose ("avx2" or "portable").
+// Which implementation the dispatcher chose ("avx512vnni", "avx2" or "portable").
 const char *active_isa();
 
 }  // namespace cmf::codecs::kernels

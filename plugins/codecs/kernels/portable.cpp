@@ -85,31 +85,31 @@ int32_t q4_isum(const uint8_t *nib, const int8_t *xq, uint64_t g, uint64_t group
 }
 }  // namespace
 
-float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *, const float *xd, uint64_t groups) {
+float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *, const float *xd, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g)
         acc += f16_at(tiles + 18 * g) * xd[g] * static_cast<float>(q4_isum(tiles + 18 * g + 2, xq, g, groups));
     return acc;
 }
-float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *,
+float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
                       const float *xd, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g)
         acc += f16_at(f16_scales + 2 * g) * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq, g, groups));
     return acc;
 }
-void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd, uint64_t groups,
+void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y) {
-    for (uint64_t r = 0; r < rows; ++r) y[r] = dot_q4_tiled_xq(tiles + 18 * groups * r, xq, xbias, xd, groups);
+    for (uint64_t r = 0; r < rows; ++r) y[r] = dot_q4_tiled_xq(tiles + 18 * groups * r, xq, xoff, xd, groups);
 }
 
-void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,
+void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
     for (uint64_t r = 0; r < rows; ++r)
-        y[r] = dot_q4_split_xq(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xbias, xd, groups);
+        y[r] = dot_q4_split_xq(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xoff, xd, groups);
 }
 
-float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *,
+float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *,
                        const float *xd, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g)

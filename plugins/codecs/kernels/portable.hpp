@@ -1,4 +1,4 @@
-// Portable kernel implementations (also the reference the AVX2 ones are tested against).
+// Portable kernel implementations (also the reference the SIMD ones are tested against).
 // The per-ISA quantize_x take XOrder natural, q4_pairs and q2_quads only;
 // kernels::quantize_x (dispatch.cpp) derives q4_pair_blocks from q4_pairs.
 #pragma once
@@ -17,15 +17,15 @@
     float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);                                  \
     void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd,     \
                     uint64_t n, uint64_t rows, float *y);                                                            \
-    float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,              \
+    float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,              \
                           uint64_t groups);                                                                           \
-    float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias,  \
+    float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,  \
                           const float *xd, uint64_t groups);                                                          \
-    void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int16_t *xbias, const float *xd,            \
+    void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,            \
                           uint64_t groups, uint64_t rows, float *y);                                                  \
-    void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int16_t *xbias, \
+    void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff, \
                           const float *xd, uint64_t groups, uint64_t rows, float *y);                                 \
-    float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int16_t *xbias,       \
+    float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,       \
                            const float *xd, uint64_t groups);                                                         \
     float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,             \
                            uint64_t groups);                                                                          \
@@ -41,4 +41,32 @@ namespace cmf::codecs::kernels::avx2 {
 CMF_CODECS_KERNEL_DECLS
 }  // namespace cmf::codecs::kernels::avx2
 
+// avx2.cpp compiled a second time for CPUs with AVX-512 VNNI (+VL, BW): the
+// q4 pair dots take vpdpbusd (meson.build, CMF_CODECS_VNNI).
+namespace cmf::codecs::kernels::avx512vnni {
+CMF_CODECS_KERNEL_DECLS
+}  // namespace cmf::codecs::kernels::avx512vnni
+
 #undef CMF_CODECS_KERNEL_DECLS
+
+#include <vector>
+
+// Every kernel above, by name, for X-macro tables.
+#define CMF_CODECS_KERNEL_NAMES(X)                                                                                    \
+    X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1) X(dot_q1t) X(quantize_x) X(dot_i8_xq) X(rows_i8_xq)                  \
+    X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(dot_q4_groups_xq)                \
+    X(dot_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(unpack_q4_groups)
+
+namespace cmf::codecs::kernels {
+// One ISA's kernels as function pointers, so tests can hold every SIMD build
+// against the portable one on a CPU that runs more than one of them.
+struct SimdKernels {
+    const char *isa;
+#define CMF_CODECS_KERNEL_MEMBER(name) decltype(&portable::name) name;
+    CMF_CODECS_KERNEL_NAMES(CMF_CODECS_KERNEL_MEMBER)
+#undef CMF_CODECS_KERNEL_MEMBER
+};
+// The SIMD builds this binary has and this CPU can run (fastest first; empty
+// on a CPU without AVX2).
+std::vector<SimdKernels> simd_kernels();
+}  // namespace cmf::codecs::kernels
