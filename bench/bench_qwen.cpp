@@ -5,11 +5,14 @@
 // (decode tok/s x weight bytes per token / bandwidth).
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
-//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10]] [--plugin-path DIRS]
+//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1]] [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
-// one ROWSxCOLS weight (f32/f16/bf16, or q8 = q8_row through its codec)
-// times --pp tokens, --reps times; GFLOP/s of the median and best rep.
+// one ROWSxCOLS weight (f32/f16/bf16, or q8_row / q4_block through its
+// codec) times --pp tokens, --reps times; GFLOP/s of the median and best rep,
+// and the weight bytes per second. --matrices N runs N distinct copies in
+// rotation, as a model's layers (decode: --pp 1 --matrices 200 streams from
+// memory with a join per matmul).
 // --plugin-path replaces the build tree's plugins (e.g. a saved older
 // backend, to compare two versions in one session).
 #include "common/byte_views.hpp"
@@ -201,7 +204,8 @@ double read_bandwidth(cmf::Runtime &rt) {
 }
 
 // The backend matmul alone: GFLOP/s (2*rows*cols*tokens per call).
-int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, uint64_t cols, uint64_t tokens, int reps) {
+int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, uint64_t cols, uint64_t tokens, int reps,
+               uint64_t matrices) {
     const cmf::BackendEntry *be = rt->backend("cpu");
     if (be == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend");
     const int32_t dtype = dtype_name == "f32"    ? CMF_DTYPE_F32
@@ -225,21 +229,30 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
         uint64_t shape[2] = {rows, cols};
         cmf::throw_if_error(codec->quantize(cctx, 2, shape, wf.data(), nullptr, &sink));
     }
-    cmf_tensor_view v = cmf::tensor_view(dtype, {rows, cols}, bytes);
-    cmf_backend_weight *w = nullptr;
-    cmf::throw_if_error(be->vt.weight_bind(be->ctx, &v, &w));
+    // --matrices N: N copies of the weight at distinct addresses, multiplied
+    // one after another in each rep, as a model's layers are: with N * size
+    // beyond the caches every matmul streams from memory and pays its own
+    // start and join, where one weight repeated would stay in L2/L3.
+    std::vector<std::vector<uint8_t>> copies(matrices, bytes);
+    std::vector<cmf_backend_weight *> ws;
+    for (auto &c : copies) {
+        cmf_tensor_view v = cmf::tensor_view(dtype, {rows, cols}, c);
+        cmf_backend_weight *w = nullptr;
+        cmf::throw_if_error(be->vt.weight_bind(be->ctx, &v, &w));
+        ws.push_back(w);
+    }
     std::vector<double> secs, cpu;
     const double nthr = rt->pool().threads();
     for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
         auto t = Clock::now();
         const double c0 = cpu_seconds();
-        cmf::throw_if_error(be->vt.matmul(be->ctx, w, x.data(), tokens, y.data()));
+        for (cmf_backend_weight *w : ws) cmf::throw_if_error(be->vt.matmul(be->ctx, w, x.data(), tokens, y.data()));
         if (rep > 0) {
-            secs.push_back(since(t));
-            cpu.push_back((cpu_seconds() - c0) / nthr);
+            secs.push_back(since(t) / double(matrices));
+            cpu.push_back((cpu_seconds() - c0) / nthr / double(matrices));
         }
     }
-    be->vt.weight_free(be->ctx, w);
+    for (cmf_backend_weight *w : ws) be->vt.weight_free(be->ctx, w);
     std::sort(secs.begin(), secs.end());
     std::sort(cpu.begin(), cpu.end());
     const double flop = 2.0 * double(rows) * double(cols) * double(tokens);
@@ -248,6 +261,9 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
                 dtype_name.c_str(), (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)tokens,
                 flop / secs[secs.size() / 2] / 1e9, secs[secs.size() / 2] * 1e3, flop / secs.front() / 1e9,
                 flop / cpu[cpu.size() / 2] / 1e9, flop / cpu.front() / 1e9);
+    std::printf("  weight bytes streamed: median %.2f GB/s wall, best %.2f (%llu matrices of %.2f MB in rotation)\n",
+                double(bytes.size()) / secs[secs.size() / 2] / 1e9, double(bytes.size()) / secs.front() / 1e9,
+                (unsigned long long)matrices, double(bytes.size()) / 1e6);
     return 0;
 }
 
@@ -261,6 +277,7 @@ int main(int argc, char **argv) {
     Shape shape;
     std::string gemm, plugin_path = CMF_BENCH_PLUGIN_PATH;
     int reps = 10;
+    uint64_t matrices = 1;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -278,10 +295,11 @@ int main(int argc, char **argv) {
         else if (a == "--bandwidth-only") bandwidth_only = true;
         else if (a == "--gemm") gemm = next();
         else if (a == "--reps") reps = std::max(1, std::stoi(next()));
+        else if (a == "--matrices") matrices = std::max<uint64_t>(1, std::stoull(next()));
         else if (a == "--plugin-path") plugin_path = next();
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
-                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4] [--reps N]] "
+                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4] [--reps N] [--matrices N]] "
                                  "[--plugin-path DIRS]\n");
             return 2;
         }
@@ -304,7 +322,7 @@ int main(int argc, char **argv) {
             const size_t xpos = gemm.find('x');
             if (xpos == std::string::npos) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--gemm wants ROWSxCOLS");
             int rc = gemm_bench(rt, dtype_name, std::stoull(gemm.substr(0, xpos)), std::stoull(gemm.substr(xpos + 1)),
-                                pp, reps);
+                                pp, reps, matrices);
             cmf_runtime_free(rt);
             return rc;
         }
