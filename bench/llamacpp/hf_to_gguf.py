@@ -3,7 +3,7 @@
 into a GGUF v3 file that llama.cpp's qwen3 loader accepts, so that llama.cpp can be
 benchmarked on exactly the weights `cmfhost bench` runs.
 
-usage: /usr/bin/python3 hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0} [QK_NORM_SCALE]
+usage: /usr/bin/python3 hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0|q4_0} [QK_NORM_SCALE]
 
 QK_NORM_SCALE (for check_ref.py only, never for benchmarks) multiplies the q_norm
 and k_norm weights: convert_bench's random norms (std 0.02) make attention almost
@@ -15,8 +15,10 @@ checkpoints made by convert_bench have no tokenizer, so the file gets a dummy
 byte-level "gpt2" vocabulary with vocab_size entries and a single merge: the bench
 feeds token ids directly, tokenization never runs on real text.
 
-2-D weights are stored as F16 or Q8_0 (blocks of 32: f16 scale d = amax/127, int8
-q = round(x/d)); 1-D norms stay F32, as llama.cpp's own converter does. Tensors are
+2-D weights are stored as F16, Q8_0 (blocks of 32: f16 scale d = amax/127, int8
+q = round(x/d)) or Q4_0 (blocks of 32: f16 d = -(the value of largest |x|)/8,
+nibbles min(15, trunc(x/d + 8.5)), as ggml's reference quantizer); 1-D norms
+stay F32, as llama.cpp's own converter does. Tensors are
 streamed one at a time (the embedding in row chunks) so peak memory stays ~100 MB.
 The output is written to OUT.gguf.tmp and renamed only when complete.
 """
@@ -32,10 +34,12 @@ ALIGN = 32  # GGUF default alignment (no general.alignment key written)
 # GGUF metadata value types
 T_UINT32, T_INT32, T_FLOAT32, T_STRING, T_ARRAY = 4, 5, 6, 8, 9
 # ggml tensor types
-GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0 = 0, 1, 2, 8
 # llama_ftype for general.file_type
-FILE_TYPE = {"f16": 1, "q8_0": 7}
+FILE_TYPE = {"f16": 1, "q8_0": 7, "q4_0": 2}
+WEIGHT_TYPE = {"f16": GGML_F16, "q8_0": GGML_Q8_0, "q4_0": GGML_Q4_0}
 QK8_0 = 32
+QK4_0 = 32
 
 
 def fail(msg):
@@ -111,11 +115,28 @@ def encode_q8_0(x):
     return out.tobytes()
 
 
+def encode_q4_0(x):
+    """Q4_0 blocks as ggml's quantize_row_q4_0_ref: per 32 values the value m of
+    largest |x| (the first such), d = m / -8, nibble q = min(15, trunc(x/d + 8.5));
+    byte j holds element j (low nibble) and element 16 + j (high nibble)."""
+    b = x.reshape(-1, QK4_0).astype(np.float32)
+    m = b[np.arange(b.shape[0]), np.abs(b).argmax(axis=1)]
+    d = (m / np.float32(-8.0)).astype(np.float32)
+    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d != 0)
+    q = np.minimum(15, np.trunc(b * inv[:, None] + np.float32(8.5)).astype(np.int8)).astype(np.uint8)
+    out = np.empty(b.shape[0], dtype=[("d", "<f2"), ("qs", "u1", QK4_0 // 2)])
+    out["d"] = d.astype(np.float16)
+    out["qs"] = q[:, :16] | (q[:, 16:] << 4)
+    return out.tobytes()
+
+
 def encoded_size(gtype, n):
     if gtype == GGML_F32:
         return 4 * n
     if gtype == GGML_F16:
         return 2 * n
+    if gtype == GGML_Q4_0:
+        return n // QK4_0 * (2 + QK4_0 // 2)
     return n // QK8_0 * (2 + QK8_0)
 
 
@@ -124,6 +145,8 @@ def encode(gtype, x):
         return x.astype("<f4").tobytes()
     if gtype == GGML_F16:
         return x.astype("<f2").tobytes()
+    if gtype == GGML_Q4_0:
+        return encode_q4_0(x)
     return encode_q8_0(x)
 
 
@@ -172,7 +195,7 @@ def byte_level_alphabet():
 
 def main():
     if len(sys.argv) not in (4, 5) or sys.argv[3] not in FILE_TYPE:
-        fail("usage: hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0} [QK_NORM_SCALE]")
+        fail("usage: hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0|q4_0} [QK_NORM_SCALE]")
     hf, out_path, kind = sys.argv[1:4]
     qk_scale = float(sys.argv[4]) if len(sys.argv) == 5 else 1.0
     with open(os.path.join(hf, "config.json")) as f:
@@ -184,7 +207,7 @@ def main():
     n_vocab = cfg["vocab_size"]
     head_dim = cfg.get("head_dim", n_embd // cfg["num_attention_heads"])
     tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in st.header
-    wtype = GGML_F16 if kind == "f16" else GGML_Q8_0
+    wtype = WEIGHT_TYPE[kind]
 
     # (gguf name, hf name, ggml type)
     plan = [("token_embd.weight", "model.embed_tokens.weight", wtype)]
@@ -240,7 +263,7 @@ def main():
     for gname, hname, gtype in plan:
         shape = st.shape(hname)
         n = int(np.prod(shape))
-        if gtype == GGML_Q8_0 and shape[-1] % QK8_0:
+        if gtype in (GGML_Q8_0, GGML_Q4_0) and shape[-1] % QK8_0:
             fail(f"{hname}: row length {shape[-1]} is not a multiple of {QK8_0}")
         off = (off + ALIGN - 1) // ALIGN * ALIGN
         offsets.append(off)

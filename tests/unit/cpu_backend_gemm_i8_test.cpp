@@ -197,7 +197,7 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
     std::vector<float> scales(rows * nb);
     for (auto &q : codes) q = static_cast<int8_t>(int(gen() % 256) - 128);
     for (auto &s : scales) s = float(gen() % 1000) / 997.0f;
-    for (const char *isa : {"portable", "avx2"}) {
+    for (const char *isa : {"portable", "avx2", "avx512vnni"}) {
         const i8::Kernels *k = i8::kernels_for(isa);
         if (k == nullptr) continue;
         const std::string isa_name = isa;
@@ -205,6 +205,8 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
         std::vector<int16_t> xq(i8::packed_xq_count(n_batch, cols), int16_t{777});
         std::vector<float> xd(i8::packed_xd_floats(n_batch, cols), -5.0f);
         k->quantize_x(x.data(), cols, n_batch, cols, 0, i8::x_tiles(n_batch), xq.data(), xd.data());
+        const bool vnni = isa_name == "avx512vnni";  // its own layout (gemm_i8.cpp): bytes, 4-code words
+        const auto *xb = reinterpret_cast<const uint8_t *>(xq.data());
         for (size_t tile = 0; tile < i8::x_tiles(n_batch); ++tile)
             for (size_t j = 0; j < i8::kTokens; ++j)
                 for (size_t b = 0; b < nb; ++b) {
@@ -213,6 +215,20 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
                     if (tok >= n_batch) REQUIRE(d == 0.0f);
                     else if (std::isnan(ref.d[tok * nb + b])) REQUIRE(std::isnan(d));
                     else REQUIRE(d == ref.d[tok * nb + b]);
+                    if (vnni) {
+                        const uint8_t *blk = xb + (tile * nb + b) * (32 * i8::kTokens + 4 * i8::kTokens);
+                        int32_t sum = 0;
+                        for (size_t s = 0; s < 8; ++s)
+                            for (size_t kk = 0; kk < 4; ++kk) {
+                                const int8_t q = static_cast<int8_t>(blk[(s * i8::kTokens + j) * 4 + kk]);
+                                REQUIRE(q == (tok < n_batch ? ref.q[(tok * nb + b) * 32 + 4 * s + kk] : int8_t{0}));
+                                sum += q;
+                            }
+                        int32_t corr;
+                        std::memcpy(&corr, blk + 32 * i8::kTokens + 4 * j, 4);
+                        REQUIRE(corr == 128 * sum);
+                        continue;
+                    }
                     for (size_t s = 0; s < i8::kSteps; ++s)
                         for (size_t kk = 0; kk < 2; ++kk) {
                             const int16_t q = xq[(((tile * nb + b) * i8::kSteps + s) * i8::kTokens + j) * 2 + kk];
@@ -222,6 +238,21 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
         std::vector<int16_t> wp(i8::packed_w_count(rows, cols), int16_t{999});
         std::vector<float> wd(i8::packed_wd_floats(rows, cols), -5.0f);
         k->pack_w(codes.data(), scales.data(), rows, cols, wp.data(), wd.data());
+        if (vnni) {
+            const auto *wb = reinterpret_cast<const uint8_t *>(wp.data());
+            for (size_t g = 0; g < (rows + 15) / 16; ++g)
+                for (size_t b = 0; b < nb; ++b)
+                    for (size_t i = 0; i < 16; ++i) {
+                        const size_t r = g * 16 + i;
+                        REQUIRE(wd[(g * nb + b) * 16 + i] == (r < rows ? scales[r * nb + b] : 0.0f));
+                        for (size_t s = 0; s < 8; ++s)
+                            for (size_t kk = 0; kk < 4; ++kk) {
+                                const int c = r < rows ? codes[(r * nb + b) * 32 + 4 * s + kk] : 0;
+                                REQUIRE(int(wb[(g * nb + b) * 512 + (s * 16 + i) * 4 + kk]) == c + 128);
+                            }
+                    }
+            continue;
+        }
         for (size_t g = 0; g < i8::w_groups(rows); ++g)
             for (size_t b = 0; b < nb; ++b)
                 for (size_t i = 0; i < i8::kRows; ++i) {
@@ -236,7 +267,7 @@ TEST_CASE("cpu backend int8: packed operands have the documented layout, x quant
     }
 }
 
-TEST_CASE("cpu backend int8: every ISA's GEMM matches a double reference and AVX2 equals portable bit for bit") {
+TEST_CASE("cpu backend int8: every ISA's GEMM matches a double reference and equals portable bit for bit") {
     std::mt19937 gen(9);
     for (auto [rows, cols, n_batch] : {std::tuple<size_t, size_t, size_t>{21, 70, 7}, {8, 32, 4}, {16, 1024, 9},
                                        {3, 5, 1}, {40, 96, 13}}) {
@@ -258,7 +289,7 @@ TEST_CASE("cpu backend int8: every ISA's GEMM matches a double reference and AVX
         std::vector<double> ref, mag;
         ref_gemm(codes, scales, rows, cols, rx, n_batch, ref, mag);
         std::vector<float> first;
-        for (const char *isa : {"portable", "avx2"}) {
+        for (const char *isa : {"portable", "avx2", "avx512vnni"}) {
             const i8::Kernels *k = i8::kernels_for(isa);
             if (k == nullptr) continue;
             const std::string isa_name = isa;

@@ -281,6 +281,138 @@ AVX2 void pack_w_avx2(const int8_t *codes, const float *scales, uint64_t n_rows,
 }
 
 const Kernels kAvx2{"avx2", quantize_x_avx2, pack_w_avx2, gemm_avx2};
+
+// ---- AVX-512 VNNI ---------------------------------------------------------------
+// Its own packed layout in the same buffers (gemm_i8.hpp has the sizes):
+//   x, per (tile, block), 144 bytes at byte (tile * nb + b) * 144:
+//     128 bytes of int8 codes, [s][j][k] = q(token tile*kTokens+j, column b*32 + 4s + k), s < 8;
+//     then kTokens int32: 128 * (sum of that token's 32 codes);
+//   w, per (16-row group, block), 512 bytes at byte (g * nb + b) * 512:
+//     [s][i][k] = c(g*16+i, b*32 + 4s + k) + 128 as uint8, s < 8 (rows past
+//     n_rows: code 0, i.e. byte 128, with scale 0);
+//   wd[(g * nb + b) * 16 + i] = scale of row g*16+i, block b.
+#define VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")))
+constexpr uint64_t kVRows = 16;        // rows per group: one zmm of int32 lanes
+constexpr uint64_t kVSteps = kBlock / 4;  // 4-column steps per block
+constexpr uint64_t kVXBlockBytes = kBlock * kTokens + 4 * kTokens;
+static_assert(kVRows == kRowsAlloc, "the buffers are sized for 16-row groups");
+
+VNNI void quantize_x_vnni(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                          uint64_t tile1, int16_t *xq, float *xd) {
+    const uint64_t nb = blocks(cols);
+    auto *base = reinterpret_cast<uint8_t *>(xq);
+    alignas(32) int16_t q[kBlock];
+    for (uint64_t tile = tile0; tile < tile1; ++tile)
+        for (uint64_t j = 0; j < kTokens; ++j) {
+            const uint64_t t = tile * kTokens + j;
+            for (uint64_t b = 0; b < nb; ++b) {
+                const uint64_t c0 = b * kBlock, n = t < n_batch ? std::min(kBlock, cols - c0) : 0;
+                xd[(tile * nb + b) * kTokens + j] = n > 0 ? quantize_block_avx2(x + t * ldx + c0, n, q) : 0.0f;
+                if (n == 0) std::memset(q, 0, sizeof q);
+                uint8_t *blk = base + (tile * nb + b) * kVXBlockBytes;
+                int32_t sum = 0;
+                for (uint64_t s = 0; s < kVSteps; ++s)
+                    for (uint64_t k = 0; k < 4; ++k) {
+                        const int8_t c = static_cast<int8_t>(q[4 * s + k]);
+                        blk[(s * kTokens + j) * 4 + k] = static_cast<uint8_t>(c);
+                        sum += c;
+                    }
+                const int32_t corr = 128 * sum;
+                std::memcpy(blk + kBlock * kTokens + 4 * j, &corr, 4);
+            }
+        }
+}
+
+VNNI void pack_w_vnni(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, int16_t *wp,
+                      float *wd) {
+    const uint64_t nb = blocks(cols), ld = nb * kBlock, groups = (n_rows + kVRows - 1) / kVRows;
+    auto *base = reinterpret_cast<uint8_t *>(wp);
+    for (uint64_t g = 0; g < groups; ++g)
+        for (uint64_t b = 0; b < nb; ++b) {
+            // 16 rows x 8 words: row i's block as 8 words, biased, scattered to word [s][i].
+            auto *dst = reinterpret_cast<uint32_t *>(base + (g * nb + b) * kVSteps * kVRows * 4);
+            for (uint64_t i = 0; i < kVRows; ++i) {
+                const uint64_t r = g * kVRows + i;
+                wd[(g * nb + b) * kVRows + i] = r < n_rows ? scales[r * nb + b] : 0.0f;
+                uint32_t words[kVSteps];
+                if (r < n_rows) std::memcpy(words, codes + r * ld + b * kBlock, sizeof words);
+                else std::memset(words, 0, sizeof words);
+                for (uint64_t s = 0; s < kVSteps; ++s) dst[s * kVRows + i] = words[s] ^ 0x80808080u;
+            }
+        }
+}
+
+// G (1 or 2) adjacent 16-row groups x one kTokens tile, blocks in order, the
+// f32 sums in registers. Per 4-column step: each group's 16 rows x 4 biased
+// codes (one zmm) and each token's 4 codes broadcast; vpdpbusd adds the 4
+// products of every row to that (group, token)'s int32 lanes.
+template <int G>
+VNNI inline void tile_vnni(const uint8_t *wg, const float *wdg, uint64_t nb, const uint8_t *xt, const float *xdt,
+                           float *out, uint64_t ld_out) {
+    __m512 acc[G][kTokens];
+    for (int h = 0; h < G; ++h)
+        for (uint64_t j = 0; j < kTokens; ++j) acc[h][j] = _mm512_setzero_ps();
+    const uint64_t gstride = nb * kVSteps * kVRows * 4;  // bytes between groups
+    for (uint64_t b = 0; b < nb; ++b) {
+        __m512i is[G][kTokens];
+        for (int h = 0; h < G; ++h)
+            for (uint64_t j = 0; j < kTokens; ++j) is[h][j] = _mm512_setzero_si512();
+        const uint8_t *wb = wg + b * kVSteps * kVRows * 4;
+        const uint8_t *xb = xt + b * kVXBlockBytes;
+#pragma GCC unroll 8
+        for (uint64_t s = 0; s < kVSteps; ++s) {
+            __m512i w[G];
+            for (int h = 0; h < G; ++h) w[h] = _mm512_loadu_si512(wb + h * gstride + s * kVRows * 4);
+            for (uint64_t j = 0; j < kTokens; ++j) {
+                int32_t word;
+                std::memcpy(&word, xb + (s * kTokens + j) * 4, 4);
+                const __m512i xv = _mm512_set1_epi32(word);
+                for (int h = 0; h < G; ++h) is[h][j] = _mm512_dpbusd_epi32(is[h][j], w[h], xv);
+            }
+        }
+        const float *sx = xdt + b * kTokens;
+        const int32_t *corr = reinterpret_cast<const int32_t *>(xb + kBlock * kTokens);
+        for (int h = 0; h < G; ++h) {
+            const __m512 sw = _mm512_loadu_ps(wdg + h * nb * kVRows + b * kVRows);
+            for (uint64_t j = 0; j < kTokens; ++j) {
+                const __m512i isum = _mm512_sub_epi32(is[h][j], _mm512_set1_epi32(corr[j]));
+                // maskz with all lanes: the plain _mm512_cvtepi32_ps trips GCC 12's
+                // -Wmaybe-uninitialized on its own _mm512_undefined_ps.
+                const __m512 fsum = _mm512_maskz_cvtepi32_ps(0xFFFF, isum);
+                acc[h][j] = _mm512_fmadd_ps(fsum, _mm512_mul_ps(sw, _mm512_set1_ps(sx[j])), acc[h][j]);
+            }
+        }
+    }
+    for (int h = 0; h < G; ++h)
+        for (uint64_t j = 0; j < kTokens; ++j) _mm512_storeu_ps(out + j * ld_out + h * kVRows, acc[h][j]);
+}
+
+VNNI void gemm_vnni(const int16_t *wp, const float *wd, uint64_t n_rows, uint64_t cols, const int16_t *xq,
+                    const float *xd, uint64_t n_batch, float *y, uint64_t ldy) {
+    const uint64_t nb = blocks(cols), groups = (n_rows + kVRows - 1) / kVRows;
+    const auto *wbase = reinterpret_cast<const uint8_t *>(wp);
+    const auto *xbase = reinterpret_cast<const uint8_t *>(xq);
+    // Token tiles outer, as the AVX2 GEMM: the tile stays in L1 while it
+    // meets every row group of the panel.
+    for (uint64_t tile = 0; tile < x_tiles(n_batch); ++tile) {
+        const uint8_t *xt = xbase + tile * nb * kVXBlockBytes;
+        const float *xdt = xd + tile * nb * kTokens;
+        const uint64_t tokens = std::min(kTokens, n_batch - tile * kTokens);
+        float *yt = y + tile * kTokens * ldy;
+        for (uint64_t g = 0; g < groups; g += 2) {
+            const uint8_t *wg = wbase + g * nb * kVSteps * kVRows * 4;
+            const float *wdg = wd + g * nb * kVRows;
+            alignas(64) float out[kTokens][2 * kVRows];
+            const bool two = g + 1 < groups;
+            if (two) tile_vnni<2>(wg, wdg, nb, xt, xdt, &out[0][0], 2 * kVRows);
+            else tile_vnni<1>(wg, wdg, nb, xt, xdt, &out[0][0], 2 * kVRows);
+            const uint64_t rows = std::min((two ? 2 : 1) * kVRows, n_rows - g * kVRows);
+            for (uint64_t j = 0; j < tokens; ++j) std::memcpy(yt + j * ldy + g * kVRows, out[j], rows * sizeof(float));
+        }
+    }
+}
+
+const Kernels kAvx512Vnni{"avx512vnni", quantize_x_vnni, pack_w_vnni, gemm_vnni};
 #endif
 
 }  // namespace
@@ -289,14 +421,19 @@ const Kernels *kernels_for(const char *isa) {
     if (std::strcmp(isa, "portable") == 0) return &kPortable;
 #ifdef CMF_X86
     if (std::strcmp(isa, "avx2") == 0 && cpu_has_avx2_fma_f16c()) return &kAvx2;
+    if (std::strcmp(isa, "avx512vnni") == 0 && cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni"))
+        return &kAvx512Vnni;
 #endif
     return nullptr;
 }
 
 const Kernels &kernels() {
     static const Kernels *best = [] {
-        const Kernels *k = kernels_for("avx2");
-        return k != nullptr ? k : &kPortable;
+        for (const char *isa : {"avx512vnni", "avx2"})
+            if (const Kernels *k = kernels_for(isa)) return k;
+        return &kPortable;
     }();
     return *best;
 }

@@ -15,6 +15,15 @@
 // on this Zen 3: a vpmaddubsw/vpmaddwd mix issues at under half the rate of
 // either alone (docs/performance.md, "int8 prefill GEMM"). The int32 sums
 // are the same either way (codes are int8; no saturation can occur).
+//
+// On CPUs with AVX-512 VNNI a third set packs its own denser layout into
+// the same buffers (the sizes below cover it): one vpdpbusd multiplies 16
+// rows x 4 codes by a token's 4 codes and adds into 16 int32 lanes, 64
+// multiply-adds per instruction against 16 per vpmaddwd. vpdpbusd takes one
+// operand unsigned, so the weight codes go in biased by +128 and each
+// (token, block) carries 128 * (sum of its x codes) to take off the int32
+// sum, which is then exactly the same integer; the f32 sequence per block is
+// the same too, so all three sets agree bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +34,7 @@ constexpr uint64_t kBlock = 32;   // columns per scale block (CMF_INT8_BLOCK)
 constexpr uint64_t kSteps = 16;   // 2-column steps per block
 constexpr uint64_t kRows = 8;     // weight rows per packed group (one ymm holds 8 rows x 2 int16 codes)
 constexpr uint64_t kTokens = 4;   // tokens per packed activation tile
+constexpr uint64_t kRowsAlloc = 16;  // the widest row group of any set (avx512vnni: 16 rows per zmm)
 
 inline uint64_t blocks(uint64_t cols) { return (cols + kBlock - 1) / kBlock; }
 inline uint64_t x_tiles(uint64_t n_batch) { return (n_batch + kTokens - 1) / kTokens; }
@@ -45,8 +55,10 @@ inline uint64_t packed_xd_floats(uint64_t n_batch, uint64_t cols) { return x_til
 // each 2-column step of a block is 8 rows x 2 int16 codes:
 //   wp[((g * nb + b) * kSteps + s) * 16 + i * 2 + k] = c(g*kRows+i, b*32+2s+k)
 //   wd[(g * nb + b) * kRows + i] = scale of row g*kRows+i, block b.
-inline uint64_t packed_w_count(uint64_t n_rows, uint64_t cols) { return w_groups(n_rows) * blocks(cols) * kBlock * kRows; }
-inline uint64_t packed_wd_floats(uint64_t n_rows, uint64_t cols) { return w_groups(n_rows) * blocks(cols) * kRows; }
+// (Sized for kRowsAlloc-row groups, so the avx512vnni set's fit too.)
+inline uint64_t alloc_rows(uint64_t n_rows) { return (n_rows + kRowsAlloc - 1) / kRowsAlloc * kRowsAlloc; }
+inline uint64_t packed_w_count(uint64_t n_rows, uint64_t cols) { return alloc_rows(n_rows) * blocks(cols) * kBlock; }
+inline uint64_t packed_wd_floats(uint64_t n_rows, uint64_t cols) { return alloc_rows(n_rows) * blocks(cols); }
 
 // Quantize tokens of tiles [tile0, tile1) of x (n_batch tokens of cols
 // floats, stride ldx) into xq/xd (whole packed buffers, layout above).
@@ -61,7 +73,7 @@ using GemmFn = void (*)(const int16_t *wp, const float *wd, uint64_t n_rows, uin
                         const float *xd, uint64_t n_batch, float *y, uint64_t ldy);
 
 struct Kernels {
-    const char *isa;  // "avx2" or "portable"
+    const char *isa;  // "avx512vnni", "avx2" or "portable"
     QuantizeXFn quantize_x;
     PackWFn pack_w;
     GemmFn gemm;
@@ -69,7 +81,9 @@ struct Kernels {
 
 // The best set this CPU runs (portable when native kernels are off).
 const Kernels &kernels();
-// A specific set for tests ("portable", "avx2"); nullptr when unavailable.
+// A specific set for tests ("portable", "avx2", "avx512vnni"); nullptr when
+// unavailable. The avx512vnni set's packed layout is its own (gemm_i8.cpp);
+// quantize_x, pack_w and gemm of one set go together.
 const Kernels *kernels_for(const char *isa);
 
 }  // namespace cmf::cpu::i8
