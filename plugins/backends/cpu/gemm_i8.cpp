@@ -27,10 +27,12 @@ inline void scatter_block(const int16_t *q, int16_t *dst) {
     for (uint64_t s = 0; s < kSteps; ++s) std::memcpy(dst + s * kTokens * 2, q + 2 * s, 2 * sizeof(int16_t));
 }
 
-// Quantizes tiles [tile0, tile1) with Block(x, n, q16) -> d.
-template <float (*Block)(const float *, uint64_t, int16_t *)>
-inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
-                            uint64_t tile1, int16_t *xq, float *xd) {
+// Quantizes tiles [tile0, tile1) with Block(x, n, q16) -> d into xd, and
+// hands each (tile, block, token)'s 32 codes to store(q, tile, b, j), which
+// puts them in its set's packed layout.
+template <float (*Block)(const float *, uint64_t, int16_t *), class Store>
+inline void quantize_x_tiles(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                             uint64_t tile1, float *xd, Store store) {
     const uint64_t nb = blocks(cols);
     alignas(32) int16_t q[kBlock];
     for (uint64_t tile = tile0; tile < tile1; ++tile)
@@ -40,9 +42,19 @@ inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint
                 const uint64_t c0 = b * kBlock, n = t < n_batch ? std::min(kBlock, cols - c0) : 0;
                 xd[(tile * nb + b) * kTokens + j] = n > 0 ? Block(x + t * ldx + c0, n, q) : 0.0f;
                 if (n == 0) std::memset(q, 0, sizeof q);
-                scatter_block(q, xq + (tile * nb + b) * kSteps * kTokens * 2 + j * 2);
+                store(q, tile, b, j);
             }
         }
+}
+// ... in the int16 layout of the portable and AVX2 sets.
+template <float (*Block)(const float *, uint64_t, int16_t *)>
+inline void quantize_x_body(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t tile0,
+                            uint64_t tile1, int16_t *xq, float *xd) {
+    const uint64_t nb = blocks(cols);
+    quantize_x_tiles<Block>(x, ldx, n_batch, cols, tile0, tile1, xd,
+                            [&](const int16_t *q, uint64_t tile, uint64_t b, uint64_t j) {
+                                scatter_block(q, xq + (tile * nb + b) * kSteps * kTokens * 2 + j * 2);
+                            });
 }
 
 // The activations are quantized by the one block quantizer the codecs'
@@ -301,26 +313,19 @@ VNNI void quantize_x_vnni(const float *x, uint64_t ldx, uint64_t n_batch, uint64
                           uint64_t tile1, int16_t *xq, float *xd) {
     const uint64_t nb = blocks(cols);
     auto *base = reinterpret_cast<uint8_t *>(xq);
-    alignas(32) int16_t q[kBlock];
-    for (uint64_t tile = tile0; tile < tile1; ++tile)
-        for (uint64_t j = 0; j < kTokens; ++j) {
-            const uint64_t t = tile * kTokens + j;
-            for (uint64_t b = 0; b < nb; ++b) {
-                const uint64_t c0 = b * kBlock, n = t < n_batch ? std::min(kBlock, cols - c0) : 0;
-                xd[(tile * nb + b) * kTokens + j] = n > 0 ? quantize_block_avx2(x + t * ldx + c0, n, q) : 0.0f;
-                if (n == 0) std::memset(q, 0, sizeof q);
-                uint8_t *blk = base + (tile * nb + b) * kVXBlockBytes;
-                int32_t sum = 0;
-                for (uint64_t s = 0; s < kVSteps; ++s)
-                    for (uint64_t k = 0; k < 4; ++k) {
-                        const int8_t c = static_cast<int8_t>(q[4 * s + k]);
-                        blk[(s * kTokens + j) * 4 + k] = static_cast<uint8_t>(c);
-                        sum += c;
-                    }
-                const int32_t corr = 128 * sum;
-                std::memcpy(blk + kBlock * kTokens + 4 * j, &corr, 4);
-            }
-        }
+    quantize_x_tiles<quantize_block_avx2>(
+        x, ldx, n_batch, cols, tile0, tile1, xd, [&](const int16_t *q, uint64_t tile, uint64_t b, uint64_t j) {
+            uint8_t *blk = base + (tile * nb + b) * kVXBlockBytes;
+            int32_t sum = 0;
+            for (uint64_t s = 0; s < kVSteps; ++s)
+                for (uint64_t k = 0; k < 4; ++k) {
+                    const int8_t c = static_cast<int8_t>(q[4 * s + k]);
+                    blk[(s * kTokens + j) * 4 + k] = static_cast<uint8_t>(c);
+                    sum += c;
+                }
+            const int32_t corr = 128 * sum;
+            std::memcpy(blk + kBlock * kTokens + 4 * j, &corr, 4);
+        });
 }
 
 VNNI void pack_w_vnni(const int8_t *codes, const float *scales, uint64_t n_rows, uint64_t cols, int16_t *wp,
