@@ -56,7 +56,9 @@ constexpr uint64_t kGemmMinBatch = 4;
 // Measured on the 0.6B shape at q8_row: pp64 went from 12 tok/s through
 // the fused kernel to the f16 GEMM's rate through dequantized panels.
 constexpr uint64_t kGemmMinBatchCodec = 16;
-constexpr uint64_t kPanelRows = cmf::cpu::kGemmRows;
+// Rows per prefill chunk: two packed panels, so the AVX-512 GEMM's 32-row
+// micro-kernel sees both (the AVX2 one runs them one after the other).
+constexpr uint64_t kPanelRows = 2 * cmf::cpu::kGemmRows;
 // The int8 prefill GEMM for weights with an int8 view (see the top).
 constexpr bool kInt8Gemm = true;
 // Weight rows per int8 work item: four 8-row groups (64 KiB of packed int16
