@@ -8,7 +8,6 @@
 #include <immintrin.h>
 
 #include <cmf/block_quant.hpp>
-#include <cmf/cpu_features.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -17,6 +16,12 @@
 // Compiled twice (meson.build): as kernels::avx2 with -mavx2 -mfma -mf16c,
 // and as kernels::avx512vnni with AVX-512 VL/BW/VNNI added and
 // CMF_CODECS_VNNI defined, where the q4 pair dots use vpdpbusd.
+// Because the whole file is compiled with those flags, it calls no inline
+// function of a shared header that other files compile too (such as
+// cmf/cpu_features.hpp): the linker keeps one copy of an inline function
+// per library, and if it kept this file's, code that runs before the CPU
+// check (or on a CPU without AVX-512) would execute AVX-512 instructions.
+// What it needs from there comes through kernels.hpp's plain functions.
 #ifdef CMF_CODECS_VNNI
 namespace cmf::codecs::kernels::avx512vnni {
 #else
@@ -130,7 +135,7 @@ inline __m256 block_isum(__m256i w, __m256i xq) {
 // alone asks for them (it also stops at 4 KiB page boundaries): each weight
 // stream is prefetched this far ahead, one line per 64 bytes read. The
 // distance depends on the CPU (cmf/cpu_features.hpp has the measurements).
-const long kPrefetchAhead = cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light);
+const long kPrefetchAhead = prefetch_ahead_light();
 inline void prefetch_ahead(const void *p) {
     _mm_prefetch(static_cast<const char *>(p) + kPrefetchAhead, _MM_HINT_T0);
 }
@@ -301,8 +306,8 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
 // medians of 6-8 alternating runs in three rounds (EPYC Zen 3, 19:00-19:05
 // UTC, idle): 1 KiB ahead 39.6 / - / 42.0 tok/s, 2 KiB 45.4 / 46.0 / 41.3,
 // 3 KiB - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs
-// 36.6 (3 KiB). On the Intel VM 3 KiB is as good as any (cpu_features.hpp).
-const long kQ4PrefetchAhead = cmf::prefetch_ahead_bytes(cmf::PrefetchStream::q4);
+// 36.6 (3 KiB). On the Intel VM 3 KiB is as good as any (cmf/cpu_features.hpp).
+const long kQ4PrefetchAhead = prefetch_ahead_q4();
 
 // q4 rows against a q4_pair_blocks x, two groups (A = 2k, B = 2k+1) per step:
 // one 32-byte load holds both groups' nibbles (tiled: two 16-byte loads,

@@ -107,4 +107,11 @@ void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, 
 // Which implementation the dispatcher chose ("avx512vnni", "avx2" or "portable").
 const char *active_isa();
 
+// How far ahead (bytes) the SIMD decode kernels prefetch a weight stream:
+// cmf::prefetch_ahead_bytes for light streams (q8 codes) and q4 nibbles,
+// passed through plain functions so that avx2.cpp need not include
+// cmf/cpu_features.hpp (avx2.cpp says why).
+long prefetch_ahead_light();
+long prefetch_ahead_q4();
+
 }  // namespace cmf::codecs::kernels
