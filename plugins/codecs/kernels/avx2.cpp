@@ -135,6 +135,7 @@ inline __m256 block_isum(__m256i w, __m256i xq) {
 // alone asks for them (it also stops at 4 KiB page boundaries): each weight
 // stream is prefetched this far ahead, one line per 64 bytes read. The
 // distance depends on the CPU (cmf/cpu_features.hpp has the measurements).
+// (A run-time initializer, but only a call and a store: see kTrits.)
 const long kPrefetchAhead = prefetch_ahead_light();
 inline void prefetch_ahead(const void *p) {
     _mm_prefetch(static_cast<const char *>(p) + kPrefetchAhead, _MM_HINT_T0);
@@ -478,9 +479,11 @@ namespace {
 // Byte value -> its 5 base-3 digits as weights (0, +1, -1) in lanes 0..4 of
 // an 8-float row (lanes 5..7 zero). Bytes > 242 never occur in valid payloads
 // (the decoder rejects them) and map to 0 here. 8 KiB: stays in L1.
+// Built at compile time: a run-time initializer here would be compiled
+// with this file's ISA flags and run at library load, before any CPU check.
 struct TritTable {
-    alignas(32) float v[256][8];
-    TritTable() {
+    alignas(32) float v[256][8] = {};
+    constexpr TritTable() {
         for (int b = 0; b < 256; ++b) {
             int x = b;
             for (int k = 0; k < 8; ++k, x /= 3)
@@ -488,7 +491,7 @@ struct TritTable {
         }
     }
 };
-const TritTable kTrits;
+constexpr TritTable kTrits;
 }  // namespace
 
 float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
