@@ -8,7 +8,10 @@
 # usage: no_shared_inline_copies.sh LIB.a...
 status=0
 for lib in "$@"; do
-  weak=$(nm -C "$lib" | grep -E ' [WVu] ')
+  # DW.ref.__gxx_personality_v0 (a weak pointer to the C++ exception
+  # personality routine, emitted by some builds) is data the compiler
+  # makes in every file, not code.
+  weak=$(nm -C "$lib" | grep -E ' [WVu] ' | grep -v ' DW\.ref\.__gxx_personality_v0$')
   if [ -n "$weak" ]; then
     echo "$lib defines weak symbols (inline functions shared with other files):" >&2
     echo "$weak" >&2
