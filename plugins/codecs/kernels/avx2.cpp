@@ -255,9 +255,8 @@ inline float biased_dot(uint64_t groups, const int8_t *xq, const float *sx, Code
 // Runs `dot(g0, n, sx)` over the groups in slices of kSlice, with sx[i] =
 // scale(g0 + i) * xd[g0 + i] filled first by `fill(g0, n, sx)`: the scale
 // products come out of the dot's loop, where they were a scalar chain per
-// group. Even, so that q4 slices start on a q4_pair_blocks pair boundary.
+// group (q2; the q4 pair loop makes its products in registers instead).
 constexpr uint64_t kSlice = 256;
-static_assert(kSlice % 2 == 0, "a q4 slice must start on a pair of x blocks");
 // The sum is a float, or (for the row-range kernels) a vector of 8 partial sums.
 template <class Fill, class Dot>
 inline auto sliced(uint64_t groups, Fill fill, Dot dot) {
@@ -269,31 +268,6 @@ inline auto sliced(uint64_t groups, Fill fill, Dot dot) {
         acc = acc + dot(g0, n, sx);
     }
     return acc;
-}
-// sx[i] = f16 scale i * xd[i], the scales Stride bytes apart (2: a scale
-// array; 18: q4_tiled tiles), 8 at a time.
-template <uint64_t Stride>
-inline void fill_f16_scales(const uint8_t *f16_scales, const float *xd, uint64_t n, float *sx) {
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const uint8_t *h = f16_scales + Stride * i;
-        __m128i v;
-        if constexpr (Stride == 2) {
-            v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(h));
-        } else {  // eight strided f16 scales into one register
-            v = _mm_setzero_si128();
-            v = _mm_insert_epi16(v, load_u16(h), 0);
-            v = _mm_insert_epi16(v, load_u16(h + Stride), 1);
-            v = _mm_insert_epi16(v, load_u16(h + 2 * Stride), 2);
-            v = _mm_insert_epi16(v, load_u16(h + 3 * Stride), 3);
-            v = _mm_insert_epi16(v, load_u16(h + 4 * Stride), 4);
-            v = _mm_insert_epi16(v, load_u16(h + 5 * Stride), 5);
-            v = _mm_insert_epi16(v, load_u16(h + 6 * Stride), 6);
-            v = _mm_insert_epi16(v, load_u16(h + 7 * Stride), 7);
-        }
-        _mm256_store_ps(sx + i, _mm256_mul_ps(_mm256_cvtph_ps(v), _mm256_loadu_ps(xd + i)));
-    }
-    for (; i < n; ++i) sx[i] = f16_scalar(f16_scales + Stride * i) * xd[i];
 }
 inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, float *sx) {
     uint64_t i = 0;
@@ -340,77 +314,101 @@ const long kQ4PrefetchAhead = prefetch_ahead_q4();
 //    -> 12.7-13.4 GB/s (the same within the noise): at ~180 ticks per row the
 //    stream is memory-bound either way.
 // Group g's 16 nibble bytes are at nib + Stride*g (16: split q4_block and
-// q4tp; 18: q4_tiled tiles, past their scale); `fill` is sliced's.
-template <uint64_t Stride, class Fill>
-inline __m256 q4_pair_acc(const uint8_t *nib, const int8_t *xq, const int32_t *xoff, uint64_t groups, Fill fill) {
-    return sliced(groups, fill, [&](uint64_t g0, uint64_t n, const float *sx) {
-        const uint8_t *nb = nib + Stride * g0;
-        const int8_t *x = xq + 32 * g0;
-        const int32_t *off = xoff + 4 * g0;  // 8 per pair
-        const __m256i low4 = _mm256_set1_epi8(15);
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        // sA x4 | sB x4 for the pair whose products sit in lanes j, j+1 of an 8-float register.
-        auto pair_scales = [](__m256 s8, int j) {
-            return _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
-        };
-        auto step = [&](uint64_t k, __m256 s, __m256 &a) {
-            const uint8_t *w = nb + 2 * Stride * k;
-            __m256i v;
-            if constexpr (Stride == 16)
-                v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
-            else
-                v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w))),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + Stride)), 1);
-            // Keeps v in a register: GCC otherwise folds a second load of w
-            // into the mask's vpand (one more load per pair).
-            __asm__("" : "+x"(v));
-            __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-            const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * k));
+// q4tp; 18: q4_tiled tiles, past their scale). scales8(g) gives the eight
+// products weight scale x x block scale of groups g..g+7 as one register,
+// scale1(g) one of them: made where the pair loop needs them rather than
+// filled into a buffer first (sliced), which at 1024 columns (16 pairs a
+// row) took a quarter of a row's time in fixed per-row work.
+template <uint64_t Stride, class Scales8, class Scale1>
+inline __m256 q4_pair_acc(const uint8_t *nib, const int8_t *xq, const int32_t *xoff, uint64_t groups, Scales8 scales8,
+                          Scale1 scale1) {
+    const uint8_t *nb = nib;
+    const int8_t *x = xq;
+    const int32_t *off = xoff;  // 8 per pair
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    // sA x4 | sB x4 for the pair whose products sit in lanes j, j+1 of an 8-float register.
+    auto pair_scales = [](__m256 s8, int j) {
+        return _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
+    };
+    auto step = [&](uint64_t k, __m256 s, __m256 &a) {
+        const uint8_t *w = nb + 2 * Stride * k;
+        __m256i v;
+        if constexpr (Stride == 16)
+            v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
+        else
+            v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w))),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + Stride)), 1);
+        // Keeps v in a register: GCC otherwise folds a second load of w
+        // into the mask's vpand (one more load per pair).
+        __asm__("" : "+x"(v));
+        __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * k));
 #ifdef CMF_CODECS_VNNI
-            // vpdpbusd: unsigned codes x signed x, four bytes per int32 lane,
-            // added to the lane's offset: the same integer sums, in 3 ops.
-            const __m256i p = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(o, lo, load32(x + 64 * k)), hi, load32(x + 64 * k + 32));
+        // vpdpbusd: unsigned codes x signed x, four bytes per int32 lane,
+        // added to the lane's offset: the same integer sums, in 3 ops.
+        const __m256i p = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(o, lo, load32(x + 64 * k)), hi, load32(x + 64 * k + 32));
 #else
-            const __m256i p = _mm256_add_epi32(
-                _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(x + 64 * k)),
-                                                   _mm256_maddubs_epi16(hi, load32(x + 64 * k + 32))),
-                                  _mm256_set1_epi16(1)),
-                o);
+        const __m256i p = _mm256_add_epi32(
+            _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(x + 64 * k)),
+                                               _mm256_maddubs_epi16(hi, load32(x + 64 * k + 32))),
+                              _mm256_set1_epi16(1)),
+            o);
 #endif
-            a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), a);
-        };
-        const uint64_t pairs = n / 2;
-        uint64_t k = 0;
-        for (; k + 4 <= pairs; k += 4) {
-            // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
-            for (uint64_t off = 0; off < 8 * Stride; off += 64)
-                _mm_prefetch(reinterpret_cast<const char *>(nb + 2 * Stride * k + off) + kQ4PrefetchAhead, _MM_HINT_T0);
-            const __m256 s8 = _mm256_load_ps(sx + 2 * k);
-            step(k, pair_scales(s8, 0), acc[0]);
-            step(k + 1, pair_scales(s8, 2), acc[1]);
-            step(k + 2, pair_scales(s8, 4), acc[2]);
-            step(k + 3, pair_scales(s8, 6), acc[3]);
-        }
-        for (; k < pairs; ++k) step(k, _mm256_set_m128(_mm_broadcast_ss(sx + 2 * k + 1), _mm_broadcast_ss(sx + 2 * k)), acc[k % 4]);
-        if (n % 2) {  // the unpaired last group, its x block in q4_pairs order
-            const uint64_t g = n - 1;
-            acc[3] = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_broadcast_ss(sx + g), acc[3]);
-        }
-        return _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    });
+        a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), a);
+    };
+    const uint64_t pairs = groups / 2;
+    uint64_t k = 0;
+    for (; k + 4 <= pairs; k += 4) {
+        // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
+        for (uint64_t o = 0; o < 8 * Stride; o += 64)
+            _mm_prefetch(reinterpret_cast<const char *>(nb + 2 * Stride * k + o) + kQ4PrefetchAhead, _MM_HINT_T0);
+        const __m256 s8 = scales8(2 * k);
+        step(k, pair_scales(s8, 0), acc[0]);
+        step(k + 1, pair_scales(s8, 2), acc[1]);
+        step(k + 2, pair_scales(s8, 4), acc[2]);
+        step(k + 3, pair_scales(s8, 6), acc[3]);
+    }
+    for (; k < pairs; ++k)
+        step(k, _mm256_set_m128(_mm_set1_ps(scale1(2 * k + 1)), _mm_set1_ps(scale1(2 * k))), acc[k % 4]);
+    if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
+        const uint64_t g = groups - 1;
+        acc[3] = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(g)), acc[3]);
+    }
+    return _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+}
+// Eight f16 scales Stride bytes apart (2: a scale array; 18: q4_tiled
+// tiles) widened and multiplied by x's block scales xd[0..8).
+template <uint64_t Stride>
+inline __m256 f16_scales8(const uint8_t *h, const float *xd) {
+    __m128i v;
+    if constexpr (Stride == 2) {
+        v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(h));
+    } else {  // eight strided f16 scales into one register
+        v = _mm_setzero_si128();
+        v = _mm_insert_epi16(v, load_u16(h), 0);
+        v = _mm_insert_epi16(v, load_u16(h + Stride), 1);
+        v = _mm_insert_epi16(v, load_u16(h + 2 * Stride), 2);
+        v = _mm_insert_epi16(v, load_u16(h + 3 * Stride), 3);
+        v = _mm_insert_epi16(v, load_u16(h + 4 * Stride), 4);
+        v = _mm_insert_epi16(v, load_u16(h + 5 * Stride), 5);
+        v = _mm_insert_epi16(v, load_u16(h + 6 * Stride), 6);
+        v = _mm_insert_epi16(v, load_u16(h + 7 * Stride), 7);
+    }
+    return _mm256_mul_ps(_mm256_cvtph_ps(v), _mm256_loadu_ps(xd));
 }
 // One row of each q4 layout as 8 partial sums.
 inline __m256 q4_tiled_acc(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                            uint64_t groups) {
-    return q4_pair_acc<18>(tiles + 2, xq, xoff, groups, [&](uint64_t g0, uint64_t n, float *sx) {
-        fill_f16_scales<18>(tiles + 18 * g0, xd + g0, n, sx);
-    });
+    return q4_pair_acc<18>(
+        tiles + 2, xq, xoff, groups, [&](uint64_t g) { return f16_scales8<18>(tiles + 18 * g, xd + g); },
+        [&](uint64_t g) { return f16_scalar(tiles + 18 * g) * xd[g]; });
 }
 inline __m256 q4_split_acc(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                            const float *xd, uint64_t groups) {
-    return q4_pair_acc<16>(nibbles, xq, xoff, groups, [&](uint64_t g0, uint64_t n, float *sx) {
-        fill_f16_scales<2>(f16_scales + 2 * g0, xd + g0, n, sx);
-    });
+    return q4_pair_acc<16>(
+        nibbles, xq, xoff, groups, [&](uint64_t g) { return f16_scales8<2>(f16_scales + 2 * g, xd + g); },
+        [&](uint64_t g) { return f16_scalar(f16_scales + 2 * g) * xd[g]; });
 }
 }  // namespace
 
@@ -438,9 +436,10 @@ void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups) {
-    return hsum(q4_pair_acc<16>(nibbles, xq, xoff, groups, [&](uint64_t g0, uint64_t n, float *sx) {
-        fill_f32_scales(scales + g0, xd + g0, n, sx);
-    }));
+    return hsum(q4_pair_acc<16>(
+        nibbles, xq, xoff, groups,
+        [&](uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + g), _mm256_loadu_ps(xd + g)); },
+        [&](uint64_t g) { return scales[g] * xd[g]; }));
 }
 
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
