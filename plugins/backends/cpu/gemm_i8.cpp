@@ -1,4 +1,5 @@
 #include "gemm_i8.hpp"
+#include "kernels.hpp"
 
 #include <cmf/block_quant.hpp>
 #include <cmf/cpu_features.hpp>
@@ -437,7 +438,7 @@ const Kernels *kernels_for(const char *isa) {
 const Kernels &kernels() {
     static const Kernels *best = [] {
         for (const char *isa : {"avx512vnni", "avx2"})
-            if (const Kernels *k = kernels_for(isa)) return k;
+            if (const Kernels *k = isa_allowed(isa) ? kernels_for(isa) : nullptr) return k;
         return &kPortable;
     }();
     return *best;

@@ -5,6 +5,7 @@
 #include <cmf/cpu_features.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <initializer_list>
@@ -664,10 +665,22 @@ const Kernels *kernels_for(const char *isa) {
     return nullptr;
 }
 
+bool isa_allowed(const char *isa) {
+    static const int cap = [] {  // 0: portable only, 1: up to AVX2, 2: anything
+        const char *env = std::getenv("CMF_CPU_ISA");
+        if (env != nullptr && std::strcmp(env, "portable") == 0) return 0;
+        if (env != nullptr && std::strcmp(env, "avx2") == 0) return 1;
+        return 2;
+    }();
+    if (std::strcmp(isa, "portable") == 0) return true;
+    if (std::strncmp(isa, "avx512", 6) == 0) return cap >= 2;
+    return cap >= 1;
+}
+
 const Kernels &kernels() {
     static const Kernels *best = [] {
         for (const char *isa : {"avx512", "avx2"})
-            if (const Kernels *k = kernels_for(isa)) return k;
+            if (const Kernels *k = isa_allowed(isa) ? kernels_for(isa) : nullptr) return k;
         return &kPortable;
     }();
     return *best;

@@ -109,6 +109,10 @@ struct Kernels {
 
 // The best kernels this CPU runs (portable only when native kernels are off).
 const Kernels &kernels();
+// Whether kernels() (and the int8 GEMM's) may pick this ISA: CMF_CPU_ISA=avx2
+// in the environment rules out the AVX-512 sets, =portable every SIMD set
+// (A/B runs, and testing the AVX2 paths on an AVX-512 machine).
+bool isa_allowed(const char *isa);
 // A specific set, for tests comparing ISAs ("portable", "avx2", "avx512");
 // nullptr when this CPU or build lacks it.
 const Kernels *kernels_for(const char *isa);
