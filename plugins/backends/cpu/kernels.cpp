@@ -559,7 +559,9 @@ void matmul_avx512(const float *w, uint64_t cols, const float *x, uint64_t ldx, 
 // are exactly one zmm, so two adjacent panels (32 rows) x 6 tokens take 2
 // loads and 6 broadcasts per 12 FMAs of 16 lanes, twice the AVX2 kernel's
 // work per instruction. Each output is the same k-ordered chain of FMAs as
-// in micro_16x6, so the results are the same bits.
+// in micro_16x6, so the results are the same bits. (Written out again rather
+// than shared through a template: one template would carry one target
+// attribute, and an AVX-512 one on the AVX2 path would break AVX2-only CPUs.)
 #define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 AVX512 void micro_32x6(const float *wp0, const float *wp1, const float *xb, uint64_t cols, float *y, uint64_t ldy,
                        uint64_t nr, uint64_t nt) {
