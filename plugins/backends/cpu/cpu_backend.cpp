@@ -632,6 +632,10 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
     // every key began with a full memory latency), and leaves per head
     // its running max, softmax denominator and unnormalised output. The
     // runs are then merged per head (rescaled to the common max).
+    // Runs shorter than kMinKeysPerSplit are not split further; when that
+    // leaves fewer items than 2 per thread (a short context: the first 64
+    // positions ran on one thread), the KV heads are split too, `hsplits`
+    // ranges of whole GQA groups, each item reading its part of every row.
     const uint64_t threads = pool_threads(be);
     auto key_range = [&](uint64_t t) {
         const uint64_t p = pos0 + t;
@@ -641,55 +645,66 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
     const uint64_t longest = key_range(n_tokens - 1).second - key_range(n_tokens - 1).first;
     const uint64_t splits = std::clamp<uint64_t>(std::min((2 * threads + n_tokens - 1) / n_tokens, longest / kMinKeysPerSplit),
                                                  1, 2 * threads);
+    const uint64_t hsplits = std::clamp<uint64_t>((2 * threads + n_tokens * splits - 1) / (n_tokens * splits), 1, n_kv_heads);
+    // KV heads [kv_begin(hs), kv_begin(hs + 1)) belong to head split hs.
+    auto kv_begin = [&](uint64_t hs) { return uint32_t(uint64_t(n_kv_heads) * hs / hsplits); };
     const uint64_t part_floats = SplitPart::floats(n_heads, head_dim);
     thread_local std::vector<float> parts;
-    parts.resize(n_tokens * splits * part_floats);
+    parts.resize(n_tokens * splits * hsplits * part_floats);
+    // Item ((t * splits + sp) * hsplits + hs): token t, key run sp, head split hs.
     auto part = [&, base = parts.data()](uint64_t item) { return SplitPart{base + item * part_floats, n_heads, head_dim}; };
-    parallel(be, n_tokens * splits, 1, [&](uint64_t i0, uint64_t i1) {
+    parallel(be, n_tokens * splits * hsplits, 1, [&](uint64_t i0, uint64_t i1) {
         thread_local std::vector<float> sc;  // [head][key of the run]
         thread_local std::vector<float> per_head;  // one key's value for every head
         per_head.resize(n_heads);
         float *ph = per_head.data();
         for (uint64_t i = i0; i < i1; ++i) {
-            const uint64_t t = i / splits, sp = i % splits;
+            const uint64_t t = i / (splits * hsplits), sp = i / hsplits % splits, hs = i % hsplits;
             const auto [j0, j1] = key_range(t);
             const uint64_t a = j0 + (j1 - j0) * sp / splits, b = j0 + (j1 - j0) * (sp + 1) / splits, m = b - a;
+            // This item's KV heads [kv0, kv0 + nkv) and query heads [h0, h0 + nq):
+            // the same layout as all heads, offset (head h uses KV head h / group).
+            const uint32_t kv0 = kv_begin(hs), nkv = kv_begin(hs + 1) - kv0, h0 = kv0 * group, nq = nkv * group;
+            const uint64_t kv_off = uint64_t(kv0) * head_dim, span = uint64_t(nkv) * head_dim;
             const SplitPart pt = part(i);
-            float *mx = pt.max(), *sum = pt.sum();
-            const float *qt = q + t * qd;
-            sc.resize(uint64_t(n_heads) * m);
+            float *mx = pt.max() + h0, *sum = pt.sum() + h0;
+            const float *qt = q + t * qd + uint64_t(h0) * head_dim;
+            sc.resize(uint64_t(nq) * m);
             for (uint64_t j = a; j < b; ++j) {
-                if (j + kKeysAhead < b) prefetch_row(k_cache + (j + kKeysAhead) * kvd, kvd);
-                kv_heads_dot(k, qt, k_cache + j * kvd, n_heads, group, head_dim, ph);
-                for (uint32_t h = 0; h < n_heads; ++h) {
+                if (j + kKeysAhead < b) prefetch_row(k_cache + (j + kKeysAhead) * kvd + kv_off, span);
+                kv_heads_dot(k, qt, k_cache + j * kvd + kv_off, nq, group, head_dim, ph);
+                for (uint32_t h = 0; h < nq; ++h) {
                     float v = ph[h] * scale;
                     if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
                     sc[h * m + (j - a)] = v;
                 }
             }
-            for (uint32_t h = 0; h < n_heads; ++h) {
+            for (uint32_t h = 0; h < nq; ++h) {
                 float *sh = sc.data() + h * m;
                 mx[h] = m ? *std::max_element(sh, sh + m) : -INFINITY;
                 sum[h] = m ? k.exp_sum(sh, m, mx[h]) : 0.0f;
             }
-            std::fill(pt.o(0), pt.max(), 0.0f);  // every head's o
+            std::fill(pt.o(h0), pt.o(h0 + nq), 0.0f);  // this item's heads' o
             for (uint64_t j = a; j < b; ++j) {
-                if (j + kKeysAhead < b) prefetch_row(v_cache + (j + kKeysAhead) * kvd, kvd);
-                for (uint32_t h = 0; h < n_heads; ++h) ph[h] = sc[h * m + (j - a)];
-                kv_heads_axpy(k, ph, v_cache + j * kvd, n_heads, group, head_dim, pt.o(0));  // o(h) = o(0) + h*head_dim
+                if (j + kKeysAhead < b) prefetch_row(v_cache + (j + kKeysAhead) * kvd + kv_off, span);
+                for (uint32_t h = 0; h < nq; ++h) ph[h] = sc[h * m + (j - a)];
+                kv_heads_axpy(k, ph, v_cache + j * kvd + kv_off, nq, group, head_dim, pt.o(h0));  // o(h) = o(h0) + (h-h0)*head_dim
             }
         }
     });
     // Merge the runs of each (token, head): out = sum_s e^(mx_s - M) o_s / sum_s e^(mx_s - M) sum_s.
     for (uint64_t t = 0; t < n_tokens; ++t)
         for (uint32_t h = 0; h < n_heads; ++h) {
+            uint64_t hs = 0;  // the head split holding head h
+            while (kv_begin(hs + 1) * group <= h) ++hs;
+            auto item = [&](uint64_t sp) { return (t * splits + sp) * hsplits + hs; };
             float big = -INFINITY;
-            for (uint64_t sp = 0; sp < splits; ++sp) big = std::max(big, part(t * splits + sp).max()[h]);
+            for (uint64_t sp = 0; sp < splits; ++sp) big = std::max(big, part(item(sp)).max()[h]);
             float *dst = out + t * qd + uint64_t(h) * head_dim;
             std::fill(dst, dst + head_dim, 0.0f);
             float z = 0.0f;
             for (uint64_t sp = 0; sp < splits; ++sp) {
-                const SplitPart pt = part(t * splits + sp);
+                const SplitPart pt = part(item(sp));
                 const float ps = pt.sum()[h];
                 if (ps == 0.0f) continue;  // an empty run
                 const float w = std::exp(pt.max()[h] - big);
