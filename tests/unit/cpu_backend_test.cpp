@@ -229,10 +229,10 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
                 out[nh] = 12345.0f;  // past the heads: untouched
                 if (f16) {
                     k->heads_dot_f16(q.data(), row16.data(), nh, group, hd, out.data());
-                    k->heads_axpy_f16(a.data(), row16.data(), nh, group, hd, o.data());
+                    k->heads_axpy_f16(a.data(), 1, row16.data(), 0, 1, nh, group, hd, o.data());
                 } else {
                     k->heads_dot(q.data(), row.data(), nh, group, hd, out.data());
-                    k->heads_axpy(a.data(), row.data(), nh, group, hd, o.data());
+                    k->heads_axpy(a.data(), 1, row.data(), 0, 1, nh, group, hd, o.data());
                 }
                 CHECK(out[nh] == 12345.0f);
                 for (uint32_t h = 0; h < nh; ++h) {
@@ -247,6 +247,45 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
                         const double w = o0[size_t(h) * hd + d] + double(a[h]) * rv[size_t(h / group) * hd + d];
                         CHECK(std::fabs(o[size_t(h) * hd + d] - w) <= 1e-6 * (1.0 + std::fabs(w)));
                     }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("cpu backend: heads_axpy over a run of keys equals one-key calls in key order, bit for bit") {
+    // Runs of 0, 1, 5 and 33 keys (rows with a stride wider than a row and
+    // weights with a stride wider than the run); head dims with and without
+    // 64-column blocks and a tail; f32 and f16 rows.
+    for (auto [nh, group, hd] : {std::tuple<uint32_t, uint32_t, uint32_t>{4, 2, 128}, {3, 3, 72}, {2, 1, 40}, {6, 2, 64}}) {
+        for (uint64_t n_keys : {0u, 1u, 5u, 33u}) {
+            CAPTURE(nh);
+            CAPTURE(hd);
+            CAPTURE(n_keys);
+            const uint32_t nkv = nh / group;
+            const uint64_t ldrow = uint64_t(nkv) * hd + 7, lda = n_keys + 3;
+            auto rows = random_vec(std::max<uint64_t>(1, n_keys) * ldrow, 41), a = random_vec(nh * lda, 42);
+            auto o0 = random_vec(size_t(nh) * hd, 43);
+            std::vector<uint16_t> rows16(rows.size());
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const _Float16 h = static_cast<_Float16>(rows[i]);
+                std::memcpy(&rows16[i], &h, 2);
+            }
+            for (const char *isa : {"portable", "avx2", "avx512"}) {
+                const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+                if (!k) continue;
+                CAPTURE(isa);
+                for (int f16 = 0; f16 < 2; ++f16) {
+                    CAPTURE(f16);
+                    std::vector<float> run = o0, one = o0, col(nh);
+                    if (f16) k->heads_axpy_f16(a.data(), lda, rows16.data(), ldrow, n_keys, nh, group, hd, run.data());
+                    else k->heads_axpy(a.data(), lda, rows.data(), ldrow, n_keys, nh, group, hd, run.data());
+                    for (uint64_t j = 0; j < n_keys; ++j) {
+                        for (uint32_t h = 0; h < nh; ++h) col[h] = a[h * lda + j];
+                        if (f16) k->heads_axpy_f16(col.data(), 1, rows16.data() + j * ldrow, 0, 1, nh, group, hd, one.data());
+                        else k->heads_axpy(col.data(), 1, rows.data() + j * ldrow, 0, 1, nh, group, hd, one.data());
+                    }
+                    CHECK(std::memcmp(run.data(), one.data(), run.size() * sizeof(float)) == 0);
                 }
             }
         }

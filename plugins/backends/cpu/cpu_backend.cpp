@@ -470,12 +470,12 @@ void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, const T *row, uint
         k.heads_dot_f16(q, row, n_heads, group, head_dim, out);
 }
 template <class T>
-void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, const T *row, uint32_t n_heads, uint32_t group,
-                   uint32_t head_dim, float *o) {
+void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, uint64_t lda, const T *rows, uint64_t ldrow,
+                   uint64_t n_keys, uint32_t n_heads, uint32_t group, uint32_t head_dim, float *o) {
     if constexpr (std::is_same_v<T, float>)
-        k.heads_axpy(a, row, n_heads, group, head_dim, o);
+        k.heads_axpy(a, lda, rows, ldrow, n_keys, n_heads, group, head_dim, o);
     else
-        k.heads_axpy_f16(a, row, n_heads, group, head_dim, o);
+        k.heads_axpy_f16(a, lda, rows, ldrow, n_keys, n_heads, group, head_dim, o);
 }
 // n_rows rows of `cols` cache elements (row stride ld) as f32: an f32
 // cache's rows themselves (*ld_out = ld), else widened into tmp (*ld_out = cols).
@@ -685,11 +685,9 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
                 sum[h] = m ? k.exp_sum(sh, m, mx[h]) : 0.0f;
             }
             std::fill(pt.o(h0), pt.o(h0 + nq), 0.0f);  // this item's heads' o
-            for (uint64_t j = a; j < b; ++j) {
-                if (j + kKeysAhead < b) prefetch_row(v_cache + (j + kKeysAhead) * kvd + kv_off, span);
-                for (uint32_t h = 0; h < nq; ++h) ph[h] = sc[h * m + (j - a)];
-                kv_heads_axpy(k, ph, v_cache + j * kvd + kv_off, nq, group, head_dim, pt.o(h0));  // o(h) = o(h0) + (h-h0)*head_dim
-            }
+            // The whole run at once: sc holds each head's weights over the
+            // run's keys (m apart), o(h) = o(h0) + (h-h0)*head_dim.
+            kv_heads_axpy(k, sc.data(), m, v_cache + a * kvd + kv_off, kvd, m, nq, group, head_dim, pt.o(h0));
         }
     });
     // Merge the runs of each (token, head): out = sum_s e^(mx_s - M) o_s / sum_s e^(mx_s - M) sum_s.

@@ -55,8 +55,11 @@ void heads_dot_portable(const float *q, const T *row, uint32_t n_heads, uint32_t
     for (uint32_t h = 0; h < n_heads; ++h) out[h] = dot_wide_portable(q + uint64_t(h) * hd, row + uint64_t(h / group) * hd, hd);
 }
 template <class T>
-void heads_axpy_portable(const float *a, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
-    for (uint32_t h = 0; h < n_heads; ++h) axpy_wide_portable(a[h], row + uint64_t(h / group) * hd, o + uint64_t(h) * hd, hd);
+void heads_axpy_portable(const float *a, uint64_t lda, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
+                         uint32_t group, uint32_t hd, float *o) {
+    for (uint32_t h = 0; h < n_heads; ++h)
+        for (uint64_t j = 0; j < n_keys; ++j)
+            axpy_wide_portable(a[h * lda + j], rows + j * ldrow + uint64_t(h / group) * hd, o + uint64_t(h) * hd, hd);
 }
 
 float exp_sum_portable(float *x, uint64_t n, float sub) {
@@ -252,8 +255,28 @@ AVX2 void heads_dot_avx2(const float *q, const T *row, uint32_t n_heads, uint32_
     for (; h < n_heads; ++h) out[h] = dot_wide_avx2(q + uint64_t(h) * hd, row + uint64_t(h / group) * hd, hd);
 }
 template <class T>
-AVX2 void heads_axpy_avx2(const float *a, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
-    for (uint32_t h = 0; h < n_heads; ++h) axpy_wide_avx2(a[h], row + uint64_t(h / group) * hd, o + uint64_t(h) * hd, hd);
+AVX2 void heads_axpy_avx2(const float *a, uint64_t lda, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
+                          uint32_t group, uint32_t hd, float *o) {
+    for (uint32_t h = 0; h < n_heads; ++h) {
+        const float *ah = a + h * lda;
+        const T *rh = rows + uint64_t(h / group) * hd;
+        float *oh = o + uint64_t(h) * hd;
+        uint32_t d = 0;
+        // 64 columns of this head's output in 8 registers over the whole run.
+        for (; d + 64 <= hd; d += 64) {
+            __m256 acc[8];
+            for (int i = 0; i < 8; ++i) acc[i] = _mm256_loadu_ps(oh + d + 8 * i);
+            for (uint64_t j = 0; j < n_keys; ++j) {
+                const __m256 va = _mm256_set1_ps(ah[j]);
+                const T *r = rh + j * ldrow + d;
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(va, load8_wide(r + 8 * i), acc[i]);
+            }
+            for (int i = 0; i < 8; ++i) _mm256_storeu_ps(oh + d + 8 * i, acc[i]);
+        }
+        if (d < hd)  // the rest of the columns as per-key axpys (the same operations per element)
+            for (uint64_t j = 0; j < n_keys; ++j) axpy_wide_avx2(ah[j], rh + j * ldrow + d, oh + d, hd - d);
+    }
 }
 AVX2 float dot_avx2(const float *a, const float *b, uint64_t n) { return dot_wide_avx2(a, b, n); }
 AVX2 void axpy_avx2(float a, const float *x, float *y, uint64_t n) { axpy_wide_avx2(a, x, y, n); }

@@ -71,17 +71,22 @@ using NarrowF16Fn = void (*)(const float *src, uint64_t n, uint16_t *dst);
 
 // Decode attention over one KV-cache row (every KV head, `head_dim` apart),
 // f32 or f16 bits, for `n_heads` query heads of which each `group` share a
-// KV head: out[h] = dot(q + h*head_dim, row + (h/group)*head_dim), and
-// o[h*head_dim + d] += a[h] * row[(h/group)*head_dim + d]. One call per key
-// instead of one dot and one axpy per (key, head).
+// KV head: out[h] = dot(q + h*head_dim, row + (h/group)*head_dim), one call
+// per key instead of one dot per (key, head); and heads_axpy, below, over a
+// run of rows.
 using HeadsDotFn = void (*)(const float *q, const float *row, uint32_t n_heads, uint32_t group, uint32_t head_dim,
                             float *out);
 using HeadsDotF16Fn = void (*)(const float *q, const uint16_t *row, uint32_t n_heads, uint32_t group,
                                uint32_t head_dim, float *out);
-using HeadsAxpyFn = void (*)(const float *a, const float *row, uint32_t n_heads, uint32_t group, uint32_t head_dim,
-                             float *o);
-using HeadsAxpyF16Fn = void (*)(const float *a, const uint16_t *row, uint32_t n_heads, uint32_t group,
-                                uint32_t head_dim, float *o);
+// heads_axpy takes a run of n_keys cache rows (ldrow elements apart) at once:
+//   o[h*head_dim + d] += sum over j < n_keys of a[h*lda + j] * rows[j*ldrow + (h/group)*head_dim + d],
+// the keys added in order, each as one multiply-add per element (as n_keys
+// single-row axpys would); the SIMD forms hold a block of o in registers
+// across the run instead of loading and storing it per key.
+using HeadsAxpyFn = void (*)(const float *a, uint64_t lda, const float *rows, uint64_t ldrow, uint64_t n_keys,
+                             uint32_t n_heads, uint32_t group, uint32_t head_dim, float *o);
+using HeadsAxpyF16Fn = void (*)(const float *a, uint64_t lda, const uint16_t *rows, uint64_t ldrow, uint64_t n_keys,
+                                uint32_t n_heads, uint32_t group, uint32_t head_dim, float *o);
 
 struct Kernels {
     const char *isa;  // "avx512", "avx2" or "portable"
