@@ -30,11 +30,34 @@ inline bool cpu_has_avx2_fma_f16c() {
 #endif
 }
 
+// AVX-512 F + VL + BW + VNNI (with AVX2 + FMA + F16C): what the avx512vnni
+// kernel sets (the codecs' and the CPU backend's int8 GEMM) assume.
+inline bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__)
+    static const bool yes = cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vnni");
+    return yes;
+#else
+    return false;
+#endif
+}
+
+// The SIMD level an environment variable caps a plugin's kernel choice at
+// (CMF_CODECS_ISA, CMF_CPU_ISA): "portable" 0, "avx2" 1, unset or anything
+// else 2 (no cap). Read when called; callers keep the answer.
+inline int isa_cap_from_env(const char *name) {
+    const char *env = std::getenv(name);
+    if (env != nullptr && std::strcmp(env, "portable") == 0) return 0;
+    if (env != nullptr && std::strcmp(env, "avx2") == 0) return 1;
+    return 2;
+}
+
 // Decode kernels stream weights from memory and software-prefetch each
 // stream this many bytes ahead of the loads. The best distance depends on
 // the memory system more than on the kernel, so it is chosen per CPU
 // vendor. Measured with cmfhost bench (tg64, the 0.6B-shaped files, 2
-// threads; docs/performance.md, "Prefetch distance"):
+// threads; docs/performance.md, "Session 8" and "q4 prefetch 3 KiB"):
 //  - AMD (EPYC Zen 3 VM): 1 KiB for the light streams (f16/bf16/f32 rows,
 //    q8 codes); 512 B and 2 KiB were slower. q4 3 KiB (1 KiB: -5-15 %).
 //  - Intel (Xeon with AVX-512 VM): 1 KiB left a quarter of the bandwidth

@@ -214,7 +214,7 @@ TEST_CASE("roundtrip: matmul kernels match the reference decode") {
     const int32_t ids[] = {CMF_DTYPE_F16,  CMF_DTYPE_BF16,     CMF_DTYPE_F32,  CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F,
                            CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_Q4_TILED, CMF_DTYPE_Q4TP, CMF_DTYPE_VBIT_RO, CMF_DTYPE_Q1,
                            CMF_DTYPE_Q1T,  CMF_DTYPE_Q2TP};
-    MESSAGE("kernels: " << cmf::codecs::kernels::active_isa());
+    MESSAGE("kernels: " << std::string(cmf::codecs::kernels::active_isa()));
     for (int32_t id : ids) {
         for (int iter = 0; iter < 6; ++iter) {
             uint64_t rows = 1 + 2 * (rng() % 6), cols = 32 * (1 + rng() % 5), batch = 1 + rng() % 6;  // both the per-dot and the decode-once paths

@@ -427,10 +427,7 @@ const Kernels *kernels_for(const char *isa) {
     if (std::strcmp(isa, "portable") == 0) return &kPortable;
 #ifdef CMF_X86
     if (std::strcmp(isa, "avx2") == 0 && cpu_has_avx2_fma_f16c()) return &kAvx2;
-    if (std::strcmp(isa, "avx512vnni") == 0 && cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vnni"))
-        return &kAvx512Vnni;
+    if (std::strcmp(isa, "avx512vnni") == 0 && cpu_has_avx512_vnni()) return &kAvx512Vnni;
 #endif
     return nullptr;
 }

@@ -5,7 +5,6 @@
 #include <cmf/cpu_features.hpp>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <initializer_list>
@@ -691,12 +690,7 @@ const Kernels *kernels_for(const char *isa) {
 }
 
 bool isa_allowed(const char *isa) {
-    static const int cap = [] {  // 0: portable only, 1: up to AVX2, 2: anything
-        const char *env = std::getenv("CMF_CPU_ISA");
-        if (env != nullptr && std::strcmp(env, "portable") == 0) return 0;
-        if (env != nullptr && std::strcmp(env, "avx2") == 0) return 1;
-        return 2;
-    }();
+    static const int cap = isa_cap_from_env("CMF_CPU_ISA");  // 0: portable only, 1: up to AVX2, 2: anything
     if (std::strcmp(isa, "portable") == 0) return true;
     if (std::strncmp(isa, "avx512", 6) == 0) return cap >= 2;
     return cap >= 1;

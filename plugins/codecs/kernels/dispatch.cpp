@@ -6,7 +6,6 @@
 
 #include <cmf/cpu_features.hpp>
 
-#include <cstdlib>
 #include <cstring>
 
 namespace cmf::codecs::kernels {
@@ -16,12 +15,7 @@ namespace {
 // benchmarks, or a way around a suspected SIMD bug); unset or anything else:
 // the best the CPU runs.
 int isa_cap() {
-    static const int cap = [] {
-        const char *env = std::getenv("CMF_CODECS_ISA");
-        if (env != nullptr && std::strcmp(env, "portable") == 0) return 0;
-        if (env != nullptr && std::strcmp(env, "avx2") == 0) return 1;
-        return 2;
-    }();
+    static const int cap = cmf::isa_cap_from_env("CMF_CODECS_ISA");
     return cap;
 }
 bool has_avx2() {
@@ -34,10 +28,7 @@ bool has_avx2() {
 // What the avx512vnni build of avx2.cpp was compiled for (meson.build).
 bool has_avx512vnni() {
 #if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
-    static const bool yes = isa_cap() >= 2 && has_avx2() && __builtin_cpu_supports("avx512f") &&
-                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vnni");
-    return yes;
+    return isa_cap() >= 2 && cmf::cpu_has_avx512_vnni();
 #else
     return false;
 #endif
