@@ -61,7 +61,8 @@ inline int isa_cap_from_env(const char *name) {
 //  - AMD (EPYC Zen 3 VM): 1 KiB for the light streams (f16/bf16/f32 rows,
 //    q8 codes); 512 B and 2 KiB were slower. q4 3 KiB (1 KiB: -5-15 %).
 //  - Intel (Xeon with AVX-512 VM): 1 KiB left a quarter of the bandwidth
-//    unused; 4-8 KiB: f16 15.0 -> 18.2-19.5 tok/s, q8 27.3 -> 32.3-34.1.
+//    unused; two alternating rounds, 1 KiB -> 4 and 8 KiB: f16 14.7-15.4
+//    -> 18.0-19.5 tok/s, q8 26.6-28.0 -> 32.3-34.1.
 //    q4 3 KiB, as on AMD (2-6 KiB: the same or slower).
 // CMF_PREFETCH_AHEAD=BYTES (64..65536) overrides every distance, for A/B
 // runs on a new machine.
