@@ -153,6 +153,19 @@ typedef struct cmf_codec_vt {
      * Reentrant: called concurrently on disjoint row ranges. */
     cmf_error *(*int8_rows)(void *ctx, const cmf_tensor_view *t, uint64_t row_begin, uint64_t row_end,
                             int8_t *codes, float *scales);
+
+    /* matmul_rows with an identity for the activations: the caller promises
+     * that all calls passing the same nonzero x_id pass the same x contents
+     * (same ldx, n_batch and cols), so a codec that converts x before its
+     * dots (the standard codecs quantize it to int8 blocks, once per thread)
+     * can reuse that conversion without comparing x again. A caller takes a
+     * fresh id per matmul and splits the matmul into row ranges; x_id 0
+     * makes no promise. Optional (NULL: the caller uses matmul_rows; added
+     * after plugin ABI 1's first release, so hosts and backends read it only
+     * when struct_size covers it). Same contract as matmul_rows otherwise. */
+    cmf_error *(*matmul_rows_x)(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx,
+                                uint64_t n_batch, uint64_t row_begin, uint64_t row_end, float *y,
+                                uint64_t ldy, uint64_t x_id);
 } cmf_codec_vt;
 
 /* Columns per scale block of cmf_codec_vt.int8_rows. */

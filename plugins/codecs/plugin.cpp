@@ -2,6 +2,7 @@
 // Each init (one per runtime) gets its own state, so several runtimes in one
 // process each hold their own host table.
 #include "dtype.hpp"
+#include "dtypes/common.hpp"
 
 #include <cmf/cmf_plugin.h>
 #include <cmf/plugin.hpp>
@@ -104,6 +105,15 @@ cmf_error *vt_matmul_rows(void *ctx, const cmf_tensor_view *w, const float *x, u
                           [&] { c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy); });
 }
 
+cmf_error *vt_matmul_rows_x(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx, uint64_t n_batch,
+                            uint64_t r0, uint64_t r1, float *y, uint64_t ldy, uint64_t x_id) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        cmf::codecs::XIdScope scope(x_id);
+        c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy);
+    });
+}
+
 // The int8 view for int8 GEMMs (cmf_codec_vt.int8_rows); codes == scales
 // == NULL asks whether this tensor has one.
 cmf_error *vt_int8_rows(void *ctx, const cmf_tensor_view *t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) {
@@ -151,6 +161,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
             vt.matmul_rows = d->has_matmul() ? vt_matmul_rows : nullptr;
             vt.quantize_rows = d->can_quantize() ? vt_quantize_rows : nullptr;
             vt.int8_rows = d->has_int8_rows() ? vt_int8_rows : nullptr;
+            vt.matmul_rows_x = d->has_matmul() ? vt_matmul_rows_x : nullptr;
             state->codecs.push_back(std::move(c));
         }
     });

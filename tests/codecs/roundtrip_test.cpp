@@ -5,6 +5,7 @@
 
 #include "half.hpp"
 
+#include "dtypes/common.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
 
@@ -253,6 +254,40 @@ TEST_CASE("roundtrip: matmul kernels match the reference decode") {
                 CHECK(y[b * ldy + rows] == -7.0f);  // padding untouched
             }
         }
+    }
+}
+
+TEST_CASE("roundtrip: matmul_rows_x reuses x's quantization exactly when the x_id repeats") {
+    // The contract (cmf_codec_vt.matmul_rows_x): one nonzero id, one x. Under
+    // a repeated id the cached quantization is taken without looking at x,
+    // which this test shows by breaking the promise; a new id or id 0
+    // compares x in full, so a buffer refilled with new activations is seen.
+    std::mt19937 rng(31);
+    for (int32_t id : {CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q4_BLOCK}) {
+        CAPTURE(id);
+        const uint64_t rows = 8, cols = 96;
+        std::vector<uint64_t> shape{rows, cols};
+        std::vector<float> w = gaussian(rows * cols, rng(), 0.01f);
+        std::vector<uint8_t> p = encode(id, shape, w.data(), "");
+        cmf_tensor_view t = view(id, shape, p);
+        const std::vector<float> x1 = gaussian(cols, rng()), x2 = gaussian(cols, rng());
+        auto run = [&](const std::vector<float> &x, uint64_t x_id) {
+            std::vector<float> y(rows);
+            cmf::codecs::XIdScope scope(x_id);
+            dtype(id).matmul_rows(t, x.data(), cols, 1, 0, rows / 2, y.data(), rows);
+            dtype(id).matmul_rows(t, x.data(), cols, 1, rows / 2, rows, y.data(), rows);
+            return y;
+        };
+        const std::vector<float> y1 = run(x1, 0), y2 = run(x2, 0);
+        REQUIRE(y1 != y2);
+        std::vector<float> buf = x1;
+        CHECK(run(buf, 1001) == y1);
+        buf = x2;                      // same buffer, new contents...
+        CHECK(run(buf, 1001) == y1);   // ...under the same id: the promise says x did not change
+        CHECK(run(buf, 1002) == y2);   // a new id compares x
+        buf = x1;
+        CHECK(run(buf, 0) == y1);      // no id: compared in full
+        CHECK(run(buf, 1002) == y1);   // the entry follows x, not the id it was made under
     }
 }
 

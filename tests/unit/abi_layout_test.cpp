@@ -75,7 +75,7 @@ namespace {
     CHECK_OFFSET(cmf_quantize_params, options, 8);
     CHECK_OFFSET(cmf_quantize_params, act_rms, 16);
     CHECK_OFFSET(cmf_quantize_params, act_rms_len, 24);
-    CHECK_SIZE(cmf_codec_vt, 96);
+    CHECK_SIZE(cmf_codec_vt, 104);
     CHECK_OFFSET(cmf_codec_vt, abi_version, 4);
     CHECK_OFFSET(cmf_codec_vt, name, 8);
     CHECK_OFFSET(cmf_codec_vt, version, 16);
@@ -89,6 +89,7 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, matmul_rows, 72);
     CHECK_OFFSET(cmf_codec_vt, quantize_rows, 80);
     CHECK_OFFSET(cmf_codec_vt, int8_rows, 88);
+    CHECK_OFFSET(cmf_codec_vt, matmul_rows_x, 96);
     CHECK(CMF_INT8_BLOCK == 32);
     CHECK_SIZE(cmf_backend_vt, 168);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);

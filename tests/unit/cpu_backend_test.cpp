@@ -228,10 +228,10 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
                 std::vector<float> out(nh + 1, NAN), o = o0;
                 out[nh] = 12345.0f;  // past the heads: untouched
                 if (f16) {
-                    k->heads_dot_f16(q.data(), row16.data(), nh, group, hd, out.data());
+                    k->heads_dot_f16(q.data(), row16.data(), 0, 1, nh, group, hd, out.data(), 1);
                     k->heads_axpy_f16(a.data(), 1, row16.data(), 0, 1, nh, group, hd, o.data());
                 } else {
-                    k->heads_dot(q.data(), row.data(), nh, group, hd, out.data());
+                    k->heads_dot(q.data(), row.data(), 0, 1, nh, group, hd, out.data(), 1);
                     k->heads_axpy(a.data(), 1, row.data(), 0, 1, nh, group, hd, o.data());
                 }
                 CHECK(out[nh] == 12345.0f);
@@ -247,6 +247,57 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
                         const double w = o0[size_t(h) * hd + d] + double(a[h]) * rv[size_t(h / group) * hd + d];
                         CHECK(std::fabs(o[size_t(h) * hd + d] - w) <= 1e-6 * (1.0 + std::fabs(w)));
                     }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("cpu backend: heads_dot over a run of keys equals one-key calls, bit for bit") {
+    // Runs of 0-9 keys (whole 4-key blocks and every tail), rows with a
+    // stride wider than a row, scores with a stride wider than the run;
+    // GQA groups of 2 and 3 (heads paired inside and across KV heads), MHA,
+    // an odd head count, a head dim off the 8-wide path; f32 and f16 rows.
+    for (auto [nh, group, hd] : {std::tuple<uint32_t, uint32_t, uint32_t>{4, 2, 128}, {3, 3, 72}, {5, 1, 40},
+                                 {6, 3, 64}, {2, 1, 12}}) {
+        for (uint64_t n_keys : {0u, 1u, 2u, 3u, 4u, 5u, 7u, 9u}) {
+            CAPTURE(nh);
+            CAPTURE(group);
+            CAPTURE(hd);
+            CAPTURE(n_keys);
+            const uint32_t nkv = nh / group;
+            const uint64_t ldrow = uint64_t(nkv) * hd + 5, ldo = n_keys + 2;
+            auto rows = random_vec(std::max<uint64_t>(1, n_keys) * ldrow, 51), q = random_vec(size_t(nh) * hd, 52);
+            std::vector<uint16_t> rows16(rows.size());
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const _Float16 h = static_cast<_Float16>(rows[i]);
+                std::memcpy(&rows16[i], &h, 2);
+            }
+            for (const char *isa : {"portable", "avx2", "avx512"}) {
+                const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+                if (!k) continue;
+                CAPTURE(isa);
+                for (int f16 = 0; f16 < 2; ++f16) {
+                    CAPTURE(f16);
+                    std::vector<float> run(nh * ldo, -3.0f), one(nh * ldo, -3.0f);
+                    if (f16) k->heads_dot_f16(q.data(), rows16.data(), ldrow, n_keys, nh, group, hd, run.data(), ldo);
+                    else k->heads_dot(q.data(), rows.data(), ldrow, n_keys, nh, group, hd, run.data(), ldo);
+                    for (uint64_t j = 0; j < n_keys; ++j) {
+                        if (f16) k->heads_dot_f16(q.data(), rows16.data() + j * ldrow, 0, 1, nh, group, hd, one.data() + j, ldo);
+                        else k->heads_dot(q.data(), rows.data() + j * ldrow, 0, 1, nh, group, hd, one.data() + j, ldo);
+                    }
+                    CHECK(std::memcmp(run.data(), one.data(), run.size() * sizeof(float)) == 0);  // padding untouched too
+                    for (uint32_t h = 0; h < nh; ++h)
+                        for (uint64_t j = 0; j < n_keys; ++j) {
+                            double want = 0, mag = 0;
+                            for (uint32_t d = 0; d < hd; ++d) {
+                                const double r = f16 ? double(static_cast<float>(static_cast<_Float16>(rows[j * ldrow + (h / group) * hd + d])))
+                                                     : rows[j * ldrow + (h / group) * hd + d];
+                                want += double(q[size_t(h) * hd + d]) * r;
+                                mag += std::fabs(double(q[size_t(h) * hd + d]) * r);
+                            }
+                            CHECK(std::fabs(run[h * ldo + j] - want) <= 1e-6 * mag + 1e-7);
+                        }
                 }
             }
         }

@@ -25,8 +25,10 @@
 #include <cmf/plugin.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -46,6 +48,8 @@ struct cmf_backend_weight {
     // The codec hands this weight over as int8 codes + block scales
     // (cmf_codec_vt.int8_rows answered yes at bind time).
     bool int8 = false;
+    // The codec's matmul_rows_x, when its struct_size covers it (else NULL).
+    decltype(cmf_codec_vt::matmul_rows_x) matmul_rows_x = nullptr;
 };
 
 namespace {
@@ -125,6 +129,8 @@ cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight *
             w->int8 = e == nullptr;
             if (e != nullptr) be->host->error_free(e);
         }
+        if (w->codec != nullptr && w->codec->struct_size >= offsetof(cmf_codec_vt, matmul_rows_x) + sizeof(void *))
+            w->matmul_rows_x = w->codec->matmul_rows_x;
         if (t->ndim == 1) {
             w->vec.resize(w->cols);
             if (w->codec == nullptr) {
@@ -151,7 +157,15 @@ struct MatmulJob {
     const float *xp;   // prefill: x packed for the GEMM (kernels.hpp layout)
     const int16_t *xq;  // int8 prefill: x quantized and packed (gemm_i8.hpp layout)
     const float *xd;    //   and its block scales
+    uint64_t x_id;      // this call's cmf_codec_vt.matmul_rows_x id
 };
+
+// A fresh nonzero x_id per matmul call, unique in the process: every row
+// range of one call shares it, so the codec quantizes x once per thread.
+uint64_t next_x_id() {
+    static std::atomic<uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 void record_error(MatmulJob *job, cmf_error *e) {
     // Chunks run concurrently: keep the first error, release the others.
@@ -186,9 +200,12 @@ void matmul_chunk_native(void *user, uint64_t r0, uint64_t r1) {
 void matmul_chunk_codec(void *user, uint64_t r0, uint64_t r1) {
     auto *job = static_cast<MatmulJob *>(user);
     const cmf_backend_weight *w = job->w;
-    if (cmf_error *e = w->codec->matmul_rows(w->codec_ctx, &w->view, job->x, w->cols, job->n_batch, r0, r1, job->y,
-                                             w->rows))
-        record_error(job, e);
+    cmf_error *e = w->matmul_rows_x != nullptr
+                       ? w->matmul_rows_x(w->codec_ctx, &w->view, job->x, w->cols, job->n_batch, r0, r1, job->y,
+                                          w->rows, job->x_id)
+                       : w->codec->matmul_rows(w->codec_ctx, &w->view, job->x, w->cols, job->n_batch, r0, r1, job->y,
+                                               w->rows);
+    if (e) record_error(job, e);
 }
 
 void matmul_chunk_dequant(void *user, uint64_t r0, uint64_t r1) {
@@ -305,7 +322,7 @@ cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64
     if (w == nullptr || x == nullptr || y == nullptr)
         return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: NULL argument");
     if (w->view.ndim != 2) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: the weight is not 2-D");
-    MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr, nullptr, nullptr};
+    MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr, nullptr, nullptr, next_x_id()};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
     bool native = native_dtype(w->view.dtype);
     if (w->int8 && n_batch >= kGemmMinBatchCodec) return matmul_int8(be, job);
@@ -390,6 +407,20 @@ const float *vector_of(Backend *be, const cmf_backend_weight *w, uint64_t dim, c
     return w->vec.data();
 }
 
+// Sum of squares in double (ARCHS 1.5: f64 or pairwise f32) as eight
+// independent partial sums, which the compiler keeps in vector registers:
+// one running sum waits on each add's latency, and that made a decode
+// step's rms_norm calls (qwen3's per-head q/k norms: 2 x 16 rows of 128 per
+// layer) cost 2.4-3.0 us each, single-threaded between the matmuls.
+double sum_squares_f64(const float *x, uint64_t n) {
+    double acc[8] = {};
+    uint64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (uint64_t l = 0; l < 8; ++l) acc[l] += double(x[j + l]) * double(x[j + l]);
+    for (uint64_t l = 0; j < n; ++j, ++l) acc[l] += double(x[j]) * double(x[j]);
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 cmf_error *rms_norm(void *ctx, const float *x, const cmf_backend_weight *w, uint64_t n_rows, uint64_t dim, float eps,
                     int32_t style, float *y) {
     Backend *be = as_backend(ctx);
@@ -402,9 +433,7 @@ cmf_error *rms_norm(void *ctx, const float *x, const cmf_backend_weight *w, uint
             for (uint64_t r = r0; r < r1; ++r) {
                 const float *xr = x + r * dim;
                 float *yr = y + r * dim;
-                // Mean of squares in double (ARCHS 1.5: f64 or pairwise f32).
-                double ss = 0;
-                for (uint64_t j = 0; j < dim; ++j) ss += double(xr[j]) * xr[j];
+                const double ss = sum_squares_f64(xr, dim);
                 float inv = static_cast<float>(1.0 / std::sqrt(ss / double(dim) + double(eps)));
                 if (gemma)
                     for (uint64_t j = 0; j < dim; ++j) yr[j] = (xr[j] * inv) * (1.0f + wv[j]);
@@ -415,34 +444,69 @@ cmf_error *rms_norm(void *ctx, const float *x, const cmf_backend_weight *w, uint
     });
 }
 
+// cos/sin of every rotary pair's angle at one position, as HF computes
+// them: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq in f32.
+struct RopeAngles {
+    float theta = 0;
+    uint32_t rot_dim = 0;
+    uint64_t pos = UINT64_MAX;
+    std::vector<float> inv_freq, cs, sn;
+    void set_freqs(float th, uint32_t rd) {
+        if (th == theta && rd == rot_dim) return;
+        theta = th, rot_dim = rd, pos = UINT64_MAX;
+        const uint32_t half = rd / 2;
+        inv_freq.resize(half), cs.resize(half), sn.resize(half);
+        for (uint32_t i = 0; i < half; ++i)
+            inv_freq[i] = 1.0f / std::pow(th, static_cast<float>(2 * i) / static_cast<float>(rd));
+    }
+    void set_pos(uint64_t p) {
+        if (p == pos) return;
+        const float fp = static_cast<float>(p);
+        for (size_t i = 0; i < inv_freq.size(); ++i) {
+            const float a = fp * inv_freq[i];
+            cs[i] = std::cos(a);
+            sn[i] = std::sin(a);
+        }
+        pos = p;
+    }
+};
+
+void rope_token(float *xt, uint32_t n_heads, uint32_t head_dim, const RopeAngles &ang) {
+    const uint64_t half = ang.cs.size();
+    const float *cs = ang.cs.data(), *sn = ang.sn.data();
+    for (uint32_t h = 0; h < n_heads; ++h) {
+        float *v = xt + uint64_t(h) * head_dim;
+        for (uint64_t i = 0; i < half; ++i) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
 cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads, uint32_t head_dim,
                 uint32_t rot_dim, uint64_t pos0, float theta) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
         if (rot_dim % 2 != 0 || rot_dim > head_dim || uint64_t(n_heads) * head_dim > ld)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "rope: rot_dim must be even and <= head_dim, heads must fit ld");
-        uint32_t half = rot_dim / 2;
-        // HF computes inv_freq = 1 / theta^(2i/d) and the angle in f32.
-        std::vector<float> inv_freq(half);
-        for (uint32_t i = 0; i < half; ++i)
-            inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot_dim));
+        // Each thread keeps its last position's angles: a decode step
+        // rotates q and k of every layer at the same position, so the 2 x
+        // layers calls share one set of pow/cos/sin (they were most of
+        // rope's 3.5 us per call).
+        thread_local RopeAngles last;
+        if (n_tokens == 1) {
+            last.set_freqs(theta, rot_dim);
+            last.set_pos(pos0);
+            rope_token(x, n_heads, head_dim, last);
+            return;
+        }
         parallel(be, n_tokens, 1, [&](uint64_t t0, uint64_t t1) {
-            std::vector<float> cs(half), sn(half);
+            RopeAngles ang;
+            ang.set_freqs(theta, rot_dim);
             for (uint64_t t = t0; t < t1; ++t) {
-                float p = static_cast<float>(pos0 + t);
-                for (uint32_t i = 0; i < half; ++i) {
-                    float a = p * inv_freq[i];
-                    cs[i] = std::cos(a);
-                    sn[i] = std::sin(a);
-                }
-                for (uint32_t h = 0; h < n_heads; ++h) {
-                    float *v = x + t * ld + uint64_t(h) * head_dim;
-                    for (uint32_t i = 0; i < half; ++i) {
-                        float a = v[i], b = v[i + half];
-                        v[i] = a * cs[i] - b * sn[i];
-                        v[i + half] = b * cs[i] + a * sn[i];
-                    }
-                }
+                ang.set_pos(pos0 + t);
+                rope_token(x + t * ld, n_heads, head_dim, ang);
             }
         });
     });
@@ -462,12 +526,12 @@ constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
 // ---- KV cache rows: f32, or f16 bits (kv_write / attention_kv) ----
 // One cache row against every head (Kernels::heads_dot / heads_axpy).
 template <class T>
-void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, const T *row, uint32_t n_heads, uint32_t group,
-                  uint32_t head_dim, float *out) {
+void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys,
+                  uint32_t n_heads, uint32_t group, uint32_t head_dim, float *out, uint64_t ldo) {
     if constexpr (std::is_same_v<T, float>)
-        k.heads_dot(q, row, n_heads, group, head_dim, out);
+        k.heads_dot(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
     else
-        k.heads_dot_f16(q, row, n_heads, group, head_dim, out);
+        k.heads_dot_f16(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
 }
 template <class T>
 void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, uint64_t lda, const T *rows, uint64_t ldrow,
@@ -584,16 +648,6 @@ void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v
     }
 }
 
-// Decode attention reads its run of cache rows front to back; the hardware
-// prefetcher stops at each 4 KiB page (one or two f16 rows), so the rows
-// kKeysAhead ahead are prefetched in software, a line per 64 bytes.
-constexpr uint64_t kKeysAhead = 2;
-template <class T>
-void prefetch_row(const T *row, uint64_t n) {
-    const char *c = reinterpret_cast<const char *>(row);
-    for (uint64_t off = 0; off < n * sizeof(T); off += 64) __builtin_prefetch(c + off, 0, 3);
-}
-
 // Decode attention: a run of keys shorter than this is not split further.
 constexpr uint64_t kMinKeysPerSplit = 32;
 
@@ -655,9 +709,6 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
     auto part = [&, base = parts.data()](uint64_t item) { return SplitPart{base + item * part_floats, n_heads, head_dim}; };
     parallel(be, n_tokens * splits * hsplits, 1, [&](uint64_t i0, uint64_t i1) {
         thread_local std::vector<float> sc;  // [head][key of the run]
-        thread_local std::vector<float> per_head;  // one key's value for every head
-        per_head.resize(n_heads);
-        float *ph = per_head.data();
         for (uint64_t i = i0; i < i1; ++i) {
             const uint64_t t = i / (splits * hsplits), sp = i / hsplits % splits, hs = i % hsplits;
             const auto [j0, j1] = key_range(t);
@@ -665,19 +716,16 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
             // This item's KV heads [kv0, kv0 + nkv) and query heads [h0, h0 + nq):
             // the same layout as all heads, offset (head h uses KV head h / group).
             const uint32_t kv0 = kv_begin(hs), nkv = kv_begin(hs + 1) - kv0, h0 = kv0 * group, nq = nkv * group;
-            const uint64_t kv_off = uint64_t(kv0) * head_dim, span = uint64_t(nkv) * head_dim;
+            const uint64_t kv_off = uint64_t(kv0) * head_dim;
             const SplitPart pt = part(i);
             float *mx = pt.max() + h0, *sum = pt.sum() + h0;
             const float *qt = q + t * qd + uint64_t(h0) * head_dim;
             sc.resize(uint64_t(nq) * m);
-            for (uint64_t j = a; j < b; ++j) {
-                if (j + kKeysAhead < b) prefetch_row(k_cache + (j + kKeysAhead) * kvd + kv_off, span);
-                kv_heads_dot(k, qt, k_cache + j * kvd + kv_off, nq, group, head_dim, ph);
-                for (uint32_t h = 0; h < nq; ++h) {
-                    float v = ph[h] * scale;
-                    if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
-                    sc[h * m + (j - a)] = v;
-                }
+            // Every head's scores over the run (sc[h * m + key]), then scaled.
+            kv_heads_dot(k, qt, k_cache + a * kvd + kv_off, kvd, m, nq, group, head_dim, sc.data(), m);
+            for (float &v : sc) {
+                v *= scale;
+                if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
             }
             for (uint32_t h = 0; h < nq; ++h) {
                 float *sh = sc.data() + h * m;

@@ -50,8 +50,11 @@ float dot_f16_portable(const float *a, const uint16_t *h, uint64_t n) { return d
 void axpy_f16_portable(float a, const uint16_t *h, float *y, uint64_t n) { axpy_wide_portable(a, h, y, n); }
 // Per head, the same sums as dot/axpy above (so portable results did not change).
 template <class T>
-void heads_dot_portable(const float *q, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *out) {
-    for (uint32_t h = 0; h < n_heads; ++h) out[h] = dot_wide_portable(q + uint64_t(h) * hd, row + uint64_t(h / group) * hd, hd);
+void heads_dot_portable(const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
+                        uint32_t group, uint32_t hd, float *out, uint64_t ldo) {
+    for (uint64_t j = 0; j < n_keys; ++j)
+        for (uint32_t h = 0; h < n_heads; ++h)
+            out[h * ldo + j] = dot_wide_portable(q + uint64_t(h) * hd, rows + j * ldrow + uint64_t(h / group) * hd, hd);
 }
 template <class T>
 void heads_axpy_portable(const float *a, uint64_t lda, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
@@ -224,35 +227,99 @@ AVX2 void axpy_wide_avx2(float a, const T *x, float *y, uint64_t n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8_wide(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; ++i) y[i] += a * wide1(x[i]);
 }
-// Four heads at a time, two accumulators each (eight FMA chains in flight),
-// their sums out through one horizontal-add tree; the row's slice of a KV
-// head is read once per query head (from L1 after the first).
-template <class T>
-AVX2 void heads_dot_avx2(const float *q, const T *row, uint32_t n_heads, uint32_t group, uint32_t hd, float *out) {
-    uint32_t h = 0;
-    if (hd % 16 == 0) {
-        for (; h + 4 <= n_heads; h += 4) {
-            __m256 acc[4][2];
-            for (int i = 0; i < 4; ++i) {
-                const float *qh = q + uint64_t(h + i) * hd;
-                const T *kh = row + uint64_t((h + i) / group) * hd;
-                __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-                for (uint32_t d = 0; d < hd; d += 16) {
-                    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), load8_wide(kh + d), s0);
-                    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), load8_wide(kh + d + 8), s1);
-                }
-                acc[i][0] = s0;
-                acc[i][1] = s1;
-            }
-            const __m256 a0 = _mm256_add_ps(acc[0][0], acc[0][1]), a1 = _mm256_add_ps(acc[1][0], acc[1][1]);
-            const __m256 a2 = _mm256_add_ps(acc[2][0], acc[2][1]), a3 = _mm256_add_ps(acc[3][0], acc[3][1]);
-            // lane i of the 128-bit result is head h+i's sum.
-            const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-            _mm_storeu_ps(out + h, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+// Blocks of NK <= 4 keys against two query heads (eight FMA chains in
+// flight, one per (head, key)): each 8 columns of a key's KV-head slice are
+// widened once and meet both heads' q (the heads of a GQA group share it;
+// Shared says whether heads h and h+1 do), and the 4 keys' sums of a head
+// leave through one horizontal-add tree into out[h*ldo + j..j+4]. Against
+// one call per key (four heads per step, each head widening its own copy of
+// the slice, a tree per 4 heads and a scalar transpose of the scores in the
+// caller): decode attention at depth 512 on the 0.6B q4 file, 2 threads,
+// 8 alternating rounds, mean 235 -> 209 us per layer (docs/performance.md,
+// session 9).
+// Accumulator (head, key) depends only on that pair, and lane i of the tree
+// holds key i's sum whatever the other keys hold: missing keys of a short
+// block are zeros and a key's score is the same in any block.
+template <class T, int NK, bool Pair, bool Shared>
+AVX2 inline void heads_dot_block(const float *q, const T *rows, uint64_t ldrow, uint32_t h, uint32_t group,
+                                 uint32_t hd, float *out, uint64_t ldo) {
+    __m256 acc[2][4];
+    for (int p = 0; p < 2; ++p)
+        for (int k = 0; k < 4; ++k) acc[p][k] = _mm256_setzero_ps();
+    const float *q0 = q + uint64_t(h) * hd, *q1 = q0 + hd;
+    const T *k0 = rows + uint64_t(h / group) * hd;
+    const T *k1 = rows + uint64_t(Pair ? (h + 1) / group : h / group) * hd;
+    for (uint32_t d = 0; d < hd; d += 8) {
+        const __m256 qa = _mm256_loadu_ps(q0 + d);
+        const __m256 qb = Pair ? _mm256_loadu_ps(q1 + d) : qa;
+#pragma GCC unroll 4
+        for (int k = 0; k < NK; ++k) {
+            const __m256 ka = load8_wide(k0 + k * ldrow + d);
+            acc[0][k] = _mm256_fmadd_ps(qa, ka, acc[0][k]);
+            if constexpr (Pair) acc[1][k] = _mm256_fmadd_ps(qb, Shared ? ka : load8_wide(k1 + k * ldrow + d), acc[1][k]);
         }
     }
-    for (; h < n_heads; ++h) out[h] = dot_wide_avx2(q + uint64_t(h) * hd, row + uint64_t(h / group) * hd, hd);
+    for (int p = 0; p < (Pair ? 2 : 1); ++p) {
+        // lane i of the 128-bit result is key i's sum.
+        const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[p][0], acc[p][1]), _mm256_hadd_ps(acc[p][2], acc[p][3]));
+        const __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        float *o = out + uint64_t(h + p) * ldo;
+        if constexpr (NK == 4) {
+            _mm_storeu_ps(o, s);
+        } else {
+            alignas(16) float tmp[4];
+            _mm_store_ps(tmp, s);
+            for (int k = 0; k < NK; ++k) o[k] = tmp[k];
+        }
+    }
 }
+template <class T, int NK>
+AVX2 inline void heads_dot_keys(const float *q, const T *rows, uint64_t ldrow, uint32_t n_heads, uint32_t group,
+                                uint32_t hd, float *out, uint64_t ldo) {
+    uint32_t h = 0;
+    for (; h + 2 <= n_heads; h += 2) {
+        if (h / group == (h + 1) / group)
+            heads_dot_block<T, NK, true, true>(q, rows, ldrow, h, group, hd, out, ldo);
+        else
+            heads_dot_block<T, NK, true, false>(q, rows, ldrow, h, group, hd, out, ldo);
+    }
+    if (h < n_heads) heads_dot_block<T, NK, false, false>(q, rows, ldrow, h, group, hd, out, ldo);
+}
+// Both attention kernels read their run of cache rows (one KV head's slice
+// of each, 2 KiB apart in the 0.6B shape) in an order the hardware
+// prefetcher does not follow, so the rows this many keys ahead are
+// prefetched in software. At depth 512 (as above, after the dot change):
+// 209 -> 190 us per layer with 8 keys for both kernels; 16 keys: within the
+// noise of 8 (175 / 167 us, 6 rounds). The per-key loop of the old dot saw
+// no gain from 2-8 keys ahead: its time was in the widening and the trees.
+constexpr uint64_t kDotKeysAhead = 8;
+template <class T>
+AVX2 void heads_dot_avx2(const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
+                         uint32_t group, uint32_t hd, float *out, uint64_t ldo) {
+    if (hd % 8 != 0) {
+        for (uint64_t j = 0; j < n_keys; ++j)
+            for (uint32_t h = 0; h < n_heads; ++h)
+                out[h * ldo + j] = dot_wide_avx2(q + uint64_t(h) * hd, rows + j * ldrow + uint64_t(h / group) * hd, hd);
+        return;
+    }
+    uint64_t j = 0;
+    const uint64_t span = uint64_t((n_heads + group - 1) / group) * hd * sizeof(T);
+    for (; j + 4 <= n_keys; j += 4) {
+        if (j + kDotKeysAhead + 4 <= n_keys)
+            for (uint64_t k = 0; k < 4; ++k) {
+                const char *r = reinterpret_cast<const char *>(rows + (j + kDotKeysAhead + k) * ldrow);
+                for (uint64_t off = 0; off < span; off += 64) _mm_prefetch(r + off, _MM_HINT_T0);
+            }
+        heads_dot_keys<T, 4>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo);
+    }
+    switch (n_keys - j) {
+    case 3: heads_dot_keys<T, 3>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
+    case 2: heads_dot_keys<T, 2>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
+    case 1: heads_dot_keys<T, 1>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
+    default: break;
+    }
+}
+constexpr uint64_t kAxpyKeysAhead = 8;  // see kDotKeysAhead
 template <class T>
 AVX2 void heads_axpy_avx2(const float *a, uint64_t lda, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
                           uint32_t group, uint32_t hd, float *o) {
@@ -268,6 +335,10 @@ AVX2 void heads_axpy_avx2(const float *a, uint64_t lda, const T *rows, uint64_t 
             for (uint64_t j = 0; j < n_keys; ++j) {
                 const __m256 va = _mm256_set1_ps(ah[j]);
                 const T *r = rh + j * ldrow + d;
+                if (j + kAxpyKeysAhead < n_keys) {  // this block's 64 columns of that row (2 lines f16, 4 f32)
+                    const char *pf = reinterpret_cast<const char *>(r + kAxpyKeysAhead * ldrow);
+                    for (uint64_t off = 0; off < 64 * sizeof(T); off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+                }
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(va, load8_wide(r + 8 * i), acc[i]);
             }

@@ -69,15 +69,17 @@ using DotF16Fn = float (*)(const float *a, const uint16_t *h, uint64_t n);
 using AxpyF16Fn = void (*)(float a, const uint16_t *h, float *y, uint64_t n);
 using NarrowF16Fn = void (*)(const float *src, uint64_t n, uint16_t *dst);
 
-// Decode attention over one KV-cache row (every KV head, `head_dim` apart),
-// f32 or f16 bits, for `n_heads` query heads of which each `group` share a
-// KV head: out[h] = dot(q + h*head_dim, row + (h/group)*head_dim), one call
-// per key instead of one dot per (key, head); and heads_axpy, below, over a
-// run of rows.
-using HeadsDotFn = void (*)(const float *q, const float *row, uint32_t n_heads, uint32_t group, uint32_t head_dim,
-                            float *out);
-using HeadsDotF16Fn = void (*)(const float *q, const uint16_t *row, uint32_t n_heads, uint32_t group,
-                               uint32_t head_dim, float *out);
+// Decode attention over a run of n_keys KV-cache rows (`ldrow` elements
+// apart, each holding every KV head `head_dim` apart), f32 or f16 bits, for
+// `n_heads` query heads of which each `group` share a KV head:
+//   out[h * ldo + j] = dot(q + h*head_dim, rows + j*ldrow + (h/group)*head_dim)
+// for j < n_keys: one call per run instead of one dot per (key, head); and
+// heads_axpy, below, over the same run. A key's scores do not depend on the
+// run it is in (the same operations whatever n_keys and j).
+using HeadsDotFn = void (*)(const float *q, const float *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
+                            uint32_t group, uint32_t head_dim, float *out, uint64_t ldo);
+using HeadsDotF16Fn = void (*)(const float *q, const uint16_t *rows, uint64_t ldrow, uint64_t n_keys,
+                               uint32_t n_heads, uint32_t group, uint32_t head_dim, float *out, uint64_t ldo);
 // heads_axpy takes a run of n_keys cache rows (ldrow elements apart) at once:
 //   o[h*head_dim + d] += sum over j < n_keys of a[h*lda + j] * rows[j*ldrow + (h/group)*head_dim + d],
 // the keys added in order, each as one multiply-add per element (as n_keys

@@ -119,7 +119,8 @@ private:
 // into many row chunks (as few as 4 rows) on each thread, all with the same x,
 // and quantizing x costs about as much as 10 rows of int8 dots. The cache is
 // keyed by the bytes of x (compared in full, so a reused buffer with new
-// contents is never mistaken), its shape and the block order.
+// contents is never mistaken) or by the caller's x_id, its shape and the
+// block order.
 struct QuantizedX {
     uint64_t blocks = 0;
     std::vector<int8_t> codes;  // n_batch * 32 * blocks
@@ -132,7 +133,23 @@ struct QuantizedX {
     const float *d(uint64_t b) const { return scales.data() + b * blocks; }
     const int32_t *offset(uint64_t b) const { return pair_offset.data() + b * 8 * (blocks / 2); }
 };
-// Valid until the calling thread's next call.
+// The x_id of the cmf_codec_vt.matmul_rows_x call running on this thread
+// (0: none, x is compared in full), set for the length of the call: the
+// dtypes' matmul_rows take no id, and quantized_x below is where it counts.
+class XIdScope {
+public:
+    explicit XIdScope(uint64_t id);
+    ~XIdScope();
+    XIdScope(const XIdScope &) = delete;
+    XIdScope &operator=(const XIdScope &) = delete;
+
+private:
+    uint64_t saved_;
+};
+// Valid until the calling thread's next call. With a nonzero x_id in scope
+// that matches the cached entry's, the entry is reused without comparing x
+// (the caller promised the same contents); otherwise x is compared in full,
+// so q, k and v projections of one x still share one quantization.
 const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order);
 
 // The row loop of the row-range kernels (kernels::rows_*): kernel(t0, t1, b)
