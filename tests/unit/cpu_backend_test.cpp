@@ -22,7 +22,16 @@
 
 namespace {
 
-
+// f32 values as f16 bits, rounded by GCC's _Float16 (the reference the
+// kernels' f16 rounding is tested against).
+std::vector<uint16_t> f16_bits(const std::vector<float> &v) {
+    std::vector<uint16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        const _Float16 h = static_cast<_Float16>(v[i]);
+        std::memcpy(&out[i], &h, 2);
+    }
+    return out;
+}
 
 void reference(const std::vector<float> &w, size_t rows, size_t cols, const std::vector<float> &x, size_t batch,
                std::vector<double> &y) {
@@ -163,11 +172,7 @@ TEST_CASE("cpu backend: f16 KV cache kernels (narrow, dot, axpy) on every ISA") 
         v.push_back(f);  // ties at subnormal and normal ulps, the largest finite, overflow to inf, inf, a tiny negative
     }
     v.push_back(std::nanf(""));
-    std::vector<uint16_t> want(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-        const _Float16 h = static_cast<_Float16>(v[i]);
-        std::memcpy(&want[i], &h, 2);
-    }
+    const std::vector<uint16_t> want = f16_bits(v);
     const cmf::cpu::Kernels *p = cmf::cpu::kernels_for("portable");
     auto x = random_vec(203, 22), y0 = random_vec(203, 23);
     for (const char *isa : {"portable", "avx2", "avx512"}) {
@@ -212,11 +217,7 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
         const uint32_t nkv = nh / group;
         auto q = random_vec(size_t(nh) * hd, 31), row = random_vec(size_t(nkv) * hd, 32);
         auto a = random_vec(nh, 33), o0 = random_vec(size_t(nh) * hd, 34);
-        std::vector<uint16_t> row16(row.size());
-        for (size_t i = 0; i < row.size(); ++i) {
-            const _Float16 h = static_cast<_Float16>(row[i]);
-            std::memcpy(&row16[i], &h, 2);
-        }
+        const std::vector<uint16_t> row16 = f16_bits(row);
         for (int f16 = 0; f16 < 2; ++f16) {
             CAPTURE(f16);
             std::vector<double> rv(row.size());
@@ -268,11 +269,7 @@ TEST_CASE("cpu backend: heads_dot over a run of keys equals one-key calls, bit f
             const uint32_t nkv = nh / group;
             const uint64_t ldrow = uint64_t(nkv) * hd + 5, ldo = n_keys + 2;
             auto rows = random_vec(std::max<uint64_t>(1, n_keys) * ldrow, 51), q = random_vec(size_t(nh) * hd, 52);
-            std::vector<uint16_t> rows16(rows.size());
-            for (size_t i = 0; i < rows.size(); ++i) {
-                const _Float16 h = static_cast<_Float16>(rows[i]);
-                std::memcpy(&rows16[i], &h, 2);
-            }
+            const std::vector<uint16_t> rows16 = f16_bits(rows);
             for (const char *isa : {"portable", "avx2", "avx512"}) {
                 const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
                 if (!k) continue;
@@ -317,11 +314,7 @@ TEST_CASE("cpu backend: heads_axpy over a run of keys equals one-key calls in ke
             const uint64_t ldrow = uint64_t(nkv) * hd + 7, lda = n_keys + 3;
             auto rows = random_vec(std::max<uint64_t>(1, n_keys) * ldrow, 41), a = random_vec(nh * lda, 42);
             auto o0 = random_vec(size_t(nh) * hd, 43);
-            std::vector<uint16_t> rows16(rows.size());
-            for (size_t i = 0; i < rows.size(); ++i) {
-                const _Float16 h = static_cast<_Float16>(rows[i]);
-                std::memcpy(&rows16[i], &h, 2);
-            }
+            const std::vector<uint16_t> rows16 = f16_bits(rows);
             for (const char *isa : {"portable", "avx2", "avx512"}) {
                 const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
                 if (!k) continue;
