@@ -490,23 +490,17 @@ cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_
     return cmf::sdk::call(be->host, [&] {
         if (rot_dim % 2 != 0 || rot_dim > head_dim || uint64_t(n_heads) * head_dim > ld)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "rope: rot_dim must be even and <= head_dim, heads must fit ld");
-        // Each thread keeps its last position's angles: a decode step
-        // rotates q and k of every layer at the same position, so the 2 x
-        // layers calls share one set of pow/cos/sin (they were most of
-        // rope's 3.5 us per call).
+        // Each thread keeps its last frequencies and position's angles: a
+        // decode step (one token, run on the calling thread) rotates q and
+        // k of every layer at the same position, so the 2 x layers calls
+        // share one set of pow/cos/sin (they were most of rope's 3.5 us
+        // per call).
         thread_local RopeAngles last;
-        if (n_tokens == 1) {
-            last.set_freqs(theta, rot_dim);
-            last.set_pos(pos0);
-            rope_token(x, n_heads, head_dim, last);
-            return;
-        }
         parallel(be, n_tokens, 1, [&](uint64_t t0, uint64_t t1) {
-            RopeAngles ang;
-            ang.set_freqs(theta, rot_dim);
+            last.set_freqs(theta, rot_dim);
             for (uint64_t t = t0; t < t1; ++t) {
-                ang.set_pos(pos0 + t);
-                rope_token(x + t * ld, n_heads, head_dim, ang);
+                last.set_pos(pos0 + t);
+                rope_token(x + t * ld, n_heads, head_dim, last);
             }
         });
     });
@@ -524,7 +518,7 @@ cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_
 constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
 
 // ---- KV cache rows: f32, or f16 bits (kv_write / attention_kv) ----
-// One cache row against every head (Kernels::heads_dot / heads_axpy).
+// A run of cache rows against every head (Kernels::heads_dot / heads_axpy).
 template <class T>
 void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys,
                   uint32_t n_heads, uint32_t group, uint32_t head_dim, float *out, uint64_t ldo) {

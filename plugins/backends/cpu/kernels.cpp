@@ -293,6 +293,11 @@ AVX2 inline void heads_dot_keys(const float *q, const T *rows, uint64_t ldrow, u
 // noise of 8 (175 / 167 us, 6 rounds). The per-key loop of the old dot saw
 // no gain from 2-8 keys ahead: its time was in the widening and the trees.
 constexpr uint64_t kDotKeysAhead = 8;
+constexpr uint64_t kAxpyKeysAhead = 8;
+// Into L1, a line per 64 bytes of [p, p + bytes).
+inline void prefetch_span(const void *p, uint64_t bytes) {
+    for (uint64_t off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char *>(p) + off, _MM_HINT_T0);
+}
 template <class T>
 AVX2 void heads_dot_avx2(const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
                          uint32_t group, uint32_t hd, float *out, uint64_t ldo) {
@@ -306,10 +311,7 @@ AVX2 void heads_dot_avx2(const float *q, const T *rows, uint64_t ldrow, uint64_t
     const uint64_t span = uint64_t((n_heads + group - 1) / group) * hd * sizeof(T);
     for (; j + 4 <= n_keys; j += 4) {
         if (j + kDotKeysAhead + 4 <= n_keys)
-            for (uint64_t k = 0; k < 4; ++k) {
-                const char *r = reinterpret_cast<const char *>(rows + (j + kDotKeysAhead + k) * ldrow);
-                for (uint64_t off = 0; off < span; off += 64) _mm_prefetch(r + off, _MM_HINT_T0);
-            }
+            for (uint64_t k = 0; k < 4; ++k) prefetch_span(rows + (j + kDotKeysAhead + k) * ldrow, span);
         heads_dot_keys<T, 4>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo);
     }
     switch (n_keys - j) {
@@ -319,7 +321,6 @@ AVX2 void heads_dot_avx2(const float *q, const T *rows, uint64_t ldrow, uint64_t
     default: break;
     }
 }
-constexpr uint64_t kAxpyKeysAhead = 8;  // see kDotKeysAhead
 template <class T>
 AVX2 void heads_axpy_avx2(const float *a, uint64_t lda, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
                           uint32_t group, uint32_t hd, float *o) {
@@ -335,10 +336,8 @@ AVX2 void heads_axpy_avx2(const float *a, uint64_t lda, const T *rows, uint64_t 
             for (uint64_t j = 0; j < n_keys; ++j) {
                 const __m256 va = _mm256_set1_ps(ah[j]);
                 const T *r = rh + j * ldrow + d;
-                if (j + kAxpyKeysAhead < n_keys) {  // this block's 64 columns of that row (2 lines f16, 4 f32)
-                    const char *pf = reinterpret_cast<const char *>(r + kAxpyKeysAhead * ldrow);
-                    for (uint64_t off = 0; off < 64 * sizeof(T); off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
-                }
+                // this block's 64 columns of that row (2 lines f16, 4 f32)
+                if (j + kAxpyKeysAhead < n_keys) prefetch_span(r + kAxpyKeysAhead * ldrow, 64 * sizeof(T));
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(va, load8_wide(r + 8 * i), acc[i]);
             }
