@@ -33,6 +33,18 @@ std::vector<uint16_t> f16_bits(const std::vector<float> &v) {
     return out;
 }
 
+// Runs f(kernels) for every kernel set this CPU and build have (portable,
+// AVX2, AVX-512), the set's name in the failure context.
+template <class F>
+void for_each_isa(F &&f) {
+    for (const char *isa : {"portable", "avx2", "avx512"}) {
+        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
+        if (!k) continue;
+        CAPTURE(isa);
+        f(k);
+    }
+}
+
 void reference(const std::vector<float> &w, size_t rows, size_t cols, const std::vector<float> &x, size_t batch,
                std::vector<double> &y) {
     y.assign(batch * rows, 0.0);
@@ -138,10 +150,7 @@ TEST_CASE("cpu backend: 16-bit row kernels, conversions and the panel GEMM agree
             if (std::fabs(a[i] - b[i]) > 1e-4f * (1.0f + std::fabs(a[i]))) return false;
         return true;
     };
-    for (const char *isa : {"portable", "avx2", "avx512"}) {
-        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
-        if (!k) continue;
-        CAPTURE(isa);
+    for_each_isa([&](const cmf::cpu::Kernels *k) {
         std::vector<float> y0(batch * rows), y1(batch * rows);
         p->matmul_f32(wf.data(), cols, x.data(), cols, batch, 0, rows, y0.data(), rows);
         k->gemm_panel(wf.data(), rows, cols, x.data(), cols, batch, y1.data(), rows);
@@ -156,7 +165,7 @@ TEST_CASE("cpu backend: 16-bit row kernels, conversions and the panel GEMM agree
             (bf ? k->matmul_bf16 : k->matmul_f16)(bits.data(), cols, x.data(), cols, batch, 0, rows, y1.data(), rows);
             CHECK(close(y0, y1));
         }
-    }
+    });
 }
 
 TEST_CASE("cpu backend: f16 KV cache kernels (narrow, dot, axpy) on every ISA") {
@@ -175,10 +184,7 @@ TEST_CASE("cpu backend: f16 KV cache kernels (narrow, dot, axpy) on every ISA") 
     const std::vector<uint16_t> want = f16_bits(v);
     const cmf::cpu::Kernels *p = cmf::cpu::kernels_for("portable");
     auto x = random_vec(203, 22), y0 = random_vec(203, 23);
-    for (const char *isa : {"portable", "avx2", "avx512"}) {
-        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
-        if (!k) continue;
-        CAPTURE(isa);
+    for_each_isa([&](const cmf::cpu::Kernels *k) {
         std::vector<uint16_t> got(v.size(), 0x1234);
         k->narrow_f16(v.data(), v.size(), got.data());
         for (size_t i = 0; i < v.size(); ++i) {
@@ -203,7 +209,7 @@ TEST_CASE("cpu backend: f16 KV cache kernels (narrow, dot, axpy) on every ISA") 
             p->axpy(0.75f, wide.data(), b.data(), n);
             for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 1e-6f * (1.0f + std::fabs(b[i])));
         }
-    }
+    });
 }
 
 TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per head, f32 and f16 rows") {
@@ -222,10 +228,7 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
             CAPTURE(f16);
             std::vector<double> rv(row.size());
             for (size_t i = 0; i < row.size(); ++i) rv[i] = f16 ? double(static_cast<float>(static_cast<_Float16>(row[i]))) : row[i];
-            for (const char *isa : {"portable", "avx2", "avx512"}) {
-                const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
-                if (!k) continue;
-                CAPTURE(isa);
+            for_each_isa([&](const cmf::cpu::Kernels *k) {
                 std::vector<float> out(nh + 1, NAN), o = o0;
                 out[nh] = 12345.0f;  // past the heads: untouched
                 if (f16) {
@@ -249,7 +252,7 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
                         CHECK(std::fabs(o[size_t(h) * hd + d] - w) <= 1e-6 * (1.0 + std::fabs(w)));
                     }
                 }
-            }
+            });
         }
     }
 }
@@ -270,10 +273,7 @@ TEST_CASE("cpu backend: heads_dot over a run of keys equals one-key calls, bit f
             const uint64_t ldrow = uint64_t(nkv) * hd + 5, ldo = n_keys + 2;
             auto rows = random_vec(std::max<uint64_t>(1, n_keys) * ldrow, 51), q = random_vec(size_t(nh) * hd, 52);
             const std::vector<uint16_t> rows16 = f16_bits(rows);
-            for (const char *isa : {"portable", "avx2", "avx512"}) {
-                const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
-                if (!k) continue;
-                CAPTURE(isa);
+            for_each_isa([&](const cmf::cpu::Kernels *k) {
                 for (int f16 = 0; f16 < 2; ++f16) {
                     CAPTURE(f16);
                     std::vector<float> run(nh * ldo, -3.0f), one(nh * ldo, -3.0f);
@@ -296,7 +296,7 @@ TEST_CASE("cpu backend: heads_dot over a run of keys equals one-key calls, bit f
                             CHECK(std::fabs(run[h * ldo + j] - want) <= 1e-6 * mag + 1e-7);
                         }
                 }
-            }
+            });
         }
     }
 }
@@ -315,10 +315,7 @@ TEST_CASE("cpu backend: heads_axpy over a run of keys equals one-key calls in ke
             auto rows = random_vec(std::max<uint64_t>(1, n_keys) * ldrow, 41), a = random_vec(nh * lda, 42);
             auto o0 = random_vec(size_t(nh) * hd, 43);
             const std::vector<uint16_t> rows16 = f16_bits(rows);
-            for (const char *isa : {"portable", "avx2", "avx512"}) {
-                const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
-                if (!k) continue;
-                CAPTURE(isa);
+            for_each_isa([&](const cmf::cpu::Kernels *k) {
                 for (int f16 = 0; f16 < 2; ++f16) {
                     CAPTURE(f16);
                     std::vector<float> run = o0, one = o0, col(nh);
@@ -331,7 +328,7 @@ TEST_CASE("cpu backend: heads_axpy over a run of keys equals one-key calls in ke
                     }
                     CHECK(std::memcmp(run.data(), one.data(), run.size() * sizeof(float)) == 0);
                 }
-            }
+            });
         }
     }
 }
@@ -355,10 +352,7 @@ TEST_CASE("cpu backend: packed GEMM operands have the documented layout and ever
         reference(w, rows, cols, xd, batch, ref);
         const size_t blocks = cmf::cpu::gemm_x_blocks(batch);
         REQUIRE(blocks == (batch + 5) / 6);
-        for (const char *isa : {"portable", "avx2", "avx512"}) {
-            const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
-            if (!k) continue;
-            CAPTURE(isa);
+        for_each_isa([&](const cmf::cpu::Kernels *k) {
             // NaN-filled buffers: every element, padding included, must be written.
             std::vector<float> wp(cmf::cpu::packed_w_floats(rows, cols), NAN);
             std::vector<float> xp(cmf::cpu::packed_x_floats(batch, cols), NAN);
@@ -406,7 +400,7 @@ TEST_CASE("cpu backend: packed GEMM operands have the documented layout and ever
             p->pack_x(x.data(), ldx, batch, cols, 0, blocks, xpp.data());
             CHECK(wpp == wp);
             CHECK(xpp == xp);
-        }
+        });
     }
 }
 
@@ -420,10 +414,7 @@ TEST_CASE("cpu backend: exp_sum and silu_mul match double precision on every ISA
     g[3] = 30.0f;
     g[4] = -30.0f;
     g[36] = -95.0f;  // in the scalar tail: exp(95) overflows to inf, g/inf = -0
-    for (const char *isa : {"portable", "avx2", "avx512"}) {
-        const cmf::cpu::Kernels *k = cmf::cpu::kernels_for(isa);
-        if (!k) continue;
-        CAPTURE(isa);
+    for_each_isa([&](const cmf::cpu::Kernels *k) {
         std::vector<float> x = in;
         const float sum = k->exp_sum(x.data(), x.size(), sub);
         double want_sum = 0;
@@ -440,7 +431,7 @@ TEST_CASE("cpu backend: exp_sum and silu_mul match double precision on every ISA
             const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
             CHECK(std::fabs(o[i] - want) <= 2e-7 * std::fabs(want) + 1e-30);
         }
-    }
+    });
 }
 
 TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear error") {
