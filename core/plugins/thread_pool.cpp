@@ -1,41 +1,242 @@
 #include "thread_pool.hpp"
 
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <utility>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace cmf {
+namespace {
+
+using RangeFn = void (*)(void *, uint64_t, uint64_t);
+using Clock = std::chrono::steady_clock;
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+// Chunks per thread at most: enough for the dynamic claim to even out threads
+// that run at different speeds (a VM's cores do), few enough that claiming,
+// one contended atomic per chunk, stays cheap.
+constexpr uint64_t kMaxChunksPerThread = 16;
+
+// How long a server spins without work before it goes back to TBB. Decode's
+// gaps between loops are a few microseconds, between tokens (sampling,
+// streaming the text) tens; a chat waiting for its user idles out.
+constexpr std::chrono::microseconds kServerIdle{1000};
+
+// Set while a thread runs a chunk: a parallel_for called from there runs inline.
+thread_local bool t_in_chunk = false;
+
+// The loop being run. Its chunks are cut into one contiguous block per
+// thread, so each thread streams its own stretch of rows (a decode matmul
+// reads weights once; interleaved chunks made every chunk a new stream and
+// cost ~3 % of a q4 matmul's speed); a thread that runs out takes chunks
+// from the back of the others' blocks. Each block is one word: the loop's
+// epoch (high 32 bits), the block's front (16) and back (16); a claim is a
+// CAS on it. To publish a loop the caller seals every word under the new
+// epoch (front > back: nothing to claim), rewrites the fields, then opens
+// the words. A thread that read the fields while they were being rewritten
+// therefore fails its CAS (seqlock reasoning: the release fence after
+// sealing pairs with the acquire fence after the field loads).
+constexpr uint64_t kSealed = 0x00010000u;  // front 1, back 0
+constexpr int32_t kMaxThreads = 4095;      // keeps a loop under 2^16 chunks (16 a thread)
+
+uint64_t block_word(uint64_t tag, uint64_t front, uint64_t back) { return tag | (front << 16) | back; }
+uint64_t block_front(uint64_t w) { return (w >> 16) & 0xFFFFu; }
+uint64_t block_back(uint64_t w) { return w & 0xFFFFu; }
+
+struct alignas(64) Block {
+    std::atomic<uint64_t> word{0};
+};
+
+struct Team {
+    explicit Team(int32_t threads) : blocks(new Block[size_t(threads)]), n_blocks(threads) {}
+    std::unique_ptr<Block[]> blocks;
+    const int32_t n_blocks;
+    alignas(64) std::atomic<uint64_t> done{0};  // chunks of the open loop finished
+    alignas(64) std::atomic<RangeFn> fn{nullptr};
+    std::atomic<void *> user{nullptr};
+    std::atomic<uint64_t> begin{0}, end{0}, chunk{1};
+    alignas(64) std::atomic<int32_t> live{0};  // servers enqueued or running
+    std::atomic<int32_t> next_slot{0};         // hands servers their blocks
+    std::atomic<bool> stop{false};
+    std::mutex error_mu;
+    std::exception_ptr error;  // the first exception of the open loop
+};
+
+// Takes one chunk of the open loop, from the front of block `own`, else from
+// the back of another block; false when none is left. The fields read with
+// it belong to the claimed chunk's loop.
+bool claim(Team &t, int32_t own, uint64_t &chunk_index, RangeFn &fn, void *&user, uint64_t &b, uint64_t &e) {
+    for (int32_t k = 0; k < t.n_blocks; ++k) {
+        const bool stealing = k != 0;
+        std::atomic<uint64_t> &word = t.blocks[size_t((own + k) % t.n_blocks)].word;
+        uint64_t w = word.load(std::memory_order_acquire);
+        for (;;) {
+            fn = t.fn.load(std::memory_order_relaxed);
+            user = t.user.load(std::memory_order_relaxed);
+            const uint64_t begin = t.begin.load(std::memory_order_relaxed);
+            const uint64_t end = t.end.load(std::memory_order_relaxed);
+            const uint64_t chunk = t.chunk.load(std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_acquire);
+            const uint64_t front = block_front(w), back = block_back(w);
+            if (front >= back) break;
+            const uint64_t tag = w & ~uint64_t(0xFFFFFFFFu);
+            const uint64_t taken = stealing ? back - 1 : front;
+            const uint64_t to = stealing ? block_word(tag, front, back - 1) : block_word(tag, front + 1, back);
+            if (!word.compare_exchange_weak(w, to, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+            chunk_index = taken;
+            b = begin + taken * chunk;
+            e = std::min(end, b + chunk);
+            return true;
+        }
+    }
+    return false;
+}
+
+// Claims and runs chunks of the open loop until none is left; true if it ran any.
+bool run_chunks(Team &t, int32_t own) {
+    bool ran = false;
+    uint64_t index = 0, b = 0, e = 0;
+    RangeFn fn = nullptr;
+    void *user = nullptr;
+    while (claim(t, own, index, fn, user, b, e)) {
+        t_in_chunk = true;
+        try {
+            fn(user, b, e);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(t.error_mu);
+            if (!t.error) t.error = std::current_exception();
+        }
+        t_in_chunk = false;
+        t.done.fetch_add(1, std::memory_order_release);
+        ran = true;
+    }
+    return ran;
+}
+
+bool has_open_chunks(const Team &t) {
+    for (int32_t k = 0; k < t.n_blocks; ++k) {
+        const uint64_t w = t.blocks[size_t(k)].word.load(std::memory_order_seq_cst);
+        if (block_front(w) < block_back(w)) return true;
+    }
+    return false;
+}
+
+// A server: one of the arena's workers, lent to the pool while loops come.
+void serve(Team &t) {
+    // Block 0 is the caller's; servers share out the others.
+    const int32_t own = 1 + t.next_slot.fetch_add(1, std::memory_order_relaxed) % std::max(1, t.n_blocks - 1);
+    auto idle_since = Clock::now();
+    uint32_t spins = 0;
+    while (!t.stop.load(std::memory_order_relaxed)) {
+        if (run_chunks(t, own)) {
+            spins = 0;
+            idle_since = Clock::now();
+            continue;
+        }
+        cpu_relax();
+        if (++spins < 2048) continue;  // read the clock only now and then
+        spins = 0;
+        if (Clock::now() - idle_since < kServerIdle) continue;
+        // Leave. The caller publishes a loop and then reads `live` to decide
+        // whether to enqueue servers; we drop `live` and then look for a loop
+        // (all seq_cst), so either it sees us gone or we see its loop.
+        t.live.fetch_sub(1, std::memory_order_seq_cst);
+        if (t.stop.load(std::memory_order_relaxed) || !has_open_chunks(t)) return;
+        t.live.fetch_add(1, std::memory_order_seq_cst);
+        idle_since = Clock::now();
+    }
+    t.live.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace
 
 struct ThreadPool::Impl {
-    explicit Impl(int n) : arena(n) {}
-    tbb::task_arena arena;
+    explicit Impl(int32_t n) : arena(n), team(std::make_shared<Team>(n)) {}
+    ~Impl() {
+        team->stop.store(true);
+        // Servers still queued run, see `stop` and return; wait for all of them.
+        arena.execute([&] { servers.wait(); });
+    }
+
+    void run(int32_t threads, RangeFn fn, void *user, uint64_t begin, uint64_t end, uint64_t chunk, uint64_t count) {
+        std::lock_guard<std::mutex> caller(caller_mu);
+        Team &t = *team;
+        const uint64_t tag = (++epoch & 0xFFFFFFFFu) << 32;
+        for (int32_t k = 0; k < threads; ++k) t.blocks[size_t(k)].word.store(tag | kSealed, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_release);
+        t.fn.store(fn, std::memory_order_relaxed);
+        t.user.store(user, std::memory_order_relaxed);
+        t.begin.store(begin, std::memory_order_relaxed);
+        t.end.store(end, std::memory_order_relaxed);
+        t.chunk.store(chunk, std::memory_order_relaxed);
+        t.done.store(0, std::memory_order_relaxed);
+        for (int32_t k = 0; k < threads; ++k)
+            t.blocks[size_t(k)].word.store(block_word(tag, count * uint64_t(k) / uint64_t(threads), count * uint64_t(k + 1) / uint64_t(threads)),
+                                           std::memory_order_seq_cst);
+        // Lend the arena's workers: one server per thread besides this one.
+        for (int32_t have = t.live.load(std::memory_order_seq_cst); have < threads - 1; ++have) {
+            t.live.fetch_add(1, std::memory_order_seq_cst);
+            arena.enqueue(servers.defer([keep = team] { serve(*keep); }));
+        }
+        run_chunks(t, 0);
+        for (uint32_t spins = 0; t.done.load(std::memory_order_acquire) < count;) {
+            // A server holding a chunk may have been preempted: stop burning the core it needs.
+            if (++spins < (1u << 14)) cpu_relax();
+            else std::this_thread::yield();
+        }
+        std::exception_ptr error;
+        {
+            std::lock_guard<std::mutex> lock(t.error_mu);
+            std::swap(error, t.error);
+        }
+        if (error) std::rethrow_exception(error);
+    }
+
+    tbb::task_arena arena;  // its workers are the servers' threads
+    tbb::task_group servers;
+    std::shared_ptr<Team> team;  // shared with queued servers
+    std::mutex caller_mu;        // one loop at a time
+    uint64_t epoch = 0;
 };
 
 ThreadPool::ThreadPool(int32_t n_threads) {
-    threads_ = n_threads > 0 ? n_threads : physical_cores();
+    threads_ = std::min(n_threads > 0 ? n_threads : physical_cores(), kMaxThreads);
     impl_ = std::make_unique<Impl>(threads_);
 }
 
 ThreadPool::~ThreadPool() = default;
 
-void ThreadPool::parallel_for(uint64_t begin, uint64_t end, uint64_t grain,
-                              void (*fn)(void *, uint64_t, uint64_t), void *user) {
+void ThreadPool::parallel_for(uint64_t begin, uint64_t end, uint64_t grain, RangeFn fn, void *user) {
     if (end <= begin) return;
     if (grain == 0) grain = 1;
-    if (threads_ == 1 || end - begin <= grain) {
+    const uint64_t n = end - begin;
+    if (threads_ == 1 || n <= grain || t_in_chunk) {
         fn(user, begin, end);
         return;
     }
-    impl_->arena.execute([&] {
-        tbb::parallel_for(tbb::blocked_range<uint64_t>(begin, end, grain),
-                          [&](const tbb::blocked_range<uint64_t> &r) { fn(user, r.begin(), r.end()); });
-    });
+    const uint64_t most = uint64_t(threads_) * kMaxChunksPerThread;
+    const uint64_t chunk = std::max(grain, (n + most - 1) / most);
+    impl_->run(threads_, fn, user, begin, end, chunk, (n + chunk - 1) / chunk);
 }
 
 int32_t ThreadPool::physical_cores() noexcept {
