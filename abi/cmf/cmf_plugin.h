@@ -280,6 +280,17 @@ typedef struct cmf_backend_vt {
                                int32_t cache_dtype, float *out, uint64_t n_tokens, uint64_t pos0,
                                uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, float scale,
                                uint32_t window, float softcap);
+
+    /* ---- several weights over one input (appended; optional) ----
+     * ys[i] = X[n_batch][cols] · W_i^T ([n_batch][rows_i]) for i < n_weights,
+     * every W_i a 2-D weight with the same cols: the results n_weights matmul
+     * calls give, in one call, so a backend can run them as one parallel loop
+     * (decode's q/k/v and gate/up projections each read one x, and a loop per
+     * weight paid its start and end once per weight). An arch calls it only
+     * when non-NULL and inside the backend's struct_size; otherwise it calls
+     * matmul per weight. */
+    cmf_error *(*matmul_multi)(void *ctx, const cmf_backend_weight *const *ws, uint32_t n_weights, const float *x,
+                               uint64_t n_batch, float *const *ys);
 } cmf_backend_vt;
 
 /* cmf_backend_vt.rms_norm styles (ARCHS 1.5) */

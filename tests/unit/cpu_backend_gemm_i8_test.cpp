@@ -10,6 +10,7 @@
 //  - through the backend's matmul: q8_row/q4 prefill takes the int8 path,
 //    q8_2f and q4 with cols % 32 != 0 keep the f32 path.
 #include <doctest/doctest.h>
+#include "support/encoded_weight.hpp"
 #include "support/random_vec.hpp"
 #include "support/test_runtime.hpp"
 
@@ -31,36 +32,9 @@ namespace {
 namespace i8 = cmf::cpu::i8;
 
 struct I8Runtime : TestRuntime {
-    const cmf_codec_vt *codec(int32_t dtype, void **ctx) const {
-        return rt->host_api()->find_codec(rt->host_api()->host_ctx, dtype, ctx);
-    }
+    const cmf_codec_vt *codec(int32_t dtype, void **ctx) const { return find_test_codec(rt, dtype, ctx); }
 };
 
-
-// A quantized weight: the codec's payload and its view.
-struct Encoded {
-    std::vector<uint8_t> bytes;
-    cmf_tensor_view v{};
-};
-
-Encoded encode(const cmf_codec_vt *codec, void *ctx, int32_t dtype, size_t rows, size_t cols, const float *w) {
-    Encoded e;
-    cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, &e.bytes, [](void *u, const void *d, size_t n) -> cmf_error * {
-                           auto *v = static_cast<std::vector<uint8_t> *>(u);
-                           v->insert(v->end(), static_cast<const uint8_t *>(d), static_cast<const uint8_t *>(d) + n);
-                           return nullptr;
-                       }};
-    uint64_t shape[2] = {rows, cols};
-    REQUIRE(codec->quantize(ctx, 2, shape, w, nullptr, &sink) == nullptr);
-    e.v.struct_size = sizeof e.v;
-    e.v.dtype = dtype;
-    e.v.ndim = 2;
-    e.v.shape[0] = rows;
-    e.v.shape[1] = cols;
-    e.v.data = e.bytes.data();
-    e.v.nbytes = e.bytes.size();
-    return e;
-}
 
 // The activation quantizer the codecs' decode kernels document
 // (plugins/codecs/kernels/kernels.hpp), written out again as the spec.

@@ -3,6 +3,7 @@
 // Covers the native f32 kernel (every ISA this CPU has), and the
 // dequantize-tiles path for a dtype whose codec has no kernel (f16).
 #include <doctest/doctest.h>
+#include "support/encoded_weight.hpp"
 #include "support/random_vec.hpp"
 #include "support/test_runtime.hpp"
 
@@ -459,6 +460,85 @@ cmf_backend_weight *bind_f32(const cmf::BackendEntry *be, const std::vector<floa
     return w;
 }
 }  // namespace
+
+TEST_CASE("cpu backend: matmul_multi equals one matmul per weight, bit for bit, and refuses mismatched weights") {
+    TestRuntime t;
+    const cmf::BackendEntry *be = t.rt->backend("cpu");
+    REQUIRE(be != nullptr);
+    REQUIRE(be->vt.struct_size >= offsetof(cmf_backend_vt, matmul_multi) + sizeof(void *));
+    const bool has_multi = be->vt.matmul_multi != nullptr;
+    REQUIRE(has_multi);
+    const uint64_t cols = 96;
+    // Mixed dtypes in one call: native rows, codec kernels, and codecs
+    // without an int8 view; row counts that split chunks mid-weight.
+    struct Spec {
+        int32_t dtype;
+        uint64_t rows;
+    };
+    const std::vector<Spec> specs = {{CMF_DTYPE_Q4_BLOCK, 37}, {CMF_DTYPE_F16, 64}, {CMF_DTYPE_Q8_ROW, 5},
+                                     {CMF_DTYPE_F32, 130},     {CMF_DTYPE_Q8_2F, 9}, {CMF_DTYPE_Q4_TILED, 70},
+                                     {CMF_DTYPE_BF16, 3},      {CMF_DTYPE_Q4_BLOCK, 200}, {CMF_DTYPE_Q8_ROW, 33}};
+    std::vector<Encoded> enc;
+    std::vector<cmf_backend_weight *> ws;
+    for (size_t i = 0; i < specs.size(); ++i) {
+        void *cctx = nullptr;
+        const cmf_codec_vt *codec = find_test_codec(t.rt, specs[i].dtype, &cctx);
+        REQUIRE(codec != nullptr);
+        const auto w = random_vec(specs[i].rows * cols, 100 + unsigned(i));
+        enc.push_back(encode(codec, cctx, specs[i].dtype, specs[i].rows, cols, w.data()));
+    }
+    for (auto &e : enc) {
+        cmf_backend_weight *w = nullptr;
+        REQUIRE(be->vt.weight_bind(be->ctx, &e.v, &w) == nullptr);
+        ws.push_back(w);
+    }
+    // Every run of weights (1..9 of them: 9 is past the fused job's 8) over
+    // batches on the fused decode path (1-3) and on the per-weight GEMM path.
+    for (size_t first = 0; first < ws.size(); ++first)
+        for (size_t n = 1; first + n <= ws.size(); n += (first == 0 ? 1 : 3))
+            for (uint64_t batch : {1u, 2u, 3u, 5u, 17u}) {
+                CAPTURE(first);
+                CAPTURE(n);
+                CAPTURE(batch);
+                const auto x = random_vec(batch * cols, 7 + unsigned(batch));
+                std::vector<std::vector<float>> want(n), got(n);
+                std::vector<float *> ys(n);
+                for (size_t i = 0; i < n; ++i) {
+                    const uint64_t rows = specs[first + i].rows;
+                    want[i].assign(batch * rows, -1.0f);
+                    REQUIRE(be->vt.matmul(be->ctx, ws[first + i], x.data(), batch, want[i].data()) == nullptr);
+                    got[i].assign(batch * rows + 8, -7.0f);  // 8 guard floats past the output
+                    ys[i] = got[i].data();
+                }
+                REQUIRE(be->vt.matmul_multi(be->ctx, ws.data() + first, uint32_t(n), x.data(), batch, ys.data()) ==
+                        nullptr);
+                for (size_t i = 0; i < n; ++i) {
+                    CAPTURE(specs[first + i].dtype);
+                    const size_t len = want[i].size();
+                    CHECK(std::memcmp(got[i].data(), want[i].data(), len * sizeof(float)) == 0);
+                    CHECK(std::all_of(got[i].begin() + ptrdiff_t(len), got[i].end(), [](float v) { return v == -7.0f; }));
+                }
+            }
+    // Refusals: weights of different widths, no weights, a NULL output.
+    std::vector<float> wide_w(4 * 64, 0.5f), y(16), x(96, 1.0f);
+    cmf_backend_weight *wide = bind_f32(be, wide_w, 4, 64);
+    const cmf_backend_weight *pair[2] = {ws[0], wide};
+    float *outs[2] = {y.data(), y.data()};
+    cmf_error *e = be->vt.matmul_multi(be->ctx, pair, 2, x.data(), 1, outs);
+    REQUIRE(e != nullptr);
+    CHECK(cmf_error_code(e) == CMF_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(cmf_error_message(e)).find("96 and 64 columns") != std::string::npos);
+    cmf_error_free(e);
+    e = be->vt.matmul_multi(be->ctx, pair, 0, x.data(), 1, outs);
+    REQUIRE(e != nullptr);
+    cmf_error_free(e);
+    float *null_out[1] = {nullptr};
+    e = be->vt.matmul_multi(be->ctx, pair, 1, x.data(), 1, null_out);
+    REQUIRE(e != nullptr);
+    cmf_error_free(e);
+    be->vt.weight_free(be->ctx, wide);
+    for (auto *w : ws) be->vt.weight_free(be->ctx, w);
+}
 
 TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA attention, gelu_tanh, embed") {
     TestRuntime t;

@@ -71,6 +71,8 @@ struct Model {
     // CMF_DTYPE_F16 through the backend's kv_write / attention_kv.
     int32_t kv_dtype = CMF_DTYPE_F32;
     uint64_t kv_row_bytes() const { return kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4); }
+    // The backend has matmul_multi: q/k/v and gate/up go as one call each.
+    bool fused_matmuls = false;
     Weight embed, final_norm, head;
     std::vector<Layer> layers;
     std::vector<cmf_backend_weight *> owned;
@@ -276,6 +278,8 @@ cmf_error *model_create(void *ctx, const cmf_model_source *src, const cmf_backen
         m->be = backend;
         m->be_ctx = backend_ctx;
         apply_options(*m, params != nullptr ? params->options : nullptr);
+        m->fused_matmuls = backend->struct_size >= offsetof(cmf_backend_vt, matmul_multi) + sizeof(void *) &&
+                           backend->matmul_multi != nullptr;
         m->cfg = cmf::qwen::parse_config(src->arch_json, src->arch_json_len);
         const Config &c = m->cfg;
         if (c.has_yarn) throw Error(CMF_ERR_UNSUPPORTED, "qwen: arch.yarn RoPE scaling is not implemented yet");
@@ -389,6 +393,20 @@ void ensure_scratch(const Model &m, Scratch &sc, uint64_t n, uint64_t logit_rows
     }
 }
 
+// y_i = x · W_i^T for weights that read the same x: one backend call when
+// the backend fuses them (one parallel loop instead of one per weight).
+void matmuls(const Model &m, const float *x, uint64_t n, std::initializer_list<std::pair<const cmf_backend_weight *, float *>> outs) {
+    if (m.fused_matmuls && outs.size() <= 4) {
+        const cmf_backend_weight *ws[4];
+        float *ys[4];
+        uint32_t k = 0;
+        for (const auto &[w, y] : outs) ws[k] = w, ys[k++] = y;
+        check(m.be->matmul_multi(m.be_ctx, ws, k, x, n, ys));
+        return;
+    }
+    for (const auto &[w, y] : outs) check(m.be->matmul(m.be_ctx, w, x, n, y));
+}
+
 void attention_block(const Model &m, State &s, const Layer &L, size_t li, uint64_t n, uint64_t pos) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
@@ -397,9 +415,7 @@ void attention_block(const Model &m, State &s, const Layer &L, size_t li, uint64
     const uint32_t nh = uint32_t(c.num_attention_heads), nkv = uint32_t(c.num_kv_heads), hd = uint32_t(c.head_dim);
     const int32_t style = c.gemma_norm ? CMF_NORM_GEMMA : CMF_NORM_QWEN;
     const float eps = float(c.rms_norm_eps);
-    check(be->matmul(bc, L.q.w, sc.xn, n, sc.q));
-    check(be->matmul(bc, L.k.w, sc.xn, n, sc.k));
-    check(be->matmul(bc, L.v.w, sc.xn, n, sc.v));
+    matmuls(m, sc.xn, n, {{L.q.w, sc.q}, {L.k.w, sc.k}, {L.v.w, sc.v}});
     if (L.q_bias) {
         check(be->add_bias(bc, sc.q, L.q_bias.w, n, m.q_dim));
         check(be->add_bias(bc, sc.k, L.k_bias.w, n, m.kv_dim));
@@ -430,8 +446,7 @@ void attention_block(const Model &m, State &s, const Layer &L, size_t li, uint64
 void dense_ffn(const Model &m, Scratch &sc, const Layer &L, uint64_t n) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
-    check(be->matmul(bc, L.gate.w, sc.xn, n, sc.gate));
-    check(be->matmul(bc, L.up.w, sc.xn, n, sc.up));
+    matmuls(m, sc.xn, n, {{L.gate.w, sc.gate}, {L.up.w, sc.up}});
     check(be->gated_act(bc, sc.gate, sc.up, n * L.ffn_dim, m.cfg.gelu_tanh ? CMF_ACT_GELU_TANH : CMF_ACT_SILU, sc.gate));
     check(be->matmul(bc, L.down.w, sc.gate, n, sc.tmp));
 }

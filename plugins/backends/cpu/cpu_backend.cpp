@@ -289,6 +289,22 @@ void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
     }
 }
 
+// The row loop of a decode-size matmul (n_batch below the GEMM paths).
+cmf_range_fn decode_chunk_fn(const cmf_backend_weight *w) {
+    if (native_dtype(w->view.dtype)) return matmul_chunk_native;
+    return w->codec != nullptr && w->codec->matmul_rows != nullptr ? matmul_chunk_codec : matmul_chunk_dequant;
+}
+
+// Enough rows per chunk to amortise scheduling, few enough to balance: at
+// least 16 KiB-ish of row elements, and at most about 8 chunks per thread.
+// Every chunk of a codec's matmul_rows used to re-check the codec's
+// quantized-activation cache (a memcmp of x): with 16-row chunks that was
+// 5.4 % of a q4 tg run (perf, 0.6B shape), 0.9 % with 8 chunks per thread.
+uint64_t decode_grain(Backend *be, uint64_t rows, uint64_t cols) {
+    const uint64_t threads = pool_threads(be);
+    return std::max<uint64_t>({4, 16384 / std::max<uint64_t>(1, cols), (rows + 8 * threads - 1) / (8 * threads)});
+}
+
 cmf_error *matmul_int8(Backend *be, MatmulJob &job) {
     namespace i8 = cmf::cpu::i8;
     const cmf_backend_weight *w = job.w;
@@ -324,7 +340,6 @@ cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64
     if (w->view.ndim != 2) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: the weight is not 2-D");
     MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr, nullptr, nullptr, next_x_id()};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
-    bool native = native_dtype(w->view.dtype);
     if (w->int8 && n_batch >= kGemmMinBatchCodec) return matmul_int8(be, job);
     if (n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch)) {
         // The activations are packed once, shared by every chunk. The
@@ -350,17 +365,70 @@ cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64
         be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_gemm, &job);
         return job.error;
     }
-    cmf_range_fn fn = native ? matmul_chunk_native : has_kernel ? matmul_chunk_codec : matmul_chunk_dequant;
-    // Enough rows per chunk to amortise scheduling, few enough to balance:
-    // at least 16 KiB-ish of row elements, and at most about 8 chunks per
-    // thread. Every chunk of a codec's matmul_rows re-checks the codec's
-    // quantized-activation cache (a memcmp of x): with 16-row chunks that
-    // was 5.4 % of a q4 tg run (perf, 0.6B shape), 0.9 % with 8 chunks per
-    // thread.
-    const uint64_t threads = pool_threads(be);
-    const uint64_t grain = std::max<uint64_t>({4, 16384 / std::max<uint64_t>(1, w->cols), (w->rows + 8 * threads - 1) / (8 * threads)});
-    be->host->parallel_for(be->host->host_ctx, 0, w->rows, grain, fn, &job);
+    be->host->parallel_for(be->host->host_ctx, 0, w->rows, decode_grain(be, w->rows, w->cols), decode_chunk_fn(w), &job);
     return job.error;
+}
+
+// Decode's fused matmuls: the weights' rows laid end to end form one loop.
+constexpr uint32_t kMaxMulti = 8;
+
+struct MultiJob {
+    MatmulJob jobs[kMaxMulti];
+    cmf_range_fn fns[kMaxMulti];
+    uint64_t row_end[kMaxMulti];  // rows of weights 0..i together
+    uint32_t n;
+};
+
+void matmul_chunk_multi(void *user, uint64_t r0, uint64_t r1) {
+    auto *m = static_cast<MultiJob *>(user);
+    uint64_t start = 0;
+    for (uint32_t i = 0; i < m->n && r0 < r1; start = m->row_end[i++]) {
+        if (r0 >= m->row_end[i]) continue;
+        const uint64_t e = std::min(r1, m->row_end[i]);
+        m->fns[i](&m->jobs[i], r0 - start, e - start);
+        r0 = e;
+    }
+}
+
+cmf_error *matmul_multi(void *ctx, const cmf_backend_weight *const *ws, uint32_t n_weights, const float *x,
+                        uint64_t n_batch, float *const *ys) {
+    Backend *be = as_backend(ctx);
+    if (ws == nullptr || ys == nullptr || x == nullptr || n_weights == 0)
+        return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_multi: NULL argument or no weights");
+    for (uint32_t i = 0; i < n_weights; ++i) {
+        if (ws[i] == nullptr || ys[i] == nullptr)
+            return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_multi: NULL weight or output");
+        if (ws[i]->view.ndim != 2)
+            return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_multi: a weight is not 2-D");
+        if (ws[i]->cols != ws[0]->cols)
+            return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, ("matmul_multi: weights of " + std::to_string(ws[0]->cols) +
+                                                          " and " + std::to_string(ws[i]->cols) + " columns")
+                                                             .c_str());
+    }
+    // Prefill's GEMMs are long loops already (and pack x per weight layout):
+    // one call each. So are more weights than the fused job holds.
+    if (n_batch >= kGemmMinBatch || n_weights > kMaxMulti) {
+        for (uint32_t i = 0; i < n_weights; ++i)
+            if (cmf_error *e = matmul(ctx, ws[i], x, n_batch, ys[i])) return e;
+        return nullptr;
+    }
+    MultiJob m{};
+    m.n = n_weights;
+    const uint64_t x_id = next_x_id();  // one x: the codecs quantize it once for all weights
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < n_weights; ++i) {
+        m.jobs[i] = MatmulJob{ws[i], x, n_batch, ys[i], be->host, nullptr, nullptr, nullptr, nullptr, x_id};
+        m.fns[i] = decode_chunk_fn(ws[i]);
+        m.row_end[i] = rows += ws[i]->rows;
+    }
+    be->host->parallel_for(be->host->host_ctx, 0, rows, decode_grain(be, rows, ws[0]->cols), matmul_chunk_multi, &m);
+    cmf_error *first = nullptr;
+    for (uint32_t i = 0; i < n_weights; ++i) {
+        if (m.jobs[i].error == nullptr) continue;
+        if (first == nullptr) first = m.jobs[i].error;
+        else be->host->error_free(m.jobs[i].error);
+    }
+    return first;
 }
 
 // ---- buffers ------------------------------------------------------------------
@@ -899,6 +967,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.embed = embed;
     vt.kv_write = kv_write;
     vt.attention_kv = attention_kv;
+    vt.matmul_multi = matmul_multi;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();
     return nullptr;
