@@ -72,6 +72,18 @@ void free_shim(void *ctx, cmf_backend_weight *w) {
     p->inner().weight_free(p->inner_ctx(), w);
 }
 
+// matmul_multi's weights are a list: timed under one key for the list.
+constexpr char k_matmul_multi[] = "matmul_multi";
+cmf_error *matmul_multi_shim(void *ctx, const cmf_backend_weight *const *ws, uint32_t n, const float *x,
+                             uint64_t n_batch, float *const *ys) {
+    auto *p = static_cast<BackendProfile *>(ctx);
+    const auto t0 = Clock::now();
+    cmf_error *e = p->inner().matmul_multi(p->inner_ctx(), ws, n, x, n_batch, ys);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    p->record(k_matmul_multi, ws != nullptr && n > 0 ? p->group_of(ws, n) : nullptr, seconds);
+    return e;
+}
+
 const char *phase_name(int p) {
     switch (p) {
     case 1: return "prefill";
@@ -98,6 +110,45 @@ BackendProfile::BackendProfile(const cmf_backend_vt &inner, void *inner_ctx) : i
     if (inner_.op) vt_.op = Shim<&cmf_backend_vt::op, k_##op>::call;
     CMF_PROFILE_OPS(CMF_PROFILE_WRAP)
 #undef CMF_PROFILE_WRAP
+    if (inner_.matmul_multi) vt_.matmul_multi = matmul_multi_shim;
+}
+
+void BackendProfile::forget_weight(const cmf_backend_weight *w) {
+    weights_.erase(w);
+    for (auto it = groups_.begin(); it != groups_.end();) {
+        if (std::find(it->first.begin(), it->first.end(), w) == it->first.end()) {
+            ++it;
+            continue;
+        }
+        weights_.erase(reinterpret_cast<const cmf_backend_weight *>(it->second.get()));
+        it = groups_.erase(it);
+    }
+}
+
+const cmf_backend_weight *BackendProfile::group_of(const cmf_backend_weight *const *ws, uint32_t n) {
+    std::vector<const cmf_backend_weight *> list(ws, ws + n);
+    auto it = groups_.find(list);
+    if (it == groups_.end()) {
+        it = groups_.emplace(std::move(list), std::make_unique<char>()).first;
+        WeightInfo info;
+        std::string dtype;
+        for (uint32_t i = 0; i < n; ++i) {
+            auto w = weights_.find(ws[i]);
+            const std::string label = w == weights_.end() ? "?" : w->second.label;
+            if (w != weights_.end()) info.bytes += w->second.bytes;
+            // "q4_block [a,b]": the dtype once when every weight shares it.
+            const size_t space = label.find(' ');
+            const std::string head = space == std::string::npos ? label : label.substr(0, space);
+            if (i == 0) {
+                dtype = head;
+                info.label = label;
+            } else {
+                info.label += "+" + (head == dtype && space != std::string::npos ? label.substr(space + 1) : label);
+            }
+        }
+        weights_[reinterpret_cast<const cmf_backend_weight *>(it->second.get())] = std::move(info);
+    }
+    return reinterpret_cast<const cmf_backend_weight *>(it->second.get());
 }
 
 void BackendProfile::record(const char *op, const cmf_backend_weight *w, double seconds) {

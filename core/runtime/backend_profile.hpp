@@ -15,8 +15,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace cmf::runtime {
 
@@ -49,7 +51,10 @@ public:
     };
     void record(const char *op, const cmf_backend_weight *w, double seconds);
     void note_weight(const cmf_backend_weight *w, const cmf_tensor_view &t);
-    void forget_weight(const cmf_backend_weight *w) { weights_.erase(w); }
+    void forget_weight(const cmf_backend_weight *w);
+    // The weights of one matmul_multi call as one profile key, labelled
+    // "q4_block [2048,1024]+[1024,1024]+[1024,1024]" (bytes: their sum).
+    const cmf_backend_weight *group_of(const cmf_backend_weight *const *ws, uint32_t n);
     const cmf_backend_vt &inner() const { return inner_; }
     void *inner_ctx() const { return inner_ctx_; }
 
@@ -66,6 +71,8 @@ private:
     // weight (matmul, rms_norm, add_bias, embed), else nullptr.
     std::map<std::tuple<int, const char *, const cmf_backend_weight *>, Stat> stats_;
     std::map<const cmf_backend_weight *, WeightInfo> weights_;
+    // Keys made up for fused calls' weight lists (their addresses are the keys).
+    std::map<std::vector<const cmf_backend_weight *>, std::unique_ptr<char>> groups_;
 };
 
 }  // namespace cmf::runtime

@@ -122,7 +122,8 @@ struct Profile {
 
 // The text table of one phase: per token, per call and share of the phase's
 // backend time; matmul rows also the weight bytes they streamed per second
-// (a decode matmul reads its whole weight once per call).
+// (a decode matmul reads its whole weight once per call, a matmul_multi all
+// of its weights).
 void print_profile(const Profile &p, const char *phase, uint64_t tokens, double measured_seconds) {
     const auto rows = p.phase(phase);
     const bool decode = std::string(phase) == "decode";
@@ -132,14 +133,15 @@ void print_profile(const Profile &p, const char *phase, uint64_t tokens, double 
     std::printf("\nprofile, %s: %llu tokens; backend calls %.3f ms per token, %.1f %% of the measured time\n", phase,
                 static_cast<unsigned long long>(tokens), 1e3 * total / double(tokens),
                 measured_seconds > 0 ? 100.0 * total / measured_seconds : 0.0);
-    std::printf("  %-13s %-26s %10s %11s %10s %7s %8s\n", "op", "weight", "calls/tok", "us/call", "ms/tok", "share",
+    std::printf("  %-13s %-44s %10s %11s %10s %7s %8s\n", "op", "weight", "calls/tok", "us/call", "ms/tok", "share",
                 decode ? "GB/s" : "");
     for (const auto &[k, e] : rows) {
         // A decode matmul reads its whole weight (a prefill matmul is compute-bound:
         // no rate shown); embed reads one row of it, a norm a small vector.
-        const bool streams = decode && std::get<1>(k) == "matmul" && e.weight_bytes > 0 && e.seconds > 0;
+        const bool matmul = std::get<1>(k) == "matmul" || std::get<1>(k) == "matmul_multi";
+        const bool streams = decode && matmul && e.weight_bytes > 0 && e.seconds > 0;
         const double gbs = streams ? double(e.weight_bytes) * double(e.calls) / e.seconds / 1e9 : 0.0;
-        std::printf("  %-13s %-26s %10.2f %11.2f %10.3f %6.1f%% ", std::get<1>(k).c_str(), std::get<2>(k).c_str(),
+        std::printf("  %-13s %-44s %10.2f %11.2f %10.3f %6.1f%% ", std::get<1>(k).c_str(), std::get<2>(k).c_str(),
                     double(e.calls) / double(tokens), 1e6 * e.seconds / double(e.calls), 1e3 * e.seconds / double(tokens),
                     100.0 * e.seconds / total);
         if (gbs > 0)

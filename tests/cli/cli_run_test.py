@@ -202,16 +202,20 @@ p = run(["bench", model_path, "-p", "8", "-n", "4", "-r", "2", "-d", "40", "--pr
 try:
     pr = json.loads(p.stdout)["profile"]
 
-    def matmuls(phase):
-        return sum(o["calls"] for o in pr["ops"] if o["phase"] == phase and o["op"] == "matmul")
-    per_forward = 7 * layers + 1  # q, k, v, o, gate, up, down per layer, and the head
+    def calls(phase, op):
+        return sum(o["calls"] for o in pr["ops"] if o["phase"] == phase and o["op"] == op)
+    per_forward = 2 * layers + 1  # o and down per layer, and the head
+    fused_per_forward = 2 * layers  # q/k/v and gate/up, one matmul_multi each
     ok = (layers > 0 and pr["decode_tokens"] == 8 and pr["prefill_tokens"] == 16
-          and matmuls("decode") == 8 * per_forward and matmuls("prefill") == 2 * per_forward
+          and calls("decode", "matmul") == 8 * per_forward and calls("prefill", "matmul") == 2 * per_forward
+          and calls("decode", "matmul_multi") == 8 * fused_per_forward
+          and calls("prefill", "matmul_multi") == 2 * fused_per_forward
           and 0 < sum(o["seconds"] for o in pr["ops"] if o["phase"] == "decode") <= pr["decode_seconds"]
-          and all(o["weight"] for o in pr["ops"] if o["op"] == "matmul"))
+          and all(o["weight"] for o in pr["ops"] if o["op"] in ("matmul", "matmul_multi")))
 except (ValueError, KeyError):
     ok = False
-check(ok, "bench --profile --json: matmul calls per forward = 7 x layers + 1, depth prefill excluded, "
+check(ok, "bench --profile --json: per forward 2 x layers + 1 matmul and 2 x layers matmul_multi calls, "
+          "depth prefill excluded, "
           "backend time within the measured time")
 p = run(["bench", model_path, "-p", "0", "-n", "4", "-r", "1", "--profile"])
 out_text = p.stdout.decode()

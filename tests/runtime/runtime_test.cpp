@@ -624,17 +624,20 @@ TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the r
     TestRuntime t;
     auto model = model_of(c, CMF_DTYPE_F32);
     uint64_t layers = 0;
-    std::string q_shape;  // the profile's label of every layer's q_proj
-    uint64_t q_bytes = 0;
-    for (const auto &tt : c.tensors) {
+    // The profile's label of every layer's fused q/k/v call, "f32 [q]+[k]+[v]".
+    std::string qkv_label;
+    uint64_t qkv_bytes = 0;
+    for (const char *proj : {"q_proj", "k_proj", "v_proj"})
+        for (const auto &tt : c.tensors)
+            if (tt.name == std::string("model.layers.0.self_attn.") + proj + ".weight") {
+                qkv_label += (qkv_label.empty() ? "f32 [" : "+[") + std::to_string(tt.shape[0]) + "," +
+                             std::to_string(tt.shape[1]) + "]";
+                qkv_bytes += tt.count * sizeof(float);
+            }
+    for (const auto &tt : c.tensors)
         if (tt.name.find(".mlp.down_proj.weight") != std::string::npos) ++layers;
-        if (tt.name == "model.layers.0.self_attn.q_proj.weight") {
-            q_shape = "f32 [" + std::to_string(tt.shape[0]) + "," + std::to_string(tt.shape[1]) + "]";
-            q_bytes = tt.count * sizeof(float);
-        }
-    }
     REQUIRE(layers > 0);
-    REQUIRE(!q_shape.empty());
+    REQUIRE(qkv_label.find("]+[") != std::string::npos);
 
     cmf_session_options so;
     cmf_session_options_init(&so);
@@ -680,9 +683,9 @@ TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the r
     cmf_string_free(json);
     simdjson::dom::parser parser;
     simdjson::dom::element doc = parser.parse(text);
-    std::map<std::string, uint64_t> matmul_calls, binds;
+    std::map<std::string, uint64_t> matmul_calls, multi_calls, binds;
     double decode_seconds = 0;
-    bool q_seen = false;
+    bool qkv_seen = false;
     for (simdjson::dom::element op : doc["ops"].get_array()) {
         const std::string phase{std::string_view(op["phase"])}, name{std::string_view(op["op"])},
             weight{std::string_view(op["weight"])};
@@ -691,17 +694,21 @@ TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the r
         CHECK(calls > 0);
         CHECK(seconds >= 0);
         if (name == "matmul") matmul_calls[phase] += calls;
+        if (name == "matmul_multi") multi_calls[phase] += calls;
         if (name == "weight_bind") binds[phase] += calls;
         if (phase == "decode") decode_seconds += seconds;
-        if (name == "matmul" && weight == q_shape) {
-            q_seen = true;
-            CHECK(uint64_t(op["weight_bytes"]) == q_bytes);
+        if (name == "matmul_multi" && weight == qkv_label) {
+            qkv_seen = true;
+            CHECK(uint64_t(op["weight_bytes"]) == qkv_bytes);
         }
     }
-    CHECK(q_seen);
-    // q, k, v, o, gate, up, down per layer and the head, once per forward.
-    CHECK(matmul_calls["prefill"] == 7 * layers + 1);
-    CHECK(matmul_calls["decode"] == 3 * (7 * layers + 1));
+    CHECK(qkv_seen);
+    // Per layer o and down, and the head, once per forward; q/k/v and
+    // gate/up go fused (the CPU backend has matmul_multi).
+    CHECK(matmul_calls["prefill"] == 2 * layers + 1);
+    CHECK(matmul_calls["decode"] == 3 * (2 * layers + 1));
+    CHECK(multi_calls["prefill"] == 2 * layers);
+    CHECK(multi_calls["decode"] == 3 * (2 * layers));
     CHECK(binds["bind"] > 7 * layers);  // every weight the arch bound, norms included
     CHECK(decode_seconds > 0);
     CHECK(decode_seconds <= decode_wall);  // wall time of calls inside the measured evals

@@ -186,22 +186,21 @@ namespace {
 template <class Acc>
 inline void rows4(uint64_t rows, float *y, Acc acc) {
     uint64_t r = 0;
-    // Lane i of the result is row i's sum.
-    auto sums4 = [](__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    for (; r + 4 <= rows; r += 4) {
+        const __m256 a0 = acc(r), a1 = acc(r + 1), a2 = acc(r + 2), a3 = acc(r + 3);
+        // lane i of the 128-bit result is row r+i's sum.
         const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-        return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    };
-    for (; r + 4 <= rows; r += 4) _mm_storeu_ps(y + r, sums4(acc(r), acc(r + 1), acc(r + 2), acc(r + 3)));
-    if (r == rows) return;
-    // The last 1-3 rows through the same reduction (zeros for the missing
-    // rows), so a row's sum does not depend on where its range starts: the
-    // backend cuts row ranges differently for one weight than for several
-    // fused (matmul_multi), and both must give the same bits.
-    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (uint64_t i = 0; r + i < rows; ++i) a[i] = acc(r + i);
-    alignas(16) float out[4];
-    _mm_store_ps(out, sums4(a[0], a[1], a[2], a[3]));
-    for (uint64_t i = 0; r + i < rows; ++i) y[r + i] = out[i];
+        _mm_storeu_ps(y + r, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
+    // The last 1-3 rows add their lanes in the order above, so a row's sum
+    // does not depend on where its range starts: the backend cuts row ranges
+    // differently for one weight than for several fused (matmul_multi), and
+    // both must give the same bits.
+    for (; r < rows; ++r) {
+        const __m256 a = acc(r);
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, a), a);
+        y[r] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
 }
 }  // namespace
 
