@@ -32,11 +32,6 @@ void cpu_relax() noexcept {
 #endif
 }
 
-// Chunks per thread at most: enough for the dynamic claim to even out threads
-// that run at different speeds (a VM's cores do), few enough that claiming,
-// one contended atomic per chunk, stays cheap.
-constexpr uint64_t kMaxChunksPerThread = 16;
-
 // How long a server spins without work before it goes back to TBB. Decode's
 // gaps between loops are a few microseconds, between tokens (sampling,
 // streaming the text) tens; a chat waiting for its user idles out.
@@ -45,19 +40,22 @@ constexpr std::chrono::microseconds kServerIdle{1000};
 // Set while a thread runs a chunk: a parallel_for called from there runs inline.
 thread_local bool t_in_chunk = false;
 
-// The loop being run. Its chunks are cut into one contiguous block per
+// The loop being run. [begin, end) is cut into one contiguous block per
 // thread, so each thread streams its own stretch of rows (a decode matmul
-// reads weights once; interleaved chunks made every chunk a new stream and
-// cost ~3 % of a q4 matmul's speed); a thread that runs out takes chunks
-// from the back of the others' blocks. Each block is one word: the loop's
-// epoch (high 32 bits), the block's front (16) and back (16); a claim is a
-// CAS on it. To publish a loop the caller seals every word under the new
-// epoch (front > back: nothing to claim), rewrites the fields, then opens
-// the words. A thread that read the fields while they were being rewritten
-// therefore fails its CAS (seqlock reasoning: the release fence after
-// sealing pairs with the acquire fence after the field loads).
-constexpr uint64_t kSealed = 0x00010000u;  // front 1, back 0
-constexpr int32_t kMaxThreads = 4095;      // keeps a loop under 2^16 chunks (16 a thread)
+// reads its weight once; interleaved chunks made every chunk a new stream
+// and cost ~3 % of a q4 matmul's speed). A block's chunks shrink towards its
+// end (a third of what is left, down to the grain): its owner takes them from
+// the front, a thread that has run out of its own takes them from the back,
+// so the last chunks, where threads wait for each other, are the small ones.
+//
+// Each block is one word: the loop's epoch (high 32 bits) and the block's
+// front and back chunk index (16 bits each); a claim is a CAS on it. A loop's
+// fields are read after a successful claim: the loop cannot finish (and the
+// caller cannot rewrite them) before the claimed chunk is done, and the CAS
+// acquires the caller's release of the opened word.
+constexpr int32_t kMaxThreads = 2047;          // keeps a loop under 2^16 chunks
+constexpr uint64_t kMaxChunksPerBlock = 32;    // the cut table's share per thread
+constexpr uint64_t kEmpty = 0;                 // front 0, back 0: nothing to claim
 
 uint64_t block_word(uint64_t tag, uint64_t front, uint64_t back) { return tag | (front << 16) | back; }
 uint64_t block_front(uint64_t w) { return (w >> 16) & 0xFFFFu; }
@@ -68,45 +66,39 @@ struct alignas(64) Block {
 };
 
 struct Team {
-    explicit Team(int32_t threads) : blocks(new Block[size_t(threads)]), n_blocks(threads) {}
+    explicit Team(int32_t threads)
+        : blocks(new Block[size_t(threads)]), n_blocks(threads),
+          cuts(new uint64_t[size_t(threads) * kMaxChunksPerBlock + 1]) {}
     std::unique_ptr<Block[]> blocks;
     const int32_t n_blocks;
+    // The open loop (written by its caller before the words open).
+    RangeFn fn = nullptr;
+    void *user = nullptr;
+    std::unique_ptr<uint64_t[]> cuts;  // chunk c is [cuts[c], cuts[c + 1])
     alignas(64) std::atomic<uint64_t> done{0};  // chunks of the open loop finished
-    alignas(64) std::atomic<RangeFn> fn{nullptr};
-    std::atomic<void *> user{nullptr};
-    std::atomic<uint64_t> begin{0}, end{0}, chunk{1};
-    alignas(64) std::atomic<int32_t> live{0};  // servers enqueued or running
-    std::atomic<int32_t> next_slot{0};         // hands servers their blocks
+    alignas(64) std::atomic<int32_t> live{0};   // servers enqueued or running
+    std::atomic<int32_t> next_slot{0};          // hands servers their blocks
     std::atomic<bool> stop{false};
     std::mutex error_mu;
     std::exception_ptr error;  // the first exception of the open loop
 };
 
 // Takes one chunk of the open loop, from the front of block `own`, else from
-// the back of another block; false when none is left. The fields read with
-// it belong to the claimed chunk's loop.
-bool claim(Team &t, int32_t own, uint64_t &chunk_index, RangeFn &fn, void *&user, uint64_t &b, uint64_t &e) {
+// the back of another block; false when none is left.
+bool claim(Team &t, int32_t own, uint64_t &chunk) {
     for (int32_t k = 0; k < t.n_blocks; ++k) {
         const bool stealing = k != 0;
         std::atomic<uint64_t> &word = t.blocks[size_t((own + k) % t.n_blocks)].word;
-        uint64_t w = word.load(std::memory_order_acquire);
+        uint64_t w = word.load(std::memory_order_relaxed);
         for (;;) {
-            fn = t.fn.load(std::memory_order_relaxed);
-            user = t.user.load(std::memory_order_relaxed);
-            const uint64_t begin = t.begin.load(std::memory_order_relaxed);
-            const uint64_t end = t.end.load(std::memory_order_relaxed);
-            const uint64_t chunk = t.chunk.load(std::memory_order_relaxed);
-            std::atomic_thread_fence(std::memory_order_acquire);
             const uint64_t front = block_front(w), back = block_back(w);
             if (front >= back) break;
             const uint64_t tag = w & ~uint64_t(0xFFFFFFFFu);
-            const uint64_t taken = stealing ? back - 1 : front;
             const uint64_t to = stealing ? block_word(tag, front, back - 1) : block_word(tag, front + 1, back);
-            if (!word.compare_exchange_weak(w, to, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-            chunk_index = taken;
-            b = begin + taken * chunk;
-            e = std::min(end, b + chunk);
-            return true;
+            if (word.compare_exchange_weak(w, to, std::memory_order_acquire, std::memory_order_relaxed)) {
+                chunk = stealing ? back - 1 : front;
+                return true;
+            }
         }
     }
     return false;
@@ -115,13 +107,11 @@ bool claim(Team &t, int32_t own, uint64_t &chunk_index, RangeFn &fn, void *&user
 // Claims and runs chunks of the open loop until none is left; true if it ran any.
 bool run_chunks(Team &t, int32_t own) {
     bool ran = false;
-    uint64_t index = 0, b = 0, e = 0;
-    RangeFn fn = nullptr;
-    void *user = nullptr;
-    while (claim(t, own, index, fn, user, b, e)) {
+    uint64_t c = 0;
+    while (claim(t, own, c)) {
         t_in_chunk = true;
         try {
-            fn(user, b, e);
+            t.fn(t.user, t.cuts[c], t.cuts[c + 1]);
         } catch (...) {
             std::lock_guard<std::mutex> lock(t.error_mu);
             if (!t.error) t.error = std::current_exception();
@@ -178,21 +168,42 @@ struct ThreadPool::Impl {
         arena.execute([&] { servers.wait(); });
     }
 
-    void run(int32_t threads, RangeFn fn, void *user, uint64_t begin, uint64_t end, uint64_t chunk, uint64_t count) {
-        std::lock_guard<std::mutex> caller(caller_mu);
+    // Publishes [begin, end) cut for `threads` threads, chunks >= grain.
+    uint64_t publish(int32_t threads, RangeFn fn, void *user, uint64_t begin, uint64_t end, uint64_t grain) {
         Team &t = *team;
         const uint64_t tag = (++epoch & 0xFFFFFFFFu) << 32;
-        for (int32_t k = 0; k < threads; ++k) t.blocks[size_t(k)].word.store(tag | kSealed, std::memory_order_relaxed);
-        std::atomic_thread_fence(std::memory_order_release);
-        t.fn.store(fn, std::memory_order_relaxed);
-        t.user.store(user, std::memory_order_relaxed);
-        t.begin.store(begin, std::memory_order_relaxed);
-        t.end.store(end, std::memory_order_relaxed);
-        t.chunk.store(chunk, std::memory_order_relaxed);
+        // Nothing of the previous loop is left to claim (all its chunks are
+        // done), so the fields are free to rewrite before the words open.
+        t.fn = fn;
+        t.user = user;
+        const uint64_t n = end - begin;
+        // Blocks of at least one grain: fewer blocks than threads on short loops.
+        const uint64_t blocks = std::clamp<uint64_t>(n / grain, 1, uint64_t(threads));
+        uint64_t count = 0;
+        t.cuts[0] = begin;
+        uint64_t words[kMaxThreads];
+        for (uint64_t k = 0; k < blocks; ++k) {
+            const uint64_t b0 = begin + n * k / blocks, b1 = begin + n * (k + 1) / blocks;
+            const uint64_t first = count;
+            for (uint64_t at = b0; at < b1;) {
+                const uint64_t left = b1 - at;
+                uint64_t size = std::max(grain, (left + 2) / 3);
+                if (left - std::min(left, size) < grain || count - first + 1 == kMaxChunksPerBlock) size = left;
+                at += size;
+                t.cuts[++count] = at;
+            }
+            words[k] = block_word(tag, first, count);
+        }
         t.done.store(0, std::memory_order_relaxed);
         for (int32_t k = 0; k < threads; ++k)
-            t.blocks[size_t(k)].word.store(block_word(tag, count * uint64_t(k) / uint64_t(threads), count * uint64_t(k + 1) / uint64_t(threads)),
-                                           std::memory_order_seq_cst);
+            t.blocks[size_t(k)].word.store(uint64_t(k) < blocks ? words[k] : tag | kEmpty, std::memory_order_seq_cst);
+        return count;
+    }
+
+    void run(int32_t threads, RangeFn fn, void *user, uint64_t begin, uint64_t end, uint64_t grain) {
+        std::lock_guard<std::mutex> caller(caller_mu);
+        Team &t = *team;
+        const uint64_t count = publish(threads, fn, user, begin, end, grain);
         // Lend the arena's workers: one server per thread besides this one.
         for (int32_t have = t.live.load(std::memory_order_seq_cst); have < threads - 1; ++have) {
             t.live.fetch_add(1, std::memory_order_seq_cst);
@@ -234,9 +245,7 @@ void ThreadPool::parallel_for(uint64_t begin, uint64_t end, uint64_t grain, Rang
         fn(user, begin, end);
         return;
     }
-    const uint64_t most = uint64_t(threads_) * kMaxChunksPerThread;
-    const uint64_t chunk = std::max(grain, (n + most - 1) / most);
-    impl_->run(threads_, fn, user, begin, end, chunk, (n + chunk - 1) / chunk);
+    impl_->run(threads_, fn, user, begin, end, grain);
 }
 
 int32_t ThreadPool::physical_cores() noexcept {
