@@ -2,6 +2,8 @@
 
 #include "common/error.hpp"
 
+#include <cmf/argmax.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,12 +11,7 @@
 
 namespace cmf::text {
 
-int32_t argmax(std::span<const float> v) {
-    size_t best = 0;
-    for (size_t i = 1; i < v.size(); ++i)
-        if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
-    return int32_t(best);
-}
+int32_t argmax(std::span<const float> v) { return int32_t(cmf::argmax(v.data(), v.size())); }
 
 Sampler::Sampler(const SamplerParams &p) : p_(p), state_(p.seed) {
     if (!(p.temperature >= 0) || !(p.top_p > 0) || p.min_p < 0 || !(p.repetition_penalty > 0))

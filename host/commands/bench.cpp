@@ -4,6 +4,7 @@
 #include "session_util.hpp"
 
 #include <boost/json.hpp>
+#include <cmf/argmax.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -243,7 +244,7 @@ int cmd_bench(const std::vector<std::string> &args) {
             auto t0 = std::chrono::steady_clock::now();
             for (uint32_t i = 0; i < n_gen; ++i) {
                 check(cmf_session_eval(s.get(), &tok, 1, CMF_LOGITS_LAST, logits.data(), logits.size()), "tg");
-                tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+                tok = static_cast<int32_t>(cmf::argmax(logits.data(), logits.size()));
             }
             tg.push_back(double(n_gen) / seconds_since(t0));
             });

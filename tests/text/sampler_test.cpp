@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <vector>
 
 using cmf::text::Sampler;
@@ -145,4 +147,41 @@ TEST_CASE("sampler: argmax takes the lowest index on ties and never a NaN") {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     CHECK(cmf::text::argmax(std::vector<float>{1, 3, 3, -1}) == 1);
     CHECK(cmf::text::argmax(std::vector<float>{nan, 2, 5, 5}) == 2);
+}
+
+TEST_CASE("sampler: the SSE argmax equals a plain scan on every length and mix of NaN, +-inf, +-0 and ties") {
+    // The plain scan argmax() replaced: lowest index of the maximum, NaN never over a number.
+    auto scan = [](const std::vector<float> &v) {
+        size_t best = 0;
+        for (size_t i = 1; i < v.size(); ++i)
+            if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
+        return int32_t(best);
+    };
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> pick(0, 9);
+    int bad = 0;
+    for (int t = 0; t < 20000; ++t) {
+        // Lengths across the 16-float blocks of both passes and their tails.
+        std::vector<float> v(size_t(1 + t % 150));
+        for (float &x : v) {
+            const int k = pick(rng);
+            x = k == 0 ? nan : k == 1 ? -inf : k == 2 ? inf : k == 3 ? -0.0f : k == 4 ? 0.0f : float(pick(rng) - 5);
+        }
+        if (t % 7 == 0) std::fill(v.begin(), v.end(), nan);
+        if (t % 11 == 0) std::fill(v.begin(), v.end(), -inf);
+        bad += cmf::text::argmax(v) != scan(v);
+    }
+    CHECK(bad == 0);
+    // A vocabulary-sized row with its maximum in the first block, mid-way, in the tail.
+    std::vector<float> big(151939);
+    std::normal_distribution<float> normal;
+    for (float &x : big) x = normal(rng);
+    for (size_t at : {size_t(0), size_t(15), size_t(16), size_t(77777), big.size() - 3, big.size() - 1}) {
+        std::vector<float> v = big;
+        v[at] = 100.0f;
+        CHECK(cmf::text::argmax(v) == int32_t(at));
+        v[at / 2] = 100.0f;  // a tie earlier wins
+        CHECK(cmf::text::argmax(v) == int32_t(at / 2));
+    }
 }
