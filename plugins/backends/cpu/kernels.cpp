@@ -704,6 +704,119 @@ AVX512 void gemm_packed_avx512(const float *wp, uint64_t n_rows, uint64_t cols, 
         }
     }
 }
+// Decode attention on zmm (an f16 or f32 KV cache): the AVX2 kernels'
+// loops with 16 columns per instruction, so a key's slice of 128 head dims
+// is 8 widenings and 8 FMAs per head instead of 16 and 16. Each (head, key)
+// sum and each output element is still its own chain in key order, so a run
+// gives the bits of one-key calls (tested), like the AVX2 kernels; the two
+// sets differ from each other in the summation order of a dot.
+template <class T>
+AVX512 inline __m512 load16_wide(const T *p) {
+    if constexpr (std::is_same_v<T, float>)
+        return _mm512_loadu_ps(p);
+    else
+        // (maskz: the plain form starts from an undefined register, see sums4.)
+        return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+// Lane i of the result is acc[i]'s sum (i < 4).
+AVX512 inline __m128 sums4(const __m512 acc[4]) {
+    __m256 h[4];
+    for (int k = 0; k < 4; ++k) {
+        // (maskz: GCC 12's plain extract and cast start from an undefined
+        // register and trip -Wuninitialized.)
+        const __m512d a = _mm512_castps_pd(acc[k]);
+        h[k] = _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 0)),
+                             _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 1)));
+    }
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+// heads_dot_block on zmm (see there): NK <= 4 keys against a pair of heads.
+template <class T, int NK, bool Pair, bool Shared>
+AVX512 inline void heads_dot_block16(const float *q, const T *rows, uint64_t ldrow, uint32_t h, uint32_t group,
+                                     uint32_t hd, float *out, uint64_t ldo) {
+    __m512 acc[2][4];
+    for (int p = 0; p < 2; ++p)
+        for (int k = 0; k < 4; ++k) acc[p][k] = _mm512_setzero_ps();
+    const float *q0 = q + uint64_t(h) * hd, *q1 = q0 + hd;
+    const T *k0 = rows + uint64_t(h / group) * hd;
+    const T *k1 = rows + uint64_t(Pair ? (h + 1) / group : h / group) * hd;
+    for (uint32_t d = 0; d < hd; d += 16) {
+        const __m512 qa = _mm512_loadu_ps(q0 + d);
+        const __m512 qb = Pair ? _mm512_loadu_ps(q1 + d) : qa;
+#pragma GCC unroll 4
+        for (int k = 0; k < NK; ++k) {
+            const __m512 ka = load16_wide(k0 + k * ldrow + d);
+            acc[0][k] = _mm512_fmadd_ps(qa, ka, acc[0][k]);
+            if constexpr (Pair) acc[1][k] = _mm512_fmadd_ps(qb, Shared ? ka : load16_wide(k1 + k * ldrow + d), acc[1][k]);
+        }
+    }
+    for (int p = 0; p < (Pair ? 2 : 1); ++p) {
+        const __m128 s = sums4(acc[p]);
+        float *o = out + uint64_t(h + p) * ldo;
+        if constexpr (NK == 4) {
+            _mm_storeu_ps(o, s);
+        } else {
+            alignas(16) float tmp[4];
+            _mm_store_ps(tmp, s);
+            for (int k = 0; k < NK; ++k) o[k] = tmp[k];
+        }
+    }
+}
+template <class T, int NK>
+AVX512 inline void heads_dot_keys16(const float *q, const T *rows, uint64_t ldrow, uint32_t n_heads, uint32_t group,
+                                    uint32_t hd, float *out, uint64_t ldo) {
+    uint32_t h = 0;
+    for (; h + 2 <= n_heads; h += 2) {
+        if (h / group == (h + 1) / group)
+            heads_dot_block16<T, NK, true, true>(q, rows, ldrow, h, group, hd, out, ldo);
+        else
+            heads_dot_block16<T, NK, true, false>(q, rows, ldrow, h, group, hd, out, ldo);
+    }
+    if (h < n_heads) heads_dot_block16<T, NK, false, false>(q, rows, ldrow, h, group, hd, out, ldo);
+}
+template <class T>
+AVX512 void heads_dot_avx512(const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
+                             uint32_t group, uint32_t hd, float *out, uint64_t ldo) {
+    if (hd % 16 != 0) return heads_dot_avx2(q, rows, ldrow, n_keys, n_heads, group, hd, out, ldo);
+    uint64_t j = 0;
+    const uint64_t span = uint64_t((n_heads + group - 1) / group) * hd * sizeof(T);
+    for (; j + 4 <= n_keys; j += 4) {
+        if (j + kDotKeysAhead + 4 <= n_keys)
+            for (uint64_t k = 0; k < 4; ++k) prefetch_span(rows + (j + kDotKeysAhead + k) * ldrow, span);
+        heads_dot_keys16<T, 4>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo);
+    }
+    switch (n_keys - j) {
+    case 3: heads_dot_keys16<T, 3>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
+    case 2: heads_dot_keys16<T, 2>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
+    case 1: heads_dot_keys16<T, 1>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
+    default: break;
+    }
+}
+// heads_axpy_avx2 with 128 columns of a head's output in 8 zmm registers
+// over the run (the whole head at the 0.6B shape's head_dim).
+template <class T>
+AVX512 void heads_axpy_avx512(const float *a, uint64_t lda, const T *rows, uint64_t ldrow, uint64_t n_keys,
+                              uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
+    if (hd % 128 != 0) return heads_axpy_avx2(a, lda, rows, ldrow, n_keys, n_heads, group, hd, o);
+    for (uint32_t h = 0; h < n_heads; ++h) {
+        const float *ah = a + h * lda;
+        const T *rh = rows + uint64_t(h / group) * hd;
+        float *oh = o + uint64_t(h) * hd;
+        for (uint32_t d = 0; d < hd; d += 128) {
+            __m512 acc[8];
+            for (int i = 0; i < 8; ++i) acc[i] = _mm512_loadu_ps(oh + d + 16 * i);
+            for (uint64_t j = 0; j < n_keys; ++j) {
+                const __m512 va = _mm512_set1_ps(ah[j]);
+                const T *r = rh + j * ldrow + d;
+                if (j + kAxpyKeysAhead < n_keys) prefetch_span(r + kAxpyKeysAhead * ldrow, 128 * sizeof(T));
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(va, load16_wide(r + 16 * i), acc[i]);
+            }
+            for (int i = 0; i < 8; ++i) _mm512_storeu_ps(oh + d + 16 * i, acc[i]);
+        }
+    }
+}
 #undef AVX512
 #endif
 
@@ -743,8 +856,8 @@ const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false
                       convert_f16_avx2, convert_bf16_avx2, gemm_panel_avx512,      pack_w_avx2,
                       pack_x_avx2,      gemm_packed_avx512, dot_avx512,            axpy_avx2,
                       exp_sum_avx2,     silu_mul_avx2,     dot_f16_avx2,           axpy_f16_avx2,
-                      narrow_f16_avx2,  heads_dot_avx2<float>, heads_dot_avx2<uint16_t>, heads_axpy_avx2<float>,
-                      heads_axpy_avx2<uint16_t>};
+                      narrow_f16_avx2,  heads_dot_avx512<float>, heads_dot_avx512<uint16_t>, heads_axpy_avx512<float>,
+                      heads_axpy_avx512<uint16_t>};
 #endif
 
 }  // namespace
