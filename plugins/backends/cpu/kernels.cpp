@@ -709,7 +709,10 @@ AVX512 void gemm_packed_avx512(const float *wp, uint64_t n_rows, uint64_t cols, 
 // is 8 widenings and 8 FMAs per head instead of 16 and 16. Each (head, key)
 // sum and each output element is still its own chain in key order, so a run
 // gives the bits of one-key calls (tested), like the AVX2 kernels; the two
-// sets differ from each other in the summation order of a dot.
+// sets differ from each other in the summation order of a dot. The block and
+// key loops repeat the AVX2 ones on purpose, as micro_32x6 does: a shared
+// template carries one target attribute, and the blocks must inline into
+// their loops (an out-of-line call per 4 keys and head pair).
 template <class T>
 AVX512 inline __m512 load16_wide(const T *p) {
     if constexpr (std::is_same_v<T, float>)
