@@ -3,14 +3,15 @@
 // more threads than it was given.
 //
 // The threads are oneTBB's: a task_arena of n threads. A loop is not a
-// tbb::parallel_for, though. Decode calls ~250 short loops per token (a q4
-// matmul of the 0.6B shape takes 25-80 us), and a tbb::parallel_for costs
-// ~2.2 us to fork and join on this 2-core VM, ~5.7 us when the worker has
-// gone to sleep (docs/performance.md, session 10). So the arena's workers run
-// "server" tasks that stay in a spin loop while loops keep coming, take
-// chunks of the published loop from a shared counter, and go back to TBB
-// (which parks them) after ~1 ms without work. Dispatch then costs a store
-// and a cache-line transfer (~0.8 us for a 2-chunk loop).
+// tbb::parallel_for, though. A q4 decode step of the 0.6B shape makes ~140
+// loops of 25-180 us, and a tbb::parallel_for costs ~2.2 us to fork and join
+// on the 2-core VM, ~5.7 us when its worker has gone to sleep
+// (docs/performance.md, session 10). So the arena's workers run "server"
+// tasks that stay in a spin loop while loops keep coming, claim chunks of the
+// published loop (one contiguous block per thread first, then the others'
+// leftovers), and go back to TBB (which parks them) after ~1 ms without work.
+// Dispatch then costs a few stores and a cache-line transfer (~0.8 us for a
+// 2-chunk loop). docs/runtime.md, "The runtime's thread pool".
 #pragma once
 
 #include <cstdint>
