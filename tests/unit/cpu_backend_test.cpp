@@ -540,6 +540,31 @@ TEST_CASE("cpu backend: matmul_multi equals one matmul per weight, bit for bit, 
     for (auto *w : ws) be->vt.weight_free(be->ctx, w);
 }
 
+TEST_CASE("cpu backend: buffer_write, buffer_read and copy move every byte, small and large (split over threads)") {
+    TestRuntime t;
+    const cmf::BackendEntry *be = t.rt->backend("cpu");
+    REQUIRE(be != nullptr);
+    // Sizes around the 256 KiB where copies go parallel and its 64 KiB pieces.
+    for (size_t n : {size_t(0), size_t(1), size_t(4096), (size_t(256) << 10) - 4, size_t(256) << 10,
+                     (size_t(256) << 10) + 4, (size_t(1) << 20) + 12, size_t(2400000)}) {
+        CAPTURE(n);
+        std::vector<uint8_t> src(n), back(n + 16, 0xEE);
+        for (size_t i = 0; i < n; ++i) src[i] = uint8_t(i * 131 + (i >> 11));
+        float *a = nullptr, *b = nullptr;
+        REQUIRE(be->vt.buffer_alloc(be->ctx, n + 64, &a) == nullptr);
+        REQUIRE(be->vt.buffer_alloc(be->ctx, n + 64, &b) == nullptr);
+        REQUIRE(be->vt.buffer_write(be->ctx, a, src.data(), n) == nullptr);
+        REQUIRE(be->vt.copy(be->ctx, b, a, n / 4) == nullptr);
+        REQUIRE(be->vt.buffer_read(be->ctx, back.data(), a, n) == nullptr);
+        CHECK(std::memcmp(back.data(), src.data(), n) == 0);
+        CHECK(std::all_of(back.begin() + ptrdiff_t(n), back.end(), [](uint8_t v) { return v == 0xEE; }));
+        REQUIRE(be->vt.buffer_read(be->ctx, back.data(), b, n / 4 * 4) == nullptr);
+        CHECK(std::memcmp(back.data(), src.data(), n / 4 * 4) == 0);
+        be->vt.buffer_free(be->ctx, a);
+        be->vt.buffer_free(be->ctx, b);
+    }
+}
+
 TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA attention, gelu_tanh, embed") {
     TestRuntime t;
     const cmf::BackendEntry *be = t.rt->backend("cpu");

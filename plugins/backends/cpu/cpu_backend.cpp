@@ -446,17 +446,34 @@ void buffer_free(void *ctx, float *buf) {
     if (buf != nullptr) as_backend(ctx)->host->free_aligned(buf);
 }
 
+// memcpy, on every thread for large copies. A decode step reads back its
+// logits (600 KB at a 151936 vocabulary); the head's rows were written by
+// both threads, each into its own cache, and the pool cuts the copy into
+// the same contiguous halves, so each thread copies what it holds: 93 ->
+// ~40 us per token (profile, q4 0.6B).
+void copy_bytes(Backend *be, void *dst, const void *src, size_t n) {
+    constexpr size_t kPiece = size_t(64) << 10, kParallelFrom = size_t(256) << 10;
+    if (n < kParallelFrom) {
+        std::memcpy(dst, src, n);
+        return;
+    }
+    parallel(be, (n + kPiece - 1) / kPiece, 1, [&](uint64_t p0, uint64_t p1) {
+        const size_t b = size_t(p0) * kPiece, e = std::min(n, size_t(p1) * kPiece);
+        std::memcpy(static_cast<char *>(dst) + b, static_cast<const char *>(src) + b, e - b);
+    });
+}
+
 cmf_error *buffer_write(void *ctx, float *dst, const void *src, size_t n) {
     if ((dst == nullptr || src == nullptr) && n > 0)
         return as_backend(ctx)->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_write: NULL argument");
-    if (n > 0) std::memcpy(dst, src, n);
+    copy_bytes(as_backend(ctx), dst, src, n);
     return nullptr;
 }
 
 cmf_error *buffer_read(void *ctx, void *dst, const float *src, size_t n) {
     if ((dst == nullptr || src == nullptr) && n > 0)
         return as_backend(ctx)->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_read: NULL argument");
-    if (n > 0) std::memcpy(dst, src, n);
+    copy_bytes(as_backend(ctx), dst, src, n);
     return nullptr;
 }
 
