@@ -453,6 +453,7 @@ void buffer_free(void *ctx, float *buf) {
 // ~40 us per token (profile, q4 0.6B).
 void copy_bytes(Backend *be, void *dst, const void *src, size_t n) {
     constexpr size_t kPiece = size_t(64) << 10, kParallelFrom = size_t(256) << 10;
+    if (n == 0) return;  // (memcpy wants valid pointers even for 0 bytes)
     if (n < kParallelFrom) {
         std::memcpy(dst, src, n);
         return;
