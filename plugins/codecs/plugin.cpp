@@ -109,7 +109,7 @@ cmf_error *vt_matmul_rows_x(void *ctx, const cmf_tensor_view *w, const float *x,
                             uint64_t r0, uint64_t r1, float *y, uint64_t ldy, uint64_t x_id) {
     CodecCtx *c = as_codec(ctx);
     return cmf::sdk::call(c->state->host, [&] {
-        cmf::codecs::XIdScope scope(x_id);
+        cmf::codecs::XIdScope scope(x_id, x);
         c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy);
     });
 }

@@ -273,7 +273,7 @@ TEST_CASE("roundtrip: matmul_rows_x reuses x's quantization exactly when the x_i
         const std::vector<float> x1 = gaussian(cols, rng()), x2 = gaussian(cols, rng());
         auto run = [&](const std::vector<float> &x, uint64_t x_id) {
             std::vector<float> y(rows);
-            cmf::codecs::XIdScope scope(x_id);
+            cmf::codecs::XIdScope scope(x_id, x.data());
             dtype(id).matmul_rows(t, x.data(), cols, 1, 0, rows / 2, y.data(), rows);
             dtype(id).matmul_rows(t, x.data(), cols, 1, rows / 2, rows, y.data(), rows);
             return y;
@@ -289,6 +289,24 @@ TEST_CASE("roundtrip: matmul_rows_x reuses x's quantization exactly when the x_i
         CHECK(run(buf, 0) == y1);      // no id: compared in full
         CHECK(run(buf, 1002) == y1);   // the entry follows x, not the id it was made under
     }
+    // One id over weights of several dtypes and one x (a fused matmul_multi):
+    // q8_2f quantizes a copy of x with its column field folded in, which the
+    // id does not speak for, so every result equals its own run without an id.
+    const uint64_t rows = 8, cols = 96;
+    std::vector<uint64_t> shape{rows, cols};
+    const std::vector<float> x = gaussian(cols, rng());
+    std::vector<std::vector<float>> alone, fused;
+    for (uint64_t x_id : {uint64_t(0), uint64_t(2001)})
+        for (int32_t id : {CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F, CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q4_BLOCK}) {
+            const std::vector<float> w = gaussian(rows * cols, 40 + uint32_t(id), 0.01f);
+            const std::vector<uint8_t> p = encode(id, shape, w.data(), "");
+            const cmf_tensor_view t = view(id, shape, p);
+            std::vector<float> y(rows);
+            cmf::codecs::XIdScope scope(x_id, x.data());
+            dtype(id).matmul_rows(t, x.data(), cols, 1, 0, rows, y.data(), rows);
+            (x_id == 0 ? alone : fused).push_back(y);
+        }
+    CHECK(fused == alone);
 }
 
 TEST_CASE("roundtrip: int8 matmul paths equal the decode against quantized activations") {

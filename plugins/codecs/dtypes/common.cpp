@@ -135,10 +135,17 @@ bool Options::get_bool(const std::string &key, bool fallback) const {
 
 namespace {
 thread_local uint64_t current_x_id = 0;
+thread_local const float *current_x = nullptr;  // the x current_x_id speaks for
 }  // namespace
 
-XIdScope::XIdScope(uint64_t id) : saved_(current_x_id) { current_x_id = id; }
-XIdScope::~XIdScope() { current_x_id = saved_; }
+XIdScope::XIdScope(uint64_t id, const float *x) : saved_id_(current_x_id), saved_x_(current_x) {
+    current_x_id = id;
+    current_x = x;
+}
+XIdScope::~XIdScope() {
+    current_x_id = saved_id_;
+    current_x = saved_x_;
+}
 
 const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order) {
     struct Cache {
@@ -149,7 +156,9 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
         QuantizedX result;
     };
     thread_local Cache cache;
-    const uint64_t id = current_x_id;
+    // Another array than the caller's x (derived from it, under the same
+    // id: one id covers every weight of a fused matmul_multi) has no id.
+    const uint64_t id = x == current_x ? current_x_id : 0;
     bool same = cache.n_batch == n_batch && cache.cols == cols && cache.order == order;
     // The same call's next row range: one 4-12 KB memcmp per range was
     // 1.3 % of a q4 decode step's CPU time (perf, 0.6B shape, 16 ranges

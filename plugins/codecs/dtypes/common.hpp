@@ -133,23 +133,26 @@ struct QuantizedX {
     const float *d(uint64_t b) const { return scales.data() + b * blocks; }
     const int32_t *offset(uint64_t b) const { return pair_offset.data() + b * 8 * (blocks / 2); }
 };
-// The x_id of the cmf_codec_vt.matmul_rows_x call running on this thread
-// (0: none, x is compared in full), set for the length of the call: the
-// dtypes' matmul_rows take no id, and quantized_x below is where it counts.
+// The x_id and x of the cmf_codec_vt.matmul_rows_x call running on this
+// thread (id 0: none, x is compared in full), set for the length of the call:
+// the dtypes' matmul_rows take no id, and quantized_x below is where it counts.
 class XIdScope {
 public:
-    explicit XIdScope(uint64_t id);
+    XIdScope(uint64_t id, const float *x);
     ~XIdScope();
     XIdScope(const XIdScope &) = delete;
     XIdScope &operator=(const XIdScope &) = delete;
 
 private:
-    uint64_t saved_;
+    uint64_t saved_id_;
+    const float *saved_x_;
 };
 // Valid until the calling thread's next call. With a nonzero x_id in scope
 // that matches the cached entry's, the entry is reused without comparing x
 // (the caller promised the same contents); otherwise x is compared in full,
-// so q, k and v projections of one x still share one quantization.
+// so q, k and v projections of one x still share one quantization. The id
+// speaks only for the caller's x: an array a dtype derives from it (q8_2f
+// folds its column field into a copy) is always compared in full.
 const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order);
 
 // The row loop of the row-range kernels (kernels::rows_*): kernel(t0, t1, b)

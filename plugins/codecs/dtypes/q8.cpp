@@ -164,10 +164,6 @@ public:
         std::vector<float> xc(m.cols * n_batch);
         for (uint64_t b = 0; b < n_batch; ++b)
             for (uint64_t c = 0; c < m.cols; ++c) xc[b * m.cols + c] = load_f16(cf + 2 * c) * x[b * ldx + c];
-        // xc is not the caller's x: its x_id promises nothing about it (the
-        // same id covers every weight of a fused matmul_multi), so xc is
-        // compared in full.
-        XIdScope no_id(0);
         scaled_i8_rows(p, rs, m.cols, xc.data(), m.cols, n_batch, r0, r1, y, ldy);
     }
 };
