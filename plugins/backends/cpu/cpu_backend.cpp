@@ -449,8 +449,8 @@ void buffer_free(void *ctx, float *buf) {
 // memcpy, on every thread for large copies. A decode step reads back its
 // logits (600 KB at a 151936 vocabulary); the head's rows were written by
 // both threads, each into its own cache, and the pool cuts the copy into
-// the same contiguous halves, so each thread copies what it holds: 93 ->
-// ~40 us per token (profile, q4 0.6B).
+// the same contiguous halves, so each thread copies what it holds: 94-108
+// -> 50-59 us per token (profile, q4 0.6B, 3 alternating rounds).
 void copy_bytes(Backend *be, void *dst, const void *src, size_t n) {
     constexpr size_t kPiece = size_t(64) << 10, kParallelFrom = size_t(256) << 10;
     if (n == 0) return;  // (memcpy wants valid pointers even for 0 bytes)
