@@ -5,7 +5,8 @@
 // (decode tok/s x weight bytes per token / bandwidth).
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
-//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1]] [--plugin-path DIRS]
+//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1]] [--attention DEPTH]
+//              [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
 // one ROWSxCOLS weight (f32/f16/bf16, or q8_row / q4_block through its
@@ -13,6 +14,8 @@
 // and the weight bytes per second. --matrices N runs N distinct copies in
 // rotation, as a model's layers (decode: --pp 1 --matrices 200 streams from
 // memory with a join per matmul).
+// --attention DEPTH times the backend's decode attention alone over --layers
+// f16 KV caches of DEPTH rows in rotation: us per call, KV GB/s.
 // --plugin-path replaces the build tree's plugins (e.g. a saved older
 // backend, to compare two versions in one session).
 #include "common/byte_views.hpp"
@@ -26,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <immintrin.h>
 #include <ctime>
 #include <cstdio>
@@ -290,6 +294,80 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     return 0;
 }
 
+// Decode attention alone: one query token at position depth-1 against
+// `layers` distinct f16 KV caches (Qwen3-0.6B's 16 heads, 8 KV heads,
+// head_dim 128) in rotation, as a model's layers are, so the rows stream
+// from memory and not from the caches. Prints us per call and the KV bytes
+// per second (K and V rows read once per call).
+int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int reps) {
+    const cmf::BackendEntry *be = rt->backend("cpu");
+    if (be == nullptr || be->vt.attention_kv == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend attention_kv");
+    if (depth == 0) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--attention wants a depth of at least 1");
+    const uint64_t qd = shape.heads * shape.head_dim, kvd = shape.kv * shape.head_dim;
+    const uint64_t cache_bytes = depth * kvd * 2;
+    Rng rng;
+    std::vector<uint16_t> fill(depth * kvd);
+    for (auto &h : fill) h = cmf::codecs::f32_to_f16(rng.next(1.0f));
+    std::vector<float *> ks(shape.layers), vs(shape.layers);
+    for (uint64_t l = 0; l < shape.layers; ++l) {
+        cmf::throw_if_error(be->vt.buffer_alloc(be->ctx, cache_bytes, &ks[l]));
+        cmf::throw_if_error(be->vt.buffer_alloc(be->ctx, cache_bytes, &vs[l]));
+        std::memcpy(ks[l], fill.data(), cache_bytes);
+        std::memcpy(vs[l], fill.data(), cache_bytes);
+    }
+    std::vector<float> q(qd), out(qd);
+    for (auto &v : q) v = rng.next(1.0f);
+    const float scale = 1.0f / std::sqrt(float(shape.head_dim));
+    std::vector<double> secs;
+    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
+        auto t = Clock::now();
+        for (uint64_t l = 0; l < shape.layers; ++l)
+            cmf::throw_if_error(be->vt.attention_kv(be->ctx, q.data(), ks[l], vs[l], CMF_DTYPE_F16, out.data(), 1,
+                                                    depth - 1, uint32_t(shape.heads), uint32_t(shape.kv),
+                                                    uint32_t(shape.head_dim), scale, 0, 0.0f));
+        if (rep > 0) secs.push_back(since(t) / double(shape.layers));
+    }
+    // The ceiling: the same rows read plainly (read_bandwidth's prefetching
+    // sum) on the same pool, one loop per layer as attention makes.
+    std::vector<double> plain;
+    struct Job {
+        const uint64_t *k, *v;
+        uint64_t n, sum;
+    } job{nullptr, nullptr, cache_bytes / 8, 0};
+    for (int rep = 0; rep <= reps; ++rep) {
+        auto t = Clock::now();
+        for (uint64_t l = 0; l < shape.layers; ++l) {
+            job.k = reinterpret_cast<const uint64_t *>(ks[l]);
+            job.v = reinterpret_cast<const uint64_t *>(vs[l]);
+            rt->pool().parallel_for(0, 2 * job.n, 4096, [](void *u, uint64_t b, uint64_t e) {
+                auto *j = static_cast<Job *>(u);
+                uint64_t t = 0;
+                if (b < j->n) t += sum_avx2<true>(j->k, b, std::min(e, j->n));
+                if (e > j->n) t += sum_avx2<true>(j->v, std::max(b, j->n) - j->n, e - j->n);
+                __atomic_fetch_add(&j->sum, t, __ATOMIC_RELAXED);
+            }, &job);
+        }
+        if (rep > 0) plain.push_back(since(t) / double(shape.layers));
+    }
+    if (job.sum == 42) std::printf(" ");  // keep the sum alive
+    std::sort(plain.begin(), plain.end());
+    for (uint64_t l = 0; l < shape.layers; ++l) {
+        be->vt.buffer_free(be->ctx, ks[l]);
+        be->vt.buffer_free(be->ctx, vs[l]);
+    }
+    std::sort(secs.begin(), secs.end());
+    const double med = secs[secs.size() / 2];
+    std::printf("attention f16 cache, depth %llu, %llu caches in rotation (%.1f MB): median %.1f us per call (best %.1f), "
+                "KV rows read at %.2f GB/s (best %.2f)\n",
+                (unsigned long long)depth, (unsigned long long)shape.layers,
+                2.0 * double(cache_bytes) * double(shape.layers) / 1e6, med * 1e6, secs.front() * 1e6,
+                2.0 * double(cache_bytes) / med / 1e9, 2.0 * double(cache_bytes) / secs.front() / 1e9);
+    std::printf("  a plain read of the same rows: median %.1f us per layer = %.2f GB/s; attention is %.0f %% of it\n",
+                plain[plain.size() / 2] * 1e6, 2.0 * double(cache_bytes) / plain[plain.size() / 2] / 1e9,
+                100.0 * plain[plain.size() / 2] / med);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -300,7 +378,7 @@ int main(int argc, char **argv) {
     Shape shape;
     std::string gemm, plugin_path = CMF_BENCH_PLUGIN_PATH;
     int reps = 10;
-    uint64_t matrices = 1;
+    uint64_t matrices = 1, attention_depth = 0;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -317,13 +395,14 @@ int main(int argc, char **argv) {
         else if (a == "--layers") shape.layers = std::stoull(next());
         else if (a == "--bandwidth-only") bandwidth_only = true;
         else if (a == "--gemm") gemm = next();
+        else if (a == "--attention") attention_depth = std::stoull(next());
         else if (a == "--reps") reps = std::max(1, std::stoi(next()));
         else if (a == "--matrices") matrices = std::max<uint64_t>(1, std::stoull(next()));
         else if (a == "--plugin-path") plugin_path = next();
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
                                  "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4] [--reps N] [--matrices N]] "
-                                 "[--plugin-path DIRS]\n");
+                                 "[--attention DEPTH [--layers N] [--reps N]] [--plugin-path DIRS]\n");
             return 2;
         }
     }
@@ -346,6 +425,11 @@ int main(int argc, char **argv) {
             if (xpos == std::string::npos) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--gemm wants ROWSxCOLS");
             int rc = gemm_bench(rt, dtype_name, std::stoull(gemm.substr(0, xpos)), std::stoull(gemm.substr(xpos + 1)),
                                 pp, reps, matrices);
+            cmf_runtime_free(rt);
+            return rc;
+        }
+        if (attention_depth > 0) {
+            int rc = attention_bench(rt, shape, attention_depth, reps);
             cmf_runtime_free(rt);
             return rc;
         }

@@ -620,11 +620,16 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
     // one KV head, split three ways), head_dim 40 and 64. Then two decode
     // steps in a short context, where the work items split the KV heads
     // (4 KV heads in groups of 2; 3 KV heads, an uneven split, with a
-    // window and softcap).
+    // window and softcap). Last, decode with head pairs that do not share
+    // a KV head and an odd last head: MHA with 5 heads (head_dim 32),
+    // groups of 3 (head_dim 48), and groups of 3 at head_dim 128 (the
+    // widest attention kernels, whose value pass pairs the heads of a group).
     for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f},
                               AttnCase{16, 61, 20, 30, 0.0f}, AttnCase{40, 1, 300, 0, 0.0f},
                               AttnCase{64, 2, 100, 50, 1.5f}, AttnCase{40, 1, 77, 0, 0.0f, 3, 1},
-                              AttnCase{16, 1, 5, 0, 0.0f, 8, 4}, AttnCase{8, 1, 40, 10, 1.5f, 6, 3}}) {
+                              AttnCase{16, 1, 5, 0, 0.0f, 8, 4}, AttnCase{8, 1, 40, 10, 1.5f, 6, 3},
+                              AttnCase{32, 1, 90, 0, 0.0f, 5, 5}, AttnCase{48, 2, 64, 0, 0.0f, 6, 2},
+                              AttnCase{128, 1, 70, 0, 0.0f, 9, 3}}) {
         CAPTURE(ac.n);
         CAPTURE(ac.pos0);
         const uint32_t nh = ac.nh, nkv = ac.nkv, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;

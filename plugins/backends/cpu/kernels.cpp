@@ -241,14 +241,12 @@ AVX2 void axpy_wide_avx2(float a, const T *x, float *y, uint64_t n) {
 // holds key i's sum whatever the other keys hold: missing keys of a short
 // block are zeros and a key's score is the same in any block.
 template <class T, int NK, bool Pair, bool Shared>
-AVX2 inline void heads_dot_block(const float *q, const T *rows, uint64_t ldrow, uint32_t h, uint32_t group,
-                                 uint32_t hd, float *out, uint64_t ldo) {
+AVX2 __attribute__((always_inline)) inline void heads_dot_block(const float *q0, const float *q1, const T *k0,
+                                                                const T *k1, uint64_t ldrow, uint32_t hd, float *o0,
+                                                                float *o1) {
     __m256 acc[2][4];
     for (int p = 0; p < 2; ++p)
         for (int k = 0; k < 4; ++k) acc[p][k] = _mm256_setzero_ps();
-    const float *q0 = q + uint64_t(h) * hd, *q1 = q0 + hd;
-    const T *k0 = rows + uint64_t(h / group) * hd;
-    const T *k1 = rows + uint64_t(Pair ? (h + 1) / group : h / group) * hd;
     for (uint32_t d = 0; d < hd; d += 8) {
         const __m256 qa = _mm256_loadu_ps(q0 + d);
         const __m256 qb = Pair ? _mm256_loadu_ps(q1 + d) : qa;
@@ -263,7 +261,7 @@ AVX2 inline void heads_dot_block(const float *q, const T *rows, uint64_t ldrow, 
         // lane i of the 128-bit result is key i's sum.
         const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[p][0], acc[p][1]), _mm256_hadd_ps(acc[p][2], acc[p][3]));
         const __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-        float *o = out + uint64_t(h + p) * ldo;
+        float *o = p ? o1 : o0;
         if constexpr (NK == 4) {
             _mm_storeu_ps(o, s);
         } else {
@@ -273,17 +271,61 @@ AVX2 inline void heads_dot_block(const float *q, const T *rows, uint64_t ldrow, 
         }
     }
 }
+// The rows a dot block prefetches (heads_dot_*): its share of the lines of
+// 4 rows' spans, so a 4-key step spreads its prefetches over its head
+// blocks. All of them at the step's start (128 lines in the 0.6B shape)
+// ran out of line fill buffers: perf put 41 % of the dot's time on the
+// prefetch loop, and spread, the K pass at depth 2048 (28 caches) went
+// from 299-310 to 238-279 us per layer (3 rounds).
+struct DotPrefetch {
+    const char *rows = nullptr;  // 4 rows ahead, nullptr: none
+    uint64_t ldrow_bytes = 0, span_lines = 0;
+    uint32_t blocks = 1;
+    inline void block(uint32_t b) const {
+        if (rows == nullptr) return;
+        const uint64_t l0 = span_lines * b / blocks, l1 = span_lines * (b + 1) / blocks;
+        for (int k = 0; k < 4; ++k)
+            for (uint64_t l = l0; l < l1; ++l) _mm_prefetch(rows + k * ldrow_bytes + 64 * l, _MM_HINT_T0);
+    }
+};
+// Heads h, h+1 take KV heads h / group, (h+1) / group: counted along the
+// heads (head h = kv * group + i), not divided per block. The blocks and
+// their head loops are always_inline: GCC had kept each block out of line,
+// a call with two integer divisions and the accumulators through the stack
+// per 4 keys and head pair. Inlined, decode attention at depth 2048 (28 f16
+// caches, bench_qwen --attention) went from 625-660 to 571-585 us per
+// layer (3 alternating rounds), before the prefetch was spread.
+struct HeadWalk {
+    uint32_t group, kv = 0, i = 0;
+    uint32_t next() {  // this head's KV head, then step to the next head
+        const uint32_t k = kv;
+        if (++i == group) i = 0, ++kv;
+        return k;
+    }
+};
 template <class T, int NK>
-AVX2 inline void heads_dot_keys(const float *q, const T *rows, uint64_t ldrow, uint32_t n_heads, uint32_t group,
-                                uint32_t hd, float *out, uint64_t ldo) {
+AVX2 __attribute__((always_inline)) inline void heads_dot_keys(const float *q, const T *rows, uint64_t ldrow,
+                                                               uint32_t n_heads, uint32_t group, uint32_t hd,
+                                                               float *out, uint64_t ldo,
+                                                               const DotPrefetch &pf = {}) {
+    HeadWalk w{group};
     uint32_t h = 0;
     for (; h + 2 <= n_heads; h += 2) {
-        if (h / group == (h + 1) / group)
-            heads_dot_block<T, NK, true, true>(q, rows, ldrow, h, group, hd, out, ldo);
+        pf.block(h / 2);
+        const uint32_t g0 = w.next(), g1 = w.next();
+        const float *q0 = q + uint64_t(h) * hd;
+        const T *k0 = rows + uint64_t(g0) * hd, *k1 = rows + uint64_t(g1) * hd;
+        float *o0 = out + uint64_t(h) * ldo;
+        if (g0 == g1)
+            heads_dot_block<T, NK, true, true>(q0, q0 + hd, k0, k1, ldrow, hd, o0, o0 + ldo);
         else
-            heads_dot_block<T, NK, true, false>(q, rows, ldrow, h, group, hd, out, ldo);
+            heads_dot_block<T, NK, true, false>(q0, q0 + hd, k0, k1, ldrow, hd, o0, o0 + ldo);
     }
-    if (h < n_heads) heads_dot_block<T, NK, false, false>(q, rows, ldrow, h, group, hd, out, ldo);
+    if (h < n_heads) {
+        pf.block(h / 2);
+        heads_dot_block<T, NK, false, false>(q + uint64_t(h) * hd, nullptr, rows + uint64_t(w.next()) * hd, nullptr,
+                                             ldrow, hd, out + uint64_t(h) * ldo, nullptr);
+    }
 }
 // Both attention kernels read their run of cache rows (one KV head's slice
 // of each, 2 KiB apart in the 0.6B shape) in an order the hardware
@@ -309,10 +351,11 @@ AVX2 void heads_dot_avx2(const float *q, const T *rows, uint64_t ldrow, uint64_t
     }
     uint64_t j = 0;
     const uint64_t span = uint64_t((n_heads + group - 1) / group) * hd * sizeof(T);
+    DotPrefetch pf{nullptr, ldrow * sizeof(T), (span + 63) / 64, (n_heads + 1) / 2};
     for (; j + 4 <= n_keys; j += 4) {
-        if (j + kDotKeysAhead + 4 <= n_keys)
-            for (uint64_t k = 0; k < 4; ++k) prefetch_span(rows + (j + kDotKeysAhead + k) * ldrow, span);
-        heads_dot_keys<T, 4>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo);
+        pf.rows = j + kDotKeysAhead + 4 <= n_keys ? reinterpret_cast<const char *>(rows + (j + kDotKeysAhead) * ldrow)
+                                                  : nullptr;
+        heads_dot_keys<T, 4>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo, pf);
     }
     switch (n_keys - j) {
     case 3: heads_dot_keys<T, 3>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
@@ -736,14 +779,12 @@ AVX512 inline __m128 sums4(const __m512 acc[4]) {
 }
 // heads_dot_block on zmm (see there): NK <= 4 keys against a pair of heads.
 template <class T, int NK, bool Pair, bool Shared>
-AVX512 inline void heads_dot_block16(const float *q, const T *rows, uint64_t ldrow, uint32_t h, uint32_t group,
-                                     uint32_t hd, float *out, uint64_t ldo) {
+AVX512 __attribute__((always_inline)) inline void heads_dot_block16(const float *q0, const float *q1, const T *k0,
+                                                                    const T *k1, uint64_t ldrow, uint32_t hd,
+                                                                    float *o0, float *o1) {
     __m512 acc[2][4];
     for (int p = 0; p < 2; ++p)
         for (int k = 0; k < 4; ++k) acc[p][k] = _mm512_setzero_ps();
-    const float *q0 = q + uint64_t(h) * hd, *q1 = q0 + hd;
-    const T *k0 = rows + uint64_t(h / group) * hd;
-    const T *k1 = rows + uint64_t(Pair ? (h + 1) / group : h / group) * hd;
     for (uint32_t d = 0; d < hd; d += 16) {
         const __m512 qa = _mm512_loadu_ps(q0 + d);
         const __m512 qb = Pair ? _mm512_loadu_ps(q1 + d) : qa;
@@ -756,7 +797,7 @@ AVX512 inline void heads_dot_block16(const float *q, const T *rows, uint64_t ldr
     }
     for (int p = 0; p < (Pair ? 2 : 1); ++p) {
         const __m128 s = sums4(acc[p]);
-        float *o = out + uint64_t(h + p) * ldo;
+        float *o = p ? o1 : o0;
         if constexpr (NK == 4) {
             _mm_storeu_ps(o, s);
         } else {
@@ -767,16 +808,28 @@ AVX512 inline void heads_dot_block16(const float *q, const T *rows, uint64_t ldr
     }
 }
 template <class T, int NK>
-AVX512 inline void heads_dot_keys16(const float *q, const T *rows, uint64_t ldrow, uint32_t n_heads, uint32_t group,
-                                    uint32_t hd, float *out, uint64_t ldo) {
+AVX512 __attribute__((always_inline)) inline void heads_dot_keys16(const float *q, const T *rows, uint64_t ldrow,
+                                                                   uint32_t n_heads, uint32_t group, uint32_t hd,
+                                                                   float *out, uint64_t ldo,
+                                                                   const DotPrefetch &pf = {}) {
+    HeadWalk w{group};
     uint32_t h = 0;
     for (; h + 2 <= n_heads; h += 2) {
-        if (h / group == (h + 1) / group)
-            heads_dot_block16<T, NK, true, true>(q, rows, ldrow, h, group, hd, out, ldo);
+        pf.block(h / 2);
+        const uint32_t g0 = w.next(), g1 = w.next();
+        const float *q0 = q + uint64_t(h) * hd;
+        const T *k0 = rows + uint64_t(g0) * hd, *k1 = rows + uint64_t(g1) * hd;
+        float *o0 = out + uint64_t(h) * ldo;
+        if (g0 == g1)
+            heads_dot_block16<T, NK, true, true>(q0, q0 + hd, k0, k1, ldrow, hd, o0, o0 + ldo);
         else
-            heads_dot_block16<T, NK, true, false>(q, rows, ldrow, h, group, hd, out, ldo);
+            heads_dot_block16<T, NK, true, false>(q0, q0 + hd, k0, k1, ldrow, hd, o0, o0 + ldo);
     }
-    if (h < n_heads) heads_dot_block16<T, NK, false, false>(q, rows, ldrow, h, group, hd, out, ldo);
+    if (h < n_heads) {
+        pf.block(h / 2);
+        heads_dot_block16<T, NK, false, false>(q + uint64_t(h) * hd, nullptr, rows + uint64_t(w.next()) * hd, nullptr,
+                                               ldrow, hd, out + uint64_t(h) * ldo, nullptr);
+    }
 }
 template <class T>
 AVX512 void heads_dot_avx512(const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys, uint32_t n_heads,
@@ -784,10 +837,11 @@ AVX512 void heads_dot_avx512(const float *q, const T *rows, uint64_t ldrow, uint
     if (hd % 16 != 0) return heads_dot_avx2(q, rows, ldrow, n_keys, n_heads, group, hd, out, ldo);
     uint64_t j = 0;
     const uint64_t span = uint64_t((n_heads + group - 1) / group) * hd * sizeof(T);
+    DotPrefetch pf{nullptr, ldrow * sizeof(T), (span + 63) / 64, (n_heads + 1) / 2};
     for (; j + 4 <= n_keys; j += 4) {
-        if (j + kDotKeysAhead + 4 <= n_keys)
-            for (uint64_t k = 0; k < 4; ++k) prefetch_span(rows + (j + kDotKeysAhead + k) * ldrow, span);
-        heads_dot_keys16<T, 4>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo);
+        pf.rows = j + kDotKeysAhead + 4 <= n_keys ? reinterpret_cast<const char *>(rows + (j + kDotKeysAhead) * ldrow)
+                                                  : nullptr;
+        heads_dot_keys16<T, 4>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo, pf);
     }
     switch (n_keys - j) {
     case 3: heads_dot_keys16<T, 3>(q, rows + j * ldrow, ldrow, n_heads, group, hd, out + j, ldo); break;
@@ -797,27 +851,51 @@ AVX512 void heads_dot_avx512(const float *q, const T *rows, uint64_t ldrow, uint
     }
 }
 // heads_axpy_avx2 with 128 columns of a head's output in 8 zmm registers
-// over the run (the whole head at the 0.6B shape's head_dim).
+// over the run (the whole head at the 0.6B shape's head_dim). Two heads of
+// one GQA group run together (16 accumulators): each V row is loaded and
+// widened once for both, where a head at a time widened it once per head
+// (the widening was half the kernel's vector work). Each head's sums are
+// the same operations in the same order either way.
+template <class T, bool Pair>
+AVX512 inline void heads_axpy_block16(const float *a0, const float *a1, const T *rh, uint64_t ldrow,
+                                      uint64_t n_keys, float *o0, float *o1) {
+    __m512 acc0[8], acc1[8];
+    for (int i = 0; i < 8; ++i) {
+        acc0[i] = _mm512_loadu_ps(o0 + 16 * i);
+        acc1[i] = Pair ? _mm512_loadu_ps(o1 + 16 * i) : acc0[i];
+    }
+    for (uint64_t j = 0; j < n_keys; ++j) {
+        const __m512 va = _mm512_set1_ps(a0[j]);
+        const __m512 vb = Pair ? _mm512_set1_ps(a1[j]) : va;
+        const T *r = rh + j * ldrow;
+        if (j + kAxpyKeysAhead < n_keys) prefetch_span(r + kAxpyKeysAhead * ldrow, 128 * sizeof(T));
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+            const __m512 v = load16_wide(r + 16 * i);
+            acc0[i] = _mm512_fmadd_ps(va, v, acc0[i]);
+            if constexpr (Pair) acc1[i] = _mm512_fmadd_ps(vb, v, acc1[i]);
+        }
+    }
+    for (int i = 0; i < 8; ++i) {
+        _mm512_storeu_ps(o0 + 16 * i, acc0[i]);
+        if constexpr (Pair) _mm512_storeu_ps(o1 + 16 * i, acc1[i]);
+    }
+}
 template <class T>
 AVX512 void heads_axpy_avx512(const float *a, uint64_t lda, const T *rows, uint64_t ldrow, uint64_t n_keys,
                               uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
     if (hd % 128 != 0) return heads_axpy_avx2(a, lda, rows, ldrow, n_keys, n_heads, group, hd, o);
-    for (uint32_t h = 0; h < n_heads; ++h) {
-        const float *ah = a + h * lda;
+    for (uint32_t h = 0; h < n_heads;) {
+        const bool pair = h + 1 < n_heads && (h + 1) / group == h / group;
         const T *rh = rows + uint64_t(h / group) * hd;
-        float *oh = o + uint64_t(h) * hd;
+        float *o0 = o + uint64_t(h) * hd;
         for (uint32_t d = 0; d < hd; d += 128) {
-            __m512 acc[8];
-            for (int i = 0; i < 8; ++i) acc[i] = _mm512_loadu_ps(oh + d + 16 * i);
-            for (uint64_t j = 0; j < n_keys; ++j) {
-                const __m512 va = _mm512_set1_ps(ah[j]);
-                const T *r = rh + j * ldrow + d;
-                if (j + kAxpyKeysAhead < n_keys) prefetch_span(r + kAxpyKeysAhead * ldrow, 128 * sizeof(T));
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(va, load16_wide(r + 16 * i), acc[i]);
-            }
-            for (int i = 0; i < 8; ++i) _mm512_storeu_ps(oh + d + 16 * i, acc[i]);
+            if (pair)
+                heads_axpy_block16<T, true>(a + h * lda, a + (h + 1) * lda, rh + d, ldrow, n_keys, o0 + d, o0 + hd + d);
+            else
+                heads_axpy_block16<T, false>(a + h * lda, nullptr, rh + d, ldrow, n_keys, o0 + d, nullptr);
         }
+        h += pair ? 2 : 1;
     }
 }
 #undef AVX512
