@@ -435,6 +435,33 @@ TEST_CASE("cpu backend: exp_sum and silu_mul match double precision on every ISA
     });
 }
 
+TEST_CASE("cpu backend: scale_max scales in place and finds the max on every ISA") {
+    // Lengths around the 8-lane blocks, the max in the vector part, in the
+    // scalar tail, at the front; all-negative rows; -inf (a masked key);
+    // and n = 0, whose max is -inf.
+    for (size_t n : {0, 1, 7, 8, 9, 16, 21, 64, 67}) {
+        for (int where : {0, 1, 2}) {
+            CAPTURE(n);
+            CAPTURE(where);
+            std::vector<float> in = random_vec(n, 30 + where);
+            if (n > 0) {
+                for (float &v : in) v -= 2.0f;  // all negative
+                const size_t at = where == 0 ? 0 : where == 1 ? n / 2 : n - 1;
+                in[at] = -0.25f;
+                if (n > 3) in[(at + 1) % n] = -INFINITY;
+            }
+            const float scale = 0.0884f;
+            float want = -INFINITY;
+            for (float v : in) want = std::max(want, v * scale);
+            for_each_isa([&](const cmf::cpu::Kernels *k) {
+                std::vector<float> x = in;
+                CHECK(k->scale_max(x.data(), x.size(), scale) == want);
+                for (size_t i = 0; i < n; ++i) CHECK(x[i] == in[i] * scale);
+            });
+        }
+    }
+}
+
 TEST_CASE("cpu backend: a dtype without a codec is refused at bind with a clear error") {
     TestRuntime t;
     const cmf::BackendEntry *be = t.rt->backend("cpu");

@@ -803,13 +803,14 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
             sc.resize(uint64_t(nq) * m);
             // Every head's scores over the run (sc[h * m + key]), then scaled.
             kv_heads_dot(k, qt, k_cache + a * kvd + kv_off, kvd, m, nq, group, head_dim, sc.data(), m);
-            for (float &v : sc) {
-                v *= scale;
-                if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
-            }
             for (uint32_t h = 0; h < nq; ++h) {
                 float *sh = sc.data() + h * m;
-                mx[h] = m ? *std::max_element(sh, sh + m) : -INFINITY;
+                if (softcap > 0.0f) {
+                    for (float *v = sh; v != sh + m; ++v) *v = softcap * std::tanh(*v * scale / softcap);
+                    mx[h] = m ? *std::max_element(sh, sh + m) : -INFINITY;
+                } else {
+                    mx[h] = k.scale_max(sh, m, scale);
+                }
                 sum[h] = m ? k.exp_sum(sh, m, mx[h]) : 0.0f;
             }
             std::fill(pt.o(h0), pt.o(h0 + nq), 0.0f);  // this item's heads' o

@@ -58,6 +58,9 @@ using GemmPackedFn = void (*)(const float *wp, uint64_t n_rows, uint64_t cols, c
 using ExpSumFn = float (*)(float *x, uint64_t n, float sub);
 // out[i] = g[i] / (1 + exp(-g[i])) * u[i] (SiLU-gated product).
 using SiluMulFn = void (*)(const float *g, const float *u, uint64_t n, float *out);
+// x[i] *= scale for i < n, then the largest x[i] (-inf when n == 0; a NaN
+// may or may not win): decode attention's scores, scaled, and their max.
+using ScaleMaxFn = float (*)(float *x, uint64_t n, float scale);
 using DotFn = float (*)(const float *a, const float *b, uint64_t n);
 // y[i] += a * x[i]
 using AxpyFn = void (*)(float a, const float *x, float *y, uint64_t n);
@@ -104,6 +107,7 @@ struct Kernels {
     DotFn dot;
     AxpyFn axpy;
     ExpSumFn exp_sum;
+    ScaleMaxFn scale_max;
     SiluMulFn silu_mul;
     DotF16Fn dot_f16;
     AxpyF16Fn axpy_f16;
