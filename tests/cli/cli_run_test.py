@@ -182,10 +182,19 @@ try:
     tests = {t["test"]: t for t in bj["tests"]}
     ok = (set(tests) == {"pp32", "tg8"} and all(t["median_tok_s"] > 0 and len(t["samples_tok_s"]) == 2
                                                 for t in tests.values()) and bj["peak_rss_bytes"] > 0
-          and 0 <= bj["file_pmd_mapped_bytes"] <= bj["peak_rss_bytes"] and bj["kv_cache"] == "f16")
+          and 0 <= bj["file_pmd_mapped_bytes"] <= bj["peak_rss_bytes"] and bj["kv_cache"] == "f16"
+          and bj["warmup"] is True)
 except (ValueError, KeyError):
     ok = False
-check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS, 2 MiB-mapped bytes within it, f16 KV cache")
+check(ok, "bench --json parses: pp32 and tg8 with 2 samples each, peak RSS, 2 MiB-mapped bytes within it, f16 KV cache, "
+          "warmed up")
+p = run(["bench", model_path, "-p", "8", "-n", "4", "-r", "1", "--no-warmup", "--json"])
+try:
+    bj = json.loads(p.stdout)
+    ok = bj["warmup"] is False and len(bj["tests"]) == 2
+except (ValueError, KeyError):
+    ok = False
+check(ok, "bench --no-warmup runs the tests without the warm-up and says so")
 p = run(["bench", model_path, "-p", "8", "-n", "4", "-r", "1", "-d", "40", "--json"])
 try:
     bj = json.loads(p.stdout)
