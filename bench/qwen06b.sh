@@ -6,11 +6,16 @@
 #      (/usr/bin/time -v), i.e. convert throughput in MB/s of source;
 #   3. the memory read bandwidth of this machine on the same thread count
 #      (bench_qwen --bandwidth-only);
-#   4. `cmfhost bench` (pp512, tg128, 3 reps) on each file: tok/s, weight
-#      GB/s in decode, RSS after open+bind, peak RSS; then the read
-#      bandwidth again, and decode's share of it.
-# usage: [DTYPES="f16 q8 q4tp q4"] [PP=512] [TG=128] [REPS=3] [THREADS=2] bench/qwen06b.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
-# Takes ~10 minutes on the 2-core machine. Run it on an idle machine.
+#   4. `cmfhost bench` on each file: pp512 (REPS reps), RSS after
+#      open+bind, peak RSS; then ROUNDS rounds of (read bandwidth, one tg128
+#      in a process of its own) and a last read: each tg128 is set against
+#      the mean of the reads just before and just after it, and the median
+#      of those shares is decode's share of the read bandwidth. The
+#      bandwidth of this shared VM drifts by 20 % over minutes, so a tg run
+#      compared with a read a minute away said 82 % in one run and 88 % in
+#      the next (session 10).
+# usage: [DTYPES="f16 q8 q4tp q4"] [PP=512] [TG=128] [REPS=3] [ROUNDS=5] [THREADS=2] bench/qwen06b.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
+# Takes ~12 minutes on the 2-core machine. Run it on an idle machine.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "${1:-$root/build-rel}" && pwd)"
@@ -34,12 +39,31 @@ for q in $dtypes; do
   printf 'convert %-5s %6.1f s  %6.1f MB/s of source  peak RSS %6.0f MiB  -> %s (%d MB)\n' "$q" "$wall" \
     "$(echo "$src_bytes / $wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)" "$(basename "$out")" \
     "$(( $(stat -c %s "$out") / 1000000 ))"
-  "$build/host/cmfhost" bench "$out" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" --threads "$threads" \
+  "$build/host/cmfhost" bench "$out" -p "${PP:-512}" -n 0 -r "${REPS:-3}" --threads "$threads" \
     | tee "$work/bench-$q.txt" | sed "s/^/  $q: /"
-  # The bandwidth of this shared VM drifts by 20 % over minutes: each
-  # dtype's decode rate is compared with a read measured right after it.
-  bw=$("$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep 'median pass' | sed 's/.*median pass \([0-9.]*\).*/\1/')
-  tgbw=$(grep 'tg streams' "$work/bench-$q.txt" | awk '{print $3}' || true)
-  [ -n "$tgbw" ] && printf '  %s: decode reads %s GB/s = %.0f %% of the median read pass just after (%s GB/s)\n' \
-    "$q" "$tgbw" "$(echo "100 * $tgbw / $bw" | bc -l)" "$bw"
+  [ "${TG:-128}" -gt 0 ] || continue
+  # Decode against the read bandwidth around it: read, tg, read, tg, ...,
+  # read. Each tg runs in a fresh process (warmed up by cmfhost bench).
+  bws=() tgs=() tgbws=()
+  read_pass() {
+    "$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep 'median pass' | sed 's/.*median pass \([0-9.]*\).*/\1/'
+  }
+  bws+=("$(read_pass)")
+  for ((i = 0; i < ${ROUNDS:-5}; i++)); do
+    "$build/host/cmfhost" bench "$out" -p 0 -n "${TG:-128}" -r 1 --threads "$threads" >"$work/bench-$q-tg$i.txt"
+    tgs+=("$(grep "^tg${TG:-128} " "$work/bench-$q-tg$i.txt" | awk '{print $2}')")
+    tgbws+=("$(grep 'tg streams' "$work/bench-$q-tg$i.txt" | awk '{print $3}')")
+    bws+=("$(read_pass)")
+  done
+  shares=()
+  for ((i = 0; i < ${#tgs[@]}; i++)); do
+    shares+=("$(echo "200 * ${tgbws[$i]} / (${bws[$i]} + ${bws[$((i + 1))]})" | bc -l)")
+  done
+  median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+  minmax() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }'; }
+  printf '  %s: tg%s %.2f tok/s (median of %d rounds, %s); decode reads %.2f GB/s\n' "$q" "${TG:-128}" \
+    "$(median "${tgs[@]}")" "${#tgs[@]}" "$(minmax "${tgs[@]}")" "$(median "${tgbws[@]}")"
+  printf '  %s: read pass around the rounds %s GB/s; decode = %.0f %% of the read around it (median of rounds; %s %%)\n' \
+    "$q" "$(minmax "${bws[@]}")" "$(median "${shares[@]}")" "$(minmax "${shares[@]}")"
+  grep -E 'RSS' "$work/bench-$q-tg0.txt" | sed "s/^/  $q (tg): /"
 done
