@@ -395,6 +395,17 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             CHECK(std::memcmp(da.data(), dp.data(), nb * sizeof(float)) == 0);
         }
     }
+    // The q4 offset terms: every int8 code, odd block counts (the unpaired
+    // last block has none), an untouched entry past the last pair.
+    for (uint64_t nb : {1u, 2u, 3u, 7u, 64u}) {
+        CAPTURE(nb);
+        std::vector<int8_t> codes(32 * nb);
+        for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int8_t>(i % 5 == 0 ? -128 : i % 7 == 0 ? 127 : rng());
+        std::vector<int32_t> oa(8 * (nb / 2) + 1, 12345), op = oa;
+        isa.q4_pair_offset(codes.data(), nb, oa.data());
+        k::portable::q4_pair_offset(codes.data(), nb, op.data());
+        CHECK(oa == op);
+    }
     std::vector<int8_t> xq(64 * 32);
     std::vector<float> xd(64);
     for (uint64_t g : {1u, 3u, 64u}) {

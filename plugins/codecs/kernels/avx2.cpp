@@ -123,6 +123,26 @@ void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
     }
 }
 
+// Per pair: both 32-byte halves widened to int16 and added, pairs of lanes
+// to int32 (vpmaddwd), then neighbours (vphaddd) and a lane permute put the
+// eight 4-byte groups in order; exact integers, as the portable loop. Each
+// thread makes this for every new x of a q4 matmul before its first row:
+// the scalar loop was 0.6 % of a q4 decode step (perf, 0.6B shape).
+void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
+    const __m256i ones = _mm256_set1_epi16(1), order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    auto half16 = [](const int8_t *p) {
+        return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    };
+    for (uint64_t k = 0; k < blocks / 2; ++k) {
+        const int8_t *lo = q + 64 * k, *hi = lo + 32;
+        const __m256i a = _mm256_madd_epi16(_mm256_add_epi16(half16(lo), half16(hi)), ones);            // bytes 0..15
+        const __m256i b = _mm256_madd_epi16(_mm256_add_epi16(half16(lo + 16), half16(hi + 16)), ones);  // 16..31
+        const __m256i g = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(a, b), order);
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(offset + 8 * k),
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(g, 3)));
+    }
+}
+
 namespace {
 // Integer dot of one 32-block as 8 int32 partial sums, converted to f32:
 // |w| (unsigned, -128 -> 128) times x with w's sign, pairs summed to int16

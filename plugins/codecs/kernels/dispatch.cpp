@@ -63,14 +63,7 @@ void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
     }
 }
 void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
-    for (uint64_t k = 0; k < blocks / 2; ++k) {
-        const int8_t *lo = q + 64 * k, *hi = q + 64 * k + 32;
-        for (unsigned j = 0; j < 8; ++j) {
-            int32_t s = 0;
-            for (unsigned i = 4 * j; i < 4 * j + 4; ++i) s += lo[i] + hi[i];
-            offset[8 * k + j] = -8 * s;
-        }
-    }
+    CMF_PICK(q4_pair_offset, q, blocks, offset);
 }
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
     return CMF_PICK(dot_i8_xq, w, xq, xd, n);

@@ -49,6 +49,17 @@ unsigned position(XOrder order, unsigned e) {
 
 // The block quantizer the cpu backend's int8 GEMM shares (cmf/block_quant.hpp),
 // its codes placed in `order`.
+void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
+    for (uint64_t k = 0; k < blocks / 2; ++k) {
+        const int8_t *lo = q + 64 * k, *hi = q + 64 * k + 32;
+        for (unsigned j = 0; j < 8; ++j) {
+            int32_t s = 0;
+            for (unsigned i = 4 * j; i < 4 * j + 4; ++i) s += lo[i] + hi[i];
+            offset[8 * k + j] = -8 * s;
+        }
+    }
+}
+
 void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
     for (uint64_t b = 0; b < x_blocks(n); ++b) {
         int8_t v[32];
