@@ -47,8 +47,7 @@ unsigned position(XOrder order, unsigned e) {
 }
 }  // namespace
 
-// The block quantizer the cpu backend's int8 GEMM shares (cmf/block_quant.hpp),
-// its codes placed in `order`.
+// The reference q4 offset terms (kernels.hpp).
 void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     for (uint64_t k = 0; k < blocks / 2; ++k) {
         const int8_t *lo = q + 64 * k, *hi = q + 64 * k + 32;
@@ -60,6 +59,8 @@ void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     }
 }
 
+// The block quantizer the cpu backend's int8 GEMM shares (cmf/block_quant.hpp),
+// its codes placed in `order`.
 void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
     for (uint64_t b = 0; b < x_blocks(n); ++b) {
         int8_t v[32];
