@@ -203,13 +203,16 @@ namespace {
 // alternating runs: q8 25.6 -> 26.9 tok/s, q4 34.5 -> 36.0; q8 on 1 thread
 // (5 runs) 17.7 -> 18.4.
 // `acc(r)` is row r's dot as 8 partial sums; y[r] = their sum.
-template <class Acc>
-inline void rows4(uint64_t rows, float *y, Acc acc) {
+// `quad(r, a)` fills a[0..4) with rows r..r+3 as 8 partial sums each (a
+// kernel that runs four rows in one pass over x), `acc(r)` one row.
+template <class Quad, class Acc>
+inline void rows4_quads(uint64_t rows, float *y, Quad quad, Acc acc) {
     uint64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
-        const __m256 a0 = acc(r), a1 = acc(r + 1), a2 = acc(r + 2), a3 = acc(r + 3);
+        __m256 a[4];
+        quad(r, a);
         // lane i of the 128-bit result is row r+i's sum.
-        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
         _mm_storeu_ps(y + r, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
     }
     // The last 1-3 rows add their lanes in the order above, so a row's sum
@@ -221,6 +224,15 @@ inline void rows4(uint64_t rows, float *y, Acc acc) {
         const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, a), a);
         y[r] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
     }
+}
+template <class Acc>
+inline void rows4(uint64_t rows, float *y, Acc acc) {
+    rows4_quads(
+        rows, y,
+        [&](uint64_t r, __m256 *a) {
+            a[0] = acc(r), a[1] = acc(r + 1), a[2] = acc(r + 2), a[3] = acc(r + 3);
+        },
+        acc);
 }
 }  // namespace
 
@@ -342,69 +354,116 @@ const long kQ4PrefetchAhead = prefetch_ahead_q4();
 //    -> 12.7-13.4 GB/s (the same within the noise): at ~180 ticks per row the
 //    stream is memory-bound either way.
 // Group g's 16 nibble bytes are at nib + Stride*g (16: split q4_block and
-// q4tp; 18: q4_tiled tiles, past their scale). scales8(g) gives the eight
+// q4tp; 18: q4_tiled tiles, past their scale). scales8(r, g) gives row r's eight
 // products weight scale x x block scale of groups g..g+7 as one register,
-// scale1(g) one of them: made where the pair loop needs them rather than
+// scale1(r, g) one of them: made where the pair loop needs them rather than
 // filled into a buffer first (sliced), which at 1024 columns (16 pairs a
 // row) took a quarter of a row's time in fixed per-row work.
-template <uint64_t Stride, class Scales8, class Scale1>
-inline __m256 q4_pair_acc(const uint8_t *nib, const int8_t *xq, const int32_t *xoff, uint64_t groups, Scales8 scales8,
-                          Scale1 scale1) {
-    const uint8_t *nb = nib;
-    const int8_t *x = xq;
-    const int32_t *off = xoff;  // 8 per pair
+template <uint64_t Stride>
+__attribute__((always_inline)) inline __m256i q4_pair_load(const uint8_t *w) {
+    __m256i v;
+    if constexpr (Stride == 16)
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
+    else
+        v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w))),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + Stride)), 1);
+    // Keeps v in a register: GCC otherwise folds a second load of w
+    // into the mask's vpand (one more load per pair).
+    __asm__("" : "+x"(v));
+    return v;
+}
+// One pair's int32 lane sums: v's low and high nibbles against the pair's
+// two x halves, plus the offset o.
+__attribute__((always_inline)) inline __m256i q4_pair_isum(__m256i v, __m256i x0, __m256i x1, __m256i o) {
     const __m256i low4 = _mm256_set1_epi8(15);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+#ifdef CMF_CODECS_VNNI
+    // vpdpbusd: unsigned codes x signed x, four bytes per int32 lane,
+    // added to the lane's offset: the same integer sums, in 3 ops.
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(o, lo, x0), hi, x1);
+#else
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1)),
+                          _mm256_set1_epi16(1)),
+        o);
+#endif
+}
+// R rows (row r's nibbles at nib + r*ld) in one pass over x: out[r] = row
+// r as 8 partial sums. Each row takes the same operations in the same order
+// whatever R is, so its bits do not depend on the rows beside it; what R > 1
+// shares is x, its offsets and the loop. scales8(r, g) / scale1(r, g) are
+// row r's products for groups g..g+7 / group g.
+// Four rows per pass against one (AVX-512 VNNI build, 512x1024 L2-resident
+// matrix, one thread, a /tmp harness with both forms linked in, 3 rounds of
+// 400 alternating passes, 14:3x UTC): median 16.7-26.3 -> 18.8-28.1 GB/s,
+// best 26.7-27.8 -> 29.3-29.6; 2048x1024 21.9-22.5 -> 25.4 (+13-16 %). Two
+// rows per pass: no difference. In the model (0.6B q4 file, tg128, 2
+// threads, --profile, 6 alternating rounds): every matmul faster in every
+// round (gate+up 19.4-20.7 -> 19.7-22.7 GB/s, the head 21.0-22.8 -> 22.3-26.1),
+// tg128 54.4-59.3 -> 54.7-64.2 tok/s.
+// With R rows in flight, each row's stream is prefetched as far ahead as the
+// same place R rows on (the next pass's row), at least the usual distance:
+// with the usual 3 KiB alone, a row of 3072 columns (1.5 KiB of nibbles)
+// prefetched into the middle of the pass after next, and down_proj went
+// from 17.8-18.9 to 14.5-15.4 GB/s in the model (4 rounds).
+template <int R, uint64_t Stride, class Scales8, class Scale1>
+__attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, uint64_t ld, const int8_t *x,
+                                                            const int32_t *off, uint64_t groups, Scales8 scales8,
+                                                            Scale1 scale1, __m256 *out) {
+    __m256 acc[R][4];
+    for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
     // sA x4 | sB x4 for the pair whose products sit in lanes j, j+1 of an 8-float register.
     auto pair_scales = [](__m256 s8, int j) {
         return _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
     };
-    auto step = [&](uint64_t k, __m256 s, __m256 &a) {
-        const uint8_t *w = nb + 2 * Stride * k;
-        __m256i v;
-        if constexpr (Stride == 16)
-            v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
-        else
-            v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w))),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + Stride)), 1);
-        // Keeps v in a register: GCC otherwise folds a second load of w
-        // into the mask's vpand (one more load per pair).
-        __asm__("" : "+x"(v));
-        __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * k));
-#ifdef CMF_CODECS_VNNI
-        // vpdpbusd: unsigned codes x signed x, four bytes per int32 lane,
-        // added to the lane's offset: the same integer sums, in 3 ops.
-        const __m256i p = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(o, lo, load32(x + 64 * k)), hi, load32(x + 64 * k + 32));
-#else
-        const __m256i p = _mm256_add_epi32(
-            _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(x + 64 * k)),
-                                               _mm256_maddubs_epi16(hi, load32(x + 64 * k + 32))),
-                              _mm256_set1_epi16(1)),
-            o);
-#endif
-        a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), a);
-    };
     const uint64_t pairs = groups / 2;
     uint64_t k = 0;
     for (; k + 4 <= pairs; k += 4) {
-        // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
-        for (uint64_t o = 0; o < 8 * Stride; o += 64)
-            _mm_prefetch(reinterpret_cast<const char *>(nb + 2 * Stride * k + o) + kQ4PrefetchAhead, _MM_HINT_T0);
-        const __m256 s8 = scales8(2 * k);
-        step(k, pair_scales(s8, 0), acc[0]);
-        step(k + 1, pair_scales(s8, 2), acc[1]);
-        step(k + 2, pair_scales(s8, 4), acc[2]);
-        step(k + 3, pair_scales(s8, 6), acc[3]);
+        __m256 s8[R];
+        for (int r = 0; r < R; ++r) {
+            // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
+            for (uint64_t o = 0; o < 8 * Stride; o += 64)
+                _mm_prefetch(reinterpret_cast<const char *>(nib + r * ld + 2 * Stride * k + o) +
+                                 (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead),
+                             _MM_HINT_T0);
+            s8[r] = scales8(r, 2 * k);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * (k + j)));
+            const __m256i x0 = load32(x + 64 * (k + j)), x1 = load32(x + 64 * (k + j) + 32);
+            for (int r = 0; r < R; ++r) {
+                const __m256i p = q4_pair_isum(q4_pair_load<Stride>(nib + r * ld + 2 * Stride * (k + j)), x0, x1, o);
+                acc[r][j] = _mm256_fmadd_ps(pair_scales(s8[r], 2 * j), _mm256_cvtepi32_ps(p), acc[r][j]);
+            }
+        }
     }
-    for (; k < pairs; ++k)
-        step(k, _mm256_set_m128(_mm_set1_ps(scale1(2 * k + 1)), _mm_set1_ps(scale1(2 * k))), acc[k % 4]);
-    if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
-        const uint64_t g = groups - 1;
-        acc[3] = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(g)), acc[3]);
+    for (int r = 0; r < R; ++r) {
+        const uint8_t *nb = nib + r * ld;
+        for (uint64_t kk = k; kk < pairs; ++kk) {
+            const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * kk));
+            const __m256i p = q4_pair_isum(q4_pair_load<Stride>(nb + 2 * Stride * kk), load32(x + 64 * kk),
+                                           load32(x + 64 * kk + 32), o);
+            const __m256 s = _mm256_set_m128(_mm_set1_ps(scale1(r, 2 * kk + 1)), _mm_set1_ps(scale1(r, 2 * kk)));
+            acc[r][kk % 4] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[r][kk % 4]);
+        }
+        if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
+            const uint64_t g = groups - 1;
+            acc[r][3] = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(r, g)),
+                                       acc[r][3]);
+        }
+        out[r] = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
     }
-    return _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
 }
+// How many rows a q4 row-range kernel runs per pass: four rows' 16
+// accumulators need the 32 vector registers of AVX-512 (EVEX encodings of
+// ymm16-31); the AVX2 build has 16 and keeps one row per pass.
+#ifdef CMF_CODECS_VNNI
+constexpr int kQ4Rows = 4;
+#else
+constexpr int kQ4Rows = 1;
+#endif
 // Eight f16 scales Stride bytes apart (2: a scale array; 18: q4_tiled
 // tiles) widened and multiplied by x's block scales xd[0..8).
 template <uint64_t Stride>
@@ -425,18 +484,40 @@ inline __m256 f16_scales8(const uint8_t *h, const float *xd) {
     }
     return _mm256_mul_ps(_mm256_cvtph_ps(v), _mm256_loadu_ps(xd));
 }
-// One row of each q4 layout as 8 partial sums.
+// R rows of each q4 layout (row r at r rows past the first) as 8 partial sums each.
+template <int R>
+inline void q4_tiled_rows(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
+                          uint64_t groups, __m256 *out) {
+    const uint64_t ld = 18 * groups;
+    q4_pair_acc_rows<R, 18>(
+        tiles + 2, ld, xq, xoff, groups,
+        [&](int r, uint64_t g) { return f16_scales8<18>(tiles + r * ld + 18 * g, xd + g); },
+        [&](int r, uint64_t g) { return f16_scalar(tiles + r * ld + 18 * g) * xd[g]; }, out);
+}
+template <int R>
+inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                          const float *xd, uint64_t groups, __m256 *out) {
+    q4_pair_acc_rows<R, 16>(
+        nibbles, 16 * groups, xq, xoff, groups,
+        [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + 2 * groups * r + 2 * g, xd + g); },
+        [&](int r, uint64_t g) { return f16_scalar(f16_scales + 2 * groups * r + 2 * g) * xd[g]; }, out);
+}
 inline __m256 q4_tiled_acc(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                            uint64_t groups) {
-    return q4_pair_acc<18>(
-        tiles + 2, xq, xoff, groups, [&](uint64_t g) { return f16_scales8<18>(tiles + 18 * g, xd + g); },
-        [&](uint64_t g) { return f16_scalar(tiles + 18 * g) * xd[g]; });
+    __m256 a;
+    q4_tiled_rows<1>(tiles, xq, xoff, xd, groups, &a);
+    return a;
 }
 inline __m256 q4_split_acc(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                            const float *xd, uint64_t groups) {
-    return q4_pair_acc<16>(
-        nibbles, xq, xoff, groups, [&](uint64_t g) { return f16_scales8<2>(f16_scales + 2 * g, xd + g); },
-        [&](uint64_t g) { return f16_scalar(f16_scales + 2 * g) * xd[g]; });
+    __m256 a;
+    q4_split_rows<1>(nibbles, f16_scales, xq, xoff, xd, groups, &a);
+    return a;
+}
+// Four rows into a[0..4): one pass of kQ4Rows rows, or several.
+template <class Rows>
+inline void q4_quad(Rows rows, uint64_t r, __m256 *a) {
+    for (int i = 0; i < 4; i += kQ4Rows) rows(r + i, a + i);
 }
 }  // namespace
 
@@ -452,22 +533,39 @@ float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
 
 void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y) {
-    rows4(rows, y, [&](uint64_t r) { return q4_tiled_acc(tiles + 18 * groups * r, xq, xoff, xd, groups); });
+    rows4_quads(
+        rows, y,
+        [&](uint64_t r, __m256 *a) {
+            q4_quad([&](uint64_t q, __m256 *o) { q4_tiled_rows<kQ4Rows>(tiles + 18 * groups * q, xq, xoff, xd, groups, o); },
+                    r, a);
+        },
+        [&](uint64_t r) { return q4_tiled_acc(tiles + 18 * groups * r, xq, xoff, xd, groups); });
 }
 
 void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    rows4(rows, y, [&](uint64_t r) {
-        return q4_split_acc(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xoff, xd, groups);
-    });
+    rows4_quads(
+        rows, y,
+        [&](uint64_t r, __m256 *a) {
+            q4_quad(
+                [&](uint64_t q, __m256 *o) {
+                    q4_split_rows<kQ4Rows>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q, xq, xoff, xd, groups, o);
+                },
+                r, a);
+        },
+        [&](uint64_t r) {
+            return q4_split_acc(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xoff, xd, groups);
+        });
 }
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups) {
-    return hsum(q4_pair_acc<16>(
-        nibbles, xq, xoff, groups,
-        [&](uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + g), _mm256_loadu_ps(xd + g)); },
-        [&](uint64_t g) { return scales[g] * xd[g]; }));
+    __m256 a;
+    q4_pair_acc_rows<1, 16>(
+        nibbles, 0, xq, xoff, groups,
+        [&](int, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + g), _mm256_loadu_ps(xd + g)); },
+        [&](int, uint64_t g) { return scales[g] * xd[g]; }, &a);
+    return hsum(a);
 }
 
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
