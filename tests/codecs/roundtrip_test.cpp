@@ -395,6 +395,18 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             CHECK(std::memcmp(da.data(), dp.data(), nb * sizeof(float)) == 0);
         }
     }
+    // The q8 offset terms, every int8 code.
+    for (uint64_t nb : {1u, 2u, 5u, 64u}) {
+        CAPTURE(nb);
+        std::vector<int8_t> codes(32 * nb);
+        for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int8_t>(i % 3 == 0 ? -128 : i % 11 == 0 ? 127 : rng());
+        std::vector<int32_t> oa(8 * nb + 1, 12345), op = oa;
+        isa.i8_offset(codes.data(), nb, oa.data());
+        k::portable::i8_offset(codes.data(), nb, op.data());
+        CHECK(oa == op);
+        CHECK(op[8 * nb] == 12345);
+        CHECK(op[0] == -128 * (codes[0] + codes[1] + codes[2] + codes[3]));
+    }
     // The q4 offset terms: every int8 code, odd block counts (the unpaired
     // last block has none), an untouched entry past the last pair.
     for (uint64_t nb : {1u, 2u, 3u, 7u, 64u}) {
@@ -526,9 +538,14 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
             std::vector<float> x = gaussian(n, static_cast<uint32_t>(rng()), 0.0f), xd(k::x_blocks(n));
             std::vector<int8_t> xq(32 * xd.size());
             k::quantize_x(x.data(), n, k::XOrder::natural, xq.data(), xd.data());
-            std::vector<float> yp(rows + 1, -7.0f), ya(rows + 1, -7.0f);
-            k::portable::rows_i8_xq(w.data(), n, sc.data(), xq.data(), xd.data(), n, rows, yp.data());
-            if (simd_on) isa->rows_i8_xq(w.data(), n, sc.data(), xq.data(), xd.data(), n, rows, ya.data());
+            std::vector<int32_t> xo(8 * xd.size());
+            k::portable::i8_offset(xq.data(), xd.size(), xo.data());
+            std::vector<float> yp(rows + 1, -7.0f), ya(rows + 1, -7.0f), yn(rows + 1, -7.0f);
+            k::portable::rows_i8_xq(w.data(), n, sc.data(), xq.data(), xo.data(), xd.data(), n, rows, yp.data());
+            if (simd_on) isa->rows_i8_xq(w.data(), n, sc.data(), xq.data(), xo.data(), xd.data(), n, rows, ya.data());
+            // Without the offsets (the sign/vpmaddubsw form): the same integers, so the same bits.
+            if (simd_on) isa->rows_i8_xq(w.data(), n, sc.data(), xq.data(), nullptr, xd.data(), n, rows, yn.data());
+            CHECK(std::memcmp(ya.data(), yn.data(), rows * sizeof(float)) == 0);
             for (uint64_t r = 0; r < rows; ++r) {
                 CAPTURE(r);
                 const float s = cmf::codecs::f16_to_f32(static_cast<uint16_t>(sc[2 * r] | sc[2 * r + 1] << 8));

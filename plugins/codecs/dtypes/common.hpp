@@ -129,9 +129,13 @@ struct QuantizedX {
     // kernels::q4_pair_offset of its codes, 8 int32 per pair of blocks
     // (blocks / 2 pairs; an unpaired last block has none), n_batch * 8 * (blocks / 2).
     std::vector<int32_t> pair_offset;
+    // XOrder::natural only (else empty): kernels::i8_offset of each row's
+    // codes, 8 int32 per block, n_batch * 8 * blocks.
+    std::vector<int32_t> block_offset;
     const int8_t *q(uint64_t b) const { return codes.data() + b * 32 * blocks; }
     const float *d(uint64_t b) const { return scales.data() + b * blocks; }
     const int32_t *offset(uint64_t b) const { return pair_offset.data() + b * 8 * (blocks / 2); }
+    const int32_t *i8_offset(uint64_t b) const { return block_offset.data() + b * 8 * blocks; }
 };
 // The x_id and x of the cmf_codec_vt.matmul_rows_x call running on this
 // thread (id 0: none, x is compared in full), set for the length of the call:

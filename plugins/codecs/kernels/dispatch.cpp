@@ -68,9 +68,10 @@ void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
     return CMF_PICK(dot_i8_xq, w, xq, xd, n);
 }
-void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd, uint64_t n,
-                uint64_t rows, float *y) {
-    CMF_PICK(rows_i8_xq, w, ld, f16_scales, xq, xd, n, rows, y);
+void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset) { CMF_PICK(i8_offset, q, blocks, offset); }
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                const float *xd, uint64_t n, uint64_t rows, float *y) {
+    CMF_PICK(rows_i8_xq, w, ld, f16_scales, xq, xoff, xd, n, rows, y);
 }
 float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g) {
     return CMF_PICK(dot_q4_tiled_xq, t, xq, xb, xd, g);

@@ -65,14 +65,22 @@ void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);
 // q: 32*blocks codes in q4_pair_blocks order -> offset[0 .. 8*(blocks/2)).
 void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset);
 
+// The q8 offset term of a natural-order x, per block of 32 codes:
+// offset[8*b + j] = -128 * (q[32b+4j] + ... + q[32b+4j+3]), the int32 lane j
+// of a block's dot. Added to the lane sums of (w + 128) x q (unsigned weight
+// bytes, as vpdpbusd takes them) it makes them sums of w x q, exactly.
+// q: 32*blocks codes (a tail block zero-padded) -> offset[0 .. 8*blocks).
+void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset);
+
 // All return the sum over blocks of (weight scale) * d[b] * sum_p w[p]*q[p].
 // q8: int8 codes, natural order, n elements (any n); row scale applied by the caller.
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);
 // q8 rows: y[r] = (f16 scale r) * dot_i8_xq(w + r*ld, xq, xd, n) for r < rows,
 // f16_scales holding `rows` little-endian f16 values. One call per row range:
-// the AVX2 form works on four rows at a time.
-void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd, uint64_t n,
-                uint64_t rows, float *y);
+// the AVX2 form works on four rows at a time. xoff = i8_offset of xq (the
+// AVX-512 VNNI form uses it; the others ignore it).
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                const float *xd, uint64_t n, uint64_t rows, float *y);
 // q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
 // q4_pair_blocks order over exactly `groups` blocks, xoff = q4_pair_offset of it
 // (the portable kernels recompute the offset from the codes and ignore xoff).

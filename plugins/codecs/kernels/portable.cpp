@@ -79,8 +79,12 @@ float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) 
     return acc;
 }
 
-void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd, uint64_t n,
-                uint64_t rows, float *y) {
+void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
+    for (uint64_t l = 0; l < 8 * blocks; ++l) offset[l] = -128 * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+}
+
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
+                const float *xd, uint64_t n, uint64_t rows, float *y) {
     for (uint64_t r = 0; r < rows; ++r) y[r] = f16_at(f16_scales + 2 * r) * dot_i8_xq(w + r * ld, xq, xd, n);
 }
 
