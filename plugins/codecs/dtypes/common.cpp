@@ -177,15 +177,15 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
     cache.x.resize(n_batch * cols);
     r.codes.resize(n_batch * 32 * r.blocks);
     r.scales.resize(n_batch * r.blocks);
-    const bool pairs = order == kernels::XOrder::q4_pair_blocks;
-    r.pair_offset.resize(pairs ? n_batch * 8 * (r.blocks / 2) : 0);
-    const bool natural = order == kernels::XOrder::natural;
-    r.block_offset.resize(natural ? n_batch * 8 * r.blocks : 0);
+    const bool pairs = order == kernels::XOrder::q4_pair_blocks, natural = order == kernels::XOrder::natural;
+    r.offsets_per_row = pairs ? 8 * (r.blocks / 2) : natural ? 8 * r.blocks : 0;
+    r.offsets.resize(n_batch * r.offsets_per_row);
     for (uint64_t b = 0; b < n_batch; ++b) {
         std::memcpy(cache.x.data() + b * cols, x + b * ldx, cols * sizeof(float));
         kernels::quantize_x(x + b * ldx, cols, order, r.codes.data() + b * 32 * r.blocks, r.scales.data() + b * r.blocks);
-        if (pairs) kernels::q4_pair_offset(r.q(b), r.blocks, r.pair_offset.data() + b * 8 * (r.blocks / 2));
-        if (natural) kernels::i8_offset(r.q(b), r.blocks, r.block_offset.data() + b * 8 * r.blocks);
+        int32_t *off = r.offsets.data() + b * r.offsets_per_row;
+        if (pairs) kernels::q4_pair_offset(r.q(b), r.blocks, off);
+        if (natural) kernels::i8_offset(r.q(b), r.blocks, off);
     }
     cache.n_batch = n_batch, cache.cols = cols, cache.order = order, cache.x_id = id;
     return r;

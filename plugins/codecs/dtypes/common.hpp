@@ -125,17 +125,15 @@ struct QuantizedX {
     uint64_t blocks = 0;
     std::vector<int8_t> codes;  // n_batch * 32 * blocks
     std::vector<float> scales;  // n_batch * blocks
-    // XOrder::q4_pair_blocks only (else empty): per activation row b,
-    // kernels::q4_pair_offset of its codes, 8 int32 per pair of blocks
-    // (blocks / 2 pairs; an unpaired last block has none), n_batch * 8 * (blocks / 2).
-    std::vector<int32_t> pair_offset;
-    // XOrder::natural only (else empty): kernels::i8_offset of each row's
-    // codes, 8 int32 per block, n_batch * 8 * blocks.
-    std::vector<int32_t> block_offset;
+    // The offset terms of each activation row b's codes, offsets_per_row
+    // int32 each: XOrder::q4_pair_blocks kernels::q4_pair_offset (8 per pair
+    // of blocks; an unpaired last block has none), XOrder::natural
+    // kernels::i8_offset (8 per block), other orders none.
+    std::vector<int32_t> offsets;
+    uint64_t offsets_per_row = 0;
     const int8_t *q(uint64_t b) const { return codes.data() + b * 32 * blocks; }
     const float *d(uint64_t b) const { return scales.data() + b * blocks; }
-    const int32_t *offset(uint64_t b) const { return pair_offset.data() + b * 8 * (blocks / 2); }
-    const int32_t *i8_offset(uint64_t b) const { return block_offset.data() + b * 8 * blocks; }
+    const int32_t *offset(uint64_t b) const { return offsets.data() + b * offsets_per_row; }
 };
 // The x_id and x of the cmf_codec_vt.matmul_rows_x call running on this
 // thread (id 0: none, x is compared in full), set for the length of the call:

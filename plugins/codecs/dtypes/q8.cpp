@@ -19,7 +19,7 @@ void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t co
     const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
     const int8_t *q = reinterpret_cast<const int8_t *>(codes);
     for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
-        kernels::rows_i8_xq(q + t0 * cols, cols, f16_scales + 2 * t0, xq.q(b), xq.i8_offset(b), xq.d(b), cols, t1 - t0,
+        kernels::rows_i8_xq(q + t0 * cols, cols, f16_scales + 2 * t0, xq.q(b), xq.offset(b), xq.d(b), cols, t1 - t0,
                             y + b * ldy + t0);
     });
 }
