@@ -29,6 +29,13 @@ echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 |
 "$build/bench/convert_bench" --shape 0.6b --dir "$work/hf" --checkpoint-only 1
 src_bytes=$(stat -c %s "$work/hf/model.safetensors")
 "$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep bandwidth
+# The median prefetching read pass of this machine now, in GB/s; the median
+# and the "lo-hi" range of a list of numbers.
+read_pass() {
+  "$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep 'median pass' | sed 's/.*median pass \([0-9.]*\).*/\1/'
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+minmax() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }'; }
 for q in $dtypes; do
   out="$work/qwen06b-$q.cmf"
   log="$work/convert-$q.log"
@@ -46,9 +53,6 @@ for q in $dtypes; do
   # Decode against the read bandwidth around it: read, tg, read, tg, ...,
   # read. Each tg runs in a fresh process (warmed up by cmfhost bench).
   bws=() tgs=() tgbws=()
-  read_pass() {
-    "$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep 'median pass' | sed 's/.*median pass \([0-9.]*\).*/\1/'
-  }
   bws+=("$(read_pass)")
   for ((i = 0; i < ${ROUNDS:-5}; i++)); do
     "$build/host/cmfhost" bench "$out" -p 0 -n "${TG:-128}" -r 1 --threads "$threads" >"$work/bench-$q-tg$i.txt"
@@ -60,8 +64,6 @@ for q in $dtypes; do
   for ((i = 0; i < ${#tgs[@]}; i++)); do
     shares+=("$(echo "200 * ${tgbws[$i]} / (${bws[$i]} + ${bws[$((i + 1))]})" | bc -l)")
   done
-  median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-  minmax() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }'; }
   printf '  %s: tg%s %.2f tok/s (median of %d rounds, %s); decode reads %.2f GB/s\n' "$q" "${TG:-128}" \
     "$(median "${tgs[@]}")" "${#tgs[@]}" "$(minmax "${tgs[@]}")" "$(median "${tgbws[@]}")"
   printf '  %s: read pass around the rounds %s GB/s; decode = %.0f %% of the read around it (median of rounds; %s %%)\n' \
