@@ -123,36 +123,32 @@ void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d) {
     }
 }
 
-// Per pair: both 32-byte halves widened to int16 and added, pairs of lanes
-// to int32 (vpmaddwd), then neighbours (vphaddd) and a lane permute put the
-// eight 4-byte groups in order; exact integers, as the portable loop. Each
-// thread makes this for every new x of a q4 matmul before its first row:
-// the scalar loop was 0.6 % of a q4 decode step (perf, 0.6B shape).
-void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
-    const __m256i ones = _mm256_set1_epi16(1), order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
-    auto half16 = [](const int8_t *p) {
-        return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-    };
-    for (uint64_t k = 0; k < blocks / 2; ++k) {
-        const int8_t *lo = q + 64 * k, *hi = lo + 32;
-        const __m256i a = _mm256_madd_epi16(_mm256_add_epi16(half16(lo), half16(hi)), ones);            // bytes 0..15
-        const __m256i b = _mm256_madd_epi16(_mm256_add_epi16(half16(lo + 16), half16(hi + 16)), ones);  // 16..31
-        const __m256i g = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(a, b), order);
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(offset + 8 * k),
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(g, 3)));
-    }
+namespace {
+// The 8 int32 sums of 4 consecutive codes of 32 (the int32 lanes of a
+// 32-byte dot): 1 x each code to int16 pairs (vpmaddubsw), pairs again
+// (vpmaddwd); exact.
+inline __m256i sums_of_4(const int8_t *p) {
+    return _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))),
+        _mm256_set1_epi16(1));
 }
+// -(s << shift): the offset terms are -8 or -128 times such sums.
+template <int Shift>
+inline void store_neg_shifted(int32_t *dst, __m256i s) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst),
+                        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, Shift)));
+}
+}  // namespace
 
-// Per block: 1 x each code (vpmaddubsw, pairs to int16), pairs again
-// (vpmaddwd) to the 8 int32 sums of 4 codes, times -128; exact.
+// Each thread makes these for every new x of a q4 / q8 matmul before its
+// first row: q4's scalar loop was 0.6 % of a q4 decode step (perf, 0.6B shape).
+// Pair k's lane j sums bytes 4j..4j+3 of both its 32-byte halves.
+void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
+    for (uint64_t k = 0; k < blocks / 2; ++k)
+        store_neg_shifted<3>(offset + 8 * k, _mm256_add_epi32(sums_of_4(q + 64 * k), sums_of_4(q + 64 * k + 32)));
+}
 void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    for (uint64_t b = 0; b < blocks; ++b) {
-        const __m256i s = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(ones8, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + 32 * b))), ones16);
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(offset + 8 * b),
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7)));
-    }
+    for (uint64_t b = 0; b < blocks; ++b) store_neg_shifted<7>(offset + 8 * b, sums_of_4(q + 32 * b));
 }
 
 namespace {
