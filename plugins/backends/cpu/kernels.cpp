@@ -283,13 +283,17 @@ AVX2 __attribute__((always_inline)) inline void heads_dot_block(const float *q0,
 // ran out of line fill buffers: perf put 41 % of the dot's time on the
 // prefetch loop, and spread, the K pass at depth 2048 (28 caches) went
 // from 299-310 to 238-279 us per layer (3 rounds).
+// Block b takes `per` lines of each row, and one more while b < extra (set
+// once per call, so a block pays no division).
 struct DotPrefetch {
     const char *rows = nullptr;  // 4 rows ahead, nullptr: none
-    uint64_t ldrow_bytes = 0, span_lines = 0;
-    uint32_t blocks = 1;
+    uint64_t ldrow_bytes = 0, per = 0, extra = 0;
+    DotPrefetch() = default;
+    DotPrefetch(uint64_t ldrow_bytes_, uint64_t span_lines, uint32_t blocks)
+        : ldrow_bytes(ldrow_bytes_), per(span_lines / blocks), extra(span_lines % blocks) {}
     inline void block(uint32_t b) const {
         if (rows == nullptr) return;
-        const uint64_t l0 = span_lines * b / blocks, l1 = span_lines * (b + 1) / blocks;
+        const uint64_t l0 = b * per + std::min<uint64_t>(b, extra), l1 = l0 + per + (b < extra ? 1 : 0);
         for (int k = 0; k < 4; ++k)
             for (uint64_t l = l0; l < l1; ++l) _mm_prefetch(rows + k * ldrow_bytes + 64 * l, _MM_HINT_T0);
     }
@@ -357,7 +361,7 @@ AVX2 void heads_dot_avx2(const float *q, const T *rows, uint64_t ldrow, uint64_t
     }
     uint64_t j = 0;
     const uint64_t span = uint64_t((n_heads + group - 1) / group) * hd * sizeof(T);
-    DotPrefetch pf{nullptr, ldrow * sizeof(T), (span + 63) / 64, (n_heads + 1) / 2};
+    DotPrefetch pf(ldrow * sizeof(T), (span + 63) / 64, (n_heads + 1) / 2);
     for (; j + 4 <= n_keys; j += 4) {
         pf.rows = j + kDotKeysAhead + 4 <= n_keys ? reinterpret_cast<const char *>(rows + (j + kDotKeysAhead) * ldrow)
                                                   : nullptr;
@@ -863,7 +867,7 @@ AVX512 void heads_dot_avx512(const float *q, const T *rows, uint64_t ldrow, uint
     if (hd % 16 != 0) return heads_dot_avx2(q, rows, ldrow, n_keys, n_heads, group, hd, out, ldo);
     uint64_t j = 0;
     const uint64_t span = uint64_t((n_heads + group - 1) / group) * hd * sizeof(T);
-    DotPrefetch pf{nullptr, ldrow * sizeof(T), (span + 63) / 64, (n_heads + 1) / 2};
+    DotPrefetch pf(ldrow * sizeof(T), (span + 63) / 64, (n_heads + 1) / 2);
     for (; j + 4 <= n_keys; j += 4) {
         pf.rows = j + kDotKeysAhead + 4 <= n_keys ? reinterpret_cast<const char *>(rows + (j + kDotKeysAhead) * ldrow)
                                                   : nullptr;
