@@ -170,7 +170,7 @@ CMF_API cmf_error *cmf_tensor_at(const cmf_model *m, size_t index, cmf_tensor_in
 /* Tensor by exact name; CMF_ERR_MISSING_TENSOR if absent. */
 CMF_API cmf_error *cmf_tensor(const cmf_model *m, const char *name, cmf_tensor_info *out);
 
-/* ---- container (issue 3 grows this section) ----------------------------- */
+/* ---- container: open, inspect, verify, sign --------------------------- */
 
 /* Model-wide facts: the envelope of shard 1 and its parsed header. Strings are
  * borrowed from the model (valid until cmf_close); absent blocks read "". */
@@ -212,7 +212,7 @@ CMF_API const char *cmf_model_shard_path(const cmf_model *m, uint32_t i);
  * *len = 0 (and *data = NULL) when the file has none. Borrowed. */
 CMF_API cmf_error *cmf_model_vocab(const cmf_model *m, const void **data, uint64_t *len);
 
-/* Task masks (spec §5). Blob layout (COMPAT §7.3), bits LSB-first, 1 = active:
+/* Task masks (spec §5). Blob layout (the original's), bits LSB-first, 1 = active:
  * ffn_rows x ffn_row_bytes, layers x head_row_bytes, gate_bytes,
  * then layers x expert_row_bytes when has_expert_fields. */
 typedef struct cmf_mask_info {
@@ -288,7 +288,7 @@ CMF_API void cmf_verify_options_init(cmf_verify_options *opts);
 typedef struct cmf_verify_report cmf_verify_report;
 
 /*
- * Check the whole hash chain of every shard (COMPAT §1.4): header hash,
+ * Check the whole hash chain of every shard (spec §8): header hash,
  * directory hash, section_hashes, every tensor's hash64 (in parallel), then,
  * when a file's hashes are clean, its detached signature `<file>.sig` if one
  * exists. Problems are collected in the report, each naming what failed; the
@@ -315,17 +315,17 @@ CMF_API void cmf_verify_report_free(cmf_verify_report *r);  /* NULL-safe */
  * (no newline, mode 0600) and `key_path`.pub the public key as 64 hex.
  * Refuses to overwrite an existing key. */
 CMF_API cmf_error *cmf_sign_keygen(const char *key_path);
-/* Sign `file` (any file, typically one .cmf shard): writes `file`.sig (COMPAT
- * §12: pretty JSON, Ed25519 over the 32-byte SHA-256 of the file). The
+/* Sign `file` (any file, typically one .cmf shard): writes `file`.sig (the original's
+ * detached signature: pretty JSON, Ed25519 over the 32-byte SHA-256 of the file). The
  * fingerprint of the signer is copied to fingerprint_out (17 bytes) if not NULL. */
 CMF_API cmf_error *cmf_sign_file(const char *file, const char *key_path, char *fingerprint_out);
 
-/* ---- writer (W1 or W2 layout, COMPAT §3.2 / §3.4) ----------------------- */
+/* ---- writer: the original's W1 (in memory) or W2 (streaming) layout ------ */
 
 typedef struct cmf_writer cmf_writer;
 
 /* cmf_writer_options.flags: write as the original's streaming writer W2
- * (COMPAT §3.4) does: each payload goes to the (temp) file inside
+ * does: each payload goes to the (temp) file inside
  * cmf_writer_add_tensor, so `data` is only read during that call and memory
  * stays bounded whatever the model size; header and directory are written
  * into a zero gap reserved before the data at finish (7 032 832 bytes for up
@@ -348,7 +348,7 @@ typedef struct cmf_writer_options {
 
 CMF_API void cmf_writer_options_init(cmf_writer_options *opts);
 
-/* A mask to write: blob in the COMPAT §7.3 layout for the header's arch. */
+/* A mask to write: blob in the cmf_mask_info layout for the header's arch. */
 typedef struct cmf_mask_spec {
     uint32_t struct_size;
     uint32_t task_id;
@@ -369,8 +369,8 @@ CMF_API void cmf_mask_spec_init(cmf_mask_spec *spec);
 
 /*
  * Start writing `path`. `header_json` is the header as JSON (any spacing and
- * key order); it is re-emitted as the original's W1 writer does (COMPAT
- * §13.1) with section_hashes set by the writer. Nothing touches `path` until
+ * key order); it is re-emitted as the original's W1 writer does (docs/container.md)
+ * with section_hashes set by the writer. Nothing touches `path` until
  * cmf_writer_finish, which writes a temp file in the same directory and
  * renames it over `path`: an error or a crash never replaces a good file.
  * A writer is used from one thread at a time.
@@ -383,9 +383,9 @@ CMF_API cmf_error *cmf_writer_create(cmf_runtime *rt, const char *path, const ch
  * dtype's codec, the payload size and structure. */
 CMF_API cmf_error *cmf_writer_add_tensor(cmf_writer *w, const char *name, int32_t dtype, uint32_t ndim,
                                          const uint64_t *shape, const void *data, uint64_t nbytes);
-/* Masks (copied). The sparse index is built from them (COMPAT §7.4). */
+/* Masks (copied). The sparse index section is built from them. */
 CMF_API cmf_error *cmf_writer_add_mask(cmf_writer *w, const cmf_mask_spec *spec);
-/* The vocab section (copied). len 0 = present but empty (COMPAT §2.3 edge). */
+/* The vocab section (copied). len 0 = present but empty (the section exists with no bytes). */
 CMF_API cmf_error *cmf_writer_set_vocab(cmf_writer *w, const void *data, uint64_t len);
 /* Write everything and rename into place. The writer is spent afterwards. */
 CMF_API cmf_error *cmf_writer_finish(cmf_writer *w);
@@ -393,7 +393,7 @@ CMF_API cmf_error *cmf_writer_finish(cmf_writer *w);
 CMF_API void cmf_writer_free(cmf_writer *w);
 
 /*
- * Append-only growth (spec §9, COMPAT §9.5): add tensors to an existing file
+ * Append-only growth (spec §9): add tensors to an existing file
  * in place. The new payloads, directory and header go after the old end of
  * file; only then is the envelope rewritten (one 128-byte write at offset 0),
  * so the file is valid at every crash point (old or new content). Existing
@@ -408,7 +408,7 @@ CMF_API cmf_error *cmf_writer_open_append(cmf_runtime *rt, const char *path, con
  * block), the index is rebuilt. */
 CMF_API cmf_error *cmf_compact(cmf_runtime *rt, const char *in_path, const char *out_path);
 
-/* ---- convert: HF checkpoint -> .cmf, re-encoding (issues 4/6) ------------ */
+/* ---- convert: HF checkpoint -> .cmf, re-encoding ------------------------ */
 
 /* Progress of cmf_convert / cmf_requant, called on the calling thread after
  * each output tensor: tensors done/total and input bytes done/total. */
@@ -457,7 +457,7 @@ CMF_API void cmf_requant_options_init(cmf_requant_options *opts);
  * Atomic like cmf_convert. */
 CMF_API cmf_error *cmf_requant(cmf_runtime *rt, const cmf_requant_options *opts);
 
-/* ---- text (issue 5 grows this section) ---------------------------------- */
+/* ---- text: tokenizer, chat template, sampler ---------------------------- */
 
 /*
  * Tokenizer: a Hugging Face tokenizer.json (BPE models: byte-level like Qwen,
@@ -542,8 +542,8 @@ CMF_API cmf_error *cmf_chat_render(const char *tmpl, size_t tmpl_len, const char
                                    const cmf_chat_options *options, char **out, size_t *out_len);
 
 /*
- * Sampler: picks the next token from logits. Chain order (ARCHS.md 6.1,
- * docs/text.md): suppressed ids -> repetition penalty (once per distinct
+ * Sampler: picks the next token from logits. Chain order (the original's, as
+ * docs/text.md describes it): suppressed ids -> repetition penalty (once per distinct
  * token of the history: logit > 0 divided, else multiplied) -> presence
  * penalty -> greedy if temperature < 1e-6 (lowest index among equal maxima)
  * else: / temperature -> softmax -> min-p -> top-k (ties survive) -> top-p
@@ -579,7 +579,7 @@ CMF_API cmf_error *cmf_sampler_set_stop_ids(cmf_sampler *s, const int32_t *ids, 
 CMF_API int32_t cmf_sampler_is_stop(const cmf_sampler *s, int32_t id);
 CMF_API cmf_error *cmf_sampler_sample(cmf_sampler *s, const float *logits, size_t n_vocab, int32_t *out_id);
 
-/* ---- session: running a model (issue 7) --------------------------------- */
+/* ---- session: running a model ------------------------------------------ */
 
 /*
  * A session binds a model with its arch plugin on a backend, owns one state
@@ -614,7 +614,7 @@ CMF_API void cmf_session_options_init(cmf_session_options *opts);
 typedef int32_t (*cmf_token_fn)(void *user, int32_t token);
 
 /* Sampling and stopping for one cmf_session_generate call. Chain order and
- * semantics as upstream (ARCHS 6.1): penalties, temperature, softmax, min-p,
+ * semantics as the original's sampler (docs/text.md): penalties, temperature, softmax, min-p,
  * top-k, top-p, renormalise, SplitMix64 draw; greedy when temperature < 1e-6. */
 typedef struct cmf_generate_options {
     uint32_t struct_size;
@@ -705,7 +705,7 @@ CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s); /* logits per pos
 CMF_API uint64_t cmf_session_n_ctx(const cmf_session *s);
 CMF_API uint64_t cmf_session_n_past(const cmf_session *s);
 
-/* ---- running an opened model (issue 7, CLI end) -------------------------- */
+/* ---- running an opened model ------------------------------------------- */
 
 /* A session over an opened container: the model's arch JSON, header JSON and
  * tensors (views into the mapping). The model must outlive the session. */
@@ -719,7 +719,7 @@ CMF_API cmf_error *cmf_model_tokenizer(const cmf_model *m, cmf_tokenizer **out);
 
 #define CMF_MAX_EOS_IDS 16
 
-/* Special ids from header.tokenizer_config (COMPAT §6). Without the block or
+/* Special ids from header.tokenizer_config (docs/text.md). Without the block or
  * with an empty eos list, the ChatML fallback: the ids of "<|im_end|>" and
  * "<|endoftext|>" in the vocab section's tokenizer, when present. */
 typedef struct cmf_model_special_ids {

@@ -201,7 +201,7 @@ typedef struct cmf_backend_vt {
     cmf_error *(*matmul)(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch,
                          float *y);
 
-    /* ---- transformer operations (issue 7) ----
+    /* ---- transformer operations ----
      * Activation buffers are device addresses of f32 arrays: an arch may
      * offset them by whole floats (p + n) but never dereferences them; it
      * moves data to and from the host only with buffer_write/buffer_read.
@@ -229,7 +229,7 @@ typedef struct cmf_backend_vt {
     /* Half-split (NeoX) RoPE in place on x = [n_tokens][ld] holding n_heads
      * heads of head_dim at the start of each row; token t has position
      * pos0 + t; the first rot_dim (even) dims of each head rotate, with
-     * inv_freq_i = 1 / theta^(2i/rot_dim) computed in f32 (ARCHS 1.6). */
+     * inv_freq_i = 1 / theta^(2i/rot_dim) computed in f32, as Hugging Face does. */
     cmf_error *(*rope)(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads,
                        uint32_t head_dim, uint32_t rot_dim, uint64_t pos0, float theta);
 
@@ -293,11 +293,11 @@ typedef struct cmf_backend_vt {
                                uint64_t n_batch, float *const *ys);
 } cmf_backend_vt;
 
-/* cmf_backend_vt.rms_norm styles (ARCHS 1.5) */
+/* cmf_backend_vt.rms_norm styles: x̂·w (qwen, llama) or x̂·(1+w) (gemma, qwen3-next) */
 #define CMF_NORM_QWEN  0 /* y = x^ * w       */
 #define CMF_NORM_GEMMA 1 /* y = x^ * (1 + w) */
 
-/* cmf_backend_vt.gated_act activations (ARCHS 1.8) */
+/* cmf_backend_vt.gated_act activations: act(gate)·up */
 #define CMF_ACT_SILU      0
 #define CMF_ACT_GELU_TANH 1
 

@@ -58,7 +58,8 @@ typedef struct cmf_error cmf_error;
 #define CMF_COMPONENT_ARCH    2
 #define CMF_COMPONENT_BACKEND 3
 
-/* CMF v2 dtype ids (spec §3.1; q2tp per COMPAT §5.12). Ids are never reused. */
+/* CMF v2 dtype ids (spec §3.1; q2tp, id 16, is written by the original although
+ * the spec text does not list it). Ids are never reused. */
 #define CMF_DTYPE_F32       0
 #define CMF_DTYPE_F16       1
 #define CMF_DTYPE_BF16      2

@@ -1,5 +1,6 @@
 #include "thread_pool.hpp"
 
+#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/task_group.h>
 
@@ -161,7 +162,14 @@ void serve(Team &t) {
 }  // namespace
 
 struct ThreadPool::Impl {
-    explicit Impl(int32_t n) : arena(n), team(std::make_shared<Team>(n)) {}
+    // oneTBB lends an arena at most its global worker limit, by default one
+    // fewer than the machine's logical CPUs: a pool of 3 threads on 2 CPUs
+    // would silently run on 2. The pool raises the limit to its own size for
+    // as long as it lives (global_control takes the largest active value), so
+    // the threads asked for are the threads that run.
+    explicit Impl(int32_t n)
+        : limit(tbb::global_control::max_allowed_parallelism, size_t(n)), arena(n),
+          team(std::make_shared<Team>(n)) {}
     ~Impl() {
         team->stop.store(true);
         // Servers still queued run, see `stop` and return; wait for all of them.
@@ -223,7 +231,8 @@ struct ThreadPool::Impl {
         if (error) std::rethrow_exception(error);
     }
 
-    tbb::task_arena arena;  // its workers are the servers' threads
+    tbb::global_control limit;  // declared first: outlives the arena
+    tbb::task_arena arena;      // its workers are the servers' threads
     tbb::task_group servers;
     std::shared_ptr<Team> team;  // shared with queued servers
     std::mutex caller_mu;        // one loop at a time

@@ -29,11 +29,10 @@ std::vector<float> read_f32(const fs::path &p) {
 }
 
 fs::path fixture_dir(const char *name) {
-    fs::path shared = CMF_SHARED_DIR;
-    if (const char *env = std::getenv("CMF_SHARED_DIR")) shared = env;
-    REQUIRE_MESSAGE(!shared.empty(), "shared/ was not found beside the checkout (set CMF_SHARED_DIR)");
-    fs::path dir = shared / "fixtures" / "upstream" / name;
-    REQUIRE_MESSAGE(fs::is_directory(dir), "fixture directory missing: " << dir);
+    // Always the repository's copy: a missing directory fails loudly here
+    // rather than being looked for anywhere outside the checkout.
+    fs::path dir = fs::path(CMF_FIXTURE_DIR) / name;
+    REQUIRE_MESSAGE(fs::is_directory(dir), "fixture directory missing from the repository: " << dir);
     return dir;
 }
 

@@ -1,5 +1,5 @@
 // The runtime's thread pool: every index of a loop runs exactly once, in
-// chunks of at least the grain, on more than one thread; nested loops run
+// chunks of at least the grain, on every thread of the pool; nested loops run
 // inline; callers on several threads take turns; exceptions reach the caller;
 // a pool can be destroyed while its servers spin.
 #include <doctest/doctest.h>
@@ -73,17 +73,49 @@ TEST_CASE("thread_pool: every index exactly once, chunks at least the grain") {
     }
 }
 
-TEST_CASE("thread_pool: a loop of many chunks runs on more than one thread") {
-    if (std::thread::hardware_concurrency() < 2) return;  // TBB lends no worker on one CPU
-    ThreadPool pool(2);
-    // The server joins within microseconds; over a few loops it must show up.
-    bool two = false;
-    for (int rep = 0; rep < 50 && !two; ++rep) {
-        Coverage c(0, 256);
-        pool.parallel_for(0, 256, 1, Coverage::body, &c);
-        two = c.threads.size() >= 2;
+TEST_CASE("thread_pool: every thread of the pool takes part in a loop") {
+    // Deterministic whatever the machine's load: every chunk waits until as
+    // many distinct threads as the pool has have each entered a chunk. A
+    // thread blocked in its first chunk cannot take another, so the loop
+    // completes only if all the pool's threads run; a generous deadline turns
+    // a pool that never gets them (e.g. oneTBB lending fewer workers than the
+    // pool was sized for) into a loud failure instead of a hang. Pools larger
+    // than the machine's CPU count are included on purpose.
+    constexpr int kDeadlineSeconds = 120;
+    for (int32_t threads : {2, 3, 4}) {
+        CAPTURE(threads);
+        ThreadPool pool(threads);
+        struct Meet {
+            std::mutex mu;
+            std::set<std::thread::id> ids;
+            int32_t want = 0;
+            std::chrono::steady_clock::time_point deadline;
+            std::atomic<bool> timed_out{false};
+        } meet;
+        meet.want = threads;
+        meet.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kDeadlineSeconds);
+        pool.parallel_for(0, 256, 1, [](void *u, uint64_t, uint64_t) {
+            auto *m = static_cast<Meet *>(u);
+            {
+                std::lock_guard<std::mutex> lock(m->mu);
+                m->ids.insert(std::this_thread::get_id());
+            }
+            for (;;) {
+                {
+                    std::lock_guard<std::mutex> lock(m->mu);
+                    if (int32_t(m->ids.size()) >= m->want) return;
+                }
+                if (std::chrono::steady_clock::now() > m->deadline) {
+                    m->timed_out = true;
+                    return;
+                }
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
+        }, &meet);
+        CHECK_MESSAGE(!meet.timed_out.load(), "only " << meet.ids.size() << " of " << threads
+                                                       << " threads entered the loop within " << kDeadlineSeconds << " s");
+        CHECK(int32_t(meet.ids.size()) == threads);
     }
-    CHECK(two);
 }
 
 TEST_CASE("thread_pool: a loop inside a chunk runs inline on that thread") {
