@@ -21,7 +21,7 @@
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "half.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 #include "runtime/memory_source.hpp"
 #include "runtime/session.hpp"
 

@@ -16,7 +16,7 @@
 // changes the depth, e.g. 56 for a 2.1 GB one with the same largest tensor).
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <chrono>
 #include <cstdio>

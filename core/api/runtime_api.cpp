@@ -1,7 +1,7 @@
 // C entry points of cmf.h for versions, errors, the runtime and its plugins.
 #include "common/error.hpp"
 #include "common/c_api_util.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 

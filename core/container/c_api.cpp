@@ -3,7 +3,7 @@
 // writer.cpp.)
 #include "common/c_api_util.hpp"
 #include "container/model.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 

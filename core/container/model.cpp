@@ -1,6 +1,6 @@
 #include "container/model.hpp"
 
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <simdjson.h>
 

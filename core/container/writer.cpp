@@ -5,7 +5,7 @@
 #include "container/json_emit.hpp"
 #include "container/model.hpp"
 #include "container/writer_parts.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <boost/json.hpp>
 #include <simdjson.h>

@@ -1,7 +1,7 @@
 // C entry points of the writer section of cmf.h.
 #include "common/c_api_util.hpp"
 #include "container/writer.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <boost/json.hpp>
 

@@ -3,7 +3,7 @@
 #include "common/hash64.hpp"
 #include "container/json_emit.hpp"
 #include "container/model.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <boost/json.hpp>
 #include <simdjson.h>

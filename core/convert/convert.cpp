@@ -3,7 +3,7 @@
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "convert/safetensors.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/json_writer.hpp>
 

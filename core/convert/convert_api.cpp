@@ -4,7 +4,7 @@
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
 #include "convert/requant.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 

@@ -6,7 +6,7 @@
 #include "container/model.hpp"
 #include "container/writer.hpp"
 #include "convert/dtype_policy.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <boost/json.hpp>
 

@@ -1,7 +1,7 @@
 #include "runtime/session.hpp"
 
 #include "common/error.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <simdjson.h>
 

@@ -1,7 +1,7 @@
 // C entry points of cmf.h's session section.
 #include "common/error.hpp"
 #include "common/c_api_util.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 #include "runtime/container_source.hpp"
 #include "runtime/session.hpp"
 

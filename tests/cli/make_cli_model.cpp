@@ -4,7 +4,7 @@
 // `cmfhost convert` is the user-facing path; this tool only exists so the
 // tests do not depend on it.
 #include "convert/convert.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 

@@ -3,7 +3,7 @@
 
 #include "common/byte_views.hpp"
 #include "dtypes/all.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 

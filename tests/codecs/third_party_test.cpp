@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "common/byte_views.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 #include <cmf/plugin.hpp>

@@ -5,7 +5,7 @@
 
 #include "common/error.hpp"
 #include "container/writer.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 #include "support/test_runtime.hpp"
 
 #include <openssl/evp.h>

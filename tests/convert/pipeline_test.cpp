@@ -9,7 +9,7 @@
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
 #include "convert/safetensors.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <simdjson.h>
 

@@ -13,7 +13,7 @@
 
 #include "common/error.hpp"
 #include "half.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 #include "runtime/memory_source.hpp"
 #include "text/sampler.hpp"
 #include "runtime/session.hpp"

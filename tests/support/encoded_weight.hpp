@@ -2,7 +2,7 @@
 // as the backend finds it), for tests that bind quantized weights.
 #pragma once
 
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 #include <cmf/cmf_plugin.h>

@@ -3,7 +3,7 @@
 // scope end. Shared by the unit, runtime and container tests.
 #pragma once
 
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 #include <doctest/doctest.h>

@@ -15,7 +15,7 @@
 #include "support/test_runtime.hpp"
 
 #include "gemm_i8.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 

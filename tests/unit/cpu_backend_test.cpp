@@ -10,7 +10,7 @@
 #include "common/byte_views.hpp"
 #include "half.hpp"
 #include "kernels.hpp"
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 

@@ -4,7 +4,7 @@
 // a pool can be destroyed while its servers spin.
 #include <doctest/doctest.h>
 
-#include "plugins/thread_pool.hpp"
+#include "plugin_host/thread_pool.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -3,7 +3,7 @@
 // the runtime's thread pool.
 #pragma once
 
-#include "plugins/thread_pool.hpp"
+#include "plugin_host/thread_pool.hpp"
 
 #include <cmf/cmf.h>
 #include <cmf/cmf_plugin.h>

@@ -1,4 +1,4 @@
-#include "plugins/runtime.hpp"
+#include "plugin_host/runtime.hpp"
 
 #include "common/error.hpp"
 
