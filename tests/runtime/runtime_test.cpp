@@ -1,6 +1,6 @@
-// Generation core and qwen arch tests.
+// Generation core and decoder arch (qwen, gemma) tests.
 //  - sampler: SplitMix64 stream, greedy ties, the filter chain;
-//  - parity: the qwen arch on the CPU backend against the PyTorch
+//  - parity: the qwen and gemma archs on the CPU backend against the PyTorch
 //    reference written by make_reference.py (dir in CMF_PARITY_DIR): logits
 //    at every position, greedy continuation, KV-cache decode vs full
 //    recompute, batched prefill chunking, and f16/bf16 weights;
@@ -33,6 +33,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -178,7 +179,7 @@ void run_case(const std::string &name) {
     for (uint64_t p = 0; p < c.positions; ++p)
         worst = std::max(worst, rel_err(got.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
     MESSAGE(name << " f32: max |logit diff| / max |ref logit| over " << c.positions << " positions = " << worst);
-    CHECK(worst < 1e-3);
+    CHECK(worst < 1e-4);
 
     // 2. Greedy continuation through generate(): batched prefill, then
     //    token-by-token decode on the KV cache.
@@ -270,6 +271,13 @@ void run_case(const std::string &name) {
 TEST_CASE("parity: qwen2 with q/k/v biases and a tied head") { run_case("qwen2_tied"); }
 TEST_CASE("parity: qwen3 with q/k-norm, head_dim != hidden/heads, untied head") { run_case("qwen3_untied"); }
 TEST_CASE("parity: qwen2 untied, MQA, head rows < vocab_size") { run_case("qwen2_short_head"); }
+TEST_CASE("parity: gemma, MQA, embedding x sqrt(96), GeGLU, tied head") { run_case("gemma"); }
+TEST_CASE("parity: gemma2, sandwich norms, soft-caps, window 4 on even layers (pattern rule), 95 positions") {
+    run_case("gemma2");
+}
+TEST_CASE("parity: gemma3 text, q/k-norm, window 28 from layer_types, local/global RoPE bases, 95 positions") {
+    run_case("gemma3");
+}
 
 // ---- quantized parity -------------------------------------------------------------
 
@@ -310,6 +318,22 @@ const QuantCase kQuantCases[] = {
     {"q4", 0.85, 0.95, 0.60, 5e-2},      // [0.8968, 0.9645, 65/95]
     {"q4t", 0.85, 0.95, 0.60, 5e-2},     // q4's groups and scales, tiled layout: same figures
     {"q4tp", 0.85, 0.95, 0.60, 1e-4},    // [0.9037, 0.9641, 63/95]
+};
+// The sliding-window fixtures (gemma2: window 4, soft-caps 1 and 2;
+// gemma3: six layers, window 28). Their rings make a forward run in chunks
+// of the window's length, and chunks under 16 tokens go through the
+// codecs' int8-activation row kernels even for q4tp (hence its kernel error
+// here); soft-capped logits within [-2, 2] and six sandwich-normed layers of
+// random weights pass 4-bit noise on more directly than the two-layer qwen
+// fixtures. Measured (worst of the two): q8 [0.99844, 0.99944, 93/95,
+// 7.3e-2]; q4/q4t [0.7364, 0.8980, 51/95, 4.7e-2]; q4tp [0.7612, 0.8978,
+// 52/95, 4.6e-2]. Floors: about 1.5x the measured 1 - cosine.
+const QuantCase kWindowedQuantCases[] = {
+    {"f32", 0.999999, 0.999999, 1.0, 1e-4},
+    {"q8", 0.997, 0.999, 0.90, 0.15},
+    {"q4", 0.60, 0.84, 0.40, 0.15},
+    {"q4t", 0.60, 0.84, 0.40, 0.15},
+    {"q4tp", 0.60, 0.84, 0.40, 0.15},
 };
 
 struct QuantFigures {
@@ -453,11 +477,11 @@ QuantFigures run_converted(const TestRuntime &t, const Case &c, const std::strin
     return f;
 }
 
-void run_quant_case(const std::string &name) {
+void run_quant_case(const std::string &name, std::span<const QuantCase> cases = kQuantCases) {
     const std::string dir = parity_dir(name);
     Case c = load_case(dir);
     TestRuntime t;
-    for (const QuantCase &q : kQuantCases) {
+    for (const QuantCase &q : cases) {
         const std::string quant = q.quant;
         CAPTURE(quant);
         QuantFigures f = run_converted(t, c, dir, q.quant);
@@ -486,6 +510,9 @@ void run_quant_case(const std::string &name) {
 TEST_CASE("parity: quantized files, qwen2 tied head") { run_quant_case("qwen2_tied"); }
 TEST_CASE("parity: quantized files, qwen3 untied head") { run_quant_case("qwen3_untied"); }
 TEST_CASE("parity: quantized files, qwen2 head rows < vocab_size") { run_quant_case("qwen2_short_head"); }
+TEST_CASE("parity: quantized files, gemma") { run_quant_case("gemma"); }
+TEST_CASE("parity: quantized files, gemma2") { run_quant_case("gemma2", kWindowedQuantCases); }
+TEST_CASE("parity: quantized files, gemma3 text") { run_quant_case("gemma3", kWindowedQuantCases); }
 
 TEST_CASE("session: errors are specific") {
     TestRuntime t;

@@ -29,6 +29,7 @@
 
 #include <cmf/cmf_plugin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -95,6 +96,13 @@ struct DecoderModel {
     Weight embed, final_norm, head;
     std::vector<Layer> layers;
     std::vector<cmf_backend_weight *> owned;
+    // Tokens per forward chunk when sliding layers keep rings: the largest
+    // window (a prompt of a window's length runs in one call).
+    uint64_t ring_chunk() const {
+        uint64_t w = 0;
+        for (const Layer &l : layers) w = std::max<uint64_t>(w, l.choice.window);
+        return std::max<uint64_t>(w, 1);
+    }
 
     DecoderModel() = default;
     DecoderModel(const DecoderModel &) = delete;
@@ -122,6 +130,7 @@ struct DecoderState {
     std::vector<float *> k_cache, v_cache;
     std::vector<uint64_t> cache_rows;
     std::vector<bool> ring;
+    uint64_t chunk = 0;  // tokens per forward chunk (rings hold window + chunk - 1 rows)
     Scratch scratch;
 
     DecoderState() = default;
