@@ -3,6 +3,7 @@
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "convert/safetensors.hpp"
+#include "convert/sentencepiece.hpp"
 #include "plugin_host/runtime.hpp"
 
 #include <cmf/json_writer.hpp>
@@ -286,6 +287,39 @@ void write_id_list(json::Writer &w, dom::element e, const std::string &where, bo
     }
 }
 
+// A tokenizer.model's tokenizer.json in the form HF's converter writes for
+// Gemma; the post-processor adds bos/eos per tokenizer_config.json's
+// add_bos_token (default true, as GemmaTokenizer) and add_eos_token
+// (default false), spelled by its bos_token / eos_token.
+std::string sentencepiece_tokenizer_json(const fs::path &dir, const std::string &model_bytes) {
+    HfBpeOptions opts;
+    bool add_bos = true, add_eos = false;
+    std::string bos = "<bos>", eos = "<eos>";
+    if (auto tc = read_file_if_exists(dir / "tokenizer_config.json")) {
+        dom::parser p;
+        dom::object o = parse_object(p, *tc, (dir / "tokenizer_config.json").string());
+        bool b;
+        if (!o["add_bos_token"].get_bool().get(b)) add_bos = b;
+        if (!o["add_eos_token"].get_bool().get(b)) add_eos = b;
+        auto piece = [&](const char *key, std::string &out) {
+            std::string_view sv;
+            dom::object obj;
+            if (!o[key].get_string().get(sv)) out = std::string(sv);
+            else if (!o[key].get_object().get(obj) && !obj["content"].get_string().get(sv)) out = std::string(sv);
+        };
+        piece("bos_token", bos);
+        piece("eos_token", eos);
+    }
+    if (add_bos) opts.bos_piece = bos;
+    if (add_eos) opts.eos_piece = eos;
+    opts.extra_special = {"<start_of_turn>", "<end_of_turn>"};
+    try {
+        return hf_tokenizer_json_from_sentencepiece(parse_sentencepiece(model_bytes), opts);
+    } catch (const Error &e) {
+        throw Error(e.code(), (dir / "tokenizer.model").string() + ": " + e.message());
+    }
+}
+
 std::string tokenizer_config_json(const fs::path &dir, dom::object config) {
     json::Writer w;
     w.begin_object();
@@ -406,7 +440,13 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     h.end_object();
     r.plan.header_json = h.take();
     if (auto v = read_file_if_exists(dir / "tokenizer.json")) r.plan.vocab_bytes = std::move(*v);
-    else rt.log(CMF_LOG_WARN, (dir / "tokenizer.json").string() + " not found: the file will have no vocab section");
+    else if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
+        r.plan.vocab_bytes = sentencepiece_tokenizer_json(dir, *spm);
+        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
+    } else
+        rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
+                                 ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
+                                 "(logits --ids and bench work on token ids)");
 
     r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
     std::map<std::string, std::string> produced_by;

@@ -145,7 +145,9 @@ CMF_API cmf_error *cmf_model_tokenizer(const cmf_model *m, cmf_tokenizer **out) 
     return guard([&] {
         if (m == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_model_tokenizer: NULL argument");
         auto t = vocab_tokenizer(m);
-        if (!t) throw Error(CMF_ERR_NOT_FOUND, "the model file has no vocab section (no tokenizer.json was packed into it)");
+        if (!t) throw Error(CMF_ERR_NOT_FOUND, "the model file has no tokenizer (no vocab section: its checkpoint had no "
+                                           "tokenizer.json or tokenizer.model), so text cannot be encoded; "
+                                           "logits --ids and bench work on token ids");
         *out = t.release();
     });
 }
