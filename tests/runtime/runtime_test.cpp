@@ -514,6 +514,42 @@ TEST_CASE("parity: quantized files, gemma") { run_quant_case("gemma"); }
 TEST_CASE("parity: quantized files, gemma2") { run_quant_case("gemma2", kWindowedQuantCases); }
 TEST_CASE("parity: quantized files, gemma3 text") { run_quant_case("gemma3", kWindowedQuantCases); }
 
+TEST_CASE("parity: a Gemma file stops on <eos> and <end_of_turn> even when only <eos> is its eos id") {
+    // The gemma case's checkpoint with a small tokenizer.json that has
+    // Gemma's turn markers; config.json says eos_token_id 1 only.
+    const std::string dir = parity_dir("gemma");
+    const std::string ckpt = dir + "/hf_turns";
+    std::filesystem::create_directories(ckpt);
+    for (const char *f : {"config.json", "model.safetensors"})
+        std::filesystem::copy_file(dir + "/hf/" + f, ckpt + "/" + f, std::filesystem::copy_options::overwrite_existing);
+    std::ofstream(ckpt + "/tokenizer.json") << R"({"version":"1.0","added_tokens":[
+        {"id":0,"content":"<pad>","special":true},{"id":1,"content":"<eos>","special":true},
+        {"id":2,"content":"<bos>","special":true},{"id":5,"content":"<start_of_turn>","special":true},
+        {"id":6,"content":"<end_of_turn>","special":true}],
+      "normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,
+      "model":{"type":"BPE","vocab":{"<pad>":0,"<eos>":1,"<bos>":2,"a":3,"b":4,"<start_of_turn>":5,"<end_of_turn>":6},
+               "merges":[]}})";
+    TestRuntime t;
+    const std::string out = dir + "/turns.cmf";
+    cmf_convert_options co;
+    cmf_convert_options_init(&co);
+    co.model_dir = ckpt.c_str();
+    co.output = out.c_str();
+    co.quant = "f32";
+    require_ok(cmf_convert(t.rt, &co), "cmf_convert " + ckpt);
+    cmf_model *opened = nullptr;
+    require_ok(cmf_open(t.rt, out.c_str(), nullptr, &opened), "cmf_open " + out);
+    const std::unique_ptr<cmf_model, decltype(&cmf_close)> model(opened, cmf_close);
+    cmf_model_special_ids sp;
+    cmf_model_special_ids_init(&sp);
+    require_ok(cmf_model_get_special_ids(model.get(), &sp), "cmf_model_get_special_ids");
+    CHECK(sp.bos_id == 2);
+    REQUIRE(sp.n_eos_ids == 2);
+    CHECK(sp.eos_ids[0] == 1);
+    CHECK(sp.eos_ids[1] == 6);
+    std::filesystem::remove(out);
+}
+
 TEST_CASE("session: errors are specific") {
     TestRuntime t;
     MemoryModel m;
