@@ -189,7 +189,7 @@ std::string mask_meta(const std::string &default_task, const std::vector<Pending
 
 }  // namespace
 
-// Masks section (COMPAT §7.1): the meta carries the blob offsets, so it is
+// Masks section (spec §5): the meta carries the blob offsets, so it is
 // re-serialized until its length stops changing.
 std::vector<uint8_t> build_masks(const std::string &default_task, const std::vector<PendingMask> &masks) {
     std::vector<uint64_t> offs(masks.size());
@@ -216,7 +216,7 @@ std::vector<uint8_t> build_masks(const std::string &default_task, const std::vec
     return s;
 }
 
-// Sparse index (COMPAT §7.4) from the mask blobs.
+// Sparse index (spec §7) from the mask blobs.
 std::vector<uint8_t> build_index(const ArchInfo &arch, const std::vector<PendingMask> &masks) {
     const MaskLayout l = mask_layout_for(arch);
     const uint64_t N = l.physical_layers;
@@ -350,7 +350,7 @@ Tail build_tail(bj::value &header, const std::vector<const PendingTensor *> &ten
         t.index = build_index(parsed.arch, *masks);
     }
     t.vocab = vocab;
-    if (has_masks || vocab) {  // COMPAT §2.3: replaced only when a section is written
+    if (has_masks || vocab) {  // the original replaces it only when a section is written
         bj::object sh;
         if (has_masks) sh["masks"] = hex16(hash64(t.masks.data(), t.masks.size()));
         if (vocab) sh["vocab"] = hex16(hash64(vocab->data(), vocab->size()));

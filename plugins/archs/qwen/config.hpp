@@ -1,4 +1,4 @@
-// The header `arch` block as the qwen family reads it (COMPAT 13.2, ARCHS 1.1).
+// The header `arch` block as the qwen family reads it (spec §2; docs/convert.md).
 #pragma once
 
 #include <cstdint>

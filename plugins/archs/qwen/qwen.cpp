@@ -1,5 +1,5 @@
 // The qwen architecture plugin: qwen2 (q/k/v biases) and qwen3 (q/k-norm)
-// dense decoders (ARCHS 1.4-1.9, 2.1-2.2). Computes only through the
+// dense decoders, as HF's modeling_qwen2.py / modeling_qwen3.py compute them. Computes only through the
 // backend vtable it is given, so any backend can run it.
 //
 // Features are dispatched per layer by which tensors exist (spec 2), not by

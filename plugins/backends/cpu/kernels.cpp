@@ -89,7 +89,7 @@ void matmul_portable(const float *w, uint64_t cols, const float *x, uint64_t ldx
 // IEEE binary16 from binary32, round to nearest even everywhere, as F16C's
 // vcvtps2ph does (so both ISAs store the same cache bits). codecs'
 // f32_to_f16 is not this: it rounds subnormal halves up, as the original
-// implementation's scale encoder does (COMPAT), which a KV cache need not copy.
+// implementation's scale encoder does (docs/dtypes.md), which a KV cache need not copy.
 uint16_t f32_to_f16_rne(float f) {
     uint32_t x;
     std::memcpy(&x, &f, 4);
