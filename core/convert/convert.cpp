@@ -450,6 +450,7 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
 
     r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
     std::map<std::string, std::string> produced_by;
+    std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
     for (const SourceTensor *t : r.ckpt->tensors()) {
         if (t->shape.size() > CMF_MAX_DIMS)
             throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
@@ -457,13 +458,25 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
         throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
                                               static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
                        t->file);
-        for (OutTensor &o : parse_plan(plan.s, *t)) {
+        std::vector<OutTensor> outs = parse_plan(plan.s, *t);
+        if (outs.empty()) dropped.push_back(t->name);
+        for (OutTensor &o : outs) {
             auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
             if (!fresh)
                 throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
                                                "\" already produced");
             r.outs.push_back(std::move(o));
         }
+    }
+    if (!dropped.empty()) {
+        // Said once, with examples: a multimodal checkpoint converts as its
+        // text model only, and the user should know the rest was left out.
+        std::string names;
+        for (size_t i = 0; i < dropped.size() && i < 3; ++i) names += (i ? ", " : "") + dropped[i];
+        rt.log(CMF_LOG_WARN, "not converted: " + std::to_string(dropped.size()) + " tensor" +
+                                 (dropped.size() == 1 ? "" : "s") + " the " + arch->name +
+                                 " arch does not run (vision towers and projectors of multimodal checkpoints, "
+                                 "computed buffers), e.g. " + names + (dropped.size() > 3 ? ", ..." : ""));
     }
     bool has_experts = false;
     for (const auto &o : r.outs) has_experts = has_experts || o.p.name.find(".mlp.experts.") != std::string::npos;
