@@ -160,7 +160,9 @@ struct DecoderStep {
     int32_t logits_mode = CMF_LOGITS_NONE;
     float *logits = nullptr;          // host, per logits_mode
     // Run only the first n_layers layers (0: all). With fewer than all, no
-    // logits: the output is `hidden`.
+    // logits: the output is `hidden`, and the layers not run keep nothing of
+    // these positions, so the state serves only later calls with the same
+    // n_layers (an encoder truncates it to 0 per prompt).
     uint64_t n_layers = 0;
     // Host memory for n_tokens * hidden_size floats, or NULL: the residual
     // stream after the layers run (before the final norm). HF's
