@@ -9,6 +9,8 @@ than their sliding windows), a directory with:
                 "prompt": [64 ids], "greedy": [32 ids], "positions": P, "vocab": V}
   weights.f32  every tensor, f32 little-endian, at its offset (in floats)
   logits.f32   [P, V] logits of prompt + greedy[:-1], position by position
+  hidden_m2.f32 [P, hidden] the residual stream after all layers but the
+               last (HF's hidden_states[-2], what a text encoder reads)
   hf/          the same weights as a Hugging Face checkpoint (config.json,
                model.safetensors in F32, no tokenizer), for the quantized
                parity cases, which convert it with cmf_convert as a user would
@@ -145,8 +147,10 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def forward(c, w, ids):
-    """Logits [n, vocab] for the token ids, full causal recompute."""
+def forward(c, w, ids, n_layers=None):
+    """Logits [n, vocab] for the token ids, full causal recompute; with
+    n_layers, the residual stream after that many layers instead (HF's
+    hidden_states[n_layers])."""
     H, hd, nh, nkv = c["hidden"], c["head_dim"], c["heads"], c["kv"]
     gemma = is_gemma(c)
     n = len(ids)
@@ -158,7 +162,7 @@ def forward(c, w, ids):
     causal = torch.full((n, n), float("-inf")).triu(1)
     idx = torch.arange(n)
     scaling = c.get("qpas", hd) ** -0.5
-    for i in range(c["layers"]):
+    for i in range(c["layers"] if n_layers is None else n_layers):
         p = f"model.layers.{i}."
         mask = causal
         if is_sliding(c, i):  # keys j > i - window only
@@ -202,6 +206,8 @@ def forward(c, w, ids):
         if c.get("sandwich"):
             f = rms_norm(c, f, w[p + "post_feedforward_layernorm.weight"])
         h = h + f
+    if n_layers is not None:
+        return h
     x = rms_norm(c, h, w["model.norm.weight"])
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
     logits = x @ head.T
@@ -319,6 +325,7 @@ def write_case(out_dir, name, c):
             sys.exit(f"{name}: no seed in 0..19 gives a greedy margin >= 1e-2")
         seq = prompt + gen[:-1]
         logits = forward(c, w, seq)
+        hidden = forward(c, w, seq, c["layers"] - 1)
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     tensors, offset, blobs = [], 0, []
@@ -331,6 +338,8 @@ def write_case(out_dir, name, c):
         f.write(b"".join(blobs))
     with open(os.path.join(d, "logits.f32"), "wb") as f:
         f.write(logits.numpy().astype("<f4").tobytes())
+    with open(os.path.join(d, "hidden_m2.f32"), "wb") as f:  # hidden_states[-2]: after all layers but the last
+        f.write(hidden.numpy().astype("<f4").tobytes())
     index = {"arch": arch_block(c), "tensors": tensors, "prompt": prompt, "greedy": gen,
              "positions": len(seq), "vocab": c["vocab"], "seed": seed, "margin": margin}
     with open(os.path.join(d, "index.json"), "w") as f:

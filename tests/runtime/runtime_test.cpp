@@ -18,6 +18,9 @@
 #include "text/sampler.hpp"
 #include "runtime/session.hpp"
 
+#include "common/decoder.hpp"
+#include "gemma/choices.hpp"
+
 #include <cmf/cmf.h>
 
 #include <simdjson.h>
@@ -513,6 +516,41 @@ TEST_CASE("parity: quantized files, qwen2 head rows < vocab_size") { run_quant_c
 TEST_CASE("parity: quantized files, gemma") { run_quant_case("gemma"); }
 TEST_CASE("parity: quantized files, gemma2") { run_quant_case("gemma2", kWindowedQuantCases); }
 TEST_CASE("parity: quantized files, gemma3 text") { run_quant_case("gemma3", kWindowedQuantCases); }
+
+TEST_CASE("parity: the decoder hands back the hidden states after n layers (hidden_states[-2] of gemma2)") {
+    // What a text encoder built on the decoder reads (a Gemma-2 encoder
+    // takes the output of all layers but the last), against the reference.
+    Case c = load_case(parity_dir("gemma2"));
+    const std::vector<float> want = read_f32(parity_dir("gemma2") + "/hidden_m2.f32");
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+    const cmf::BackendEntry *be = t.rt->backend("cpu");
+    REQUIRE(be != nullptr);
+    const cmf_model_source *src = model->source();
+    const cmf::archs::ArchConfig cfg = cmf::archs::parse_arch_config(src->arch_json, src->arch_json_len);
+    auto m = cmf::archs::create_decoder(t.rt->host_api(), src, &be->vt, be->ctx, nullptr, cfg,
+                                        cmf::archs::gemma::choices(cfg));
+    auto state = cmf::archs::create_decoder_state(*m, 128);
+    const auto seq = sequence_of(c);
+    const uint64_t H = cfg.hidden_size;
+    REQUIRE(want.size() == seq.size() * H);
+    std::vector<float> got(seq.size() * H);
+    cmf::archs::DecoderStep step;
+    step.tokens = seq.data();
+    step.n_tokens = seq.size();
+    step.n_layers = cfg.num_layers - 1;
+    step.hidden = got.data();
+    cmf::archs::decoder_forward(*m, *state, step);
+    const double err = rel_err(got.data(), want.data(), got.size());
+    MESSAGE("gemma2 hidden_states[-2]: max |diff| / max |ref| = " << err);
+    CHECK(err < 1e-4);
+    // Logits need every layer.
+    cmf::archs::truncate_decoder_state(*state, 0);
+    std::vector<float> logits(c.vocab);
+    step.logits_mode = CMF_LOGITS_LAST;
+    step.logits = logits.data();
+    CHECK_THROWS_WITH(cmf::archs::decoder_forward(*m, *state, step), doctest::Contains("logits need every layer"));
+}
 
 TEST_CASE("parity: a Gemma file stops on <eos> and <end_of_turn> even when only <eos> is its eos id") {
     // The gemma case's checkpoint with a small tokenizer.json that has
