@@ -552,6 +552,21 @@ TEST_CASE("parity: the decoder hands back the hidden states after n layers (hidd
     CHECK_THROWS_WITH(cmf::archs::decoder_forward(*m, *state, step), doctest::Contains("logits need every layer"));
 }
 
+TEST_CASE("parity: a Gemma 1 file whose hidden_act says \"gelu\" runs the tanh GELU it was trained with") {
+    Case c = load_case(parity_dir("gemma"));
+    TestRuntime t;
+    auto plain = model_of(c, CMF_DTYPE_F32);
+    const std::string from = R"("hidden_act":"gelu_tanh")";
+    REQUIRE(c.arch_json.find(from) != std::string::npos);
+    c.arch_json.replace(c.arch_json.find(from), from.size(), R"("hidden_act":"gelu")");
+    auto legacy = model_of(c, CMF_DTYPE_F32);
+    SessionConfig cfg;
+    cfg.n_ctx = 128;
+    Session a(*t.rt, *plain->source(), cfg), b(*t.rt, *legacy->source(), cfg);
+    const auto seq = sequence_of(c);
+    CHECK(all_logits(a, seq) == all_logits(b, seq));
+}
+
 TEST_CASE("parity: a Gemma file stops on <eos> and <end_of_turn> even when only <eos> is its eos id") {
     // The gemma case's checkpoint with a small tokenizer.json that has
     // Gemma's turn markers; config.json says eos_token_id 1 only.
@@ -606,6 +621,12 @@ TEST_CASE("session: errors are specific") {
                          doctest::Contains("missing tensor model.embed_tokens.weight"), cmf::Error);
     // Model options are checked before any tensor: a bad KV cache type or an
     // unknown key is refused by name, never ignored.
+    MemoryModel act;  // an activation the qwen arch does not run is named
+    act.set_arch_json(R"({"arch_name":"qwen3","hidden_size":8,"intermediate_size":8,"num_layers":1,
+        "num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":4,"layer_types":["FullAttention"],
+        "rms_norm_eps":1e-6,"max_position_embeddings":16,"hidden_act":"gelu"})");
+    CHECK_THROWS_WITH_AS(Session(*t.rt, *act.source(), SessionConfig{}),
+                         doctest::Contains("arch.hidden_act \"gelu\" is not an activation the qwen arch runs"), cmf::Error);
     SessionConfig bad_kv;
     bad_kv.arch_options = "kv_cache=q8";
     CHECK_THROWS_WITH_AS(Session(*t.rt, *e.source(), bad_kv), doctest::Contains("kv_cache must be f32 or f16, not \"q8\""),
