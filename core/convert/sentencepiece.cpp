@@ -5,6 +5,7 @@
 #include <cmf/json_writer.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 #include <unordered_map>
@@ -14,7 +15,7 @@ namespace cmf::convert {
 
 namespace {
 
-[[noreturn]] void bad(const std::string &what) { throw Error(CMF_ERR_PARSE, "tokenizer.model: " + what); }
+[[noreturn]] void bad(const std::string &what) { throw Error(CMF_ERR_PARSE, "SentencePiece model: " + what); }
 
 // Protocol buffers wire format, the four wire types a ModelProto uses.
 class Wire {
@@ -154,6 +155,9 @@ SpmModel parse_sentencepiece(std::string_view bytes) {
 
 std::string build_hf_bpe_tokenizer_json(const std::vector<SpmPiece> &pieces, const HfBpeOptions &opts) {
     if (pieces.empty()) throw Error(CMF_ERR_INVALID_ARGUMENT, "tokenizer: no pieces");
+    for (size_t i = 0; i < pieces.size(); ++i)  // the merge order sorts by score
+        if (std::isnan(pieces[i].score))
+            throw Error(CMF_ERR_PARSE, "tokenizer: piece " + std::to_string(i) + " (\"" + pieces[i].piece + "\") has a NaN score");
     // The vocabulary the merges are searched in: every piece by its first
     // id, plus "\t" as the byte piece <0x09> when the vocabulary has no tab
     // of its own (HF's GemmaSentencePieceExtractor).
@@ -294,7 +298,7 @@ std::string build_hf_bpe_tokenizer_json(const std::vector<SpmPiece> &pieces, con
 
 std::string hf_tokenizer_json_from_sentencepiece(const SpmModel &m, const HfBpeOptions &opts) {
     auto refuse = [](const std::string &what) {
-        throw Error(CMF_ERR_UNSUPPORTED, "tokenizer.model: " + what +
+        throw Error(CMF_ERR_UNSUPPORTED, "SentencePiece model: " + what +
                                              "; only byte-fallback BPE models without normalization rules convert to "
                                              "tokenizer.json (the form Hugging Face writes for Gemma)");
     };

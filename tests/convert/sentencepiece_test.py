@@ -118,6 +118,17 @@ def main():
             print(f"a unigram tokenizer.model was not refused clearly: {r.returncode} {r.stderr}", file=sys.stderr)
             failures += 1
 
+        # A truncated tokenizer.model is refused naming the file; nothing is left behind.
+        with open(uni + ".model", "rb") as f:
+            head = f.read(100)
+        with open(os.path.join(ckpt, "tokenizer.model"), "wb") as f:
+            f.write(head)
+        bad_out = os.path.join(tmp, "truncated.cmf")
+        r = run([cmfhost, "convert", "--model", ckpt, "--output", bad_out])
+        if r.returncode == 0 or "tokenizer.model: SentencePiece model:" not in r.stderr or os.path.exists(bad_out):
+            print(f"a truncated tokenizer.model was not refused clearly: {r.returncode} {r.stderr}", file=sys.stderr)
+            failures += 1
+
         # No tokenizer at all: converts with a warning; run says why it cannot chat.
         ckpt = os.path.join(tmp, "gemma_none")
         shutil.copytree(os.path.join(models, "gemma"), ckpt)
