@@ -113,6 +113,41 @@ void string_pattern(json::Writer &w, const char *s) { w.key("pattern").begin_obj
 
 }  // namespace
 
+std::string bos_eos_post_processor_json(const std::string &bos, uint64_t bos_id, const std::string &eos, uint64_t eos_id) {
+    if (bos.empty() && eos.empty()) return "null";
+    json::Writer w;
+    auto special = [&](const std::string &piece, int type_id) {
+        w.begin_object().key("SpecialToken").begin_object().key("id").string(piece).key("type_id").u64(uint64_t(type_id));
+        w.end_object().end_object();
+    };
+    auto sequence = [&](const char *id, int type_id) {
+        w.begin_object().key("Sequence").begin_object().key("id").string(id).key("type_id").u64(uint64_t(type_id));
+        w.end_object().end_object();
+    };
+    auto one = [&](const char *seq, int type_id) {
+        if (!bos.empty()) special(bos, type_id);
+        sequence(seq, type_id);
+        if (!eos.empty()) special(eos, type_id);
+    };
+    w.begin_object().key("type").string("TemplateProcessing");
+    w.key("single").begin_array();
+    one("A", 0);
+    w.end_array();
+    w.key("pair").begin_array();
+    one("A", 0);
+    one("B", 1);
+    w.end_array();
+    w.key("special_tokens").begin_object();
+    for (auto [piece, id] : {std::pair{&bos, bos_id}, std::pair{&eos, eos_id}}) {
+        if (piece->empty() || (piece == &eos && eos == bos)) continue;
+        w.key(*piece).begin_object().key("id").string(*piece);
+        w.key("ids").begin_array().u64(id).end_array();
+        w.key("tokens").begin_array().string(*piece).end_array().end_object();
+    }
+    w.end_object().end_object();
+    return w.take();
+}
+
 SpmModel parse_sentencepiece(std::string_view bytes) {
     if (bytes.empty()) bad("empty file");
     SpmModel m;
@@ -230,40 +265,8 @@ std::string build_hf_bpe_tokenizer_json(const std::vector<SpmPiece> &pieces, con
     w.key("pre_tokenizer").begin_object().key("type").string("Split");
     string_pattern(w, " ");
     w.key("behavior").string("MergedWithPrevious").key("invert").boolean(false).end_object();
-    w.key("post_processor");
-    if (opts.bos_piece.empty() && opts.eos_piece.empty()) {
-        w.null();
-    } else {
-        auto special = [&](const std::string &piece, int type_id) {
-            w.begin_object().key("SpecialToken").begin_object().key("id").string(piece).key("type_id").u64(uint64_t(type_id));
-            w.end_object().end_object();
-        };
-        auto sequence = [&](const char *id, int type_id) {
-            w.begin_object().key("Sequence").begin_object().key("id").string(id).key("type_id").u64(uint64_t(type_id));
-            w.end_object().end_object();
-        };
-        auto one = [&](const char *seq, int type_id) {
-            if (!opts.bos_piece.empty()) special(opts.bos_piece, type_id);
-            sequence(seq, type_id);
-            if (!opts.eos_piece.empty()) special(opts.eos_piece, type_id);
-        };
-        w.begin_object().key("type").string("TemplateProcessing");
-        w.key("single").begin_array();
-        one("A", 0);
-        w.end_array();
-        w.key("pair").begin_array();
-        one("A", 0);
-        one("B", 1);
-        w.end_array();
-        w.key("special_tokens").begin_object();
-        for (const std::string *p : {&opts.bos_piece, &opts.eos_piece}) {
-            if (p->empty() || (p == &opts.eos_piece && *p == opts.bos_piece)) continue;
-            w.key(*p).begin_object().key("id").string(*p);
-            w.key("ids").begin_array().u64(id_of(*p)).end_array();
-            w.key("tokens").begin_array().string(*p).end_array().end_object();
-        }
-        w.end_object().end_object();
-    }
+    w.key("post_processor").raw(bos_eos_post_processor_json(opts.bos_piece, opts.bos_piece.empty() ? 0 : id_of(opts.bos_piece),
+                                                             opts.eos_piece, opts.eos_piece.empty() ? 0 : id_of(opts.eos_piece)));
     w.key("decoder").begin_object().key("type").string("Sequence").key("decoders").begin_array();
     w.begin_object().key("type").string("Replace");
     string_pattern(w, "\xe2\x96\x81");

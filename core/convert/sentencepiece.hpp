@@ -72,6 +72,13 @@ struct HfBpeOptions {
 // " ") + ByteFallback + Fuse, BPE with fuse_unk and byte_fallback.
 std::string build_hf_bpe_tokenizer_json(const std::vector<SpmPiece> &pieces, const HfBpeOptions &opts);
 
+// The post-processor HF's LlamaTokenizerFast / GemmaTokenizerFast build from
+// tokenizer_config's add_bos_token / add_eos_token (update_post_processor):
+// TemplateProcessing with bos before and eos after each sequence, as JSON;
+// "null" when neither is added. An empty piece is not added.
+std::string bos_eos_post_processor_json(const std::string &bos_piece, uint64_t bos_id, const std::string &eos_piece,
+                                        uint64_t eos_id);
+
 // tokenizer.json for a parsed model; refuses what the Gemma form cannot
 // express (a unigram model, a normalizer that is not the identity, a dummy
 // prefix) with CMF_ERR_UNSUPPORTED naming it.

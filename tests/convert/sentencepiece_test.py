@@ -14,7 +14,9 @@ tokenizer must equal spm_encode's on every corpus string (plus strings with
 the turn markers and characters the model never saw, which fall back to
 bytes; a control piece written in the text, e.g. "<bos>", is one token, as
 HF's tokenizer matches special tokens, and the text around it goes through
-spm_encode piece by piece), and with special tokens the <bos> is prepended. Then: a unigram
+spm_encode piece by piece), and with special tokens the <bos> is prepended;
+tokenizer_config.json's add_bos_token / add_eos_token decide the
+post-processor as HF's Gemma and Llama fast tokenizers do. Then: a unigram
 model is refused by name, and a checkpoint without any tokenizer converts
 with a warning and `cmfhost run` says why it cannot chat.
 """
@@ -98,6 +100,52 @@ def main():
             markers = [s for s in strings if "<end_of_turn>" in s]
             if not all(4 in g or 5 in g for s, g in zip(strings, got) if s in markers):
                 print("the turn markers are not single tokens", file=sys.stderr)
+                failures += 1
+
+        # The bos/eos policy of tokenizer_config.json, as HF's Gemma and
+        # Llama fast tokenizers apply it when they load: the same model with
+        # add_bos_token false and add_eos_token true encodes "Hello" as
+        # Hello <eos>; a tokenizer.json whose post-processor adds <bos> is
+        # rebuilt the same way for those classes, and kept as it is for others.
+        ckpt = os.path.join(tmp, "gemma_policy")
+        shutil.copytree(os.path.join(models, "gemma"), ckpt)
+        os.remove(os.path.join(ckpt, "tokenizer.json"))
+        shutil.copy(os.path.join(tmp, "bpe1000.model"), os.path.join(ckpt, "tokenizer.model"))
+        with open(os.path.join(ckpt, "tokenizer_config.json"), "w") as f:
+            json.dump({"add_bos_token": False, "add_eos_token": True, "eos_token": "<eos>"}, f)
+        out = os.path.join(tmp, "policy.cmf")
+        run([cmfhost, "convert", "--model", ckpt, "--output", out])
+        ids = json.loads(run([cmfhost, "tokenize", out, "Hello", "--special", "--json"]).stdout)["ids"]
+        if ids[0] == 2 or ids[-1] != 1:
+            print(f"tokenizer.model with add_bos_token false, add_eos_token true: {ids}", file=sys.stderr)
+            failures += 1
+        os.remove(os.path.join(ckpt, "tokenizer.model"))
+        tok = {"version": "1.0", "added_tokens": [
+                   {"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                    "normalized": False, "special": True} for i, c in enumerate(["<pad>", "<eos>", "<bos>"])],
+               "normalizer": None, "pre_tokenizer": None,
+               "post_processor": {"type": "TemplateProcessing",
+                                  "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                             {"Sequence": {"id": "A", "type_id": 0}}],
+                                  "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                           {"Sequence": {"id": "A", "type_id": 0}},
+                                           {"SpecialToken": {"id": "<bos>", "type_id": 1}},
+                                           {"Sequence": {"id": "B", "type_id": 1}}],
+                                  "special_tokens": {"<bos>": {"id": "<bos>", "ids": [2], "tokens": ["<bos>"]}}},
+               "decoder": None,
+               "model": {"type": "BPE", "vocab": {"<pad>": 0, "<eos>": 1, "<bos>": 2, "a": 3, "b": 4}, "merges": []}}
+        with open(os.path.join(ckpt, "tokenizer.json"), "w") as f:
+            json.dump(tok, f)
+        for cls, want in (("GemmaTokenizer", [3, 4, 1]), ("GemmaTokenizerFast", [3, 4, 1]),
+                          ("PreTrainedTokenizerFast", [2, 3, 4])):
+            with open(os.path.join(ckpt, "tokenizer_config.json"), "w") as f:
+                json.dump({"tokenizer_class": cls, "add_bos_token": False, "add_eos_token": True,
+                           "bos_token": "<bos>", "eos_token": "<eos>"}, f)
+            run([cmfhost, "convert", "--model", ckpt, "--output", out])
+            ids = json.loads(run([cmfhost, "tokenize", out, "ab", "--special", "--json"]).stdout)["ids"]
+            if ids != want:
+                print(f"tokenizer.json with {cls}, add_bos_token false, add_eos_token true: {ids}, want {want}",
+                      file=sys.stderr)
                 failures += 1
 
         # A unigram model is refused with the reason.
