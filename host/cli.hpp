@@ -66,11 +66,13 @@ int cmd_render(const std::vector<std::string> &args);
 // convert
 int cmd_convert(const std::vector<std::string> &args);
 int cmd_requant(const std::vector<std::string> &args);
+int cmd_imagine_pack(const std::vector<std::string> &args);
 
 // running models
 int cmd_run(const std::vector<std::string> &args);
 int cmd_bench(const std::vector<std::string> &args);
 int cmd_ppl(const std::vector<std::string> &args);
 int cmd_logits(const std::vector<std::string> &args);
+int cmd_imagine(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

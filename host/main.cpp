@@ -23,10 +23,12 @@ const Command kCommands[] = {
 
     {"convert", "convert a Hugging Face checkpoint directory to .cmf", cmfhost::cmd_convert},
     {"requant", "re-encode the tensors of a .cmf to another dtype", cmfhost::cmd_requant},
+    {"imagine-pack", "pack a diffusers text-to-image pipeline directory into one .cmf", cmfhost::cmd_imagine_pack},
     {"run", "generate: one prompt (-p) or an interactive chat", cmfhost::cmd_run},
     {"bench", "prompt-processing and generation speed (pp/tg), peak RSS", cmfhost::cmd_bench},
     {"ppl", "perplexity of a text file", cmfhost::cmd_ppl},
     {"logits", "f32 logits of every prompt position to a file", cmfhost::cmd_logits},
+    {"imagine", "text to image: a prompt -> PNG with a pipeline .cmf", cmfhost::cmd_imagine},
 };
 
 void print_help() {

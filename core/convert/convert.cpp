@@ -1,4 +1,5 @@
 #include "convert/convert.hpp"
+#include "convert/plan.hpp"
 
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
@@ -28,8 +29,6 @@ namespace cmf::convert {
 namespace fs = std::filesystem;
 namespace dom = simdjson::dom;
 
-namespace {
-
 std::optional<std::string> read_file_if_exists(const fs::path &p) {
     std::error_code ec;
     if (!fs::exists(p, ec)) return std::nullopt;
@@ -49,6 +48,8 @@ dom::object parse_object(dom::parser &parser, const std::string &text, const std
     return o;
 }
 
+namespace {
+
 struct StringSink {
     std::string s;
     cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, this, [](void *u, const void *d, size_t n) -> cmf_error * {
@@ -59,16 +60,6 @@ struct StringSink {
                                return error_from_current_exception();
                            }
                        }};
-};
-
-// An output tensor: which source, which part of it, which dtype.
-struct OutTensor {
-    PlannedTensor p;
-    const SourceTensor *src = nullptr;
-    std::optional<uint64_t> index;
-    bool transpose = false;
-    std::vector<std::pair<uint64_t, uint64_t>> rows;
-    uint64_t elements = 0;
 };
 
 uint64_t product(const std::vector<uint64_t> &s, size_t from = 0) {
@@ -84,7 +75,7 @@ std::string shape_text(const std::vector<uint64_t> &s) {
 }
 
 // Parse and check one plan (docs/convert.md) against its source tensor.
-std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTensor &src) {
+std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTensor &src, const SafetensorsFile &file) {
     const std::string where = src.file + ": tensor \"" + src.name + "\": arch plan: ";
     dom::parser parser;
     dom::element doc;
@@ -94,6 +85,7 @@ std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTens
     for (auto e : arr) {
         OutTensor o;
         o.src = &src;
+        o.file = &file;
         o.p.source = src.name;
         std::string_view name;
         dom::array shape;
@@ -375,6 +367,20 @@ std::string follow_bos_eos_policy(Runtime &rt, const fs::path &dir, std::string 
     return boost::json::serialize(doc);
 }
 
+}  // namespace
+
+std::optional<std::string> tokenizer_json_of(Runtime &rt, const fs::path &dir) {
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) return follow_bos_eos_policy(rt, dir, std::move(*v));
+    if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
+        std::string json = sentencepiece_tokenizer_json(dir, *spm);
+        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
+        return json;
+    }
+    return std::nullopt;
+}
+
+namespace {
+
 std::string tokenizer_config_json(const fs::path &dir, dom::object config) {
     json::Writer w;
     w.begin_object();
@@ -455,12 +461,6 @@ private:
     std::chrono::steady_clock::time_point t0_;
 };
 
-struct Planned {
-    ConvertPlan plan;
-    std::unique_ptr<Checkpoint> ckpt;
-    std::vector<OutTensor> outs;
-};
-
 Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     Planned r;
     const fs::path dir(opts.model_dir);
@@ -494,26 +494,24 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     h.key("tokenizer_config").raw(tokenizer_config_json(dir, config));
     h.end_object();
     r.plan.header_json = h.take();
-    if (auto v = read_file_if_exists(dir / "tokenizer.json")) r.plan.vocab_bytes = follow_bos_eos_policy(rt, dir, std::move(*v));
-    else if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
-        r.plan.vocab_bytes = sentencepiece_tokenizer_json(dir, *spm);
-        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
-    } else
+    if (auto v = tokenizer_json_of(rt, dir)) r.plan.vocab_bytes = std::move(*v);
+    else
         rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
                                  ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
                                  "(logits --ids and bench work on token ids)");
 
-    r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
+    const Checkpoint &ckpt = *r.ckpts.emplace_back(std::make_unique<Checkpoint>(opts.model_dir));
+    r.source_tensors = ckpt.tensors().size();
     std::map<std::string, std::string> produced_by;
     std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
-    for (const SourceTensor *t : r.ckpt->tensors()) {
+    for (const SourceTensor *t : ckpt.tensors()) {
         if (t->shape.size() > CMF_MAX_DIMS)
             throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
         StringSink plan;
         throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
                                               static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
                        t->file);
-        std::vector<OutTensor> outs = parse_plan(plan.s, *t);
+        std::vector<OutTensor> outs = parse_plan(plan.s, *t, ckpt.file_of(*t));
         if (outs.empty()) dropped.push_back(t->name);
         for (OutTensor &o : outs) {
             auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
@@ -592,6 +590,10 @@ uint32_t row_sections(const CodecEntry &c, const OutTensor &o, uint64_t chunk_el
 
 void encode_unit(Runtime &rt, Unit &u) {
     const OutTensor &o = *u.o;
+    if (o.src == nullptr) {
+        u.bytes.assign(1, std::vector<uint8_t>(o.bytes.begin(), o.bytes.end()));
+        return;
+    }
     const CodecEntry *codec = rt.codec(o.p.dtype);
     cmf_quantize_params params{sizeof(cmf_quantize_params), 0, o.p.options.empty() ? nullptr : o.p.options.c_str(), nullptr, 0};
     const std::string what = "tensor \"" + o.p.name + "\" (" + dtype_name(o.p.dtype) + ")";
@@ -638,29 +640,39 @@ void TensorSink::end_tensor() {
 ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink) {
     try {
         Planned pl = make_plan(rt, opts);
+        return write_planned(rt, pl, opts, sink);
+    } catch (...) {
+        sink.abort();
+        throw;
+    }
+}
+
+ConvertStats write_planned(Runtime &rt, Planned &pl, const ConvertOptions &opts, TensorSink &sink) {
+    try {
         auto &outs = pl.outs;
         // Every dtype must have an encoder before anything is written.
         for (const auto &o : outs) {
+            if (o.src == nullptr) continue;  // stored bytes: nothing to encode
             const CodecEntry *c = rt.codec(o.p.dtype);
             if (!c || !c->vt.quantize)
                 throw Error(CMF_ERR_UNKNOWN_DTYPE, "tensor \"" + o.p.name + "\" needs dtype " + dtype_name(o.p.dtype) +
                                                        " but no loaded codec plugin can encode it");
         }
         ConvertStats st;
-        st.source_tensors = pl.ckpt->tensors().size();
+        st.source_tensors = pl.source_tensors;
         st.tensors = outs.size();
         uint64_t total_in = 0;
-        for (const auto &o : outs) total_in += o.elements * source_dtype_size(o.src->dtype);
+        for (const auto &o : outs) total_in += o.input_bytes();
         // Last output index reading each source tensor: its pages are
         // released once that output is written.
         std::map<const SourceTensor *, size_t> last_use;
-        for (size_t i = 0; i < outs.size(); ++i) last_use[outs[i].src] = i;
         // Each source file's last use, for the sink's milestones.
         std::map<const SafetensorsFile *, size_t> file_last;
-        for (auto [t, i] : last_use) {
-            auto &slot = file_last[&pl.ckpt->file_of(*t)];
-            slot = std::max(slot, i);
-        }
+        for (size_t i = 0; i < outs.size(); ++i)
+            if (outs[i].src != nullptr) {
+                last_use[outs[i].src] = i;
+                file_last[outs[i].file] = i;
+            }
 
         // Work units in output order: large tensors in row chunks where the
         // codec encodes by rows, everything else whole.
@@ -670,9 +682,13 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
         uint64_t largest_whole = 0;
         for (size_t i = 0; i < outs.size(); ++i) {
             const OutTensor &o = outs[i];
-            const CodecEntry *c = rt.codec(o.p.dtype);
-            const SafetensorsFile *rel = last_use[o.src] == i ? &pl.ckpt->file_of(*o.src) : nullptr;
             const uint64_t rows = o.p.shape.empty() ? 1 : o.p.shape[0];
+            if (o.src == nullptr) {  // stored bytes go as they are
+                units.push_back(Unit{&o, 0, rows, 0, nullptr, {}});
+                continue;
+            }
+            const CodecEntry *c = rt.codec(o.p.dtype);
+            const SafetensorsFile *rel = last_use[o.src] == i ? o.file : nullptr;
             if (const uint32_t sections = row_sections(*c, o, chunk, payload_size[i])) {
                 const uint64_t cols = o.elements / rows;
                 const uint64_t step = std::max<uint64_t>(1, chunk / std::max<uint64_t>(cols, 1));
@@ -730,12 +746,12 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
                 }
                 for (const auto &b : u.bytes) st.output_bytes += b.size();
                 std::vector<std::vector<uint8_t>>().swap(u.bytes);
-                const uint64_t in = u.f32_bytes() / 4 * source_dtype_size(o.src->dtype);
+                const uint64_t in = o.src == nullptr ? o.input_bytes() : u.f32_bytes() / 4 * source_dtype_size(o.src->dtype);
                 st.source_bytes += in;
                 done_bytes += in;
                 const bool tensor_done = u.last();
                 if (tensor_done) {
-                    if (last_use[o.src] == idx) pl.ckpt->file_of(*o.src).release(*o.src);
+                    if (o.src != nullptr && last_use[o.src] == idx) o.file->release(*o.src);
                     for (auto &[f, last] : file_last)
                         if (last == idx) sink.mark(f->path());
                 }
