@@ -72,5 +72,6 @@ int cmd_run(const std::vector<std::string> &args);
 int cmd_bench(const std::vector<std::string> &args);
 int cmd_ppl(const std::vector<std::string> &args);
 int cmd_logits(const std::vector<std::string> &args);
+int cmd_serve(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

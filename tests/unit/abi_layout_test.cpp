@@ -142,6 +142,8 @@ namespace {
     CHECK_OFFSET(cmf_arch_vt, state_free, 88);
     CHECK_OFFSET(cmf_arch_vt, state_truncate, 96);
     CHECK_OFFSET(cmf_arch_vt, forward, 104);
+    CHECK_OFFSET(cmf_arch_vt, forward_batch, 112);
+    CHECK_SIZE(cmf_arch_vt, 120);
     CHECK_SIZE(cmf_model_source, 72);
     CHECK_OFFSET(cmf_model_source, user, 8);
     CHECK_OFFSET(cmf_model_source, arch_json, 16);
@@ -307,6 +309,7 @@ TEST_CASE("abi_layout: versions and constants") {
     CHECK(CMF_ERR_BOUNDS == 9);
     CHECK(CMF_ERR_PARSE == 10);
     CHECK(CMF_ERR_INTERNAL == 19);
+    CHECK(CMF_ERR_BUSY == 20);
     CHECK(CMF_DTYPE_Q4TP == 15);
     CHECK(CMF_DTYPE_Q2TP == 16);
     CHECK(CMF_FEATURES_SUPPORTED == 0x67u);
