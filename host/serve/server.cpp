@@ -350,12 +350,15 @@ int32_t job_on_token(void *user, int32_t token) {
     Job &j = *static_cast<Job *>(user);
     char *s = nullptr;
     size_t n = 0;
+    std::string piece;
+    // An id the tokenizer has no piece for (a model's padding rows past the
+    // tokenizer's vocabulary) adds no text.
     if (cmf_error *e = cmf_detokenizer_push(j.detok, token, &s, &n)) {
         cmf_error_free(e);
-        return 1;
+    } else {
+        piece.assign(s, n);
+        cmf_string_free(s);
     }
-    std::string piece(s, n);
-    cmf_string_free(s);
     j.emit(j.stops.push(piece));
     return j.stops.matched() ? 1 : 0;
 }

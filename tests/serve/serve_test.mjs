@@ -5,7 +5,10 @@
 // Run: node serve_test.mjs CMFHOST MODEL (the q8 austen-tiny model).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
+import path from "node:path";
 import OpenAI from "openai";
 import { startServer, stopServer, request, metric } from "./serve_util.mjs";
 
@@ -183,7 +186,9 @@ test("metrics and health", async () => {
 });
 
 test("401 without or with a wrong API key; the key from a file works", async () => {
-  const s = await startServer(["--api-key", "sesame"]);
+  const keyFile = path.join(os.tmpdir(), `cmf-serve-key-${process.pid}`);
+  fs.writeFileSync(keyFile, "sesame\n");
+  const s = await startServer(["--api-key-file", keyFile]);
   try {
     const body = JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
     for (const headers of [{}, { Authorization: "Bearer wrong" }, { Authorization: "Basic sesame" }, { Authorization: "Bearer sesamE" }]) {
@@ -202,6 +207,7 @@ test("401 without or with a wrong API key; the key from a file works", async () 
     const bad = new OpenAI({ baseURL: s.base + "/v1", apiKey: "nope", maxRetries: 0 });
     await assert.rejects(bad.models.list(), (e) => e.status === 401);
   } finally {
+    fs.rmSync(keyFile, { force: true });
     assert.equal(await stopServer(s), 0);
   }
 });
