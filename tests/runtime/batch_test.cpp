@@ -2,9 +2,9 @@
 // and the batch engine (core/runtime/batch), on the project's own model:
 // austen-tiny as f16 (models/meson.build) and as q8 (converted at build time).
 //  - a decode pass over several sequences gives each the logits it gets
-//    alone: bit for bit on q8 (the codec's row kernel below 16 rows, as a
-//    single token uses), within 1e-5 of the logit scale on f16 (4 or more
-//    rows take the f16 GEMM: docs/runtime.md "Matmul paths");
+//    alone: bit for bit below 16 sequences (q8 and f16 weights stay on the
+//    row kernels a single token uses); at 17 the GEMMs take over: within
+//    1e-5 of the logit scale on f16, 5e-3 on q8 (docs/runtime.md);
 //  - a pass mixing prompt chunks and decode rows of several sequences
 //    matches them alone within 1e-4 of the logit scale;
 //  - forward_batch's argument errors, and its probe;
@@ -162,18 +162,23 @@ std::pair<double, bool> batched_decode(BoundModel &bm, const std::vector<std::ve
 
 TEST_CASE("batch: a decode pass over several sequences gives each its logits alone") {
     for (const char *env : {"CMF_TEST_MODEL_Q8", "CMF_TEST_MODEL_F16"}) {
-        CAPTURE(env);
         Opened o(model_path(env));
         BoundModel bm(*o.rt.rt, *o.src, BindConfig{});
         REQUIRE(bm.has_forward_batch());
-        const auto ps = prompts(6);
-        const SoloRun ref = solo(bm, ps, 6);
-        auto [worst, exact] = batched_decode(bm, ps, ref, 6);
-        MESSAGE(env << ": largest difference " << worst << " of the logit scale, bit-identical: " << exact);
-        if (std::string(env) == "CMF_TEST_MODEL_Q8")
-            CHECK(exact);  // the q8 row kernel below 16 rows: each row as a single token computes it
-        else
-            CHECK(worst < 1e-5);
+        for (size_t k : {6, 17}) {
+            CAPTURE(env);
+            CAPTURE(k);
+            const auto ps = prompts(k);
+            const SoloRun ref = solo(bm, ps, 4);
+            auto [worst, exact] = batched_decode(bm, ps, ref, 4);
+            MESSAGE(env << ", " << k << " sequences: largest difference " << worst << " of the logit scale, bit-identical: " << exact);
+            if (k < 16)
+                CHECK(exact);  // the row kernel a single token uses, row by row
+            else if (std::string(env) == "CMF_TEST_MODEL_F16")
+                CHECK(worst < 1e-5);  // the f32 GEMM: another summation order
+            else
+                CHECK(worst < 5e-3);  // the int8 GEMM: 3e-7 with its AVX2 kernels, ~1e-3 with VNNI or portable
+        }
     }
 }
 
