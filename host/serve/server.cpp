@@ -95,8 +95,10 @@ public:
         queue_.push_back(std::move(event));
         pump();
     }
-    void generation_done(uint64_t id, std::string final_events, http::status status, std::string body) {
-        srv_.jobs.erase(id);
+    // Runs after generate() returned (it is posted to this thread), so
+    // job_id_ is set.
+    void generation_done(std::string final_events, http::status status, std::string body) {
+        srv_.jobs.erase(job_id_);
         gen_active_ = false;
         if (dead_) {
             finish_busy();
@@ -324,7 +326,6 @@ struct Job {
     std::string text;  // non-streaming: the whole answer
     bool first_sent = false;
     uint64_t prompt_tokens = 0;
-    uint64_t id = 0;
 
     ~Job() { cmf_detokenizer_free(detok); }
 
@@ -397,8 +398,8 @@ void job_on_done(void *user, const cmf_generate_stats *st, const cmf_error *err)
     } else {
         body = full_response_json(j->endpoint, j->meta, j->text, finish, u);
     }
-    net::post(j->conn->executor(), [c = j->conn, id = j->id, f = std::move(final_events), status, b = std::move(body)]() mutable {
-        c->generation_done(id, std::move(f), status, std::move(b));
+    net::post(j->conn->executor(), [c = j->conn, f = std::move(final_events), status, b = std::move(body)]() mutable {
+        c->generation_done(std::move(f), status, std::move(b));
     });
 }
 
@@ -481,8 +482,9 @@ void Connection::generate(Endpoint endpoint) {
                            "context_length_exceeded");
         throw ApiError(500, "server_error", msg);
     }
-    // The done callback has not run yet: it posts to this (network) thread.
-    raw->id = id;
+    // The job may be finished and freed by now (the engine runs on another
+    // thread); its done callback posts to this thread, so it is handled
+    // after job_id_ is set here.
     job_id_ = id;
     srv_.jobs.insert(id);
     stream_.expires_never();

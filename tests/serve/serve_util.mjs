@@ -33,12 +33,22 @@ export async function startServer(extraArgs = [], env = {}, { waitReady = true }
   return server;
 }
 
-// SIGTERM, then the exit code (or null on a signal death).
+// SIGTERM, then the exit code; a server still running 30 s later is killed
+// and reported as "hung" (a shutdown that never ends fails the test, it
+// does not hang it).
 export async function stopServer(server, signal = "SIGTERM") {
   if (server.proc.exitCode !== null) return server.proc.exitCode;
+  const exited = once(server.proc, "exit");
   server.proc.kill(signal);
-  const [code] = await once(server.proc, "exit");
-  return code;
+  let timer;
+  const hung = new Promise((resolve) => { timer = setTimeout(() => resolve("hung"), 30000); });
+  const result = await Promise.race([exited.then(([code]) => code), hung]);
+  clearTimeout(timer);
+  if (result === "hung") {
+    server.proc.kill("SIGKILL");
+    await exited;
+  }
+  return result;
 }
 
 // A raw HTTP request: { status, headers, body } (body as text).
