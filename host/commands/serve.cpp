@@ -93,12 +93,10 @@ int cmd_serve(const std::vector<std::string> &args) {
     if (const char *d = std::getenv("CMF_SERVE_LOAD_DELAY_MS"))
         std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(d)));
 
-    auto rt = make_runtime(common);
-    auto m = open_model(rt.get(), model);
-    auto tok = model_tokenizer(m.get());
-    cmf_model_special_ids sp;
-    cmf_model_special_ids_init(&sp);
-    check(cmf_model_get_special_ids(m.get(), &sp), "special ids");
+    ChatModel cm = open_chat_model(common, model);
+    auto &m = cm.model;
+    auto &tok = cm.tok;
+    const cmf_model_special_ids &sp = cm.special;
     cmf_batch_options bo;
     cmf_batch_options_init(&bo);
     bo.n_slots = parallel;
@@ -108,7 +106,7 @@ int cmd_serve(const std::vector<std::string> &args) {
     const std::string arch_options = "kv_cache=" + session_flags.kv_cache;
     if (session_flags.kv_cache != "f32") bo.arch_options = arch_options.c_str();
     cmf_batch *b = nullptr;
-    check(cmf_batch_create_for_model(rt.get(), m.get(), &bo, &b), "cannot create the batch engine");
+    check(cmf_batch_create_for_model(cm.rt.get(), m.get(), &bo, &b), "cannot create the batch engine");
     std::unique_ptr<cmf_batch, BatchDeleter> batch(b);
 
     serve::LoadedModel lm;
