@@ -171,6 +171,8 @@ void BatchEngine::run_pass(std::vector<Seq *> &seqs, std::vector<cmf_forward_arg
                 model_.forward(seqs[i]->state, args[i]);
             } catch (const Error &e) {
                 err.reset(make_error(e.code(), e.what()));
+            } catch (const std::bad_alloc &) {
+                err.reset(make_error(CMF_ERR_OUT_OF_MEMORY, "batch: out of memory in a forward pass"));
             }
         }
     }

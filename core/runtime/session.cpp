@@ -62,7 +62,21 @@ void Session::truncate(uint64_t n_keep) {
     if (n_keep > tokens_.size())
         throw Error(CMF_ERR_BOUNDS, "truncate: " + std::to_string(n_keep) + " > " + std::to_string(tokens_.size()) +
                                         " tokens in the context");
-    model_.state_truncate(state_, n_keep);
+    try {
+        model_.state_truncate(state_, n_keep);
+    } catch (const Error &e) {
+        if (e.code() != CMF_ERR_UNSUPPORTED || n_keep == 0) throw;
+        // The state cannot drop those positions in place (a sliding-window
+        // layer's ring no longer holds the window before n_keep): rebuild
+        // it from the kept tokens.
+        const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + std::ptrdiff_t(n_keep));
+        model_.state_truncate(state_, 0);
+        tokens_.clear();
+        for (size_t i = 0; i < keep.size(); i += cfg_.n_batch)
+            forward(std::span<const int32_t>(keep).subspan(i, std::min<size_t>(cfg_.n_batch, keep.size() - i)),
+                    CMF_LOGITS_NONE, nullptr);
+        return;
+    }
     tokens_.resize(n_keep);
 }
 

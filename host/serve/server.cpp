@@ -118,8 +118,26 @@ private:
         parser_.emplace();
         parser_->body_limit(srv_.opts.max_body);
         stream_.expires_after(std::chrono::seconds(60));
-        http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-            self->on_read(ec);
+        http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            if (ec) return self->on_read(ec);
+            self->read_body();
+        });
+    }
+
+    // A client that sent "Expect: 100-continue" (curl does for bodies over
+    // 1 KiB) waits for a 100 response before it sends the body.
+    void read_body() {
+        auto read = [self = shared_from_this()] {
+            http::async_read(self->stream_, self->buffer_, *self->parser_,
+                             [self](beast::error_code ec, size_t) { self->on_read(ec); });
+        };
+        const auto &req = parser_->get();
+        auto it = req.find(http::field::expect);
+        if (it == req.end() || !beast::iequals(it->value(), "100-continue") || parser_->is_done()) return read();
+        auto res = std::make_shared<http::response<http::empty_body>>(http::status::continue_, req.version());
+        http::async_write(stream_, *res, [self = shared_from_this(), res, read](beast::error_code ec, size_t) {
+            if (ec) return self->close();
+            read();
         });
     }
 

@@ -101,6 +101,11 @@ bool has_kv_ops(const cmf_backend_vt *be) {
            backend_has(be, offsetof(cmf_backend_vt, attention_kv), be->attention_kv);
 }
 
+bool has_ring_attention(const cmf_backend_vt *be) {
+    return backend_has(be, offsetof(cmf_backend_vt, kv_write), be->kv_write) &&
+           backend_has(be, offsetof(cmf_backend_vt, attention_ring), be->attention_ring);
+}
+
 // Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype.
 // Unknown keys, values and a backend without the f16 cache operations are
 // errors, never ignored.
@@ -268,16 +273,23 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->n_ctx = n_ctx;
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
-    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype.
+    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype. A
+    // sliding layer's is a ring of window + chunk - 1 rows when that is
+    // shorter than the context and the backend has attention_ring: a call
+    // of at most `chunk` tokens then finds every key its queries see.
+    const bool rings = has_ring_attention(m.be);
+    s->chunk = m.ring_chunk();
     for (size_t i = 0; i < m.layers.size(); ++i) {
-        const uint64_t rows = n_ctx;
+        const uint64_t window = m.layers[i].choice.window;
+        const bool ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
+        const uint64_t rows = ring ? window + s->chunk - 1 : n_ctx;
         float *k = nullptr, *v = nullptr;
         check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &k));
         s->k_cache.push_back(k);
         check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &v));
         s->v_cache.push_back(v);
         s->cache_rows.push_back(rows);
-        s->ring.push_back(false);
+        s->ring.push_back(ring);
     }
     return s;
 }
@@ -287,7 +299,19 @@ void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
     if (n_keep > s.n_past)
         throw Error(CMF_ERR_BOUNDS, fam + ": cannot keep " + std::to_string(n_keep) + " positions of " +
                                         std::to_string(s.n_past));
-    // Attention reads only rows < n_past, so dropping is just the count.
+    // Attention reads only positions < n_past, so dropping is just the count,
+    // as long as every ring still holds the window before n_keep: the
+    // position p of row p % rows is overwritten once p + rows < n_past.
+    for (size_t i = 0; i < s.ring.size() && n_keep > 0; ++i) {
+        if (!s.ring[i]) continue;
+        const uint64_t window = s.model->layers[i].choice.window;
+        const uint64_t first = n_keep > window ? n_keep - window : 0;  // the oldest position the next query needs
+        if (first + s.cache_rows[i] < s.n_past)
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + "'s sliding-window cache keeps " +
+                                                 std::to_string(s.cache_rows[i]) + " positions and no longer holds " +
+                                                 "the window before position " + std::to_string(n_keep) +
+                                                 " (rolled back from " + std::to_string(s.n_past) + ")");
+    }
     s.n_past = n_keep;
 }
 
@@ -376,7 +400,15 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
             check(be->rope(bc, q, r.n, m.q_dim, nh, hd, m.rot_dim, r.pos, L.choice.rope_theta));
             check(be->rope(bc, k, r.n, m.kv_dim, nkv, hd, m.rot_dim, r.pos, L.choice.rope_theta));
         }
-        if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
+        if (s.ring[li]) {  // rows pos % R.., split where the ring wraps
+            const uint64_t R = s.cache_rows[li], r0 = r.pos % R, n1 = std::min(r.n, R - r0);
+            for (auto [cache, src] : {std::pair{s.k_cache[li], k}, std::pair{s.v_cache[li], v}}) {
+                check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, r0, src, n1));
+                if (n1 < r.n) check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, 0, src + n1 * m.kv_dim, r.n - n1));
+            }
+            check(be->attention_ring(bc, q, s.k_cache[li], s.v_cache[li], m.kv_dtype, R, attn, r.n, r.pos, nh, nkv, hd,
+                                     scale, window, softcap));
+        } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
             check(be->copy(bc, s.k_cache[li] + r.pos * m.kv_dim, k, r.n * m.kv_dim));
             check(be->copy(bc, s.v_cache[li] + r.pos * m.kv_dim, v, r.n * m.kv_dim));
             check(be->attention(bc, q, s.k_cache[li], s.v_cache[li], attn, r.n, r.pos, nh, nkv, hd, scale, window,
@@ -498,14 +530,23 @@ void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     const uint64_t n = a.n_tokens;
     if (n == 0) return;
     const uint64_t n_layers = a.n_layers == 0 ? m.layers.size() : a.n_layers;
-    SeqRows r;
-    r.s = &s;
-    r.tokens = a.tokens;
-    r.n = n;
-    r.pos = a.pos;
-    r.logit_rows = logit_rows_of(a.logits_mode, n);
-    r.logits = a.logits;
-    forward_rows(m, s.scratch, std::span<const SeqRows>(&r, 1), n, n_layers, a.hidden);
+    const int32_t mode = a.logits_mode;
+    // Rings hold the keys of at most s.chunk new tokens: longer calls run in chunks.
+    const uint64_t chunk = std::find(s.ring.begin(), s.ring.end(), true) != s.ring.end() ? s.chunk : n;
+    const uint64_t H = m.cfg.hidden_size, V = m.cfg.vocab_size;
+    for (uint64_t c0 = 0; c0 < n; c0 += chunk) {
+        const uint64_t cn = std::min(chunk, n - c0);
+        const bool last = c0 + cn == n;
+        SeqRows r;
+        r.s = &s;
+        r.tokens = a.tokens + c0;
+        r.n = cn;
+        r.pos = a.pos + c0;
+        r.logit_rows = mode == CMF_LOGITS_ALL ? cn : (mode == CMF_LOGITS_LAST && last) ? 1 : 0;
+        r.logits = mode == CMF_LOGITS_ALL ? a.logits + c0 * V : a.logits;
+        forward_rows(m, s.scratch, std::span<const SeqRows>(&r, 1), cn, n_layers,
+                     a.hidden != nullptr ? a.hidden + c0 * H : nullptr);
+    }
 }
 
 void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> states, std::span<const DecoderStep> steps) {
@@ -536,11 +577,12 @@ void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> state
         if (a.n_layers != 0 || a.hidden != nullptr)
             throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": hidden states and partial layer stacks are for single forwards");
         check_step(m, *s, a);
-        // A sliding layer's ring (bounded cache) is not batched yet.
-        for (size_t li = 0; li < s->ring.size(); ++li)
-            if (s->ring[li])
-                throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(li) +
-                                                     " keeps a sliding-window ring cache, which is not batched yet");
+        // A sliding layer's ring holds the keys of at most s->chunk new
+        // tokens; a single forward splits longer calls, a batched pass does not.
+        if (a.n_tokens > s->chunk && std::find(s->ring.begin(), s->ring.end(), true) != s->ring.end())
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": sequence " + std::to_string(i) + " has " +
+                                                      std::to_string(a.n_tokens) + " tokens; with sliding-window rings a "
+                                                      "batched pass takes at most " + std::to_string(s->chunk) + " per sequence");
         if (a.n_tokens == 0) continue;
         SeqRows r;
         r.s = s;
