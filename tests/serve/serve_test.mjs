@@ -171,6 +171,25 @@ test("a client that disconnects cancels its request", async () => {
   assert.equal(await metric(srv, "cmf_active_sequences"), 0);
 });
 
+test("a client that sends Expect: 100-continue gets the 100 before it sends the body", async () => {
+  const body = JSON.stringify({ prompt: "It is", max_tokens: 3, ...greedy });
+  const got = await new Promise((resolve, reject) => {
+    const sock = net.connect(srv.port, "127.0.0.1", () => {
+      sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n` +
+                 `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`);
+    });
+    let data = "";
+    sock.on("data", (d) => {
+      if (data === "" && String(d).startsWith("HTTP/1.1 100 ")) sock.write(body);  // only after the 100
+      data += d;
+    });
+    sock.on("end", () => resolve(data));
+    sock.on("error", reject);
+  });
+  assert.match(got, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK/);
+  assert.match(got, /"object":"text_completion"/);
+});
+
 test("metrics and health", async () => {
   const r = await request(srv, "GET", "/metrics");
   assert.equal(r.status, 200);
