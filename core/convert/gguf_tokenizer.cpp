@@ -165,7 +165,7 @@ GgufTokenizer build_gguf_tokenizer(const gguf::File &f) {
         return v;
     };
 
-    // header.tokenizer_config (COMPAT §6): template, stop ids, bos, pad.
+    // header.tokenizer_config: template, stop ids, bos, pad (as the HF converter writes it).
     json::Writer c;
     c.begin_object();
     if (auto t = f.get_str("tokenizer.chat_template")) {
