@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <fcntl.h>
@@ -116,9 +119,15 @@ void read_scalar(Cursor &c, uint32_t t, Value &v, const std::string &key) {
     case U64: v.u = rd64(p); v.i = static_cast<int64_t>(v.u); break;
     case I64v: v.i = static_cast<int64_t>(rd64(p)); v.is_signed = true; break;
     case F32v: {
+        // An f32 value reads as the shortest decimal that rounds to it: the
+        // number it was written from (1e-6, not 9.99999997e-07), so a
+        // config built from it matches the original's.
         float f;
         std::memcpy(&f, p, 4);
-        v.f = f;
+        char buf[32];
+        auto r = std::to_chars(buf, buf + sizeof buf - 1, f);
+        *r.ptr = 0;
+        v.f = std::isfinite(f) ? std::strtod(buf, nullptr) : static_cast<double>(f);
         break;
     }
     case F64v: std::memcpy(&v.f, p, 8); break;

@@ -10,7 +10,7 @@ Usage:
       tokenizer.json (gpt2 model: tokens by id, token types, merges).
       2-D weights whose rows are whole blocks get --type, others F32/F16
       as llama.cpp keeps them.
-  gguf_tool.py blocks OUT_DIR
+  gguf_tool.py blocks OUT_DIR [--stamp FILE]
       For each decodable type: random blocks (payload.bin) and their values
       (expected.f32) computed by the reference decoders below, for the
       C++ dequantizer test.
@@ -567,6 +567,8 @@ def cmd_from_hf(hf_dir, out, wtype, tok_path):
 def main(argv):
     if len(argv) >= 3 and argv[1] == 'blocks':
         cmd_blocks(argv[2])
+        if len(argv) >= 5 and argv[3] == '--stamp':
+            open(argv[4], 'w').write('blocks\n')
         return 0
     if len(argv) >= 4 and argv[1] == 'from-hf':
         wtype, tok = 'F32', None
