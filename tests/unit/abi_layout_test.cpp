@@ -256,6 +256,28 @@ namespace {
     CHECK_OFFSET(cmf_requant_options, shard_max_bytes, 40);
     CHECK_OFFSET(cmf_requant_options, progress, 48);
     CHECK_OFFSET(cmf_requant_options, progress_user, 56);
+    CHECK(CMF_REQUANT_IN_PLACE == 0x1u);
+
+    // GGUF import, tensor patches
+    CHECK_SIZE(cmf_import_gguf_options, 64);
+    CHECK_OFFSET(cmf_import_gguf_options, flags, 4);
+    CHECK_OFFSET(cmf_import_gguf_options, gguf, 8);
+    CHECK_OFFSET(cmf_import_gguf_options, output, 16);
+    CHECK_OFFSET(cmf_import_gguf_options, quant, 24);
+    CHECK_OFFSET(cmf_import_gguf_options, quant_map, 32);
+    CHECK_OFFSET(cmf_import_gguf_options, shard_max_bytes, 40);
+    CHECK_OFFSET(cmf_import_gguf_options, progress, 48);
+    CHECK_OFFSET(cmf_import_gguf_options, progress_user, 56);
+    CHECK_SIZE(cmf_patch_tensor, 32);
+    CHECK_OFFSET(cmf_patch_tensor, reserved0, 4);
+    CHECK_OFFSET(cmf_patch_tensor, name, 8);
+    CHECK_OFFSET(cmf_patch_tensor, values, 16);
+    CHECK_OFFSET(cmf_patch_tensor, count, 24);
+    CHECK_SIZE(cmf_patch_options, 32);
+    CHECK_OFFSET(cmf_patch_options, flags, 4);
+    CHECK_OFFSET(cmf_patch_options, model, 8);
+    CHECK_OFFSET(cmf_patch_options, output, 16);
+    CHECK_OFFSET(cmf_patch_options, dtype, 24);
 
     // session
     CHECK_SIZE(cmf_session_options, 40);
