@@ -18,8 +18,7 @@ Usage:
 Everything is numpy (Debian's python3-numpy): the ggml Python package is
 not used. The decoders here are written from the block layouts in
 ggml-common.h and the reference code in ggml-quants.c, every operation in
-f32 in the same order, so their results are the bits llama.cpp computes
-(checked once against ggml's own dequantize_row_* built from its sources).
+f32 in the same order, so their results are the bits llama.cpp computes.
 The quantizers are simple ones from the same layouts (not llama.cpp's
 search for the best scales): any valid block decodes the same way.
 """
