@@ -1,6 +1,7 @@
 #include "convert/gguf.hpp"
 
 #include "common/error.hpp"
+#include "container/mapped_file.hpp"
 
 // f16/bf16 decoding exactly as the codecs (IEEE binary16, exact in f32).
 #include "half.hpp"
@@ -12,10 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace cmf::convert::gguf {
 
@@ -378,43 +375,17 @@ void dequantize(uint32_t type, const uint8_t *src, uint64_t n, float *dst) {
 // ---- the file --------------------------------------------------------------
 
 File::File(const std::string &path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        throw Error(err == ENOENT ? CMF_ERR_FILE_NOT_FOUND : CMF_ERR_IO, path + ": cannot open: " + std::strerror(err));
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int err = errno;
-        ::close(fd);
-        throw Error(CMF_ERR_IO, path + ": not a regular file" + (err ? std::string(": ") + std::strerror(err) : std::string()));
-    }
-    size_ = static_cast<uint64_t>(st.st_size);
-    if (size_ > 0) {
-        map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map_ == MAP_FAILED) {
-            int err = errno;
-            map_ = nullptr;
-            ::close(fd);
-            throw Error(CMF_ERR_IO, path + ": cannot map: " + std::strerror(err));
-        }
-        bytes_ = static_cast<const uint8_t *>(map_);
-    }
-    ::close(fd);
-    try {
-        parse();
-    } catch (...) {
-        if (map_) ::munmap(map_, size_);
-        map_ = nullptr;
-        throw;
-    }
+    // Mapped read-only (read into memory where mapping is refused), opened
+    // as the container reader opens .cmf files.
+    mapped_ = std::make_unique<container::MappedFile>(path, true);
+    bytes_ = mapped_->data();
+    size_ = mapped_->size();
+    parse();
 }
 
 File::File(const uint8_t *bytes, uint64_t size, const std::string &label) : path_(label), bytes_(bytes), size_(size) { parse(); }
 
-File::~File() {
-    if (map_) ::munmap(map_, size_);
-}
+File::~File() = default;
 
 void File::parse() {
     static const uint8_t empty = 0;
@@ -595,6 +566,8 @@ std::optional<bool> File::get_bool(const std::string &key) const {
     return v->u != 0;
 }
 
-void File::release_bytes(const uint8_t *from, const uint8_t *to) const { release_mapped_pages(map_, from, to); }
+void File::release_bytes(const uint8_t *from, const uint8_t *to) const {
+    if (mapped_ && mapped_->mapped()) release_mapped_pages(mapped_->data(), from, to);
+}
 
 }  // namespace cmf::convert::gguf

@@ -26,9 +26,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace cmf::container { class MappedFile; }
 
 namespace cmf::convert::gguf {
 
@@ -133,7 +136,7 @@ private:
     std::string path_;
     const uint8_t *bytes_ = nullptr;
     uint64_t size_ = 0;
-    void *map_ = nullptr;  // owned mapping, if any
+    std::unique_ptr<container::MappedFile> mapped_;  // the file, when opened by path
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;
     uint64_t data_off_ = 0;

@@ -2,8 +2,6 @@
 // re-encoding an existing .cmf to another dtype (cmf_convert, cmf_requant).
 #include "commands/convert_util.hpp"
 
-#include <unistd.h>
-
 namespace cmfhost {
 
 int cmd_convert(const std::vector<std::string> &args) {
@@ -29,8 +27,7 @@ int cmd_convert(const std::vector<std::string> &args) {
     if (!parse_args("convert", "--model DIR --output OUT.cmf [--quant DTYPE] [--quant-map PATTERN=DTYPE]...", args, desc,
                     pos, vm))
         return 0;
-    std::string map;
-    for (auto &m : quant_map) map += (map.empty() ? "" : ",") + m;
+    const std::string map = join_quant_map(quant_map);
     RuntimePtr rt = make_runtime(common);
     cmf_convert_options o;
     cmf_convert_options_init(&o);
@@ -40,10 +37,7 @@ int cmd_convert(const std::vector<std::string> &args) {
     o.quant_map = map.empty() ? nullptr : map.c_str();
     o.shard_max_bytes = gb_to_bytes(shard_gb);
     Bar bar;
-    if (!no_progress && isatty(STDERR_FILENO)) {
-        o.progress = Bar::draw;
-        o.progress_user = &bar;
-    }
+    attach_bar(o, bar, no_progress);
     auto t0 = std::chrono::steady_clock::now();
     cmf_error *err = cmf_convert(rt.get(), &o);
     bar.end();
@@ -84,10 +78,7 @@ int cmd_requant(const std::vector<std::string> &args) {
     o.only = only.empty() ? nullptr : only.c_str();
     o.shard_max_bytes = gb_to_bytes(shard_gb);
     Bar bar;
-    if (!no_progress && isatty(STDERR_FILENO)) {
-        o.progress = Bar::draw;
-        o.progress_user = &bar;
-    }
+    attach_bar(o, bar, no_progress);
     cmf_error *err = cmf_requant(rt.get(), &o);
     bar.end();
     check_convert(err, "requant " + in);

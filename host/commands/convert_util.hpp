@@ -6,6 +6,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
 
 namespace cmfhost {
 
@@ -42,6 +46,21 @@ struct Bar {
     }
     ~Bar() { end(); }
 };
+
+// Draw `bar` from the options' progress callback when stderr is a terminal.
+template <class Options>
+void attach_bar(Options &o, Bar &bar, bool no_progress) {
+    if (no_progress || !::isatty(STDERR_FILENO)) return;
+    o.progress = Bar::draw;
+    o.progress_user = &bar;
+}
+
+// Repeated --quant-map values as the one comma-separated list the C API takes.
+inline std::string join_quant_map(const std::vector<std::string> &items) {
+    std::string map;
+    for (const auto &m : items) map += (map.empty() ? "" : ",") + m;
+    return map;
+}
 
 inline uint64_t gb_to_bytes(double gb) {
     if (gb < 0) throw Failure("--shard-max-gb must be >= 0", 2);

