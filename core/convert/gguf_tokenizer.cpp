@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "convert/gguf.hpp"
+#include "convert/sentencepiece.hpp"
 #include "text/regex.hpp"
 
 #include <cmf/json_writer.hpp>
@@ -153,6 +154,36 @@ std::string bpe_tokenizer_json(const gguf::File &f, const std::vector<std::strin
     return w.take();
 }
 
+// tokenizer.ggml.model "llama" (a SentencePiece BPE vocabulary with byte
+// fallback: Gemma): pieces, scores and types are what tokenizer.model held,
+// so HF's Gemma-form tokenizer.json is built from them as from the
+// tokenizer.model itself (convert/sentencepiece.hpp).
+std::string spm_tokenizer_json(const gguf::File &f, const std::vector<std::string> &tokens, const std::vector<int64_t> &types) {
+    const gguf::Value *scores = array_of(f, "tokenizer.ggml.scores", 1);
+    if (!scores) parse_fail(f, "tokenizer.ggml.model is \"llama\" but there are no tokenizer.ggml.scores");
+    if (scores->count != tokens.size())
+        parse_fail(f, "tokenizer.ggml.scores has " + std::to_string(scores->count) + " entries for " + std::to_string(tokens.size()) + " tokens");
+    std::vector<SpmPiece> pieces(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i)
+        pieces[i] = SpmPiece{tokens[i], static_cast<float>(scores->nums[i]), static_cast<int32_t>(types[i])};
+    HfBpeOptions opts;
+    auto piece = [&](const char *key) -> std::string {
+        auto id = f.get_u64(key);
+        return id && *id < tokens.size() ? tokens[*id] : std::string();
+    };
+    if (auto unk = piece("tokenizer.ggml.unknown_token_id"); !unk.empty()) opts.unk_piece = unk;
+    // HF's Gemma tokenizer adds <bos> unless tokenizer_config says not to;
+    // llama.cpp's converter records that choice as add_bos_token.
+    if (f.get_bool("tokenizer.ggml.add_bos_token").value_or(true)) opts.bos_piece = piece("tokenizer.ggml.bos_token_id");
+    if (f.get_bool("tokenizer.ggml.add_eos_token").value_or(false)) opts.eos_piece = piece("tokenizer.ggml.eos_token_id");
+    opts.extra_special = {"<start_of_turn>", "<end_of_turn>"};
+    try {
+        return build_hf_bpe_tokenizer_json(pieces, opts);
+    } catch (const Error &e) {
+        throw Error(e.code(), f.path() + ": tokenizer.ggml.*: " + e.message());
+    }
+}
+
 }  // namespace
 
 GgufTokenizer build_gguf_tokenizer(const gguf::File &f) {
@@ -200,9 +231,10 @@ GgufTokenizer build_gguf_tokenizer(const gguf::File &f) {
     }
     const std::string model = f.get_str("tokenizer.ggml.model").value_or("");
     if (model == "gpt2") out.tokenizer_json = bpe_tokenizer_json(f, toks->strs, types);
+    else if (model == "llama") out.tokenizer_json = spm_tokenizer_json(f, toks->strs, types);
     else
         throw Error(CMF_ERR_UNSUPPORTED, f.path() + ": tokenizer.ggml.model \"" + model +
-                                             "\" is not a tokenizer import-gguf rebuilds (gpt2: byte-level BPE)");
+                                             "\" is not a tokenizer import-gguf rebuilds (gpt2: byte-level BPE; llama: SentencePiece BPE)");
     return out;
 }
 

@@ -13,6 +13,13 @@
 // embedding's rows) are left out, as the HF file never had them.
 // tokenizer.ggml.add_bos_token adds a TemplateProcessing post-processor
 // that prepends the BOS token.
+//
+// tokenizer.ggml.model "llama" (SentencePiece BPE with byte fallback:
+// Gemma): tokens, scores and token types are the pieces of the
+// tokenizer.model the file was made from (the same type numbers), and HF's
+// Gemma-form tokenizer.json is built from them as convert does from a
+// tokenizer.model (convert/sentencepiece.hpp); <bos> is prepended unless
+// add_bos_token is false, <eos> appended when add_eos_token is true.
 #pragma once
 
 #include <string>

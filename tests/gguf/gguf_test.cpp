@@ -358,7 +358,10 @@ TEST_CASE("gguf import: tokenizer metadata that cannot be rebuilt is refused by 
     CHECK(t.tokenizer_config_json == R"({"eos_token_ids":[],"bos_token_id":null,"pad_token_id":null})");
     Img spm = tok("llama", "default", 1);
     g::File fs(spm.b.data(), spm.b.size(), "t.gguf");
-    CHECK_THROWS_WITH_AS(build_gguf_tokenizer(fs), doctest::Contains("tokenizer.ggml.model \"llama\""), cmf::Error);
+    CHECK_THROWS_WITH_AS(build_gguf_tokenizer(fs), doctest::Contains("there are no tokenizer.ggml.scores"), cmf::Error);
+    Img other = tok("bert", "default", 1);
+    g::File fo(other.b.data(), other.b.size(), "t.gguf");
+    CHECK_THROWS_WITH_AS(build_gguf_tokenizer(fo), doctest::Contains("tokenizer.ggml.model \"bert\""), cmf::Error);
     Img pre = tok("gpt2", "llama-bpe", 1);
     g::File fp(pre.b.data(), pre.b.size(), "t.gguf");
     CHECK_THROWS_WITH_AS(build_gguf_tokenizer(fp), doctest::Contains("tokenizer.ggml.pre \"llama-bpe\""), cmf::Error);
