@@ -247,6 +247,25 @@ if os.path.exists(qtok):
 else:
     print('SKIP qwen3 tokenizer parity: %s missing (scripts/setup.sh --tests runs npm ci)' % qtok)
 
+# ---- the Gemma 3 tokenizer (SentencePiece BPE) through GGUF metadata and back --
+gtok = os.path.join(TEXT, 'node_modules', '@lenml', 'tokenizer-gemma3', 'models', 'tokenizer.json')
+if os.path.exists(gtok):
+    gguf = os.path.join(tmp, 'gemma3-tok.gguf')
+    tool('from-hf', os.path.join(TINY, 'gemma3'), gguf, '--type', 'F32', '--tokenizer', gtok)
+    imp = os.path.join(tmp, 'gemma3-tok.cmf')
+    run('import-gguf', gguf, '-o', imp, '--no-progress')
+    fixture = json.load(open(os.path.join(TEXT, 'fixtures', 'gemma3.json')))
+    corpus = os.path.join(TEXT, 'fixtures', 'corpus.json')
+    for key, extra in (('ids', []), ('ids_special', ['--special'])):
+        got = json.loads(run('tokenize', imp, '--file', corpus, *extra).stdout or '[]')
+        bad = [i for i, (x, y) in enumerate(zip(got, fixture[key])) if x != y]
+        if len(got) != len(fixture[key]) or bad:
+            fail('gemma3 tokenizer via GGUF (%s): %d of %d corpus strings encode differently (first %s)' % (key, len(bad), len(fixture[key]), bad[:5]))
+        else:
+            print('gemma3 tokenizer via GGUF (%s): %d corpus strings encode as HF does' % (key, len(got)))
+else:
+    print('SKIP gemma3 tokenizer parity: %s missing (scripts/setup.sh --tests runs npm ci)' % gtok)
+
 # ---- errors ----------------------------------------------------------------------
 out = os.path.join(tmp, 'never.cmf')
 notgguf = os.path.join(tmp, 'not.gguf')

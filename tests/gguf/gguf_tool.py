@@ -24,6 +24,7 @@ search for the best scales): any valid block decodes the same way.
 """
 import json
 import os
+import re
 import struct
 import sys
 
@@ -430,24 +431,40 @@ def tokenizer_kvs(tok_path, vocab_size, cfg):
     for i, t in added.items():
         by_id[i] = t['content']
     n = max(vocab_size, max(by_id) + 1)
-    tokens, types = [], []
+    spm = bool(model.get('byte_fallback'))
+    tokens, types, scores = [], [], []
     for i in range(n):
         if i not in by_id:
             tokens.append('[PAD%d]' % i)
             types.append(5)  # UNUSED
+            scores.append(0.0)
             continue
-        tokens.append(by_id[i])
+        t = by_id[i]
+        tokens.append(t)
+        scores.append(0.0)
         if i in added:
-            c = added[i]['content']
-            looks = (c.startswith('<|') and c.endswith('|>')) or c in ('<pad>', '<mask>')
-            types.append(3 if added[i]['special'] or looks else 4)
+            looks = (t.startswith('<|') and t.endswith('|>')) or t in ('<pad>', '<mask>')
+            types.append(3 if added[i]['special'] or looks else 4)  # CONTROL / USER_DEFINED
+        elif spm and t == model.get('unk_token'):
+            types.append(2)  # UNKNOWN
+        elif spm and re.fullmatch(r'<0x[0-9A-F]{2}>', t):
+            types.append(6)  # BYTE
         else:
             types.append(1)
-    merges = [m if isinstance(m, str) else ' '.join(m) for m in model.get('merges', [])]
-    pre = 'qwen2' if json.dumps(tj.get('pre_tokenizer')).find('Split') >= 0 else 'gpt2'
-    kvs = [('tokenizer.ggml.model', STRING, 'gpt2'), ('tokenizer.ggml.pre', STRING, pre),
-           ('tokenizer.ggml.tokens', ARRAY, (STRING, tokens)), ('tokenizer.ggml.token_type', ARRAY, (I32, types)),
-           ('tokenizer.ggml.merges', ARRAY, (STRING, merges))]
+            # A SentencePiece BPE model scores its pieces in vocabulary
+            # order; the merges are derived from those scores.
+            scores[-1] = -float(i)
+    kvs = [('tokenizer.ggml.tokens', ARRAY, (STRING, tokens)), ('tokenizer.ggml.token_type', ARRAY, (I32, types))]
+    if spm:
+        kvs += [('tokenizer.ggml.model', STRING, 'llama'), ('tokenizer.ggml.pre', STRING, 'default'),
+                ('tokenizer.ggml.scores', ARRAY, (FLOAT32, scores))]
+        if model.get('unk_token') in model['vocab']:
+            kvs.append(('tokenizer.ggml.unknown_token_id', U32, model['vocab'][model['unk_token']]))
+    else:
+        merges = [m if isinstance(m, str) else ' '.join(m) for m in model.get('merges', [])]
+        pre = 'qwen2' if json.dumps(tj.get('pre_tokenizer')).find('Split') >= 0 else 'gpt2'
+        kvs += [('tokenizer.ggml.model', STRING, 'gpt2'), ('tokenizer.ggml.pre', STRING, pre),
+                ('tokenizer.ggml.merges', ARRAY, (STRING, merges))]
     d = os.path.dirname(tok_path)
     tc = {}
     if os.path.exists(os.path.join(d, 'tokenizer_config.json')):
@@ -458,6 +475,9 @@ def tokenizer_kvs(tok_path, vocab_size, cfg):
     if isinstance(tmpl, str):
         kvs.append(('tokenizer.chat_template', STRING, tmpl))
     ids = {v: k for k, v in enumerate(tokens)}
+    for key in ('add_bos_token', 'add_eos_token'):
+        if isinstance(tc.get(key), bool):
+            kvs.append(('tokenizer.ggml.' + key, BOOL, tc[key]))
     tc_cfg = cfg
     eos = tc.get('eos_token')
     if isinstance(eos, dict):
