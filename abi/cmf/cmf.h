@@ -437,9 +437,9 @@ CMF_API cmf_error *cmf_convert(cmf_runtime *rt, const cmf_convert_options *opts)
 
 typedef struct cmf_requant_options {
     uint32_t struct_size;
-    uint32_t flags;              /* reserved, 0 */
+    uint32_t flags;              /* 0, or CMF_REQUANT_IN_PLACE (declared below) */
     const char *input;           /* existing .cmf (any shard name) */
-    const char *output;          /* the .cmf to write; must differ from input */
+    const char *output;          /* the .cmf to write; must differ from input; NULL with CMF_REQUANT_IN_PLACE */
     const char *quant;           /* target --quant name as in cmf_convert_options */
     const char *only;            /* glob: re-encode only matching tensors; NULL = all */
     uint64_t shard_max_bytes;
@@ -745,6 +745,77 @@ CMF_API cmf_error *cmf_model_get_special_ids(const cmf_model *m, cmf_model_speci
  * CMF_ERR_TEMPLATE with its message. *out: cmf_string_free. */
 CMF_API cmf_error *cmf_model_render_chat(const cmf_model *m, const char *context_json, size_t len, char **out,
                                          size_t *out_len);
+
+
+/* ---- GGUF import, in-place rewrites, tensor patches ---------------------- */
+
+typedef struct cmf_import_gguf_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *gguf;            /* the .gguf file (llama.cpp, GGUF v2/v3) */
+    const char *output;          /* the .cmf to write (shards: {stem}-NNNNN-of-NNNNN.cmf) */
+    /* NULL or "keep": each tensor gets the CMF dtype nearest to its GGUF type
+     * (docs/convert.md); any cmf_convert_options.quant name: every tensor is
+     * dequantized and re-encoded with the converter's policy. */
+    const char *quant;
+    const char *quant_map;       /* as cmf_convert_options.quant_map; NULL = none */
+    uint64_t shard_max_bytes;
+    cmf_convert_progress_fn progress;  /* NULL = none */
+    void *progress_user;
+} cmf_import_gguf_options;
+
+CMF_API void cmf_import_gguf_options_init(cmf_import_gguf_options *opts);
+
+/* Import a GGUF file (architectures qwen2, qwen3, qwen2moe, qwen3moe, gemma,
+ * gemma2, gemma3; tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q2_K..Q6_K) as the Hugging Face checkpoint it was made from, through the
+ * cmf_convert pipeline: the same header, tensor names and vocab section as
+ * converting that checkpoint (docs/convert.md "GGUF"). Atomic like
+ * cmf_convert. Errors name the file and the key or tensor at fault:
+ * CMF_ERR_INVALID_MAGIC / CMF_ERR_UNSUPPORTED_VERSION / CMF_ERR_PARSE /
+ * CMF_ERR_BOUNDS for a malformed file, CMF_ERR_UNKNOWN_DTYPE for a tensor
+ * type it does not decode ("unsupported GGUF type IQ2_XXS"),
+ * CMF_ERR_UNSUPPORTED for an architecture or tokenizer it does not import. */
+CMF_API cmf_error *cmf_import_gguf(cmf_runtime *rt, const cmf_import_gguf_options *opts);
+
+/* cmf_requant_options.flags: rewrite the input file itself (output NULL):
+ * each re-encoded payload goes into the slot of the one it replaces (it
+ * must not be larger: checked for every tensor before the first write), the
+ * record gets the new dtype, size and hash, the directory hash is updated;
+ * the header and the file length stay. Each tensor is one journaled
+ * rewrite (<file>.journal, replayed by the next cmf_open after a crash), so
+ * the file is valid at every crash point. */
+#define CMF_REQUANT_IN_PLACE 0x1u
+
+/* One tensor's new values for cmf_patch_tensors. */
+typedef struct cmf_patch_tensor {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    const char *name;
+    const float *values;         /* row-major; count must equal the tensor's element count */
+    uint64_t count;
+} cmf_patch_tensor;
+
+CMF_API void cmf_patch_tensor_init(cmf_patch_tensor *p);
+
+typedef struct cmf_patch_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *model;           /* the .cmf to patch (any shard name) */
+    const char *output;          /* NULL: in place, only when every new payload fits its slot; else a new file */
+    const char *dtype;           /* NULL: each tensor keeps its dtype; else a cmf_convert_options.quant name */
+} cmf_patch_options;
+
+CMF_API void cmf_patch_options_init(cmf_patch_options *opts);
+
+/* Encode new values for tensors and store them: in place (journaled as
+ * CMF_REQUANT_IN_PLACE, all patches of a file in one atomic rewrite), or
+ * into `output` with every other tensor, the masks, the vocab and the
+ * header copied (atomic). CMF_ERR_MISSING_TENSOR for an unknown name,
+ * CMF_ERR_BOUNDS for a wrong value count or a payload larger than its slot
+ * in place (nothing is written then). */
+CMF_API cmf_error *cmf_patch_tensors(cmf_runtime *rt, const cmf_patch_options *opts, const cmf_patch_tensor *patches,
+                                     size_t n_patches);
 
 /* ---- batch: continuous batching of many generations over one model ---- */
 
