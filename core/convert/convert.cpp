@@ -3,6 +3,7 @@
 
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
+#include "convert/gguf.hpp"
 #include "convert/safetensors.hpp"
 #include "convert/sentencepiece.hpp"
 #include "plugin_host/runtime.hpp"
@@ -40,6 +41,8 @@ std::optional<std::string> read_file_if_exists(const fs::path &p) {
     return ss.str();
 }
 
+namespace {
+
 dom::object parse_object(dom::parser &parser, const std::string &text, const std::string &file) {
     dom::element doc;
     if (auto err = parser.parse(text).get(doc)) throw Error(CMF_ERR_PARSE, file + ": not valid JSON: " + simdjson::error_message(err));
@@ -47,8 +50,6 @@ dom::object parse_object(dom::parser &parser, const std::string &text, const std
     if (doc.get_object().get(o)) throw Error(CMF_ERR_PARSE, file + ": not a JSON object");
     return o;
 }
-
-namespace {
 
 struct StringSink {
     std::string s;
@@ -75,7 +76,7 @@ std::string shape_text(const std::vector<uint64_t> &s) {
 }
 
 // Parse and check one plan (docs/convert.md) against its source tensor.
-std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTensor &src, const SafetensorsFile &file) {
+std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTensor &src) {
     const std::string where = src.file + ": tensor \"" + src.name + "\": arch plan: ";
     dom::parser parser;
     dom::element doc;
@@ -85,7 +86,6 @@ std::vector<OutTensor> parse_plan(const std::string &plan_json, const SourceTens
     for (auto e : arr) {
         OutTensor o;
         o.src = &src;
-        o.file = &file;
         o.p.source = src.name;
         std::string_view name;
         dom::array shape;
@@ -175,13 +175,13 @@ Slab slab_of(const OutTensor &o) {
     return {base, 1, product(slab)};
 }
 
-void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, const SafetensorsFile *release) {
+void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, bool release) {
     const SourceTensor &t = *o.src;
     const auto [base, rows, cols] = slab_of(o);
     std::vector<std::pair<uint64_t, uint64_t>> segs;  // element runs of the source slab
     if (o.rows.empty()) segs.emplace_back(0, rows * cols);
     for (auto [first, count] : o.rows) segs.emplace_back(first * cols, count * cols);
-    const uint64_t esize = source_dtype_size(t.dtype), piece = uint64_t(4) << 20;  // elements
+    const uint64_t piece = uint64_t(4) << 20;  // elements
     uint64_t seg_start = 0;  // output index of the current run's first element
     for (auto [src_first, len] : segs) {
         const uint64_t lo = std::max(begin, seg_start), hi = std::min(end, seg_start + len);
@@ -189,14 +189,14 @@ void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, 
             const uint64_t k = std::min(piece, hi - at);
             const uint64_t from = base + src_first + (at - seg_start);
             read_f32(t, from, k, dst + (at - begin));
-            if (release && o.rows.empty()) release->release_range(t, from * esize, (from + k) * esize);
+            if (release && o.rows.empty()) release_elements(t, from, k);
         }
         seg_start += len;
     }
 }
 
 // Materialize one whole output tensor as f32.
-void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFile *release) {
+void gather_f32(const OutTensor &o, std::vector<float> &dst, bool release) {
     dst.resize(o.elements);
     if (!o.transpose) return gather_range(o, 0, o.elements, dst.data(), release);
     // Transposed slab [rows, cols] -> [cols, rows]; selected rows are source columns.
@@ -461,57 +461,53 @@ private:
     std::chrono::steady_clock::time_point t0_;
 };
 
-Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
-    Planned r;
-    const fs::path dir(opts.model_dir);
-    const fs::path cfg_path = dir / "config.json";
-    auto cfg_text = read_file_if_exists(cfg_path);
-    if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
+// --quant keep: each tensor gets the CMF dtype nearest to how its source
+// stores it (docs/convert.md "keep").
+std::string nearest_quant(const SourceTensor &t) {
+    switch (t.dtype) {
+    case SourceDtype::F32: return "f32";
+    case SourceDtype::F16: return "f16";
+    case SourceDtype::BF16: return "bf16";
+    case SourceDtype::Ggml: break;
+    }
+    return gguf::nearest_quant(t.ggml_type);
+}
+
+// The arch plugin that converts a config's model_type.
+const ArchEntry *arch_for_config(Runtime &rt, const std::string &config_json, const std::string &label) {
     dom::parser cfg_parser;
-    dom::object config = parse_object(cfg_parser, *cfg_text, cfg_path.string());
+    dom::object config = parse_object(cfg_parser, config_json, label);
     std::string_view mt;
-    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, cfg_path.string() + ": no \"model_type\" string");
+    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, label + ": no \"model_type\" string");
     const ArchEntry *arch = rt.arch_for_hf_model_type(std::string(mt));
     if (!arch || !arch->vt.import_config || !arch->vt.import_tensor)
-        throw Error(CMF_ERR_UNSUPPORTED, cfg_path.string() + ": model_type \"" + std::string(mt) +
+        throw Error(CMF_ERR_UNSUPPORTED, label + ": model_type \"" + std::string(mt) +
                                              "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
+    return arch;
+}
+
+Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opts) {
+    Planned r;
+    r.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
+    const ArchEntry *arch = arch_for_config(rt, src.config_json, src.config_label);
 
     StringSink arch_json;
-    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text->data(), cfg_text->size(), &arch_json.sink), cfg_path.string());
-    const QuantPolicy policy(opts.quant, opts.quant_map);
+    throw_if_error(arch->vt.import_config(arch->ctx, src.config_json.data(), src.config_json.size(), &arch_json.sink), src.config_label);
+    const bool keep = opts.quant == "keep";
+    std::optional<QuantPolicy> policy;
+    if (!keep) policy.emplace(opts.quant, opts.quant_map);
+    std::map<std::string, QuantPolicy> keep_policies;  // nearest quant name -> its policy
 
-    // Header in the original converter's key order; section_hashes is the writer's.
-    json::Writer h;
-    h.begin_object();
-    h.key("format").string("cmf");
-    h.key("version").u64(2);
-    h.key("arch").raw(arch_json.s);
-    h.key("quant_type").string(header_quant_type(policy.base()));
-    h.key("provenance").begin_object();
-    h.key("source_model").string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
-    h.key("tool").string(opts.tool);
-    h.end_object();
-    h.key("tokenizer_config").raw(tokenizer_config_json(dir, config));
-    h.end_object();
-    r.plan.header_json = h.take();
-    if (auto v = tokenizer_json_of(rt, dir)) r.plan.vocab_bytes = std::move(*v);
-    else
-        rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
-                                 ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
-                                 "(logits --ids and bench work on token ids)");
-
-    const Checkpoint &ckpt = *r.ckpts.emplace_back(std::make_unique<Checkpoint>(opts.model_dir));
-    r.source_tensors = ckpt.tensors().size();
     std::map<std::string, std::string> produced_by;
     std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
-    for (const SourceTensor *t : ckpt.tensors()) {
+    for (const SourceTensor *t : src.tensors) {
         if (t->shape.size() > CMF_MAX_DIMS)
             throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
         StringSink plan;
         throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
                                               static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
                        t->file);
-        std::vector<OutTensor> outs = parse_plan(plan.s, *t, ckpt.file_of(*t));
+        std::vector<OutTensor> outs = parse_plan(plan.s, *t);
         if (outs.empty()) dropped.push_back(t->name);
         for (OutTensor &o : outs) {
             auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
@@ -533,14 +529,48 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     }
     bool has_experts = false;
     for (const auto &o : r.outs) has_experts = has_experts || o.p.name.find(".mlp.experts.") != std::string::npos;
+    std::map<int32_t, uint64_t> elements_by_dtype;  // of 2-D outputs: what the header's quant_type names under keep
     for (auto &o : r.outs) {
-        DtypeChoice c = policy.choose(o.p.name, o.p.shape, has_experts);
+        const QuantPolicy *pol = policy ? &*policy : nullptr;
+        if (keep) {
+            const std::string q = nearest_quant(*o.src);
+            auto it = keep_policies.find(q);
+            if (it == keep_policies.end()) it = keep_policies.emplace(q, QuantPolicy(q, opts.quant_map)).first;
+            pol = &it->second;
+        }
+        DtypeChoice c = pol->choose(o.p.name, o.p.shape, has_experts);
         o.p.dtype = c.dtype;
         o.p.options = std::move(c.options);
+        if (o.p.shape.size() == 2) elements_by_dtype[o.p.dtype] += o.elements;
     }
-    if (r.outs.empty()) throw Error(CMF_ERR_PARSE, opts.model_dir + ": the checkpoint holds no convertible tensors");
+    if (r.outs.empty()) throw Error(CMF_ERR_PARSE, src.config_label + ": the model holds no convertible tensors");
     std::stable_sort(r.outs.begin(), r.outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
     for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
+
+    int32_t bulk = policy ? policy->base() : CMF_DTYPE_F16;
+    if (keep) {
+        uint64_t most = 0;
+        for (auto [d, n] : elements_by_dtype)
+            if (n > most) {
+                most = n;
+                bulk = d;
+            }
+    }
+    // Header in the original converter's key order; section_hashes is the writer's.
+    json::Writer h;
+    h.begin_object();
+    h.key("format").string("cmf");
+    h.key("version").u64(2);
+    h.key("arch").raw(arch_json.s);
+    h.key("quant_type").string(header_quant_type(bulk));
+    h.key("provenance").begin_object();
+    h.key(src.provenance_source_key).string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
+    h.key("tool").string(opts.tool);
+    h.end_object();
+    h.key("tokenizer_config").raw(src.tokenizer_config_json);
+    h.end_object();
+    r.plan.header_json = h.take();
+    r.plan.vocab_bytes = src.vocab_bytes;
     return r;
 }
 
@@ -552,7 +582,32 @@ bool canonical_less(const std::string &a, const std::string &b) {
     return natural_less(order_key(a), order_key(b));
 }
 
-ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) { return make_plan(rt, opts).plan; }
+SourceModel load_checkpoint(Runtime &rt, const std::string &model_dir) {
+    SourceModel m;
+    const fs::path dir(model_dir);
+    const fs::path cfg_path = dir / "config.json";
+    auto cfg_text = read_file_if_exists(cfg_path);
+    if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
+    m.config_json = std::move(*cfg_text);
+    m.config_label = cfg_path.string();
+    arch_for_config(rt, m.config_json, m.config_label);  // an unknown model_type fails before any tensor is read
+    dom::parser parser;
+    m.tokenizer_config_json = tokenizer_config_json(dir, parse_object(parser, m.config_json, m.config_label));
+    if (auto v = tokenizer_json_of(rt, dir)) m.vocab_bytes = std::move(*v);
+    else
+        rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
+                                 ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
+                                 "(logits --ids and bench work on token ids)");
+    auto ckpt = std::make_shared<Checkpoint>(model_dir);
+    m.tensors = ckpt->tensors();
+    m.keep = ckpt;
+    return m;
+}
+
+ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) {
+    SourceModel src = load_checkpoint(rt, opts.model_dir);
+    return make_plan(rt, src, opts).plan;
+}
 
 namespace {
 
@@ -561,7 +616,7 @@ struct Unit {
     const OutTensor *o;
     uint64_t r0, r1;
     uint32_t sections;  // 0: whole tensor through quantize; else quantize_rows' section count
-    const SafetensorsFile *release;  // last reader of its source: drop pages while reading
+    bool release;  // last reader of its source: drop pages while reading
     std::vector<std::vector<uint8_t>> bytes;  // per section (one for a whole tensor)
     cmf_error *err = nullptr;
     uint64_t rows() const { return o->p.shape.empty() ? 1 : o->p.shape[0]; }
@@ -638,13 +693,25 @@ void TensorSink::end_tensor() {
 }
 
 ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink) {
+    std::optional<SourceModel> src;
     try {
-        Planned pl = make_plan(rt, opts);
-        return write_planned(rt, pl, opts, sink);
+        src.emplace(load_checkpoint(rt, opts.model_dir));
     } catch (...) {
         sink.abort();
         throw;
     }
+    return convert_source(rt, *src, opts, sink);
+}
+
+ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOptions &opts, TensorSink &sink) {
+    std::optional<Planned> pl;
+    try {
+        pl.emplace(make_plan(rt, src, opts));
+    } catch (...) {
+        sink.abort();
+        throw;
+    }
+    return write_planned(rt, *pl, opts, sink);
 }
 
 ConvertStats write_planned(Runtime &rt, Planned &pl, const ConvertOptions &opts, TensorSink &sink) {
@@ -666,13 +733,15 @@ ConvertStats write_planned(Runtime &rt, Planned &pl, const ConvertOptions &opts,
         // Last output index reading each source tensor: its pages are
         // released once that output is written.
         std::map<const SourceTensor *, size_t> last_use;
-        // Each source file's last use, for the sink's milestones.
-        std::map<const SafetensorsFile *, size_t> file_last;
         for (size_t i = 0; i < outs.size(); ++i)
-            if (outs[i].src != nullptr) {
-                last_use[outs[i].src] = i;
-                file_last[outs[i].file] = i;
-            }
+            if (outs[i].src != nullptr) last_use[outs[i].src] = i;
+        // Each source file's last use, for the sink's milestones.
+        std::map<const SourceFile *, size_t> file_last;
+        for (auto [t, i] : last_use) {
+            if (!t->owner) continue;
+            auto &slot = file_last[t->owner];
+            slot = std::max(slot, i);
+        }
 
         // Work units in output order: large tensors in row chunks where the
         // codec encodes by rows, everything else whole.
@@ -684,11 +753,11 @@ ConvertStats write_planned(Runtime &rt, Planned &pl, const ConvertOptions &opts,
             const OutTensor &o = outs[i];
             const uint64_t rows = o.p.shape.empty() ? 1 : o.p.shape[0];
             if (o.src == nullptr) {  // stored bytes go as they are
-                units.push_back(Unit{&o, 0, rows, 0, nullptr, {}});
+                units.push_back(Unit{&o, 0, rows, 0, false, {}});
                 continue;
             }
             const CodecEntry *c = rt.codec(o.p.dtype);
-            const SafetensorsFile *rel = last_use[o.src] == i ? o.file : nullptr;
+            const bool rel = last_use[o.src] == i;
             if (const uint32_t sections = row_sections(*c, o, chunk, payload_size[i])) {
                 const uint64_t cols = o.elements / rows;
                 const uint64_t step = std::max<uint64_t>(1, chunk / std::max<uint64_t>(cols, 1));
@@ -746,12 +815,12 @@ ConvertStats write_planned(Runtime &rt, Planned &pl, const ConvertOptions &opts,
                 }
                 for (const auto &b : u.bytes) st.output_bytes += b.size();
                 std::vector<std::vector<uint8_t>>().swap(u.bytes);
-                const uint64_t in = o.src == nullptr ? o.input_bytes() : u.f32_bytes() / 4 * source_dtype_size(o.src->dtype);
+                const uint64_t in = o.src == nullptr ? o.input_bytes() : source_bytes(*o.src, u.f32_bytes() / 4);
                 st.source_bytes += in;
                 done_bytes += in;
                 const bool tensor_done = u.last();
                 if (tensor_done) {
-                    if (o.src != nullptr && last_use[o.src] == idx) o.file->release(*o.src);
+                    if (o.src != nullptr && last_use[o.src] == idx) release_elements(*o.src, 0, o.src->elements);
                     for (auto &[f, last] : file_last)
                         if (last == idx) sink.mark(f->path());
                 }

@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "convert/plan.hpp"
+#include "convert/safetensors.hpp"
 #include "plugin_host/runtime.hpp"
 
 #include <cmf/json_writer.hpp>
@@ -130,10 +131,12 @@ std::string arch_json(const std::string &te_config, const fs::path &p) {
 
 // A component's tensors into r.outs, in natural name order.
 void plan_component(Planned &r, const fs::path &dir, const std::function<Pick(const SourceTensor &)> &pick) {
-    const Checkpoint &ck = *r.ckpts.emplace_back(std::make_unique<Checkpoint>(
+    auto owned = std::make_shared<Checkpoint>(
         dir.string(), fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json")
                           ? "model"
-                          : "diffusion_pytorch_model"));
+                          : "diffusion_pytorch_model");
+    const Checkpoint &ck = *owned;
+    r.keep.push_back(std::move(owned));
     r.source_tensors += ck.tensors().size();
     std::vector<OutTensor> outs;
     for (const SourceTensor *t : ck.tensors()) {
@@ -143,7 +146,6 @@ void plan_component(Planned &r, const fs::path &dir, const std::function<Pick(co
             throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has more than 6 dimensions");
         OutTensor o;
         o.src = t;
-        o.file = &ck.file_of(*t);
         o.elements = t->elements;
         o.p.name = pk.name;
         o.p.dtype = pk.dtype;

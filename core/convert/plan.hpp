@@ -7,7 +7,7 @@
 #pragma once
 
 #include "convert/convert.hpp"
-#include "convert/safetensors.hpp"
+#include "convert/source_tensor.hpp"
 
 #include <filesystem>
 #include <memory>
@@ -23,19 +23,18 @@ namespace cmf::convert {
 struct OutTensor {
     PlannedTensor p;
     const SourceTensor *src = nullptr;
-    const SafetensorsFile *file = nullptr;  // the file holding src
     std::optional<uint64_t> index;
     bool transpose = false;
     std::vector<std::pair<uint64_t, uint64_t>> rows;
     uint64_t elements = 0;                  // source elements read (0 for stored bytes)
     std::string bytes;                      // the payload when src is NULL
-    uint64_t input_bytes() const { return src ? elements * source_dtype_size(src->dtype) : bytes.size(); }
+    uint64_t input_bytes() const { return src ? source_bytes(*src, elements) : bytes.size(); }
 };
 
 struct Planned {
     ConvertPlan plan;                                 // header, vocab, the tensors' names/dtypes/shapes
-    std::vector<std::unique_ptr<Checkpoint>> ckpts;   // every source, mapped
-    uint64_t source_tensors = 0;                      // what the W2 writer sizes its gap from
+    std::vector<std::shared_ptr<void>> keep;          // what the sources point into (mappings)
+    uint64_t source_tensors = 0;                      // tensors in the sources: what the writer sizes its gap from
     std::vector<OutTensor> outs;                      // in output order
 };
 

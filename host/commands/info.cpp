@@ -9,18 +9,35 @@ namespace cmfhost {
 
 int cmd_info(const std::vector<std::string> &args) {
     CommonOptions common;
-    std::string path;
+    std::string path, prefix;
     bool json = false;
     po::options_description desc("options");
     add_common_options(desc, common);
     desc.add_options()("model", po::value(&path)->required(), "CMF file (any shard of a sharded model)")
-        ("json", po::bool_switch(&json), "print JSON instead of text");
+        ("json", po::bool_switch(&json), "print JSON instead of text")
+        ("tensors", po::value(&prefix),
+         "only the tensors whose name starts with PREFIX (\"\" for all), one 'name<TAB>dtype<TAB>shape<TAB>bytes' row each "
+         "as the original tool prints them, then '# N tensors, B bytes (G GiB)'");
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
-    if (!parse_args("info", "MODEL [--json]", args, desc, pos, vm)) return 0;
+    if (!parse_args("info", "MODEL [--json] [--tensors PREFIX]", args, desc, pos, vm)) return 0;
     RuntimePtr rt = make_runtime(common);
     ModelPtr m = open_model(rt.get(), path);
+    if (vm.count("tensors")) {
+        uint64_t total = 0, n = 0;
+        for (size_t k = 0; k < cmf_tensor_count(m.get()); ++k) {
+            cmf_tensor_info t;
+            cmf_tensor_info_init(&t);
+            check(cmf_tensor_at(m.get(), k, &t));
+            if (std::string_view(t.name).rfind(prefix, 0) != 0) continue;
+            std::printf("%s\t%s\t%s\t%llu\n", t.name, debug_dtype_name(t.dtype), debug_shape(t).c_str(), (unsigned long long)t.nbytes);
+            total += t.nbytes;
+            ++n;
+        }
+        std::printf("# %llu tensors, %llu bytes (%.2f GiB)\n", (unsigned long long)n, (unsigned long long)total, double(total) / double(1u << 30));
+        return 0;
+    }
     cmf_model_info i;
     cmf_model_info_init(&i);
     check(cmf_model_get_info(m.get(), &i));
@@ -71,6 +88,23 @@ int cmd_info(const std::vector<std::string> &args) {
                 (unsigned long long)i.masks_len, (unsigned long long)i.vocab_len, (unsigned long long)i.index_len);
     std::printf("hashes        header %s  dir %s\n", hex64(i.header_hash).c_str(), hex64(i.dir_hash).c_str());
     std::printf("chat bundle   %s\n", i.tokenizer_config_json[0] ? "yes" : "no");
+    // A pipeline container (imagine-pack) names its pipeline and components
+    // in the header's provenance.
+    if (i.provenance_json[0] != '\0') {
+        boost::system::error_code ec;
+        const boost::json::value prov = boost::json::parse(i.provenance_json, ec);
+        if (!ec && prov.is_object() && prov.as_object().contains("pipeline") && prov.at("pipeline").is_string()) {
+            std::string line = std::string(prov.at("pipeline").as_string());
+            if (const auto *comps = prov.as_object().if_contains("components"); comps && comps->is_object()) {
+                const char *sep = ": ";
+                for (const auto &[k, v] : comps->as_object()) {
+                    line += sep + std::string(k) + " " + (v.is_string() ? std::string(v.as_string()) : boost::json::serialize(v));
+                    sep = ", ";
+                }
+            }
+            std::printf("pipeline      %s (cmfhost imagine)\n", line.c_str());
+        }
+    }
     std::printf("shards        %u\n", i.shard_count);
     for (auto &s : shards) std::printf("  %s\n", std::string(s.as_string()).c_str());
     std::printf("tensors       %llu (%llu payload bytes)\n", (unsigned long long)i.tensor_count, (unsigned long long)total);

@@ -98,6 +98,23 @@ std::vector<float> Pipeline::encode(const int32_t *ids, uint64_t n) {
     return hidden;
 }
 
+void Pipeline::velocity(const float *features, uint64_t L, const float *latent, uint64_t h, uint64_t w, float tau,
+                        float *out) {
+    const DitConfig &dc = dit_->config();
+    if (L == 0 || h == 0 || w == 0 || h % dc.patch != 0 || w % dc.patch != 0)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "lumina2: velocity needs caption tokens and a latent of whole patches");
+    const uint64_t rows = h / dc.patch, cols = w / dc.patch, N = rows * cols, H = dc.hidden;
+    const std::vector<float> table = rope_table(dc, joint_positions(dc, L, rows, cols));
+    Buffer rope(d_, table.size()), cap, cond, img, seq(d_, (L + N) * H);
+    rope.write(table.data(), table.size());
+    dit_->caption(features, L, rope.get(), cap);
+    dit_->conditioning(tau, cond);
+    dit_->image_tokens(latent, h, w, rope.get() + L * dc.head_dim, cond, img);
+    check(d_.be->copy(d_.ctx, seq.get(), cap.get(), L * H));
+    check(d_.be->copy(d_.ctx, seq.get() + L * H, img.get(), N * H));
+    dit_->velocity(seq, L, h, w, rope.get(), cond, out);
+}
+
 namespace {
 
 // One classifier-free-guidance branch: its caption's tokens through the

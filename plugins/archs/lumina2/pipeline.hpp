@@ -54,6 +54,10 @@ public:
     // The components, for tests that check them one at a time.
     // Caption features [n][te hidden] of token ids: hidden_states[-2].
     std::vector<float> encode(const int32_t *ids, uint64_t n);
+    // One DiT evaluation as diffusers' transformer call: velocity [C][h][w]
+    // of the latent [C][h][w] at model time tau under caption features
+    // [L][te hidden] (what a sampling step computes per guidance branch).
+    void velocity(const float *features, uint64_t L, const float *latent, uint64_t h, uint64_t w, float tau, float *out);
     NextDit &dit() { return *dit_; }
     VaeDecoder &vae() { return *vae_; }
     const SchedulerConfig &scheduler() const { return sched_; }
