@@ -142,6 +142,7 @@ namespace {
     CHECK_OFFSET(cmf_arch_vt, state_free, 88);
     CHECK_OFFSET(cmf_arch_vt, state_truncate, 96);
     CHECK_OFFSET(cmf_arch_vt, forward, 104);
+    CHECK_SIZE(cmf_arch_vt, 112);
     CHECK_SIZE(cmf_model_source, 72);
     CHECK_OFFSET(cmf_model_source, user, 8);
     CHECK_OFFSET(cmf_model_source, arch_json, 16);
