@@ -21,7 +21,7 @@ export GOCACHE="$work/cache" GOPATH="$work/gopath" CGO_ENABLED=1
 export LD_LIBRARY_PATH="$CMF_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$src/sdk/bindings/go"
 "$go" version
-unformatted="$(/usr/lib/go/bin/gofmt -l . 2>/dev/null || true)"
+unformatted="$("$("$go" env GOROOT)/bin/gofmt" -l .)"
 [ -z "$unformatted" ] || { echo "not gofmt-formatted: $unformatted"; exit 1; }
 "$go" vet ./...
 "$go" test -count=1 -v .
