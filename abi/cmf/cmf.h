@@ -1,8 +1,8 @@
 /*
  * cmf.h — the cmf host API, version 1 (CMF_ABI_VERSION).
  *
- * For applications, the cmfhost CLI and language bindings (C, Rust via
- * bindgen, Go via cgo). Plain C99.
+ * For applications, the cmfhost CLI and language bindings (sdk/bindings:
+ * Rust via bindgen, Go via cgo, Python via ctypes). Plain C99.
  *
  * Stability rules (see docs/architecture.md):
  *  - a shipped function signature never changes; new behaviour gets a new name;
