@@ -11,14 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define EXPECT(cond)                                                         \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-            ++failures;                                                      \
-        }                                                                    \
-    } while (0)
+#include "expect.h"
+
 
 static int die(cmf_error *e, const char *what) {
     fprintf(stderr, "%s: %s: %s\n", what, cmf_error_code_name(cmf_error_code(e)), cmf_error_message(e));

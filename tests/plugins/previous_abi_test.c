@@ -19,16 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expect.h"
+
 #define I8_SYM 200
 
-static int failures = 0;
-#define EXPECT(cond)                                                            \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-            ++failures;                                                         \
-        }                                                                       \
-    } while (0)
 
 static void ok(cmf_error *e, const char *what) {
     if (!e) return;

@@ -80,6 +80,12 @@ def _path(p):
     return os.fsencode(p)
 
 
+def _copy_fields(obj, c, names):
+    """Copies the named plain fields of a ctypes struct onto obj."""
+    for name in names.split():
+        setattr(obj, name, getattr(c, name))
+
+
 def abi_version():
     """Host ABI version of the loaded libcmf (>= the one this binding needs)."""
     return lib.cmf_abi_version()
@@ -304,18 +310,11 @@ class ModelInfo:
     """Model-wide facts (cmf_model_info); JSON blocks as strings."""
 
     def __init__(self, c):
-        self.version = c.version
-        self.required_features = c.required_features
-        self.file_size = c.file_size
-        self.shard_count = c.shard_count
-        self.mask_count = c.mask_count
-        self.tensor_count = c.tensor_count
-        self.skill_count = c.skill_count
+        _copy_fields(self, c, "version required_features file_size shard_count mask_count tensor_count skill_count "
+                              "header_hash dir_hash")
         # Sections of shard 1 as (offset, length); length 0 = absent.
         self.sections = {name: (getattr(c, name + "_off"), getattr(c, name + "_len"))
                          for name in ("header", "dir", "data", "masks", "vocab", "index")}
-        self.header_hash = c.header_hash
-        self.dir_hash = c.dir_hash
         self.format = _str(c.format)
         self.arch_name = _str(c.arch_name)
         self.quant_type = _str(c.quant_type)
@@ -647,13 +646,8 @@ STOP_REASONS = {_native.STOP_MAX_TOKENS: "max_tokens", _native.STOP_EOS: "eos", 
 class GenerateStats:
     def __init__(self, c):
         self.stop_reason = STOP_REASONS.get(c.stop_reason, str(c.stop_reason))
-        self.prompt_tokens = c.prompt_tokens
-        self.generated_tokens = c.generated_tokens
-        self.n_past = c.n_past
-        self.prefill_seconds = c.prefill_seconds
-        self.decode_seconds = c.decode_seconds
-        self.prefill_tok_s = c.prefill_tok_s
-        self.decode_tok_s = c.decode_tok_s
+        _copy_fields(self, c, "prompt_tokens generated_tokens n_past prefill_seconds decode_seconds prefill_tok_s "
+                              "decode_tok_s")
 
 
 class Session(_Handle):
