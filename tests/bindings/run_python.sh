@@ -4,5 +4,7 @@
 set -euo pipefail
 py=/usr/bin/python3
 [ -x "$py" ] || { echo "skipped: $py is not installed"; exit 77; }
-cd "$(dirname "$0")/../../sdk/bindings/python"
-exec "$py" -B -m unittest discover -s tests -v
+here="$(cd "$(dirname "$0")" && pwd)"
+. "$here/../support/sanitizer_env.sh"
+cd "$here/../../sdk/bindings/python"
+with_sanitizers "$py" -B -m unittest discover -s tests -v

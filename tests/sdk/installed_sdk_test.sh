@@ -42,7 +42,9 @@ build() {  # build DIR NAME: a meson project from sdk/examples, out of tree
 
 # ---- the C examples ------------------------------------------------------------
 build c c
-run() { LD_LIBRARY_PATH="$libdir" "$work/c/$@"; }
+CMF_LIBRARY="$libdir/libcmf.so.1"
+. "$(dirname "$0")/../support/sanitizer_env.sh"
+run() { LD_LIBRARY_PATH="$libdir" with_sanitizers "$work/c/$@"; }
 out="$(run list "$model")"
 echo "$out" | grep -q "^plugin  .*$dest" || { echo "list: plugins did not come from the install"; echo "$out"; exit 1; }
 echo "$out" | grep -q '^backend cpu$' || { echo "list: no cpu backend"; exit 1; }
