@@ -2,6 +2,7 @@
 
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "convert/safetensors.hpp"
 #include "plugin_host/runtime.hpp"
 
@@ -40,8 +41,7 @@ std::optional<std::string> read_file_if_exists(const fs::path &p) {
 }
 
 dom::object parse_object(dom::parser &parser, const std::string &text, const std::string &file) {
-    dom::element doc;
-    if (auto err = parser.parse(text).get(doc)) throw Error(CMF_ERR_PARSE, file + ": not valid JSON: " + simdjson::error_message(err));
+    dom::element doc = parse_json(parser, text, file);
     dom::object o;
     if (doc.get_object().get(o)) throw Error(CMF_ERR_PARSE, file + ": not a JSON object");
     return o;

@@ -103,8 +103,8 @@ TEST_CASE("hf import: config -> arch block per family") {
               std::string(R"({"arch_name":"gemma3","hidden_size":64,"intermediate_size":128,"num_layers":6,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":32,"vocab_size":128,"layer_types":["SlidingAttention","SlidingAttention","FullAttention",)"
                           R"("SlidingAttention","SlidingAttention","FullAttention"],"rms_norm_eps":1e-6,"norm_style":"gemma","rope_theta":1000000.0,)"
-                          R"("tie_word_embeddings":true,"partial_rotary_factor":1.0,"hidden_act":"gelu_tanh","embed_multiplier":8.0,)"
-                          R"("query_pre_attn_scalar":32.0,"sliding_window":4,"sliding_window_pattern":3,"rope_local_base_freq":10000.0,)"
+                          R"("tie_word_embeddings":true,"partial_rotary_factor":1.0,"rope_scaling":{"rope_type":"linear","factor":8.0},)"
+                          R"("hidden_act":"gelu_tanh","embed_multiplier":8.0,"query_pre_attn_scalar":32.0,"sliding_window":4,"sliding_window_pattern":3,"rope_local_base_freq":10000.0,)"
                           R"("max_position_embeddings":256,)") + kNoLinear + "}");
     }
 }
@@ -116,7 +116,7 @@ TEST_CASE("hf import: config errors") {
     CHECK_THROWS_WITH_AS(qwen::import_config(R"({"model_type":"qwen3","num_hidden_layers":2})"),
                          doctest::Contains("missing required key hidden_size"), cmf::sdk::Error);
     CHECK_THROWS_WITH_AS(qwen::import_config(R"({"model_type":"qwen3","hidden_size":"64","num_hidden_layers":2})"),
-                         doctest::Contains("hidden_size is not a non-negative integer"), cmf::sdk::Error);
+                         doctest::Contains(R"(config.json: hidden_size = "64": must be a non-negative integer)"), cmf::sdk::Error);
     CHECK_THROWS_WITH_AS(
         qwen::import_config(R"({"model_type":"qwen3","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":8,)"
                             R"("intermediate_size":8,"max_position_embeddings":8,"layer_types":["full_attention"]})"),

@@ -1,6 +1,8 @@
 // The header `arch` block as the qwen family reads it (COMPAT 13.2, ARCHS 1.1).
 #pragma once
 
+#include "../common/rope_scaling.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,11 +26,14 @@ struct Config {
     bool gemma_norm = false;  // norm_style "gemma": x^*(1+w)
     double rope_theta = 10000.0;
     double partial_rotary_factor = 1.0;
+    uint32_t rot_dim = 0;  // int(head_dim * partial_rotary_factor), even
     bool tie_word_embeddings = false;
     uint64_t max_position_embeddings = 0;
     bool gelu_tanh = false;  // hidden_act "gelu_tanh" (else silu)
     double embed_multiplier = 1.0;
-    bool has_yarn = false;
+    // HF's rope scaling, from arch.rope_scaling (or the original
+    // converter's arch.yarn); type default when neither is there.
+    archs::rope::Scaling rope_scaling;
     bool has_moe = false;
     bool has_linear_core = false;
 };

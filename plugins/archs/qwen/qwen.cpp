@@ -19,7 +19,9 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -73,6 +75,9 @@ struct Model {
     uint64_t kv_row_bytes() const { return kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4); }
     // The backend has matmul_multi: q/k/v and gate/up go as one call each.
     bool fused_matmuls = false;
+    // RoPE scaling (cfg.rope_scaling not default): every rotation goes
+    // through the backend's rope_freqs with HF's table.
+    bool scaled_rope = false;
     Weight embed, final_norm, head;
     std::vector<Layer> layers;
     std::vector<cmf_backend_weight *> owned;
@@ -106,6 +111,10 @@ struct State {
     uint64_t n_past = 0;
     std::vector<float *> k_cache, v_cache;  // per layer: [n_ctx][kv_dim] of model->kv_dtype
     Scratch scratch;
+    // The scaled RoPE table HF's rotary embedding holds, kept per state as
+    // a freshly loaded HF model keeps it (dynamic NTK changes it as the
+    // sequence grows); unset for unscaled RoPE.
+    std::optional<cmf::archs::rope::Dynamic> rope;
 
     ~State() {
         scratch.release();
@@ -282,11 +291,15 @@ cmf_error *model_create(void *ctx, const cmf_model_source *src, const cmf_backen
                            backend->matmul_multi != nullptr;
         m->cfg = cmf::qwen::parse_config(src->arch_json, src->arch_json_len);
         const Config &c = m->cfg;
-        if (c.has_yarn) throw Error(CMF_ERR_UNSUPPORTED, "qwen: arch.yarn RoPE scaling is not implemented yet");
         m->q_dim = c.num_attention_heads * c.head_dim;
         m->kv_dim = c.num_kv_heads * c.head_dim;
-        m->rot_dim = static_cast<uint32_t>(std::floor(double(c.head_dim) * c.partial_rotary_factor));
-        m->rot_dim &= ~1u;
+        m->rot_dim = c.rot_dim;
+        m->scaled_rope = c.rope_scaling.scaled() && m->rot_dim > 0;
+        if (m->scaled_rope && (backend->struct_size < offsetof(cmf_backend_vt, rope_freqs) + sizeof(void *) ||
+                               backend->rope_freqs == nullptr))
+            throw Error(CMF_ERR_UNSUPPORTED, std::string("qwen: arch.rope_scaling is ") + cmf::archs::rope::type_name(c.rope_scaling.type) +
+                                                 " but backend '" + (backend->name ? backend->name : "?") +
+                                                 "' has no rope_freqs (RoPE over a given frequency table)");
         Binder b(src, *m);
         if (b.present("model.mtp.eh_proj.weight") || b.present("model.mtp.layers.0.self_attn.q_proj.weight"))
             pl->host->log(pl->host->host_ctx, CMF_LOG_INFO, "qwen: model.mtp.* present; MTP drafting is not used yet");
@@ -339,6 +352,7 @@ cmf_error *state_create(void *ctx, cmf_arch_model *model, uint64_t n_ctx, cmf_ar
         s->n_ctx = n_ctx;
         s->scratch.be = m->be;
         s->scratch.be_ctx = m->be_ctx;
+        if (m->scaled_rope) s->rope.emplace(m->cfg.rope_scaling, m->cfg.rope_theta, m->rot_dim);
         // The KV cache holds K after RoPE and V, per layer, in m->kv_dtype.
         for (size_t i = 0; i < m->layers.size(); ++i) {
             float *k = nullptr, *v = nullptr;
@@ -426,8 +440,14 @@ void attention_block(const Model &m, State &s, const Layer &L, size_t li, uint64
         check(be->rms_norm(bc, sc.k, L.k_norm.w, n * nkv, hd, eps, style, sc.k));
     }
     if (m.rot_dim > 0) {
-        check(be->rope(bc, sc.q, n, m.q_dim, nh, hd, m.rot_dim, pos, float(c.rope_theta)));
-        check(be->rope(bc, sc.k, n, m.kv_dim, nkv, hd, m.rot_dim, pos, float(c.rope_theta)));
+        for (auto [x, ld, heads] : {std::tuple{sc.q, m.q_dim, nh}, std::tuple{sc.k, m.kv_dim, nkv}}) {
+            if (s.rope) {  // scaled: HF's table for this call (forward updated it)
+                const cmf::archs::rope::Freqs &f = s.rope->current();
+                check(be->rope_freqs(bc, x, n, ld, heads, hd, m.rot_dim, pos, f.inv_freq.data(), f.attention_factor));
+            } else {
+                check(be->rope(bc, x, n, ld, heads, hd, m.rot_dim, pos, float(c.rope_theta)));
+            }
+        }
     }
     const float scale = 1.0f / std::sqrt(float(hd));
     if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
@@ -482,6 +502,9 @@ cmf_error *forward(void *ctx, cmf_arch_model *model, cmf_arch_state *state, cons
         const int32_t style = c.gemma_norm ? CMF_NORM_GEMMA : CMF_NORM_QWEN;
         const float eps = float(c.rms_norm_eps);
 
+        // Dynamic NTK: the table this call rotates with is the one for
+        // seq_len = pos + n (HF's dynamic_rope_update, once per forward).
+        if (s.rope) s.rope->update(pos + n);
         check(be->embed(bc, m.embed.w, args->tokens, n, float(c.embed_multiplier), sc.h));
         for (size_t li = 0; li < m.layers.size(); ++li) {
             const Layer &L = m.layers[li];
