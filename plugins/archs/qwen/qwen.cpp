@@ -57,6 +57,7 @@ struct Layer {
     Weight in_norm, post_norm;
     Weight q, k, v, o;
     Weight q_bias, k_bias, v_bias;  // all or none (qwen2)
+    Weight o_bias;                  // attention_bias (qwen3): o_proj's bias too
     Weight q_norm, k_norm;          // both or none (qwen3)
     Weight gate, up, down;
     uint64_t ffn_dim = 0;
@@ -258,6 +259,7 @@ void build_layer(Model &m, Binder &b, uint64_t i) {
     } else if (biases != 0) {
         throw Error(CMF_ERR_MISSING_TENSOR, p + "self_attn: q/k/v biases must be all present or all absent");
     }
+    L.o_bias = b.bind_if(p + "self_attn.o_proj.bias", {H});
     int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
     if (norms == 2) {
         L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
@@ -461,6 +463,7 @@ void attention_block(const Model &m, State &s, const Layer &L, size_t li, uint64
                                0, 0.0f));
     }
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
+    if (L.o_bias) check(be->add_bias(bc, sc.tmp, L.o_bias.w, n, c.hidden_size));
 }
 
 void dense_ffn(const Model &m, Scratch &sc, const Layer &L, uint64_t n) {
