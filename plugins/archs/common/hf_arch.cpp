@@ -470,6 +470,7 @@ std::vector<PlanEntry> plan_layer(const ArchView &a, const std::string &name, co
         if (s != Shape{a.heads * hd} && s != Shape{2 * a.heads * hd}) shape_error(name, s, "[" + std::to_string(a.heads * hd) + "]");
     } else if (role == "self_attn.k_proj.bias" || role == "self_attn.v_proj.bias") want(name, s, {a.kv_heads * hd});
     else if (role == "self_attn.o_proj.weight") want(name, s, {H, a.heads * hd});
+    else if (role == "self_attn.o_proj.bias") want(name, s, {H});  // attention_bias: the runtime adds it
     else if (role == "self_attn.q_norm.weight" || role == "self_attn.k_norm.weight") want(name, s, {hd});
     else if (role == "mlp.gate_proj.weight" || role == "mlp.up_proj.weight") want_cols(name, s, H);
     else if (role == "mlp.down_proj.weight") want_rows(name, s, H);
