@@ -1,5 +1,5 @@
 // Which CMF dtype (and encoder options) each converted or requantized
-// tensor gets: the original converter's policy (COMPAT §5.13, §14). The one
+// tensor gets: the original converter's policy (docs/convert.md). The one
 // policy of the project: `cmfhost convert`, `cmf_convert` and `requant` use it.
 #pragma once
 
@@ -17,7 +17,7 @@ namespace cmf::convert {
 // with error diffusion), q1s, q1t.
 // Throws cmf::Error(CMF_ERR_INVALID_ARGUMENT) listing the valid names.
 int32_t quant_dtype_from_name(const std::string &name);
-// Header `quant_type` for a --quant choice (COMPAT §5.13).
+// Header `quant_type` for a --quant choice, as the original converter names it.
 const char *header_quant_type(int32_t dtype);
 using cmf::dtype_name;  // common/dtype_name.hpp
 
@@ -44,7 +44,7 @@ public:
     // The dtype for one output tensor. `model_has_experts`: q2tp goes to MoE
     // expert gate/up projections only when the model has experts, else to
     // the dense gate/up projections; every other tensor q2tp would get is
-    // q4tp (COMPAT §5.12).
+    // q4tp, as in the original converter.
     DtypeChoice choose(const std::string &name, const std::vector<uint64_t> &shape, bool model_has_experts = false) const;
 
 private:

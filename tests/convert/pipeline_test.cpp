@@ -424,7 +424,7 @@ TEST_CASE("convert: dtype policy and decoding bounds for f16/bf16") {
             }
         }
     }
-    SUBCASE("policy details (COMPAT §5.13)") {
+    SUBCASE("policy details (the original converter's)") {
         using V = std::vector<uint64_t>;
         QuantPolicy p("q4tp");
         CHECK(p.choose("model.layers.0.mlp.up_proj.weight", {64, 64}).dtype == CMF_DTYPE_Q4TP);
@@ -440,7 +440,7 @@ TEST_CASE("convert: dtype policy and decoding bounds for f16/bf16") {
         CHECK(QuantPolicy("q8").choose("a.weight", {64, 100}).dtype == CMF_DTYPE_Q8_ROW);
         CHECK(QuantPolicy("vbit").choose("a.weight", {64, 64}).dtype == CMF_DTYPE_VBIT_RO);
         CHECK(QuantPolicy("vbit").choose("a.weight", {64, 100}).dtype == CMF_DTYPE_Q8_2F);
-        // q2tp (COMPAT §5.12): expert gate/up when the model has experts, else dense gate/up; q4tp elsewhere.
+        // q2tp: expert gate/up when the model has experts, else dense gate/up; q4tp elsewhere.
         QuantPolicy q2("q2tp");
         CHECK(q2.choose("model.layers.0.mlp.gate_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q2TP);
         CHECK(q2.choose("model.layers.0.mlp.up_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q2TP);

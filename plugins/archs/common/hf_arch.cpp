@@ -172,7 +172,7 @@ std::string build_arch_json(std::string_view text) {
     if (auto v = tc.finite("rope_theta")) rope_theta = *v;
     else if (rope_src.parameters && rope_src.parameters->has("rope_theta")) rope_theta = *rope_src.parameters->finite("rope_theta");
     if (!(rope_theta > 0)) config_error("rope_theta = " + json::spelling(*tc.get("rope_theta")) + ": must be a positive number");
-    float partial = hybrid ? 0.25f : 1.0f;  // HF's hybrid configs default to 0.25 (ARCHS §1.1)
+    float partial = hybrid ? 0.25f : 1.0f;  // HF's Qwen3NextConfig / Qwen3_5TextConfig default to 0.25
     if (auto v = tc.finite("partial_rotary_factor")) partial = static_cast<float>(*v);
     else if (rope_src.parameters && rope_src.parameters->has("partial_rotary_factor"))
         partial = static_cast<float>(*rope_src.parameters->finite("partial_rotary_factor"));
@@ -198,7 +198,10 @@ std::string build_arch_json(std::string_view text) {
     if (auto v = top.boolean("tie_word_embeddings")) tie = *v;
     else if (auto v2 = tc.boolean("tie_word_embeddings")) tie = *v2;
 
-    // A top-level rope_scaling is served at the native window (ARCHS §1.1, §1.6).
+    // With a top-level rope_scaling the original converter writes
+    // max_position_embeddings = original_max_position_embeddings (it serves
+    // the native window, unscaled); kept so its readers see what it writes.
+    // The scaling itself is in rope_scaling, applied as HF applies it.
     uint64_t max_position = *max_pos;
     if (rope_src.top_level_scaling) {
         const Object &rs = *rope_src.scaling;
@@ -410,7 +413,7 @@ std::string canonical_name(const ArchView &, const std::string &n) {
     if (auto r = strip("model.language_model.", "model.")) x = *r;
     else if (auto r2 = strip("language_model.model.", "model.")) x = *r2;
     else if (auto r3 = strip("language_model.lm_head.", "lm_head.")) x = *r3;
-    // MTP spellings (Qwen3-Next / Qwen3.5) -> model.mtp.* (ARCHS §1.2).
+    // MTP spellings (Qwen3-Next / Qwen3.5) -> model.mtp.*, the original converter's names.
     if (starts_with(x, "mtp.")) {
         if (x == "mtp.fc.weight") return "model.mtp.eh_proj.weight";
         if (x == "mtp.pre_fc_norm_embedding.weight") return "model.mtp.enorm.weight";
