@@ -75,7 +75,7 @@ def run(cmfhost, root, tmp):
         ("features", features_cfg, None),
     ]
     corpus = os.path.join(root, "..", "fixtures", "hf_configs")
-    for family in sorted(os.listdir(corpus)):
+    for family in sorted(f for f in os.listdir(corpus) if os.path.isdir(os.path.join(corpus, f))):
         for model in sorted(os.listdir(os.path.join(corpus, family))):
             path = os.path.join(corpus, family, model, "tokenizer_config.json")
             if os.path.exists(path):  # no chat_template: cmfhost falls back to ChatML
