@@ -166,28 +166,22 @@ inline Normalised normalise(std::string_view in) {
             }
         } else if (c == ']' || c == '}') {
             if (depth) --depth;
-        } else if (c == 'N' && in.substr(i, 3) == "NaN") {
-            flush(i);
-            o += kNaNToken;
-            i += 3;
-            copied = i;
-            out.changed = true;
-            continue;
-        } else if (c == 'I' && in.substr(i, 8) == "Infinity") {
-            flush(i);
-            o += kInfToken;
-            i += 8;
-            copied = i;
-            out.changed = true;
-            continue;
-        } else if (c == '-' && in.substr(i, 9) == "-Infinity") {
-            flush(i);
-            o += kNegInfToken;
-            i += 9;
-            copied = i;
-            out.changed = true;
-            continue;
-        } else if (c == '-' || detail::is_digit(c)) {
+        } else if (c == 'N' || c == 'I' || c == '-') {
+            static constexpr std::string_view words[][2] = {
+                {"NaN", kNaNToken}, {"Infinity", kInfToken}, {"-Infinity", kNegInfToken}};
+            bool matched = false;
+            for (const auto &w : words)
+                if (in.substr(i, w[0].size()) == w[0]) {
+                    flush(i);
+                    o += w[1];
+                    i += w[0].size();
+                    copied = i;
+                    out.changed = matched = true;
+                    break;
+                }
+            if (matched) continue;
+        }
+        if (c == '-' || detail::is_digit(c)) {
             size_t end = i;
             std::string rw = detail::rewrite_number(in, i, end);
             if (!rw.empty()) {

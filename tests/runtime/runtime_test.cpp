@@ -162,6 +162,21 @@ std::string parity_dir(const std::string &name) {
     return std::string(root) + "/" + name;
 }
 
+// The case's prompt continued greedily by generate(): the ids and the stats.
+std::pair<std::vector<int32_t>, cmf::runtime::GenerateStats> greedy_ids(Session &s, const Case &c) {
+    GenerateConfig g;
+    g.max_tokens = uint32_t(c.greedy.size());
+    g.sampler.temperature = 0;
+    g.sampler.repetition_penalty = 1.0f;
+    std::vector<int32_t> produced;
+    g.on_token = [&](int32_t tok) {
+        produced.push_back(tok);
+        return true;
+    };
+    auto st = s.generate(c.prompt, g);
+    return {produced, st};
+}
+
 void run_case(const std::string &name) {
     Case c = load_case(parity_dir(name));
     TestRuntime t;
@@ -183,16 +198,7 @@ void run_case(const std::string &name) {
     // 2. Greedy continuation through generate(): batched prefill, then
     //    token-by-token decode on the KV cache.
     s.truncate(0);
-    GenerateConfig g;
-    g.max_tokens = uint32_t(c.greedy.size());
-    g.sampler.temperature = 0;
-    g.sampler.repetition_penalty = 1.0f;
-    std::vector<int32_t> produced;
-    g.on_token = [&](int32_t tok) {
-        produced.push_back(tok);
-        return true;
-    };
-    auto st = s.generate(c.prompt, g);
+    auto [produced, st] = greedy_ids(s, c);
     CHECK(st.stop_reason == CMF_STOP_MAX_TOKENS);
     CHECK(st.prompt_tokens == c.prompt.size());
     CHECK(st.generated_tokens == c.greedy.size());
@@ -257,9 +263,7 @@ void run_case(const std::string &name) {
     CHECK(ek < 2e-3);
     CHECK(ek > 0);  // the cache really is f16
     sk.truncate(0);
-    produced.clear();
-    sk.generate(c.prompt, g);
-    CHECK(produced == c.greedy);
+    CHECK(greedy_ids(sk, c).first == c.greedy);
     const double kvk = kv_decode_error(sk, seq, seq.size(), gk);
     MESSAGE(name << " f16 KV cache, KV decode vs full recompute: " << kvk);
     CHECK(kvk < 5e-4);
@@ -555,17 +559,7 @@ TEST_CASE("parity: dynamic NTK RoPE follows HF's rotary state call by call, qwen
     CHECK(w3 < 1e-3);
     // 4. generate() on a fresh state: greedy ids as HF's.
     Session g(*t.rt, *model->source(), cfg);
-    GenerateConfig gc;
-    gc.max_tokens = uint32_t(c.greedy.size());
-    gc.sampler.temperature = 0;
-    gc.sampler.repetition_penalty = 1.0f;
-    std::vector<int32_t> produced;
-    gc.on_token = [&](int32_t tok) {
-        produced.push_back(tok);
-        return true;
-    };
-    g.generate(c.prompt, gc);
-    CHECK(produced == c.greedy);
+    CHECK(greedy_ids(g, c).first == c.greedy);
 }
 
 // A file from the original converter carries `yarn` (its spelling of
