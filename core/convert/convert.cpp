@@ -278,7 +278,7 @@ void write_id_list(json::Writer &w, dom::element e, const std::string &where, bo
     } else if (!e.get_array().get(arr)) {
         w.begin_array();
         for (auto x : arr) {
-            if (x.get_uint64().get(v)) throw Error(CMF_ERR_PARSE, where + ": eos_token_id holds a value that is not a token id");
+            if (x.get_uint64().get(v)) throw Error(CMF_ERR_PARSE, where + ": eos_token_id holds " + json::spelling(x) + ", which is not a token id");
             w.u64(v);
         }
         w.end_array();
