@@ -1,21 +1,32 @@
 #!/usr/bin/python3
-"""PyTorch reference for the qwen arch parity test (tests/runtime/).
+"""PyTorch reference for the decoder parity tests (tests/runtime/): the qwen
+and gemma arch plugins.
 
-Writes, for each tiny qwen config of tests/models/gen_tiny_models.py (plus an untied qwen2 whose head
-has fewer rows than vocab_size), a directory with:
+Writes, for each tiny config (qwen2, qwen3, an untied qwen2 whose head has
+fewer rows than vocab_size; gemma, gemma2, gemma3 text with sequences longer
+than their sliding windows), a directory with:
   index.json   {"arch": <CMF header arch block>, "tensors": [{name, shape, offset}],
                 "prompt": [64 ids], "greedy": [32 ids], "positions": P, "vocab": V}
   weights.f32  every tensor, f32 little-endian, at its offset (in floats)
   logits.f32   [P, V] logits of prompt + greedy[:-1], position by position
+  hidden_m2.f32 [P, hidden] the residual stream after all layers but the
+               last (HF's hidden_states[-2], what a text encoder reads)
   hf/          the same weights as a Hugging Face checkpoint (config.json,
                model.safetensors in F32, no tokenizer), for the quantized
                parity cases, which convert it with cmf_convert as a user would
 
-The forward pass is written from the HF modeling semantics of Qwen2/Qwen3
-(modeling_qwen2.py, modeling_qwen3.py): RMSNorm x^*w with the mean of squares in f32,
-half-split RoPE with inv_freq and angles in f32, eager attention with
-repeat_kv GQA and a causal mask, SwiGLU, tied or untied head. transformers
-is not a Debian package, so the model is restated here instead of imported.
+The forward pass is written from Hugging Face's modeling_qwen2.py,
+modeling_qwen3.py, modeling_gemma.py, modeling_gemma2.py and
+modeling_gemma3.py: RMSNorm x^*w (qwen) or x^*(1+w) in f32 (gemma) with the
+mean of squares in f32, half-split RoPE with inv_freq and angles in f32,
+eager attention with repeat_kv GQA and a causal mask (HF's SDPA path skips
+gemma2's soft-cap), SwiGLU or GeGLU (tanh GELU); gemma's embedding times
+sqrt(hidden) as an f32 tensor, sandwich norms (gemma2/3), scale
+query_pre_attn_scalar**-0.5, attention soft-cap before the mask, final
+logit soft-cap, q/k-norm (gemma3), and sliding-window layers (a query sees
+keys j > i - window) with their own RoPE base (gemma3's
+rope_local_base_freq). transformers is not a Debian package, so the models
+are restated here instead of imported.
 The greedy continuation is HF generate()'s: the prompt in one forward call,
 then one token per call over a KV cache; logits.f32 is one full causal
 recompute of prompt + greedy[:-1], so the C++ KV-cache path is checked
@@ -29,8 +40,9 @@ HF's tensor dtypes), and the rotary embedding keeps HF's state
 largest seen recomputes the table for that length; one under
 max_position_embeddings after growth resets it; cached keys keep their
 rotation). Dynamic NTK's results depend on how the sequence is split into
-calls, so its case also writes cached.f32: the prompt in one call, then one
-token per call with a KV cache, as HF's generate() runs it.
+calls, so its case also writes cached.f32 (the prompt in one call, then one
+token per call with a KV cache, as HF's generate() runs it) and short.f32
+(a new 20-token sequence on that state: the table is reset).
 
 Weights are seeded random (not HF's 0.02 init, which makes every logit
 ~0): N(0, 0.1^2) matrices, N(0, 0.5^2) embeddings, norms 1 + N(0, 0.3^2),
@@ -57,6 +69,21 @@ CASES = {
     # qwen2 untied with a head of 120 rows for vocab_size 128 (logits 120.. = 0).
     "qwen2_short_head": dict(arch="qwen2", hidden=64, inter=96, layers=2, heads=4, kv=1, head_dim=16, vocab=128,
                              theta=10000.0, tied=False, bias=True, qknorm=False, head_rows=120),
+    # gemma (1): MQA, sqrt(96) not exact, tanh GELU, tied head, scale 1/sqrt(head_dim).
+    "gemma": dict(arch="gemma", hidden=96, inter=192, layers=2, heads=4, kv=1, head_dim=32, vocab=128,
+                  theta=10000.0, tied=True, bias=False, qknorm=False, head_rows=128),
+    # gemma2: sandwich norms, window 4 on even layers (written as the pattern
+    # rule, as the converter writes gemma2 files), soft-caps made small so
+    # tanh bends, query_pre_attn_scalar 24 != head_dim.
+    "gemma2": dict(arch="gemma2", hidden=64, inter=128, layers=4, heads=4, kv=2, head_dim=32, vocab=128,
+                   theta=10000.0, tied=True, bias=False, qknorm=False, head_rows=128, sandwich=True, qpas=24.0,
+                   window=4, pattern=2, attn_cap=1.0, final_cap=2.0),
+    # gemma3 text: q/k-norm, 2 local : 1 global from layer_types, local and
+    # global RoPE bases, window 28 (prefill runs in chunks long enough for
+    # the blocked attention path, and the local rings wrap).
+    "gemma3": dict(arch="gemma3_text", hidden=64, inter=128, layers=6, heads=4, kv=2, head_dim=32, vocab=128,
+                   theta=1000000.0, tied=True, bias=False, qknorm=True, head_rows=128, sandwich=True, qpas=32.0,
+                   window=28, pattern=3, explicit_types=True, local_theta=10000.0),
 }
 # RoPE scaling cases: the HF config's scaling object (spelled `rope_scaling`,
 # or transformers v5's `rope_parameters` with rope_theta inside), and
@@ -96,14 +123,20 @@ def make_weights(c, seed):
     def rnd(*shape, std=0.1):
         return torch.randn(*shape, generator=g, dtype=torch.float32) * std
 
-    def norm(n):
-        return 1.0 + rnd(n, std=0.3)
+    gemma = is_gemma(c)
 
-    w = {"model.embed_tokens.weight": rnd(c["vocab"], H, std=0.5)}
+    def norm(n):  # gemma's norms multiply by (1 + w): weights around 0
+        return (0.0 if gemma else 1.0) + rnd(n, std=0.3)
+
+    # gemma scales the embedding by sqrt(hidden) and ties its head: smaller rows
+    w = {"model.embed_tokens.weight": rnd(c["vocab"], H, std=0.1 if is_gemma(c) else 0.5)}
     for i in range(c["layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(H)
         w[p + "post_attention_layernorm.weight"] = norm(H)
+        if c.get("sandwich"):
+            w[p + "pre_feedforward_layernorm.weight"] = norm(H)
+            w[p + "post_feedforward_layernorm.weight"] = norm(H)
         w[p + "self_attn.q_proj.weight"] = rnd(nh * hd, H)
         w[p + "self_attn.k_proj.weight"] = rnd(nkv * hd, H)
         w[p + "self_attn.v_proj.weight"] = rnd(nkv * hd, H)
@@ -126,10 +159,22 @@ def make_weights(c, seed):
     return w
 
 
-def rms_norm(x, weight):
-    # HF Qwen2RMSNorm: variance in f32, x * rsqrt(var + eps), then * weight.
+def is_gemma(c):
+    return c["arch"].startswith("gemma")
+
+
+def rms_norm(c, x, weight):
     var = x.pow(2).mean(-1, keepdim=True)
+    if is_gemma(c):
+        # GemmaRMSNorm: x * rsqrt(mean(x^2) + eps), then * (1 + w), in f32.
+        return (x * torch.rsqrt(var + EPS)) * (1.0 + weight)
+    # Qwen2RMSNorm: variance in f32, x * rsqrt(var + eps), then * weight.
     return weight * (x * torch.rsqrt(var + EPS))
+
+
+def is_sliding(c, i):
+    """HF's layer_types: gemma2 and gemma3 derive them from the pattern."""
+    return "window" in c and (i + 1) % c["pattern"] != 0
 
 
 def rope_kind(c):
@@ -137,11 +182,12 @@ def rope_kind(c):
     return r.get("rope_type", r.get("type", "default"))
 
 
-def rope_init(c, seq_len=None):
-    """(inv_freq, attention_scaling): transformers' ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len)."""
-    r = c.get("rope") or {}
-    kind = rope_kind(c)
-    base = c["theta"]
+def rope_init(c, seq_len=None, local=False):
+    """(inv_freq, attention_scaling): transformers' ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len);
+    local: gemma3's rotary_emb_local (rope_local_base_freq, default RoPE)."""
+    r = {} if local else (c.get("rope") or {})
+    kind = "default" if local else rope_kind(c)
+    base = c.get("local_theta", c["theta"]) if local else c["theta"]
     dim = c["head_dim"]
     mpe = c.get("max_pos", 256)
 
@@ -219,14 +265,14 @@ def rope_init(c, seq_len=None):
 class Rotary:
     """HF's rotary embedding module with dynamic_rope_update's state."""
 
-    def __init__(self, c):
-        self.c = c
-        self.inv_freq, self.attention_scaling = rope_init(c)
+    def __init__(self, c, local=False):
+        self.c, self.local = c, local
+        self.inv_freq, self.attention_scaling = rope_init(c, local=local)
         self.original_inv_freq = self.inv_freq
         self.max_seq_len_cached = self.original_max_seq_len = c.get("max_pos", 256)
 
     def __call__(self, position_ids):
-        if "dynamic" in rope_kind(self.c):
+        if not self.local and "dynamic" in rope_kind(self.c):
             seq_len = torch.max(position_ids) + 1
             if seq_len > self.max_seq_len_cached:  # growth
                 self.inv_freq, self.attention_scaling = rope_init(self.c, seq_len)
@@ -244,20 +290,36 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def forward(c, w, ids, rotary=None, cache=None, pos0=0):
+def forward(c, w, ids, n_layers=None, rotary=None, cache=None, pos0=0):
     """Logits [n, vocab] for the token ids at positions pos0.. in one forward
-    call. `cache` (per layer [K, V] after RoPE) holds positions < pos0 and
-    gets the new ones; without one this is a full causal recompute."""
+    call; with n_layers, the residual stream after that many layers instead
+    (HF's hidden_states[n_layers]). `cache` (per layer [K, V] after RoPE)
+    holds positions < pos0 and gets the new ones; without one this is a
+    full causal recompute. `rotary`: the (global, local) rotary modules,
+    whose state persists across calls as a model's does."""
     H, hd, nh, nkv = c["hidden"], c["head_dim"], c["heads"], c["kv"]
+    gemma = is_gemma(c)
     n = len(ids)
-    rotary = rotary or Rotary(c)
-    cache = cache if cache is not None else {}
     h = w["model.embed_tokens.weight"][torch.tensor(ids)]
-    cos, sin = rotary(torch.arange(pos0, pos0 + n))
-    mask = torch.full((n, pos0 + n), float("-inf")).triu(pos0 + 1)
-    for i in range(c["layers"]):
+    if gemma:  # the normalizer is a tensor of the activation dtype
+        h = h * torch.tensor(H ** 0.5, dtype=h.dtype)
+    rotary = rotary or (Rotary(c), Rotary(c, local=True))
+    cache = cache if cache is not None else {}
+    positions = torch.arange(pos0, pos0 + n)
+    rope_global = rotary[0](positions)
+    rope_local = rotary[1](positions)
+    causal = torch.full((n, pos0 + n), float("-inf")).triu(pos0 + 1)
+    qpos, kpos = positions, torch.arange(pos0 + n)
+    scaling = c.get("qpas", hd) ** -0.5
+    for i in range(c["layers"] if n_layers is None else n_layers):
         p = f"model.layers.{i}."
-        x = rms_norm(h, w[p + "input_layernorm.weight"])
+        mask = causal
+        if is_sliding(c, i):  # keys j > i - window only
+            far = kpos[None, :] <= qpos[:, None] - c["window"]
+            mask = causal.masked_fill(far, float("-inf"))
+        # Sliding layers on their own base (gemma3) use the local, unscaled table.
+        cos, sin = rope_local if is_sliding(c, i) and "local_theta" in c else rope_global
+        x = rms_norm(c, h, w[p + "input_layernorm.weight"])
         q = x @ w[p + "self_attn.q_proj.weight"].T
         k = x @ w[p + "self_attn.k_proj.weight"].T
         v = x @ w[p + "self_attn.v_proj.weight"].T
@@ -269,8 +331,8 @@ def forward(c, w, ids, rotary=None, cache=None, pos0=0):
         k = k.view(n, nkv, hd).transpose(0, 1)
         v = v.view(n, nkv, hd).transpose(0, 1)
         if c["qknorm"]:
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"])
-            k = rms_norm(k, w[p + "self_attn.k_norm.weight"])
+            q = rms_norm(c, q, w[p + "self_attn.q_norm.weight"])
+            k = rms_norm(c, k, w[p + "self_attn.k_norm.weight"])
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         if i in cache:
@@ -280,20 +342,33 @@ def forward(c, w, ids, rotary=None, cache=None, pos0=0):
         rep = nh // nkv
         k = k.repeat_interleave(rep, dim=0)
         v = v.repeat_interleave(rep, dim=0)
-        scores = (q @ k.transpose(1, 2)) * (hd ** -0.5) + mask
-        probs = torch.softmax(scores.float(), dim=-1)
-        a = (probs @ v).transpose(0, 1).reshape(n, nh * hd)
-        o = a @ w[p + "self_attn.o_proj.weight"].T
+        scores = (q @ k.transpose(1, 2)) * scaling
+        if c.get("attn_cap"):
+            scores = torch.tanh(scores / c["attn_cap"]) * c["attn_cap"]
+        probs = torch.softmax((scores + mask).float(), dim=-1)
+        a = (probs @ v).transpose(0, 1).reshape(n, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
         if c.get("obias"):
-            o = o + w[p + "self_attn.o_proj.bias"]
-        h = h + o
-        x = rms_norm(h, w[p + "post_attention_layernorm.weight"])
+            a = a + w[p + "self_attn.o_proj.bias"]
+        if c.get("sandwich"):
+            a = rms_norm(c, a, w[p + "post_attention_layernorm.weight"])
+            x = rms_norm(c, h + a, w[p + "pre_feedforward_layernorm.weight"])
+        else:
+            x = rms_norm(c, h + a, w[p + "post_attention_layernorm.weight"])
+        h = h + a
         gate = x @ w[p + "mlp.gate_proj.weight"].T
         up = x @ w[p + "mlp.up_proj.weight"].T
-        h = h + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm(h, w["model.norm.weight"])
+        act = torch.nn.functional.gelu(gate, approximate="tanh") if gemma else torch.nn.functional.silu(gate)
+        f = (act * up) @ w[p + "mlp.down_proj.weight"].T
+        if c.get("sandwich"):
+            f = rms_norm(c, f, w[p + "post_feedforward_layernorm.weight"])
+        h = h + f
+    if n_layers is not None:
+        return h
+    x = rms_norm(c, h, w["model.norm.weight"])
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
     logits = x @ head.T
+    if c.get("final_cap"):
+        logits = torch.tanh(logits / c["final_cap"]) * c["final_cap"]
     if logits.shape[1] < c["vocab"]:  # vocab_size beyond the head's rows: zeros
         logits = torch.cat((logits, torch.zeros(n, c["vocab"] - logits.shape[1])), dim=1)
     return logits
@@ -303,8 +378,8 @@ def cached_run(c, w, prompt, n_gen):
     """HF's generate() with a KV cache on a freshly built model: the prompt in
     one call, then greedy tokens one call each. Logits of every position,
     the greedy ids, the worst top1-top2 margin, and the rotary state."""
-    rotary, cache = Rotary(c), {}
-    rows = [forward(c, w, prompt, rotary, cache, 0)]
+    rotary, cache = (Rotary(c), Rotary(c, local=True)), {}
+    rows = [forward(c, w, prompt, None, rotary, cache, 0)]
     ids = list(prompt)
     margin = float("inf")
     for _ in range(n_gen):
@@ -314,7 +389,7 @@ def cached_run(c, w, prompt, n_gen):
         ids.append(int(torch.argmax(last)))
         if len(ids) - len(prompt) == n_gen:
             break
-        rows.append(forward(c, w, [ids[-1]], rotary, cache, len(ids) - 1))
+        rows.append(forward(c, w, [ids[-1]], None, rotary, cache, len(ids) - 1))
     return torch.cat(rows, dim=0), ids[len(prompt):], margin, rotary
 
 
@@ -336,33 +411,56 @@ def rope_record(c):
 
 
 def arch_block(c):
-    max_pos = c.get("max_pos", 256)
-    if c.get("rope") and c.get("spelling") != "rope_parameters" and "original_max_position_embeddings" in c["rope"]:
-        max_pos = c["rope"]["original_max_position_embeddings"]  # the original's "native window"
+    """The header arch block as the converter writes it from hf_config(c)."""
+    gemma = is_gemma(c)
+    types = ["FullAttention"] * c["layers"]
+    if c.get("explicit_types"):
+        types = ["SlidingAttention" if is_sliding(c, i) else "FullAttention" for i in range(c["layers"])]
     a = {
         "arch_name": c["arch"], "hidden_size": c["hidden"], "intermediate_size": c["inter"],
         "num_layers": c["layers"], "num_attention_heads": c["heads"], "num_kv_heads": c["kv"],
         "head_dim": c["head_dim"], "vocab_size": c["vocab"],
-        "layer_types": ["FullAttention"] * c["layers"], "rms_norm_eps": EPS, "norm_style": "qwen",
+        "layer_types": types, "rms_norm_eps": EPS, "norm_style": "gemma" if gemma else "qwen",
         "rope_theta": c["theta"], "partial_rotary_factor": 1.0, "tie_word_embeddings": c["tied"],
     }
     if c.get("rope"):
         a["rope_scaling"] = rope_record(c)
+    max_pos = c.get("max_pos", 256)
+    if c.get("rope") and c.get("spelling") != "rope_parameters" and "original_max_position_embeddings" in c["rope"]:
+        max_pos = c["rope"]["original_max_position_embeddings"]  # the original's "native window"
     a.update({"max_position_embeddings": max_pos, "linear_conv_kernel_dim": None, "linear_num_key_heads": None,
               "linear_num_value_heads": None})
+    if gemma:
+        a["hidden_act"] = "gelu_tanh"
+        a["embed_multiplier"] = float(torch.tensor(c["hidden"] ** 0.5, dtype=torch.float32))
+        if "qpas" in c:
+            a["query_pre_attn_scalar"] = c["qpas"]
+        if "window" in c:
+            a["sliding_window"] = c["window"]
+            a["sliding_window_pattern"] = c["pattern"]
+        if "local_theta" in c:
+            a["rope_local_base_freq"] = c["local_theta"]
+        if c.get("final_cap"):
+            a["final_logit_softcapping"] = c["final_cap"]
+        if c.get("attn_cap"):
+            a["attn_logit_softcapping"] = c["attn_cap"]
     return a
 
 
+HF_CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM",
+              "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+
+
 def hf_config(c):
-    """config.json as transformers writes it for Qwen2/Qwen3 (the keys the converter reads)."""
+    """config.json as transformers writes it for these models (the keys the converter reads)."""
     cfg = {
-        "model_type": c["arch"], "architectures": ["Qwen2ForCausalLM" if c["arch"] == "qwen2" else "Qwen3ForCausalLM"],
+        "model_type": c["arch"], "architectures": [HF_CLASSES[c["arch"]]],
         "hidden_size": c["hidden"], "intermediate_size": c["inter"], "num_hidden_layers": c["layers"],
         "num_attention_heads": c["heads"], "num_key_value_heads": c["kv"], "vocab_size": c["vocab"],
         "hidden_act": "silu", "max_position_embeddings": c.get("max_pos", 256), "rms_norm_eps": EPS, "rope_theta": c["theta"],
         "tie_word_embeddings": c["tied"], "use_sliding_window": False, "attention_dropout": 0.0,
     }
-    if c["head_dim"] != c["hidden"] // c["heads"]:
+    if c["head_dim"] != c["hidden"] // c["heads"] or is_gemma(c):
         cfg["head_dim"] = c["head_dim"]
     if c["arch"] == "qwen3":
         cfg["attention_bias"] = c["bias"]
@@ -372,6 +470,21 @@ def hf_config(c):
             cfg["rope_parameters"] = dict(c["rope"], rope_theta=c["theta"])
         else:
             cfg["rope_scaling"] = c["rope"]
+    if is_gemma(c):
+        del cfg["use_sliding_window"]
+        cfg.update(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", attention_bias=False,
+                   bos_token_id=2, eos_token_id=1, pad_token_id=0)
+        if "qpas" in c:
+            cfg["query_pre_attn_scalar"] = c["qpas"]
+        if "window" in c:
+            cfg["sliding_window"] = c["window"]
+        if c["arch"] == "gemma3_text":
+            cfg["sliding_window_pattern"] = c["pattern"]
+            cfg["rope_local_base_freq"] = c["local_theta"]
+            cfg["rope_scaling"] = None
+            cfg["layer_types"] = ["sliding_attention" if is_sliding(c, i) else "full_attention" for i in range(c["layers"])]
+        cfg["attn_logit_softcapping"] = c.get("attn_cap")
+        cfg["final_logit_softcapping"] = c.get("final_cap")
     return cfg
 
 
@@ -391,13 +504,7 @@ def write_safetensors(path, w):
         f.write(b"".join(blobs))
 
 
-def write_f32(path, t):
-    with open(path, "wb") as f:
-        f.write(t.contiguous().numpy().astype("<f4").tobytes())
-
-
 def write_case(out_dir, name, c):
-    dynamic = rope_kind(c) == "dynamic"
     with torch.no_grad():
         for seed in range(20):
             w = make_weights(c, seed)
@@ -410,9 +517,10 @@ def write_case(out_dir, name, c):
             sys.exit(f"{name}: no seed in 0..19 gives a greedy margin >= 1e-2")
         seq = prompt + gen[:-1]
         logits = forward(c, w, seq)  # one call from position 0 on a fresh model
-        if dynamic:
+        hidden = forward(c, w, seq, c["layers"] - 1)
+        if rope_kind(c) == "dynamic":
             # After the cached run, a new short sequence: HF resets the table.
-            short = forward(c, w, seq[:20], rotary, {}, 0)
+            short = forward(c, w, seq[:20], None, rotary, {}, 0)
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     tensors, offset, blobs = [], 0, []
@@ -423,10 +531,14 @@ def write_case(out_dir, name, c):
         blobs.append(t.numpy().astype("<f4").tobytes())
     with open(os.path.join(d, "weights.f32"), "wb") as f:
         f.write(b"".join(blobs))
-    write_f32(os.path.join(d, "logits.f32"), logits)
-    if dynamic:
-        write_f32(os.path.join(d, "cached.f32"), cached)
-        write_f32(os.path.join(d, "short.f32"), short)
+    with open(os.path.join(d, "logits.f32"), "wb") as f:
+        f.write(logits.numpy().astype("<f4").tobytes())
+    with open(os.path.join(d, "hidden_m2.f32"), "wb") as f:  # hidden_states[-2]: after all layers but the last
+        f.write(hidden.numpy().astype("<f4").tobytes())
+    if rope_kind(c) == "dynamic":
+        for fname, t in (("cached.f32", cached), ("short.f32", short)):
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(t.contiguous().numpy().astype("<f4").tobytes())
     index = {"arch": arch_block(c), "tensors": tensors, "prompt": prompt, "greedy": gen,
              "positions": len(seq), "vocab": c["vocab"], "seed": seed, "margin": margin}
     with open(os.path.join(d, "index.json"), "w") as f:
@@ -440,10 +552,11 @@ def write_case(out_dir, name, c):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: make_reference.py OUT_DIR")
+    if len(sys.argv) < 2:
+        sys.exit("usage: make_reference.py OUT_DIR [CASE ...]")
     for name, c in CASES.items():
-        write_case(sys.argv[1], name, c)
+        if len(sys.argv) == 2 or name in sys.argv[2:]:
+            write_case(sys.argv[1], name, c)
 
 
 if __name__ == "__main__":

@@ -46,9 +46,9 @@ ArchConfig parse_arch_config(const char *json, size_t len) {
     c.rope_theta = a.finite("rope_theta").value_or(10000.0);
     c.partial_rotary_factor = a.finite("partial_rotary_factor").value_or(1.0);
     c.tie_word_embeddings = a.boolean("tie_word_embeddings").value_or(false);
-    std::string act = a.str("hidden_act").value_or("silu");
-    if (act != "silu" && act != "gelu_tanh") bad("hidden_act", "unknown activation \"" + act + "\"");
-    c.gelu_tanh = act == "gelu_tanh";
+    // Which activations a family runs is its choice (Gemma runs the tanh GELU
+    // whatever a Gemma 1 config's "gelu" says).
+    c.hidden_act = a.str("hidden_act").value_or("silu");
     c.embed_multiplier = a.finite("embed_multiplier").value_or(1.0);
     c.query_pre_attn_scalar = a.finite("query_pre_attn_scalar").value_or(0);
     c.sliding_window = a.u64("sliding_window").value_or(0);
