@@ -32,7 +32,8 @@ using cmf::json::Object;
 
 std::vector<uint64_t> uints(const Object &o, const char *key) {
     std::vector<uint64_t> out;
-    for (simdjson::dom::element e : *o.array(key)) {
+    const simdjson::dom::array arr = *o.array(key);
+    for (simdjson::dom::element e : arr) {
         uint64_t v;
         if (e.get_uint64().get(v)) o.fail(key, "must be an array of non-negative integers");
         out.push_back(v);
@@ -42,7 +43,8 @@ std::vector<uint64_t> uints(const Object &o, const char *key) {
 
 std::vector<std::string> strings(const Object &o, const char *key) {
     std::vector<std::string> out;
-    for (simdjson::dom::element e : *o.array(key)) {
+    const simdjson::dom::array arr = *o.array(key);
+    for (simdjson::dom::element e : arr) {
         std::string_view v;
         if (e.get_string().get(v)) o.fail(key, "must be an array of strings");
         out.emplace_back(v);
