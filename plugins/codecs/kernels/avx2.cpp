@@ -529,6 +529,14 @@ inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, con
         [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + 2 * groups * r + 2 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(f16_scales + 2 * groups * r + 2 * g) * xd[g]; }, out);
 }
+template <int R>
+inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
+                           const float *xd, uint64_t groups, __m256 *out) {
+    q4_pair_acc_rows<R, 16>(
+        nibbles, 16 * groups, xq, xoff, groups,
+        [&](int r, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + groups * r + g), _mm256_loadu_ps(xd + g)); },
+        [&](int r, uint64_t g) { return scales[groups * r + g] * xd[g]; }, out);
+}
 inline __m256 q4_tiled_acc(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                            uint64_t groups) {
     __m256 a;
@@ -588,11 +596,101 @@ void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups) {
     __m256 a;
-    q4_pair_acc_rows<1, 16>(
-        nibbles, 0, xq, xoff, groups,
-        [&](int, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + g), _mm256_loadu_ps(xd + g)); },
-        [&](int, uint64_t g) { return scales[g] * xd[g]; }, &a);
+    q4_groups_rows<1>(nibbles, scales, xq, xoff, xd, groups, &a);
     return hsum(a);
+}
+
+void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
+                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    rows4_quads(
+        rows, y,
+        [&](uint64_t r, __m256 *a) {
+            q4_quad(
+                [&](uint64_t q, __m256 *o) {
+                    q4_groups_rows<kQ4Rows>(nibbles + 16 * groups * q, scales + groups * q, xq, xoff, xd, groups, o);
+                },
+                r, a);
+        },
+        [&](uint64_t r) {
+            __m256 a;
+            q4_groups_rows<1>(nibbles + 16 * groups * r, scales + groups * r, xq, xoff, xd, groups, &a);
+            return a;
+        });
+}
+
+namespace {
+// rows[0..8) (8 floats each) -> columns: out[ld*j + i] = rows[i][j].
+inline void transpose8x8(const float *in, float *out, uint64_t ld) {
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_load_ps(in + 8 * i);
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(out + ld * i, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(out + ld * (i + 4), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+}  // namespace
+
+// The eight rows' ladders as one chain of vector multiplies (lane j = row j:
+// a single row's 31 dependent multiplies would wait on the multiply latency
+// at every rung), turned row-major (four 8x8 transposes), then per row eight
+// groups per step: their 40 code bits as two 32-bit words (bits 0-31 and
+// 8-39), each lane shifted to its code, and the rungs picked from the row's
+// 32 by two two-register permutes and a blend (AVX-512 VL) or a gather (AVX2).
+// Picked one by one in scalar code, the scales took about as long as the
+// q4tp rows' dots themselves (perf, 3072x1024, one thread).
+void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
+                   uint64_t groups, unsigned rows, float *out) {
+    alignas(32) float f8[8] = {}, e8[8] = {};
+    for (unsigned j = 0; j < rows && j < 8; ++j) f8[j] = first[j], e8[j] = ratio[j];
+    alignas(64) float t[32][8], lt[8][32];
+    const int c0 = zero_rung ? 1 : 0;
+    __m256 cur = _mm256_load_ps(f8);
+    const __m256 e = _mm256_load_ps(e8);
+    _mm256_store_ps(t[0], _mm256_setzero_ps());
+    _mm256_store_ps(t[c0], cur);
+    for (int c = c0 + 1; c < 32; ++c) {
+        cur = _mm256_mul_ps(cur, e);
+        _mm256_store_ps(t[c], cur);
+    }
+    for (int b = 0; b < 4; ++b) transpose8x8(&t[8 * b][0], &lt[0][8 * b], 32);
+    const __m256i shifts = _mm256_setr_epi32(0, 5, 10, 15, 20, 25, 22, 27);
+    const __m256i mask = _mm256_set1_epi32(31);
+    for (unsigned j = 0; j < rows; ++j) {
+        const uint8_t *c = codes + code_stride * j;
+        float *o = out + groups * j;
+#ifdef CMF_CODECS_VNNI
+        const __m256 q0 = _mm256_load_ps(lt[j]), q1 = _mm256_load_ps(lt[j] + 8), q2 = _mm256_load_ps(lt[j] + 16),
+                     q3 = _mm256_load_ps(lt[j] + 24);
+#endif
+        uint64_t g = 0;
+        for (; g + 8 <= groups; g += 8) {
+            const uint8_t *p = c + 5 * g / 8;
+            uint32_t w;
+            std::memcpy(&w, p, 4);
+            const uint32_t w8 = (w >> 8) | (uint32_t{p[4]} << 24);
+            const __m256i v = _mm256_blend_epi32(_mm256_set1_epi32(int(w)), _mm256_set1_epi32(int(w8)), 0xC0);
+            const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask);
+#ifdef CMF_CODECS_VNNI
+            // Rungs 0-15 and 16-31 by two 16-entry permutes, bit 4 of the code choosing.
+            const __m256 a = _mm256_permutex2var_ps(q0, idx, q1), b = _mm256_permutex2var_ps(q2, idx, q3);
+            _mm256_storeu_ps(o + g, _mm256_mask_blend_ps(_mm256_test_epi32_mask(idx, _mm256_set1_epi32(16)), a, b));
+#else
+            _mm256_storeu_ps(o + g, _mm256_i32gather_ps(lt[j], idx, 4));
+#endif
+        }
+        for (; g < groups; ++g) {
+            const uint64_t bit = 5 * g;
+            const uint32_t v = c[bit / 8] | (bit % 8 > 3 ? uint32_t{c[bit / 8 + 1]} << 8 : 0u);
+            o[g] = lt[j][(v >> (bit % 8)) & 31u];
+        }
+    }
 }
 
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
