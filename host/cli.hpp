@@ -4,6 +4,7 @@
 
 #include <cmf/cmf.h>
 
+#include <boost/json/value.hpp>
 #include <boost/program_options.hpp>
 
 #include <memory>
@@ -44,6 +45,11 @@ bool parse_args(const std::string &command, const std::string &usage, const std:
                 po::options_description &desc, const po::positional_options_description &pos,
                 po::variables_map &vm);
 
+// JSON from a user's file (`source` names it in errors), read as the library
+// reads it (cmf/json_text.hpp): big integers, NaN/Infinity, a byte order
+// mark and nesting up to its bound are accepted.
+boost::json::value parse_user_json(const std::string &text, const std::string &source);
+
 struct Command {
     const char *name;
     const char *summary;
@@ -77,5 +83,6 @@ int cmd_run(const std::vector<std::string> &args);
 int cmd_bench(const std::vector<std::string> &args);
 int cmd_ppl(const std::vector<std::string> &args);
 int cmd_logits(const std::vector<std::string> &args);
+int cmd_serve(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

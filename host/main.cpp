@@ -31,6 +31,7 @@ const Command kCommands[] = {
     {"bench", "prompt-processing and generation speed (pp/tg), peak RSS", cmfhost::cmd_bench},
     {"ppl", "perplexity of a text file", cmfhost::cmd_ppl},
     {"logits", "f32 logits of every prompt position to a file", cmfhost::cmd_logits},
+    {"serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", cmfhost::cmd_serve},
 };
 
 void print_help() {

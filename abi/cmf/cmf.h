@@ -1,8 +1,8 @@
 /*
  * cmf.h — the cmf host API, version 1 (CMF_ABI_VERSION).
  *
- * For applications, the cmfhost CLI and language bindings (C, Rust via
- * bindgen, Go via cgo). Plain C99.
+ * For applications, the cmfhost CLI and language bindings (sdk/bindings:
+ * Rust via bindgen, Go via cgo, Python via ctypes). Plain C99.
  *
  * Stability rules (see docs/architecture.md):
  *  - a shipped function signature never changes; new behaviour gets a new name;
@@ -169,6 +169,9 @@ CMF_API size_t cmf_tensor_count(const cmf_model *m);
 CMF_API cmf_error *cmf_tensor_at(const cmf_model *m, size_t index, cmf_tensor_info *out);
 /* Tensor by exact name; CMF_ERR_MISSING_TENSOR if absent. */
 CMF_API cmf_error *cmf_tensor(const cmf_model *m, const char *name, cmf_tensor_info *out);
+/* Directory index of the tensor named `name` (what cmf_tensor_at and
+ * cmf_tensor_dequantize take); CMF_ERR_MISSING_TENSOR if absent. */
+CMF_API cmf_error *cmf_tensor_index(const cmf_model *m, const char *name, size_t *index);
 
 /* ---- container: open, inspect, verify, sign --------------------------- */
 
@@ -816,6 +819,106 @@ CMF_API void cmf_patch_options_init(cmf_patch_options *opts);
  * in place (nothing is written then). */
 CMF_API cmf_error *cmf_patch_tensors(cmf_runtime *rt, const cmf_patch_options *opts, const cmf_patch_tensor *patches,
                                      size_t n_patches);
+
+/* ---- batch: continuous batching of many generations over one model ---- */
+
+/*
+ * A batch engine binds a model once and runs many generation requests over
+ * it together: each request gets a slot (its own state: KV cache); every
+ * step runs one forward pass over the next token of every decoding request
+ * (the weights are read once per step for all of them: memory-bound decode
+ * scales with the batch), then one over the next prompt chunks of the
+ * requests still in prefill (at most prefill_chunk tokens in all, so a long
+ * prompt never stalls the others for long). Requests join at the next step
+ * and leave when they finish; up to max_queue wait for a free slot. With
+ * an arch that cannot batch the model (cmf_arch_vt.forward_batch absent or
+ * refusing its layer kinds), each request runs its own forward per step.
+ *
+ * Each request samples and stops as cmf_session_generate does (same
+ * options, same sampler); its tokens go to its on_token callback and, last,
+ * its cmf_done_fn says why it stopped. Decode passes are kept apart from
+ * prefill passes, so with a q8/q4 model and fewer than 16 decoding
+ * requests each request's greedy tokens are those it would get alone
+ * (docs/runtime.md).
+ *
+ * Thread-safety: cmf_batch_submit, cmf_batch_cancel, cmf_batch_wake and
+ * cmf_batch_get_stats from any thread; cmf_batch_step from one thread at a
+ * time. Callbacks run inside cmf_batch_step (and cmf_batch_free) on its
+ * thread; they may submit and cancel, not step or free.
+ */
+typedef struct cmf_batch cmf_batch;
+
+typedef struct cmf_batch_options {
+    uint32_t struct_size;
+    uint32_t n_slots;          /* requests decoded together (default 4) */
+    uint64_t n_ctx;            /* context tokens per slot; 0 = min(max_position_embeddings, 4096) */
+    uint32_t prefill_chunk;    /* prompt tokens per step, over all prefilling requests (default 128) */
+    uint32_t max_queue;        /* requests that may wait for a slot (default 64); more: CMF_ERR_BUSY */
+    const char *backend;       /* backend name; NULL or "" = the default backend */
+    const char *arch_options;  /* arch-specific "key=value,..." or NULL */
+} cmf_batch_options;
+
+CMF_API void cmf_batch_options_init(cmf_batch_options *opts);
+
+/* Called once per accepted request, last: stats->stop_reason is a
+ * CMF_STOP_* code, or 0 with `error` set when the model failed (borrowed
+ * for the call). `user` is the request's cmf_generate_options.user. */
+typedef void (*cmf_done_fn)(void *user, const cmf_generate_stats *stats, const cmf_error *error);
+
+/* A batch engine over a model source / an opened container (which must
+ * outlive it). The pool is the runtime's. `opts` may be NULL. */
+CMF_API cmf_error *cmf_batch_create(cmf_runtime *rt, const struct cmf_model_source *src, const cmf_batch_options *opts,
+                                    cmf_batch **out);
+CMF_API cmf_error *cmf_batch_create_for_model(cmf_runtime *rt, const cmf_model *m, const cmf_batch_options *opts,
+                                              cmf_batch **out);
+/* Requests still queued or running get their done callback with
+ * CMF_STOP_CANCELLED first. NULL-safe. */
+CMF_API void cmf_batch_free(cmf_batch *b);
+
+/* Queue a request: the prompt (copied), sampling and stopping as in
+ * cmf_session_generate (stop ids copied; on_token and user kept), and the
+ * done callback (may be NULL). *id (> 0) names it for cmf_batch_cancel.
+ * Errors: CMF_ERR_BUSY when max_queue requests already wait,
+ * CMF_ERR_BOUNDS when the prompt exceeds a slot's context,
+ * CMF_ERR_INVALID_ARGUMENT for an empty prompt or a token outside the
+ * vocabulary. Only accepted requests get callbacks. */
+CMF_API cmf_error *cmf_batch_submit(cmf_batch *b, const int32_t *prompt, size_t n_prompt,
+                                    const cmf_generate_options *opts, cmf_done_fn on_done, uint64_t *id);
+/* The request leaves at the next step (done: CMF_STOP_CANCELLED). Unknown
+ * or finished ids are ignored. Any thread. */
+CMF_API void cmf_batch_cancel(cmf_batch *b, uint64_t id);
+/* One step. With no work it first waits up to wait_ms for a submit (or
+ * cmf_batch_wake). *n_pending (may be NULL): requests in slots or waiting
+ * afterwards. A model failure is not returned here: it ends the requests
+ * of that pass through their done callbacks. */
+CMF_API cmf_error *cmf_batch_step(cmf_batch *b, uint32_t wait_ms, uint32_t *n_pending);
+/* Make a cmf_batch_step that waits for work return now. Any thread. */
+CMF_API void cmf_batch_wake(cmf_batch *b);
+
+typedef struct cmf_batch_stats {
+    uint32_t struct_size;
+    uint32_t n_slots;
+    uint64_t n_ctx;                /* per slot */
+    uint64_t requests;             /* accepted */
+    uint64_t finished;             /* done callback called, any reason */
+    uint64_t cancelled;            /* of them: cancelled */
+    uint64_t failed;               /* of them: a model error */
+    uint64_t rejected;             /* refused by submit: queue full */
+    uint32_t active;               /* in slots now */
+    uint32_t waiting;              /* queued now */
+    uint32_t last_batch;           /* requests in the last decode pass */
+    uint32_t batched;              /* 1: one pass for all (forward_batch); 0: a forward per request */
+    uint64_t steps;
+    uint64_t prompt_tokens;        /* prefilled, all requests */
+    uint64_t generated_tokens;
+    double prefill_seconds;        /* in prefill passes */
+    double decode_seconds;         /* in decode passes */
+    double last_prefill_tok_s;     /* tokens / time of the last prefill pass */
+    double last_decode_tok_s;      /* requests / time of the last decode pass */
+} cmf_batch_stats;
+
+CMF_API void cmf_batch_stats_init(cmf_batch_stats *stats);
+CMF_API cmf_error *cmf_batch_get_stats(const cmf_batch *b, cmf_batch_stats *out);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,9 @@ std::string resolve_model(const std::string &given) {
 
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
     desc.add_options()("kv-cache", boost::program_options::value(&flags.kv_cache)->default_value(flags.kv_cache),
-                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)");
+                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")(
+        "backend", boost::program_options::value(&flags.backend)->default_value(""),
+        "compute backend by name (cmfhost plugins lists them); default: the first one loaded");
 }
 
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags) {
@@ -46,6 +48,7 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     // when it is not the default, so that f32 runs with any arch plugin.
     const std::string arch_options = "kv_cache=" + flags.kv_cache;
     if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
+    if (!flags.backend.empty()) o.backend = flags.backend.c_str();
     cmf_session *s = nullptr;
     check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
     return SessionPtr(s);
@@ -55,6 +58,16 @@ TokenizerPtr model_tokenizer(const cmf_model *m) {
     cmf_tokenizer *t = nullptr;
     check(cmf_model_tokenizer(m, &t), "tokenizer");
     return TokenizerPtr(t);
+}
+
+ChatModel open_chat_model(const CommonOptions &common, const std::string &path) {
+    ChatModel c;
+    c.rt = make_runtime(common);
+    c.model = open_model(c.rt.get(), path);
+    c.tok = model_tokenizer(c.model.get());
+    cmf_model_special_ids_init(&c.special);
+    check(cmf_model_get_special_ids(c.model.get(), &c.special), "special ids");
+    return c;
 }
 
 std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags) {
