@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 // Compiled twice (meson.build): as kernels::avx2 with -mavx2 -mfma -mf16c,
 // and as kernels::avx512vnni with AVX-512 VL/BW/VNNI added and
@@ -614,60 +615,36 @@ inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const in
         [&](int r, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + groups * r + g), _mm256_loadu_ps(xd + g)); },
         [&](int r, uint64_t g) { return scales[groups * r + g] * xd[g]; }, out);
 }
-inline __m256 q4_tiled_acc(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
-                           uint64_t groups) {
-    __m256 a;
-    q4_tiled_rows<1>(tiles, xq, xoff, xd, groups, &a);
-    return a;
-}
-inline __m256 q4_split_acc(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                           const float *xd, uint64_t groups) {
-    __m256 a;
-    q4_split_rows<1>(nibbles, f16_scales, xq, xoff, xd, groups, &a);
-    return a;
-}
-// Four rows into a[0..4): one pass of kQ4Rows rows, or several.
-template <class Rows>
-inline void q4_quad(Rows rows, uint64_t r, __m256 *a) {
-    for (int i = 0; i < 4; i += kQ4Rows) rows(r + i, a + i);
+// rows4_quads over a q4 layout: run(r, R, out) fills out[0..R) with rows
+// r..r+R-1 as 8 partial sums each, R an std::integral_constant: kQ4Rows
+// rows per pass for the groups of four, one for the last 1-3 rows.
+template <class Run>
+inline void q4_rows4(uint64_t rows, float *y, Run run) {
+    rows4_quads(
+        rows, y,
+        [&](uint64_t r, __m256 *a) {
+            for (int i = 0; i < 4; i += kQ4Rows) run(r + i, std::integral_constant<int, kQ4Rows>{}, a + i);
+        },
+        [&](uint64_t r) {
+            __m256 a;
+            run(r, std::integral_constant<int, 1>{}, &a);
+            return a;
+        });
 }
 }  // namespace
 
 float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                       uint64_t groups) {
-    return hsum(q4_tiled_acc(tiles, xq, xoff, xd, groups));
+    __m256 a;
+    q4_tiled_rows<1>(tiles, xq, xoff, xd, groups, &a);
+    return hsum(a);
 }
 
 float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups) {
-    return hsum(q4_split_acc(nibbles, f16_scales, xq, xoff, xd, groups));
-}
-
-void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
-                      uint64_t rows, float *y) {
-    rows4_quads(
-        rows, y,
-        [&](uint64_t r, __m256 *a) {
-            q4_quad([&](uint64_t q, __m256 *o) { q4_tiled_rows<kQ4Rows>(tiles + 18 * groups * q, xq, xoff, xd, groups, o); },
-                    r, a);
-        },
-        [&](uint64_t r) { return q4_tiled_acc(tiles + 18 * groups * r, xq, xoff, xd, groups); });
-}
-
-void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    rows4_quads(
-        rows, y,
-        [&](uint64_t r, __m256 *a) {
-            q4_quad(
-                [&](uint64_t q, __m256 *o) {
-                    q4_split_rows<kQ4Rows>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q, xq, xoff, xd, groups, o);
-                },
-                r, a);
-        },
-        [&](uint64_t r) {
-            return q4_split_acc(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xoff, xd, groups);
-        });
+    __m256 a;
+    q4_split_rows<1>(nibbles, f16_scales, xq, xoff, xd, groups, &a);
+    return hsum(a);
 }
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
@@ -677,22 +654,25 @@ float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
     return hsum(a);
 }
 
+void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                      uint64_t rows, float *y) {
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_tiled_rows<decltype(rn)::value>(tiles + 18 * groups * q, xq, xoff, xd, groups, o);
+    });
+}
+
+void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_split_rows<decltype(rn)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q, xq, xoff, xd, groups, o);
+    });
+}
+
 void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    rows4_quads(
-        rows, y,
-        [&](uint64_t r, __m256 *a) {
-            q4_quad(
-                [&](uint64_t q, __m256 *o) {
-                    q4_groups_rows<kQ4Rows>(nibbles + 16 * groups * q, scales + groups * q, xq, xoff, xd, groups, o);
-                },
-                r, a);
-        },
-        [&](uint64_t r) {
-            __m256 a;
-            q4_groups_rows<1>(nibbles + 16 * groups * r, scales + groups * r, xq, xoff, xd, groups, &a);
-            return a;
-        });
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_groups_rows<decltype(rn)::value>(nibbles + 16 * groups * q, scales + groups * q, xq, xoff, xd, groups, o);
+    });
 }
 
 namespace {
