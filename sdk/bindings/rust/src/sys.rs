@@ -20,6 +20,7 @@ pub const CMF_ERR_CANCELLED: i32 = 16;
 pub const CMF_ERR_NOT_FOUND: i32 = 17;
 pub const CMF_ERR_TEMPLATE: i32 = 18;
 pub const CMF_ERR_INTERNAL: i32 = 19;
+pub const CMF_ERR_BUSY: i32 = 20;
 pub const CMF_COMPONENT_CODEC: i32 = 1;
 pub const CMF_COMPONENT_ARCH: i32 = 2;
 pub const CMF_COMPONENT_BACKEND: i32 = 3;
@@ -74,6 +75,7 @@ pub const CMF_LOGITS_NONE: i32 = 0;
 pub const CMF_LOGITS_LAST: i32 = 1;
 pub const CMF_LOGITS_ALL: i32 = 2;
 pub const CMF_MAX_EOS_IDS: i32 = 16;
+pub const CMF_REQUANT_IN_PLACE: i32 = 1;
 pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __uint16_t = ::std::os::raw::c_ushort;
 pub type __int32_t = ::std::os::raw::c_int;
@@ -4680,4 +4682,981 @@ extern "C" {
         out: *mut *mut ::std::os::raw::c_char,
         out_len: *mut usize,
     ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_import_gguf_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub gguf: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub quant: *const ::std::os::raw::c_char,
+    pub quant_map: *const ::std::os::raw::c_char,
+    pub shard_max_bytes: u64,
+    pub progress: cmf_convert_progress_fn,
+    pub progress_user: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_cmf_import_gguf_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_import_gguf_options>(),
+        64usize,
+        concat!("Size of: ", stringify!(cmf_import_gguf_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_import_gguf_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_import_gguf_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_gguf() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).gguf) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(gguf)
+            )
+        );
+    }
+    test_field_gguf();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_quant() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quant) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(quant)
+            )
+        );
+    }
+    test_field_quant();
+    fn test_field_quant_map() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quant_map) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(quant_map)
+            )
+        );
+    }
+    test_field_quant_map();
+    fn test_field_shard_max_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).shard_max_bytes) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(shard_max_bytes)
+            )
+        );
+    }
+    test_field_shard_max_bytes();
+    fn test_field_progress() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).progress) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(progress)
+            )
+        );
+    }
+    test_field_progress();
+    fn test_field_progress_user() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).progress_user) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(progress_user)
+            )
+        );
+    }
+    test_field_progress_user();
+}
+extern "C" {
+    pub fn cmf_import_gguf_options_init(opts: *mut cmf_import_gguf_options);
+}
+extern "C" {
+    pub fn cmf_import_gguf(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_import_gguf_options,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_patch_tensor {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub name: *const ::std::os::raw::c_char,
+    pub values: *const f32,
+    pub count: u64,
+}
+#[test]
+fn bindgen_test_layout_cmf_patch_tensor() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_patch_tensor>(),
+        32usize,
+        concat!("Size of: ", stringify!(cmf_patch_tensor))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_patch_tensor>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_patch_tensor))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+    fn test_field_values() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).values) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(values)
+            )
+        );
+    }
+    test_field_values();
+    fn test_field_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).count) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(count)
+            )
+        );
+    }
+    test_field_count();
+}
+extern "C" {
+    pub fn cmf_patch_tensor_init(p: *mut cmf_patch_tensor);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_patch_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub model: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub dtype: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_patch_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_patch_options>(),
+        32usize,
+        concat!("Size of: ", stringify!(cmf_patch_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_patch_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_patch_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_model() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).model) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(model)
+            )
+        );
+    }
+    test_field_model();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dtype) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(dtype)
+            )
+        );
+    }
+    test_field_dtype();
+}
+extern "C" {
+    pub fn cmf_patch_options_init(opts: *mut cmf_patch_options);
+}
+extern "C" {
+    pub fn cmf_patch_tensors(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_patch_options,
+        patches: *const cmf_patch_tensor,
+        n_patches: usize,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_batch {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_batch_options {
+    pub struct_size: u32,
+    pub n_slots: u32,
+    pub n_ctx: u64,
+    pub prefill_chunk: u32,
+    pub max_queue: u32,
+    pub backend: *const ::std::os::raw::c_char,
+    pub arch_options: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_batch_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_batch_options>(),
+        40usize,
+        concat!("Size of: ", stringify!(cmf_batch_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_batch_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_batch_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_n_slots() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_slots) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(n_slots)
+            )
+        );
+    }
+    test_field_n_slots();
+    fn test_field_n_ctx() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_ctx) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(n_ctx)
+            )
+        );
+    }
+    test_field_n_ctx();
+    fn test_field_prefill_chunk() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefill_chunk) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(prefill_chunk)
+            )
+        );
+    }
+    test_field_prefill_chunk();
+    fn test_field_max_queue() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_queue) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(max_queue)
+            )
+        );
+    }
+    test_field_max_queue();
+    fn test_field_backend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).backend) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(backend)
+            )
+        );
+    }
+    test_field_backend();
+    fn test_field_arch_options() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).arch_options) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(arch_options)
+            )
+        );
+    }
+    test_field_arch_options();
+}
+extern "C" {
+    pub fn cmf_batch_options_init(opts: *mut cmf_batch_options);
+}
+pub type cmf_done_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::std::os::raw::c_void,
+        stats: *const cmf_generate_stats,
+        error: *const cmf_error,
+    ),
+>;
+extern "C" {
+    pub fn cmf_batch_create(
+        rt: *mut cmf_runtime,
+        src: *const cmf_model_source,
+        opts: *const cmf_batch_options,
+        out: *mut *mut cmf_batch,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_create_for_model(
+        rt: *mut cmf_runtime,
+        m: *const cmf_model,
+        opts: *const cmf_batch_options,
+        out: *mut *mut cmf_batch,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_free(b: *mut cmf_batch);
+}
+extern "C" {
+    pub fn cmf_batch_submit(
+        b: *mut cmf_batch,
+        prompt: *const i32,
+        n_prompt: usize,
+        opts: *const cmf_generate_options,
+        on_done: cmf_done_fn,
+        id: *mut u64,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_cancel(b: *mut cmf_batch, id: u64);
+}
+extern "C" {
+    pub fn cmf_batch_step(b: *mut cmf_batch, wait_ms: u32, n_pending: *mut u32) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_wake(b: *mut cmf_batch);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_batch_stats {
+    pub struct_size: u32,
+    pub n_slots: u32,
+    pub n_ctx: u64,
+    pub requests: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub active: u32,
+    pub waiting: u32,
+    pub last_batch: u32,
+    pub batched: u32,
+    pub steps: u64,
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+    pub last_prefill_tok_s: f64,
+    pub last_decode_tok_s: f64,
+}
+#[test]
+fn bindgen_test_layout_cmf_batch_stats() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_batch_stats>(),
+        128usize,
+        concat!("Size of: ", stringify!(cmf_batch_stats))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_batch_stats>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_batch_stats))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_n_slots() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_slots) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(n_slots)
+            )
+        );
+    }
+    test_field_n_slots();
+    fn test_field_n_ctx() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_ctx) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(n_ctx)
+            )
+        );
+    }
+    test_field_n_ctx();
+    fn test_field_requests() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).requests) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(requests)
+            )
+        );
+    }
+    test_field_requests();
+    fn test_field_finished() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).finished) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(finished)
+            )
+        );
+    }
+    test_field_finished();
+    fn test_field_cancelled() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cancelled) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(cancelled)
+            )
+        );
+    }
+    test_field_cancelled();
+    fn test_field_failed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).failed) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(failed)
+            )
+        );
+    }
+    test_field_failed();
+    fn test_field_rejected() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rejected) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(rejected)
+            )
+        );
+    }
+    test_field_rejected();
+    fn test_field_active() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).active) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(active)
+            )
+        );
+    }
+    test_field_active();
+    fn test_field_waiting() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).waiting) as usize - ptr as usize
+            },
+            60usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(waiting)
+            )
+        );
+    }
+    test_field_waiting();
+    fn test_field_last_batch() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).last_batch) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(last_batch)
+            )
+        );
+    }
+    test_field_last_batch();
+    fn test_field_batched() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).batched) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(batched)
+            )
+        );
+    }
+    test_field_batched();
+    fn test_field_steps() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).steps) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(steps)
+            )
+        );
+    }
+    test_field_steps();
+    fn test_field_prompt_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prompt_tokens) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(prompt_tokens)
+            )
+        );
+    }
+    test_field_prompt_tokens();
+    fn test_field_generated_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).generated_tokens) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(generated_tokens)
+            )
+        );
+    }
+    test_field_generated_tokens();
+    fn test_field_prefill_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefill_seconds) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(prefill_seconds)
+            )
+        );
+    }
+    test_field_prefill_seconds();
+    fn test_field_decode_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).decode_seconds) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(decode_seconds)
+            )
+        );
+    }
+    test_field_decode_seconds();
+    fn test_field_last_prefill_tok_s() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).last_prefill_tok_s) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(last_prefill_tok_s)
+            )
+        );
+    }
+    test_field_last_prefill_tok_s();
+    fn test_field_last_decode_tok_s() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).last_decode_tok_s) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(last_decode_tok_s)
+            )
+        );
+    }
+    test_field_last_decode_tok_s();
+}
+extern "C" {
+    pub fn cmf_batch_stats_init(stats: *mut cmf_batch_stats);
+}
+extern "C" {
+    pub fn cmf_batch_get_stats(b: *const cmf_batch, out: *mut cmf_batch_stats) -> *mut cmf_error;
 }
