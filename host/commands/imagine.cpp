@@ -2,6 +2,7 @@
 // one pipeline container (cmf_imagine_pack), and an image from a prompt
 // (cmf_image_pipeline_create + cmf_imagine), written as an RGB8 PNG with
 // libpng.
+#include "commands/convert_util.hpp"
 #include "commands/model_util.hpp"
 
 #include <png.h>
@@ -29,28 +30,6 @@ void check_code(cmf_error *e, const std::string &context) {
     cmf_error_free(e);
     throw Failure(context + ": " + msg, code);
 }
-
-// imagine-pack's bar: tensors and MiB of input, on a terminal.
-struct PackBar {
-    Clock::time_point t0 = Clock::now();
-    bool drawn = false;
-    static void draw(void *user, uint64_t t, uint64_t tt, uint64_t b, uint64_t bt) {
-        auto *bar = static_cast<PackBar *>(user);
-        const double el = seconds_since(bar->t0), frac = bt ? double(b) / double(bt) : 1.0;
-        const int width = 30, fill = int(frac * width);
-        const double eta = frac > 0 ? el * (1 - frac) / frac : 0;
-        std::fprintf(stderr, "\r[%.*s%*s] %llu/%llu tensors  %.1f/%.1f MiB  ETA %d:%02d ", fill,
-                     "##############################", width - fill, "", (unsigned long long)t, (unsigned long long)tt,
-                     double(b) / 1048576.0, double(bt) / 1048576.0, int(eta) / 60, int(eta) % 60);
-        std::fflush(stderr);
-        bar->drawn = true;
-    }
-    void end() {
-        if (drawn) std::fprintf(stderr, "\n");
-        drawn = false;
-    }
-    ~PackBar() { end(); }
-};
 
 // The denoising loop's bar: steps, seconds per step, ETA; and the times the
 // summary line reports.
@@ -162,11 +141,8 @@ int cmd_imagine_pack(const std::vector<std::string> &args) {
     o.model_dir = model_dir.c_str();
     o.output = output.c_str();
     o.quant = quant.c_str();
-    PackBar bar;
-    if (!no_progress && isatty(STDERR_FILENO)) {
-        o.progress = PackBar::draw;
-        o.progress_user = &bar;
-    }
+    Bar bar;
+    attach_bar(o, bar, no_progress);
     const auto t0 = Clock::now();
     cmf_error *err = cmf_imagine_pack(rt.get(), &o);
     bar.end();
