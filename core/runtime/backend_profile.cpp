@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace cmf::runtime {
@@ -16,17 +17,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The weight a call works with, for the operations that take one (else nullptr).
+// The weight a call works with, for the operations that take one (else
+// nullptr): the first weight among its first two arguments. (A fold, not
+// overloads: for ops taking two weights, e.g. conv2d's kernel and bias,
+// overloads on the first and second position are ambiguous.)
 template <class... A>
-const cmf_backend_weight *weight_of(const A &...) {
-    return nullptr;
-}
-template <class... A>
-const cmf_backend_weight *weight_of(const cmf_backend_weight *w, const A &...) {
-    return w;
-}
-template <class X, class... A>
-const cmf_backend_weight *weight_of(const X &, const cmf_backend_weight *w, const A &...) {
+const cmf_backend_weight *weight_of(const A &...a) {
+    const cmf_backend_weight *w = nullptr;
+    size_t i = 0;
+    (
+        [&](const auto &x) {
+            if constexpr (std::is_convertible_v<std::remove_cvref_t<decltype(x)>, const cmf_backend_weight *>)
+                if (w == nullptr && i < 2) w = x;
+            ++i;
+        }(a),
+        ...);
     return w;
 }
 
