@@ -602,6 +602,19 @@ typedef struct cmf_session_options {
     uint32_t flags;            /* CMF_SESSION_* bits; 0 by default (was reserved, zero) */
     const char *backend;       /* backend name; NULL or "" = the default backend */
     const char *arch_options;  /* arch-specific "key=value,..." or NULL */
+    /* appended: what of an opened model runs (cmf_session_create_for_model;
+     * cmf_session_create takes them from its model source instead and
+     * refuses them here). NULL or "" = not used. See docs/tasks-and-skills.md. */
+    const char *task;          /* task mask by name (spec §5): CMF_ERR_NOT_FOUND lists the file's tasks */
+    const char *skill;         /* skill id (spec §9): tensor NAME reads skill.ID.NAME when present */
+    const char *blend;         /* "id:w,id:w": every tensor a listed skill replaces becomes the f32
+                                * sum of w_i * (skill i's tensor, else the backbone's), weights
+                                * normalised by their sum; exclusive with `skill` */
+    const char *moe_mask;      /* a CMF_MOE_STATS file: each MoE layer routes only among the experts
+                                * covering moe_mask_cover of its recorded selections (with a task:
+                                * the experts both allow) */
+    float moe_mask_cover;      /* (0, 1]; 0 = 0.9 */
+    uint32_t reserved1;
 } cmf_session_options;
 
 /* cmf_session_options.flags. Other bits: CMF_ERR_INVALID_ARGUMENT. */

@@ -160,7 +160,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int cmd_bench(const std::vector<std::string> &args) {
     CommonOptions common;
-    SessionFlags session_flags{"f16"};
+    SessionFlags session_flags("f16");
     std::string model;
     uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0;
     bool json = false, no_warmup = false;

@@ -13,7 +13,7 @@ namespace cmfhost {
 
 int cmd_ppl(const std::vector<std::string> &args) {
     CommonOptions common;
-    SessionFlags session_flags{"f32"};
+    SessionFlags session_flags("f32");
     std::string model, file;
     uint64_t n_ctx = 512;
     po::options_description desc("options");

@@ -99,7 +99,7 @@ Turn generate(cmf_session *s, cmf_detokenizer *d, std::vector<int32_t> &context,
 
 int cmd_run(const std::vector<std::string> &args) {
     CommonOptions common;
-    SessionFlags session_flags{"f16"};
+    SessionFlags session_flags("f16");
     std::string model, prompt, system;
     bool raw = false, greedy = false;
     uint32_t n_predict = 256;

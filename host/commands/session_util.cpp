@@ -31,8 +31,14 @@ std::string resolve_model(const std::string &given) {
 }
 
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
-    desc.add_options()("kv-cache", boost::program_options::value(&flags.kv_cache)->default_value(flags.kv_cache),
-                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)");
+    namespace po = boost::program_options;
+    desc.add_options()("kv-cache", po::value(&flags.kv_cache)->default_value(flags.kv_cache),
+                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")
+        ("task", po::value(&flags.task), "run the file's task mask NAME (see `cmfhost masks`): masked neurons, heads and layers are skipped")
+        ("skill", po::value(&flags.skill), "run skill ID: each tensor is read from skill.ID.<name> where the file has one")
+        ("blend", po::value(&flags.blend), "soft blend of skills \"a:0.7,b:0.3\": tensors are the weighted sums (f32)")
+        ("moe-mask", po::value(&flags.moe_mask), "MoE routing restricted to the experts covering --moe-mask-cover of the selections counted in this stats file")
+        ("moe-mask-cover", po::value(&flags.moe_cover)->default_value(flags.moe_cover), "share of the recorded routing the --moe-mask experts cover");
 }
 
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags) {
@@ -46,6 +52,13 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     // when it is not the default, so that f32 runs with any arch plugin.
     const std::string arch_options = "kv_cache=" + flags.kv_cache;
     if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
+    if (flags.skill == "auto" || flags.blend == "auto")
+        throw Failure("--skill auto and --blend auto route a prompt: this command has none", 2);
+    o.task = flags.task.c_str();
+    o.skill = flags.skill.c_str();
+    o.blend = flags.blend.c_str();
+    o.moe_mask = flags.moe_mask.c_str();
+    o.moe_mask_cover = flags.moe_cover;
     cmf_session *s = nullptr;
     check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
     return SessionPtr(s);

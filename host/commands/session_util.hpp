@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cmfhost {
@@ -39,8 +40,14 @@ std::string resolve_model(const std::string &given);
 // 2048 tokens; logits stay within 4e-4 of the f32 reference), and to f32
 // for logits and ppl, which measure the model's numbers exactly.
 struct SessionFlags {
+    explicit SessionFlags(std::string kv) : kv_cache(std::move(kv)) {}
     std::string kv_cache;  // --kv-cache: the KV cache's element type, f32 or f16
     bool profile = false;  // bench --profile: CMF_SESSION_PROFILE
+    // What of the model runs (docs/tasks-and-skills.md): --task, --skill,
+    // --blend, --moe-mask, --moe-mask-cover. "auto" for a skill or a blend
+    // is resolved by the command (it needs the prompt) before make_session.
+    std::string task, skill, blend, moe_mask;
+    float moe_cover = 0.9f;
 };
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);

@@ -75,7 +75,8 @@ namespace {
     CHECK_OFFSET(cmf_quantize_params, options, 8);
     CHECK_OFFSET(cmf_quantize_params, act_rms, 16);
     CHECK_OFFSET(cmf_quantize_params, act_rms_len, 24);
-    CHECK_SIZE(cmf_codec_vt, 104);
+    CHECK_SIZE(cmf_codec_vt, 112);
+    CHECK_OFFSET(cmf_codec_vt, select_columns, 104);
     CHECK_OFFSET(cmf_codec_vt, abi_version, 4);
     CHECK_OFFSET(cmf_codec_vt, name, 8);
     CHECK_OFFSET(cmf_codec_vt, version, 16);
@@ -91,7 +92,8 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, int8_rows, 88);
     CHECK_OFFSET(cmf_codec_vt, matmul_rows_x, 96);
     CHECK(CMF_INT8_BLOCK == 32);
-    CHECK_SIZE(cmf_backend_vt, 176);
+    CHECK_SIZE(cmf_backend_vt, 184);
+    CHECK_OFFSET(cmf_backend_vt, weight_bind_subset, 176);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);
     CHECK_OFFSET(cmf_backend_vt, name, 8);
     CHECK_OFFSET(cmf_backend_vt, version, 16);
@@ -142,7 +144,22 @@ namespace {
     CHECK_OFFSET(cmf_arch_vt, state_free, 88);
     CHECK_OFFSET(cmf_arch_vt, state_truncate, 96);
     CHECK_OFFSET(cmf_arch_vt, forward, 104);
-    CHECK_SIZE(cmf_model_source, 72);
+    CHECK_SIZE(cmf_model_source, 80);
+    CHECK_OFFSET(cmf_model_source, task_mask, 72);
+    CHECK_SIZE(cmf_task_mask, 112);
+    CHECK_OFFSET(cmf_task_mask, name, 8);
+    CHECK_OFFSET(cmf_task_mask, layers, 16);
+    CHECK_OFFSET(cmf_task_mask, visits, 24);
+    CHECK_OFFSET(cmf_task_mask, ffn_bits, 32);
+    CHECK_OFFSET(cmf_task_mask, ffn_row_bytes, 40);
+    CHECK_OFFSET(cmf_task_mask, ffn, 48);
+    CHECK_OFFSET(cmf_task_mask, head_bits, 56);
+    CHECK_OFFSET(cmf_task_mask, head_row_bytes, 64);
+    CHECK_OFFSET(cmf_task_mask, heads, 72);
+    CHECK_OFFSET(cmf_task_mask, gates, 80);
+    CHECK_OFFSET(cmf_task_mask, expert_bits, 88);
+    CHECK_OFFSET(cmf_task_mask, expert_row_bytes, 96);
+    CHECK_OFFSET(cmf_task_mask, experts, 104);
     CHECK_OFFSET(cmf_model_source, user, 8);
     CHECK_OFFSET(cmf_model_source, arch_json, 16);
     CHECK_OFFSET(cmf_model_source, arch_json_len, 24);
@@ -156,7 +173,9 @@ namespace {
     CHECK_SIZE(cmf_arch_model_info, 24);
     CHECK_OFFSET(cmf_arch_model_info, vocab_size, 8);
     CHECK_OFFSET(cmf_arch_model_info, max_context, 16);
-    CHECK_SIZE(cmf_forward_args, 40);
+    CHECK_SIZE(cmf_forward_args, 56);
+    CHECK_OFFSET(cmf_forward_args, n_layers, 40);
+    CHECK_OFFSET(cmf_forward_args, hidden, 48);
     CHECK_OFFSET(cmf_forward_args, n_tokens, 4);
     CHECK_OFFSET(cmf_forward_args, tokens, 8);
     CHECK_OFFSET(cmf_forward_args, pos, 16);
@@ -258,7 +277,12 @@ namespace {
     CHECK_OFFSET(cmf_requant_options, progress_user, 56);
 
     // session
-    CHECK_SIZE(cmf_session_options, 40);
+    CHECK_SIZE(cmf_session_options, 80);
+    CHECK_OFFSET(cmf_session_options, task, 40);
+    CHECK_OFFSET(cmf_session_options, skill, 48);
+    CHECK_OFFSET(cmf_session_options, blend, 56);
+    CHECK_OFFSET(cmf_session_options, moe_mask, 64);
+    CHECK_OFFSET(cmf_session_options, moe_mask_cover, 72);
     CHECK_OFFSET(cmf_session_options, n_threads, 4);
     CHECK_OFFSET(cmf_session_options, n_ctx, 8);
     CHECK_OFFSET(cmf_session_options, n_batch, 16);

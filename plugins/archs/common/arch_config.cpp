@@ -101,6 +101,13 @@ ArchConfig parse_arch_config(const char *json, size_t len) {
     c.has_yarn = has(root, "yarn");
     c.has_moe = has(root, "moe");
     c.has_linear_core = has(root, "linear_core");
+    c.num_loops = has(root, "num_loops") ? get_uint(root, "num_loops") : 1;
+    c.loop_final_norm = get_bool(root, "loop_final_norm", false);
+    if (c.has_moe) {
+        element moe;
+        if (root["moe"].get(moe) == simdjson::SUCCESS && has(moe, "num_experts"))
+            c.moe_num_experts = get_uint(moe, "num_experts");
+    }
 
     simdjson::dom::array types;
     element lt;
@@ -134,6 +141,7 @@ ArchConfig parse_arch_config(const char *json, size_t len) {
     if (has(root, "sliding_window") && c.sliding_window == 0) bad("sliding_window", "must be > 0");
     if (has(root, "sliding_window_pattern") && c.sliding_window_pattern == 0) bad("sliding_window_pattern", "must be > 0");
     if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1)) bad("partial_rotary_factor", "must be in (0, 1]");
+    if (c.num_loops == 0) bad("num_loops", "must be >= 1");
     return c;
 }
 

@@ -1,0 +1,412 @@
+// Task masks at run time, through the C API on real files: the project's
+// austen-tiny Qwen3 converted (f32 and q8), masks written with the writer.
+//  - a mask runs the same model as its dense twin with the masked work
+//    zeroed in the weights (masked neurons' gate rows and down columns,
+//    masked heads' o_proj columns, a gated-off layer's o_proj and down):
+//    an independent formulation of what the mask means;
+//  - a looped model (arch.num_loops = 2) runs as the same layers written
+//    out twice, and its per-visit FFN rows (LOOP_MASKS) act per visit;
+//  - the selection errors: unknown task (the message lists the file's),
+//    a file without masks, a skill file.
+#include <doctest/doctest.h>
+#include "support/test_runtime.hpp"
+
+#include <cmf/cmf.h>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+namespace bj = boost::json;
+
+namespace {
+
+const std::string kWork = CMF_TASKS_WORK_DIR;
+
+std::string take(cmf_error *e) {
+    if (e == nullptr) return "";
+    std::string m = std::string(cmf_error_code_name(cmf_error_code(e))) + ": " + cmf_error_message(e);
+    cmf_error_free(e);
+    return m;
+}
+#define OK(expr) REQUIRE_MESSAGE((expr) == nullptr, #expr)
+
+struct ModelClose {
+    void operator()(cmf_model *m) const { cmf_close(m); }
+};
+using Model = std::unique_ptr<cmf_model, ModelClose>;
+struct SessionFree {
+    void operator()(cmf_session *s) const { cmf_session_free(s); }
+};
+using Session = std::unique_ptr<cmf_session, SessionFree>;
+
+Model open(cmf_runtime *rt, const std::string &path) {
+    cmf_model *m = nullptr;
+    cmf_error *e = cmf_open(rt, path.c_str(), nullptr, &m);
+    REQUIRE_MESSAGE(e == nullptr, take(e));
+    return Model(m);
+}
+
+// austen-tiny converted once per dtype into the work dir.
+std::string converted(cmf_runtime *rt, const std::string &quant) {
+    fs::create_directories(kWork);
+    const std::string out = kWork + "/austen-" + quant + ".cmf";
+    if (fs::exists(out)) return out;
+    cmf_convert_options o;
+    cmf_convert_options_init(&o);
+    const std::string dir = std::string(CMF_SOURCE_ROOT) + "/models/austen-tiny";
+    o.model_dir = dir.c_str();
+    o.output = out.c_str();
+    o.quant = quant.c_str();
+    cmf_error *e = cmf_convert(rt, &o);
+    REQUIRE_MESSAGE(e == nullptr, take(e));
+    return out;
+}
+
+struct Arch {
+    uint64_t layers, heads, kv_heads, head_dim, inter, hidden, loops = 1;
+};
+
+Arch arch_of(const cmf_model *m) {
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    OK(cmf_model_get_info(m, &info));
+    bj::object a = bj::parse(info.arch_json).as_object();
+    Arch r{};
+    r.layers = a.at("num_layers").to_number<uint64_t>();
+    r.heads = a.at("num_attention_heads").to_number<uint64_t>();
+    r.kv_heads = a.at("num_kv_heads").to_number<uint64_t>();
+    r.head_dim = a.at("head_dim").to_number<uint64_t>();
+    r.inter = a.at("intermediate_size").to_number<uint64_t>();
+    r.hidden = a.at("hidden_size").to_number<uint64_t>();
+    return r;
+}
+
+// What a mask keeps: per visit the live neurons, per layer live heads and the gate.
+struct MaskPlan {
+    std::vector<std::vector<bool>> ffn;    // visits x inter
+    std::vector<std::vector<bool>> heads;  // layers x heads
+    std::vector<bool> alive;               // layers
+};
+
+std::vector<uint8_t> blob_of(const Arch &a, const MaskPlan &p) {
+    auto bytes = [](uint64_t bits) { return (bits + 7) / 8; };
+    std::vector<uint8_t> b;
+    auto put_row = [&](const std::vector<bool> &row, uint64_t bits) {
+        std::vector<uint8_t> r(bytes(bits), 0);
+        for (uint64_t i = 0; i < bits; ++i)
+            if (row[i]) r[i / 8] |= uint8_t(1u << (i % 8));
+        b.insert(b.end(), r.begin(), r.end());
+    };
+    for (const auto &row : p.ffn) put_row(row, a.inter);
+    for (const auto &row : p.heads) put_row(row, a.heads);
+    put_row(p.alive, a.layers);
+    return b;
+}
+
+float sparsity_of(const MaskPlan &p) {
+    uint64_t on = 0, all = 0;
+    for (const auto &row : p.ffn)
+        for (bool x : row) on += x, ++all;
+    return 1.0f - float(on) / float(all);
+}
+
+// A copy of `src` at `out` with some tensors replaced (payload bytes),
+// renamed copies added, an edited arch block and masks.
+struct Variant {
+    std::map<std::string, std::vector<uint8_t>> replace;
+    std::vector<std::pair<std::string, std::string>> copies;  // (new name, source name), appended
+    std::function<void(bj::object &)> edit_arch;
+    struct Mask {
+        std::string name;
+        std::vector<uint8_t> blob;
+        float sparsity = 0;
+    };
+    std::vector<Mask> masks;
+    std::string quality_json;                                        // "" = not measured
+};
+
+void write_variant(cmf_runtime *rt, const cmf_model *src, const std::string &out, const Variant &v) {
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    OK(cmf_model_get_info(src, &info));
+    bj::object header = bj::parse(std::string(info.header_json, info.header_json_len)).as_object();
+    header.erase("section_hashes");
+    if (v.edit_arch) v.edit_arch(header["arch"].as_object());
+    const std::string text = bj::serialize(header);
+    cmf_writer *w = nullptr;
+    OK(cmf_writer_create(rt, out.c_str(), text.data(), text.size(), nullptr, &w));
+    std::unique_ptr<cmf_writer, void (*)(cmf_writer *)> guard(w, cmf_writer_free);
+    auto add = [&](const std::string &name, const cmf_tensor_info &t) {
+        auto it = v.replace.find(name);
+        const void *data = it != v.replace.end() ? it->second.data() : t.data;
+        OK(cmf_writer_add_tensor(w, name.c_str(), t.dtype, t.ndim, t.shape, data, t.nbytes));
+    };
+    for (size_t i = 0; i < cmf_tensor_count(src); ++i) {
+        cmf_tensor_info t;
+        cmf_tensor_info_init(&t);
+        OK(cmf_tensor_at(src, i, &t));
+        add(t.name, t);
+    }
+    for (const auto &[name, from] : v.copies) {
+        cmf_tensor_info t;
+        cmf_tensor_info_init(&t);
+        OK(cmf_tensor(src, from.c_str(), &t));
+        add(name, t);
+    }
+    uint32_t id = 0;
+    for (const auto &mk : v.masks) {
+        cmf_mask_spec ms;
+        cmf_mask_spec_init(&ms);
+        ms.task_id = id++;
+        ms.name = mk.name.c_str();
+        ms.blob = mk.blob.data();
+        ms.blob_len = mk.blob.size();
+        ms.sparsity = mk.sparsity;
+        ms.quality_json = v.quality_json.empty() ? nullptr : v.quality_json.c_str();
+        OK(cmf_writer_add_mask(w, &ms));
+    }
+    const void *vocab = nullptr;
+    uint64_t vlen = 0;
+    OK(cmf_model_vocab(src, &vocab, &vlen));
+    OK(cmf_writer_set_vocab(w, vocab, vlen));
+    cmf_error *e = cmf_writer_finish(w);
+    REQUIRE_MESSAGE(e == nullptr, take(e));
+}
+
+// The payload of tensor `name` with element (r, c) set to zero for every
+// (r, c) `zero` picks: f32 values, q8_row codes (the row scale stays).
+std::vector<uint8_t> zeroed(const cmf_model *m, const std::string &name, const std::function<bool(uint64_t, uint64_t)> &zero,
+                            const std::map<std::string, std::vector<uint8_t>> &already) {
+    cmf_tensor_info t;
+    cmf_tensor_info_init(&t);
+    OK(cmf_tensor(m, name.c_str(), &t));
+    REQUIRE(t.ndim == 2);
+    auto it = already.find(name);
+    std::vector<uint8_t> bytes = it != already.end() ? it->second
+                                                      : std::vector<uint8_t>(static_cast<const uint8_t *>(t.data),
+                                                                             static_cast<const uint8_t *>(t.data) + t.nbytes);
+    const uint64_t rows = t.shape[0], cols = t.shape[1];
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t c = 0; c < cols; ++c) {
+            if (!zero(r, c)) continue;
+            if (t.dtype == CMF_DTYPE_F32) std::memset(bytes.data() + 4 * (r * cols + c), 0, 4);
+            else if (t.dtype == CMF_DTYPE_Q8_ROW) bytes[r * cols + c] = 0;
+            else FAIL("zeroed: dtype " << t.dtype << " not handled");
+        }
+    return bytes;
+}
+
+std::string layer(uint64_t l, const char *rest) { return "model.layers." + std::to_string(l) + "." + rest; }
+
+// The dense twin of a mask: the masked work zeroed in the weights of
+// `src`, for out_layers layers (a looped plan written out: layer v runs
+// the weights of layer v % layers).
+void zero_plan(const cmf_model *src, const Arch &a, const MaskPlan &p, uint64_t out_layers,
+               std::map<std::string, std::vector<uint8_t>> &out) {
+    for (uint64_t v = 0; v < out_layers; ++v) {
+        const uint64_t l = v % a.layers;
+        const std::string gate = layer(v, "mlp.gate_proj.weight"), down = layer(v, "mlp.down_proj.weight"),
+                          o = layer(v, "self_attn.o_proj.weight");
+        if (!p.alive[l]) {
+            out[o] = zeroed(src, layer(l, "self_attn.o_proj.weight"), [](uint64_t, uint64_t) { return true; }, {});
+            out[down] = zeroed(src, layer(l, "mlp.down_proj.weight"), [](uint64_t, uint64_t) { return true; }, {});
+            continue;
+        }
+        const auto &ffn = p.ffn[v];
+        out[gate] = zeroed(src, layer(l, "mlp.gate_proj.weight"), [&](uint64_t r, uint64_t) { return !ffn[r]; }, {});
+        out[down] = zeroed(src, layer(l, "mlp.down_proj.weight"), [&](uint64_t, uint64_t c) { return !ffn[c]; }, {});
+        const auto &heads = p.heads[l];
+        out[o] = zeroed(src, layer(l, "self_attn.o_proj.weight"),
+                        [&](uint64_t, uint64_t c) { return !heads[c / a.head_dim]; }, {});
+    }
+}
+
+std::vector<float> logits_all(cmf_runtime *rt, const cmf_model *m, const std::vector<int32_t> &tokens, const char *task,
+                              std::string *error = nullptr) {
+    cmf_session_options o;
+    cmf_session_options_init(&o);
+    o.n_ctx = 256;
+    o.task = task;
+    cmf_session *s = nullptr;
+    cmf_error *e = cmf_session_create_for_model(rt, m, &o, &s);
+    if (error != nullptr) {
+        *error = take(e);
+        if (!error->empty()) return {};
+    } else {
+        REQUIRE_MESSAGE(e == nullptr, take(e));
+    }
+    Session sess(s);
+    const uint64_t V = cmf_session_vocab_size(s);
+    std::vector<float> out(tokens.size() * V);
+    OK(cmf_session_eval(s, tokens.data(), tokens.size(), CMF_LOGITS_ALL, out.data(), out.size()));
+    // Decode one token more after the prefill: the masked decode path too.
+    std::vector<float> last(V);
+    const int32_t next = tokens.front();
+    OK(cmf_session_eval(s, &next, 1, CMF_LOGITS_LAST, last.data(), last.size()));
+    out.insert(out.end(), last.begin(), last.end());
+    return out;
+}
+
+double max_rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+    REQUIRE(a.size() == b.size());
+    double scale = 0, d = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        scale = std::max(scale, double(std::fabs(b[i])));
+        d = std::max(d, double(std::fabs(a[i] - b[i])));
+    }
+    return d / std::max(scale, 1e-30);
+}
+
+std::vector<int32_t> prompt() {
+    std::mt19937 rng(7);
+    std::vector<int32_t> t(24);
+    for (auto &x : t) x = int32_t(rng() % 4000);
+    return t;
+}
+
+// A plan exercising every kind of skip on austen-tiny (4 layers, 4 heads in
+// 2 KV groups): random FFN rows; all heads, one head per group (GQA on the
+// live groups), heads 0,1,3 (uneven groups) and a gated-off layer.
+MaskPlan mixed_plan(const Arch &a, uint64_t visits, uint32_t seed) {
+    std::mt19937 rng(seed);
+    MaskPlan p;
+    for (uint64_t v = 0; v < visits; ++v) {
+        std::vector<bool> row(a.inter);
+        const uint32_t keep_pct = v % 2 ? 25 : 50;
+        for (uint64_t i = 0; i < a.inter; ++i) row[i] = rng() % 100 < keep_pct;
+        p.ffn.push_back(row);
+    }
+    p.heads = {{true, true, true, true}, {true, false, true, false}, {true, true, false, true}, {true, true, true, true}};
+    p.alive = {true, true, true, false};
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("tasks: a mask runs as its dense twin with the masked work zeroed") {
+    TestRuntime trt;
+    for (const char *quant : {"f32", "q8"}) {
+        CAPTURE(quant);
+        Model base = open(trt.rt, converted(trt.rt, quant));
+        const Arch a = arch_of(base.get());
+        REQUIRE(a.layers == 4);
+        REQUIRE(a.heads == 4);
+        MaskPlan plan = mixed_plan(a, a.layers, 11);
+        // Second mask: no head of layer 1 (its attention adds nothing) and
+        // no neuron of layer 2 (its FFN adds nothing).
+        MaskPlan empty = mixed_plan(a, a.layers, 12);
+        empty.heads[1] = {false, false, false, false};
+        empty.ffn[2].assign(a.inter, false);
+        empty.alive = {true, true, true, true};
+        const std::string masked = kWork + "/masked-" + quant + ".cmf";
+        Variant mv;
+        mv.masks = {{"mixed", blob_of(a, plan), sparsity_of(plan)}, {"empty-parts", blob_of(a, empty), sparsity_of(empty)}};
+        write_variant(trt.rt, base.get(), masked, mv);
+        for (auto [task, p] : {std::pair{"mixed", &plan}, std::pair{"empty-parts", &empty}}) {
+            CAPTURE(task);
+            Variant zv;
+            zero_plan(base.get(), a, *p, a.layers, zv.replace);
+            const std::string twin = kWork + "/twin-" + task + "-" + quant + ".cmf";
+            write_variant(trt.rt, base.get(), twin, zv);
+            Model mm = open(trt.rt, masked), tm = open(trt.rt, twin);
+            const auto got = logits_all(trt.rt, mm.get(), prompt(), task);
+            const auto want = logits_all(trt.rt, tm.get(), prompt(), nullptr);
+            const auto dense = logits_all(trt.rt, base.get(), prompt(), nullptr);
+            // The mask changes the model (so this comparison can fail)...
+            CHECK(max_rel_diff(dense, want) > 0.05);
+            // ... exactly as zeroing the masked work does. f32: summation
+            // order only; q8: the compacted inputs are quantized to int8 in
+            // other blocks of 32 than the zero-filled ones.
+            CHECK(max_rel_diff(got, want) < (std::string(quant) == "f32" ? 2e-5 : 2e-2));
+        }
+    }
+}
+
+TEST_CASE("tasks: a looped model runs its layers again, with per-visit FFN rows") {
+    TestRuntime trt;
+    Model base = open(trt.rt, converted(trt.rt, "f32"));
+    const Arch a = arch_of(base.get());
+    const uint64_t loops = 2, visits = a.layers * loops;
+    MaskPlan plan = mixed_plan(a, visits, 21);
+    // The looped file: num_loops 2 and a mask with one FFN row per visit.
+    Variant lv;
+    lv.edit_arch = [](bj::object &arch) { arch["num_loops"] = 2; };
+    lv.masks = {{"loop", blob_of(a, plan), sparsity_of(plan)}};
+    const std::string looped = kWork + "/looped.cmf";
+    write_variant(trt.rt, base.get(), looped, lv);
+    // Its twin: 8 layers written out (layer 4 + l = layer l), each visit's
+    // masked work zeroed in its own copy; no mask.
+    Variant tv;
+    tv.edit_arch = [&](bj::object &arch) {
+        arch["num_layers"] = visits;
+        bj::array types;
+        for (uint64_t v = 0; v < visits; ++v) types.push_back("FullAttention");
+        arch["layer_types"] = types;
+    };
+    for (uint64_t v = a.layers; v < visits; ++v)
+        for (size_t i = 0; i < cmf_tensor_count(base.get()); ++i) {
+            cmf_tensor_info t;
+            cmf_tensor_info_init(&t);
+            OK(cmf_tensor_at(base.get(), i, &t));
+            const std::string n = t.name, pre = "model.layers." + std::to_string(v - a.layers) + ".";
+            if (n.compare(0, pre.size(), pre) == 0) tv.copies.emplace_back("model.layers." + std::to_string(v) + "." + n.substr(pre.size()), n);
+        }
+    zero_plan(base.get(), a, plan, visits, tv.replace);
+    const std::string twin = kWork + "/looped-twin.cmf";
+    write_variant(trt.rt, base.get(), twin, tv);
+    Model lm = open(trt.rt, looped), tm = open(trt.rt, twin);
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    OK(cmf_model_get_info(lm.get(), &info));
+    CHECK((info.required_features & CMF_FEATURE_LOOP_MASKS) != 0);
+    const auto got = logits_all(trt.rt, lm.get(), prompt(), "loop");
+    const auto want = logits_all(trt.rt, tm.get(), prompt(), nullptr);
+    CHECK(max_rel_diff(got, want) < 2e-5);
+    // Unmasked, the looped file is the written-out one without zeros.
+    Variant dv = tv;
+    dv.replace.clear();
+    const std::string dense_twin = kWork + "/looped-dense-twin.cmf";
+    write_variant(trt.rt, base.get(), dense_twin, dv);
+    Model dm = open(trt.rt, dense_twin);
+    CHECK(max_rel_diff(logits_all(trt.rt, lm.get(), prompt(), nullptr), logits_all(trt.rt, dm.get(), prompt(), nullptr)) <
+          2e-5);
+}
+
+TEST_CASE("tasks: selection errors name what the file has") {
+    TestRuntime trt(CMF_LOG_ERROR);
+    Model base = open(trt.rt, converted(trt.rt, "q8"));
+    const Arch a = arch_of(base.get());
+    std::string err;
+    logits_all(trt.rt, base.get(), prompt(), "general", &err);
+    CHECK(err.find("InvalidArgument") == 0);
+    CHECK(err.find("has no task masks") != std::string::npos);
+    const std::string masked = kWork + "/two-tasks.cmf";
+    Variant mv;
+    MaskPlan p = mixed_plan(a, a.layers, 5);
+    mv.masks = {{"code", blob_of(a, p), sparsity_of(p)}, {"prose", blob_of(a, p), sparsity_of(p)}};
+    write_variant(trt.rt, base.get(), masked, mv);
+    Model m = open(trt.rt, masked);
+    logits_all(trt.rt, m.get(), prompt(), "poetry", &err);
+    CHECK(err.find("NotFound") == 0);
+    CHECK(err.find("code, prose") != std::string::npos);
+    // The C API refuses a selection on a plain model source.
+    cmf_session_options o;
+    cmf_session_options_init(&o);
+    o.task = "code";
+    cmf_model_source src{};
+    src.struct_size = sizeof src;
+    cmf_session *s = nullptr;
+    err = take(cmf_session_create(trt.rt, &src, &o, &s));
+    CHECK(err.find("InvalidArgument") == 0);
+}
