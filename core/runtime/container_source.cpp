@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/mman.h>
+
 namespace cmf::runtime {
 namespace {
 
@@ -283,6 +285,19 @@ std::shared_ptr<const cmf_model_source> make_container_source(const cmf_model *c
     else if (masked) full_mask(m, cs->mask);
     if (!sel.moe_mask.empty()) apply_moe_mask(m, sel.moe_mask, sel.moe_cover, cs->mask);
     if (masked) {
+        // Reads become exact: no read-around and no 2 MiB pages on the
+        // model's mapping, so a page is read only when a kernel touches it
+        // and the rows the mask leaves out are never brought into memory
+        // (a fault anywhere within reach would otherwise read them: the
+        // 2 MiB folio or the read-around window it falls in). The cost:
+        // the kept weights are mapped with 4 KiB pages, and a cold first
+        // pass reads page by page.
+        for (const auto &sh : m.shards())
+            if (sh.file->mapped()) {
+                void *p = const_cast<uint8_t *>(sh.file->data());
+                ::madvise(p, sh.file->size(), MADV_NOHUGEPAGE);
+                ::madvise(p, sh.file->size(), MADV_RANDOM);
+            }
         cmf_task_mask &t = cs->mask.mask;
         t.name = cs->mask.name.c_str();
         t.ffn = cs->mask.ffn.data();
