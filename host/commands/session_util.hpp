@@ -55,6 +55,23 @@ TokenizerPtr model_tokenizer(const cmf_model *m);
 std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags);
 // "1,2,3" -> ids (Failure on anything else).
 std::vector<int32_t> parse_ids(const std::string &s);
+struct RouteDeleter {
+    void operator()(cmf_route *r) const { cmf_route_free(r); }
+};
+using RoutePtr = std::unique_ptr<cmf_route, RouteDeleter>;
+// Routes `text` (plain text, its first max_tokens tokens; 0 = all) over the
+// file's skills.
+RoutePtr route_text(cmf_runtime *rt, const cmf_model *m, const cmf_tokenizer *t, const std::string &text,
+                    size_t max_tokens = 0);
+// Whether some skill of the file can route (has a selection descriptor).
+bool file_routes(const cmf_model *m);
+// --skill auto / --blend auto for `text`: the routed skill, or the top-2
+// blend, written into flags (and said on stderr). --skill none (or
+// backbone) selects the backbone. With route_by_default, a file whose
+// skills route picks its skill without --skill, as the original does.
+void resolve_routing(cmf_runtime *rt, const cmf_model *m, const cmf_tokenizer *t, const std::string &text,
+                     SessionFlags &flags, bool route_by_default, size_t max_tokens = 0);
+
 // Renders one user turn (with an optional system message) through the
 // model's chat template, generation prompt added.
 std::string render_chat(const cmf_model *m, const std::vector<std::pair<std::string, std::string>> &messages);
