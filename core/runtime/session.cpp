@@ -143,7 +143,21 @@ void Session::truncate(uint64_t n_keep) {
     if (n_keep > tokens_.size())
         throw Error(CMF_ERR_BOUNDS, "truncate: " + std::to_string(n_keep) + " > " + std::to_string(tokens_.size()) +
                                         " tokens in the context");
-    throw_if_error(arch_->vt.state_truncate(arch_->ctx, state_, n_keep));
+    cmf_error *e = arch_->vt.state_truncate(arch_->ctx, state_, n_keep);
+    if (e != nullptr && e->code == CMF_ERR_UNSUPPORTED && n_keep > 0) {
+        // The state cannot drop those positions in place (a sliding-window
+        // layer's ring no longer holds the window before n_keep): rebuild
+        // it from the kept tokens.
+        if (!is_static_error(e)) delete e;
+        const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + std::ptrdiff_t(n_keep));
+        throw_if_error(arch_->vt.state_truncate(arch_->ctx, state_, 0));
+        tokens_.clear();
+        for (size_t i = 0; i < keep.size(); i += cfg_.n_batch)
+            forward(std::span<const int32_t>(keep).subspan(i, std::min<size_t>(cfg_.n_batch, keep.size() - i)),
+                    CMF_LOGITS_NONE, nullptr);
+        return;
+    }
+    throw_if_error(e);
     tokens_.resize(n_keep);
 }
 

@@ -120,6 +120,11 @@ bool has_kv_ops(const cmf_backend_vt *be) {
            backend_has(be, offsetof(cmf_backend_vt, attention_kv), be->attention_kv);
 }
 
+bool has_ring_attention(const cmf_backend_vt *be) {
+    return backend_has(be, offsetof(cmf_backend_vt, kv_write), be->kv_write) &&
+           backend_has(be, offsetof(cmf_backend_vt, attention_ring), be->attention_ring);
+}
+
 // Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype.
 // Unknown keys, values and a backend without the f16 cache operations are
 // errors, never ignored.
@@ -417,10 +422,17 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->n_ctx = n_ctx;
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
-    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype.
-    // A layer whose attention does not run (a task mask) has none.
+    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype. A
+    // sliding layer's is a ring of window + chunk - 1 rows when that is
+    // shorter than the context and the backend has attention_ring: a call
+    // of at most `chunk` tokens then finds every key its queries see. A
+    // layer whose attention does not run (a task mask) has none.
+    const bool rings = has_ring_attention(m.be);
+    s->chunk = m.ring_chunk();
     for (size_t i = 0; i < m.layers.size(); ++i) {
-        const uint64_t rows = m.layers[i].attn_on ? n_ctx : 0;
+        const uint64_t window = m.layers[i].choice.window;
+        const bool ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
+        const uint64_t rows = !m.layers[i].attn_on ? 0 : ring ? window + s->chunk - 1 : n_ctx;
         float *k = nullptr, *v = nullptr;
         if (rows > 0) {
             check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(m.layers[i]), &k));
@@ -432,7 +444,7 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
             s->v_cache.push_back(nullptr);
         }
         s->cache_rows.push_back(rows);
-        s->ring.push_back(false);
+        s->ring.push_back(ring);
     }
     return s;
 }
@@ -442,7 +454,19 @@ void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
     if (n_keep > s.n_past)
         throw Error(CMF_ERR_BOUNDS, fam + ": cannot keep " + std::to_string(n_keep) + " positions of " +
                                         std::to_string(s.n_past));
-    // Attention reads only rows < n_past, so dropping is just the count.
+    // Attention reads only positions < n_past, so dropping is just the count,
+    // as long as every ring still holds the window before n_keep: the
+    // position p of row p % rows is overwritten once p + rows < n_past.
+    for (size_t i = 0; i < s.ring.size() && n_keep > 0; ++i) {
+        if (!s.ring[i]) continue;
+        const uint64_t window = s.model->layers[i].choice.window;
+        const uint64_t first = n_keep > window ? n_keep - window : 0;  // the oldest position the next query needs
+        if (first + s.cache_rows[i] < s.n_past)
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + "'s sliding-window cache keeps " +
+                                                 std::to_string(s.cache_rows[i]) + " positions and no longer holds " +
+                                                 "the window before position " + std::to_string(n_keep) +
+                                                 " (rolled back from " + std::to_string(s.n_past) + ")");
+    }
     s.n_past = n_keep;
 }
 
@@ -514,7 +538,15 @@ void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, siz
     }
     const float scale = m.ch.attn_scale, softcap = m.ch.attn_softcap;
     const uint32_t window = L.choice.window;
-    if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
+    if (s.ring[li]) {  // rows pos % R.., split where the ring wraps
+        const uint64_t R = s.cache_rows[li], r0 = pos % R, n1 = std::min(n, R - r0);
+        for (auto [cache, src] : {std::pair{s.k_cache[li], sc.k}, std::pair{s.v_cache[li], sc.v}}) {
+            check(be->kv_write(bc, cache, m.kv_dtype, kv_dim, r0, src, n1));
+            if (n1 < n) check(be->kv_write(bc, cache, m.kv_dtype, kv_dim, 0, src + n1 * kv_dim, n - n1));
+        }
+        check(be->attention_ring(bc, sc.q, s.k_cache[li], s.v_cache[li], m.kv_dtype, R, sc.attn, n, pos, nh, nkv, hd,
+                                 scale, window, softcap));
+    } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
         check(be->copy(bc, s.k_cache[li] + pos * kv_dim, sc.k, n * kv_dim));
         check(be->copy(bc, s.v_cache[li] + pos * kv_dim, sc.v, n * kv_dim));
         check(be->attention(bc, sc.q, s.k_cache[li], s.v_cache[li], sc.attn, n, pos, nh, nkv, hd, scale, window,
@@ -620,8 +652,17 @@ void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     if (n == 0) return;
     const uint64_t n_layers = a.n_layers == 0 ? m.layers.size() : a.n_layers;
     const int32_t mode = a.logits_mode;
-    const uint64_t logit_rows = mode == CMF_LOGITS_ALL ? n : mode == CMF_LOGITS_LAST ? 1 : 0;
-    forward_chunk(m, s, a.tokens, n, pos, logit_rows, a.logits, n_layers, a.hidden);
+    // Rings hold the keys of at most s.chunk new tokens: longer calls run in chunks.
+    const uint64_t chunk = std::find(s.ring.begin(), s.ring.end(), true) != s.ring.end() ? s.chunk : n;
+    const uint64_t H = m.cfg.hidden_size, V = m.cfg.vocab_size;
+    for (uint64_t c0 = 0; c0 < n; c0 += chunk) {
+        const uint64_t cn = std::min(chunk, n - c0);
+        const bool last = c0 + cn == n;
+        const uint64_t logit_rows = mode == CMF_LOGITS_ALL ? cn : (mode == CMF_LOGITS_LAST && last) ? 1 : 0;
+        float *logits = mode == CMF_LOGITS_ALL ? a.logits + c0 * V : a.logits;
+        forward_chunk(m, s, a.tokens + c0, cn, pos + c0, logit_rows, logits, n_layers,
+                      a.hidden != nullptr ? a.hidden + c0 * H : nullptr);
+    }
 }
 
 // ---- the cmf_arch_vt run members ----------------------------------------------
