@@ -12,6 +12,7 @@
 //    from a cold page cache, mincore finds none of their pages in memory.
 #include <doctest/doctest.h>
 #include "support/test_runtime.hpp"
+#include "task_files.hpp"
 
 #include <cmf/cmf.h>
 
@@ -36,51 +37,9 @@
 namespace fs = std::filesystem;
 namespace bj = boost::json;
 
+using namespace tasks_test;
+
 namespace {
-
-// Where the files go: the build's work dir, or CMF_TASKS_WORK_DIR (the CLI
-// test runs this binary with its own, as both may run at once).
-const std::string kWork = std::getenv("CMF_TASKS_WORK_DIR") ? std::getenv("CMF_TASKS_WORK_DIR") : CMF_TASKS_WORK_DIR;
-
-std::string take(cmf_error *e) {
-    if (e == nullptr) return "";
-    std::string m = std::string(cmf_error_code_name(cmf_error_code(e))) + ": " + cmf_error_message(e);
-    cmf_error_free(e);
-    return m;
-}
-#define OK(expr) REQUIRE_MESSAGE((expr) == nullptr, #expr)
-
-struct ModelClose {
-    void operator()(cmf_model *m) const { cmf_close(m); }
-};
-using Model = std::unique_ptr<cmf_model, ModelClose>;
-struct SessionFree {
-    void operator()(cmf_session *s) const { cmf_session_free(s); }
-};
-using Session = std::unique_ptr<cmf_session, SessionFree>;
-
-Model open(cmf_runtime *rt, const std::string &path) {
-    cmf_model *m = nullptr;
-    cmf_error *e = cmf_open(rt, path.c_str(), nullptr, &m);
-    REQUIRE_MESSAGE(e == nullptr, take(e));
-    return Model(m);
-}
-
-// austen-tiny converted once per dtype into the work dir.
-std::string converted(cmf_runtime *rt, const std::string &quant) {
-    fs::create_directories(kWork);
-    const std::string out = kWork + "/austen-" + quant + ".cmf";
-    if (fs::exists(out)) return out;
-    cmf_convert_options o;
-    cmf_convert_options_init(&o);
-    const std::string dir = std::string(CMF_SOURCE_ROOT) + "/models/austen-tiny";
-    o.model_dir = dir.c_str();
-    o.output = out.c_str();
-    o.quant = quant.c_str();
-    cmf_error *e = cmf_convert(rt, &o);
-    REQUIRE_MESSAGE(e == nullptr, take(e));
-    return out;
-}
 
 struct Arch {
     uint64_t layers, heads, kv_heads, head_dim, inter, hidden, loops = 1;
@@ -128,69 +87,6 @@ float sparsity_of(const MaskPlan &p) {
     for (const auto &row : p.ffn)
         for (bool x : row) on += x, ++all;
     return 1.0f - float(on) / float(all);
-}
-
-// A copy of `src` at `out` with some tensors replaced (payload bytes),
-// renamed copies added, an edited arch block and masks.
-struct Variant {
-    std::map<std::string, std::vector<uint8_t>> replace;
-    std::vector<std::pair<std::string, std::string>> copies;  // (new name, source name), appended
-    std::function<void(bj::object &)> edit_arch;
-    struct Mask {
-        std::string name;
-        std::vector<uint8_t> blob;
-        float sparsity = 0;
-    };
-    std::vector<Mask> masks;
-    std::string quality_json;                                        // "" = not measured
-};
-
-void write_variant(cmf_runtime *rt, const cmf_model *src, const std::string &out, const Variant &v) {
-    cmf_model_info info;
-    cmf_model_info_init(&info);
-    OK(cmf_model_get_info(src, &info));
-    bj::object header = bj::parse(std::string(info.header_json, info.header_json_len)).as_object();
-    header.erase("section_hashes");
-    if (v.edit_arch) v.edit_arch(header["arch"].as_object());
-    const std::string text = bj::serialize(header);
-    cmf_writer *w = nullptr;
-    OK(cmf_writer_create(rt, out.c_str(), text.data(), text.size(), nullptr, &w));
-    std::unique_ptr<cmf_writer, void (*)(cmf_writer *)> guard(w, cmf_writer_free);
-    auto add = [&](const std::string &name, const cmf_tensor_info &t) {
-        auto it = v.replace.find(name);
-        const void *data = it != v.replace.end() ? it->second.data() : t.data;
-        OK(cmf_writer_add_tensor(w, name.c_str(), t.dtype, t.ndim, t.shape, data, t.nbytes));
-    };
-    for (size_t i = 0; i < cmf_tensor_count(src); ++i) {
-        cmf_tensor_info t;
-        cmf_tensor_info_init(&t);
-        OK(cmf_tensor_at(src, i, &t));
-        add(t.name, t);
-    }
-    for (const auto &[name, from] : v.copies) {
-        cmf_tensor_info t;
-        cmf_tensor_info_init(&t);
-        OK(cmf_tensor(src, from.c_str(), &t));
-        add(name, t);
-    }
-    uint32_t id = 0;
-    for (const auto &mk : v.masks) {
-        cmf_mask_spec ms;
-        cmf_mask_spec_init(&ms);
-        ms.task_id = id++;
-        ms.name = mk.name.c_str();
-        ms.blob = mk.blob.data();
-        ms.blob_len = mk.blob.size();
-        ms.sparsity = mk.sparsity;
-        ms.quality_json = v.quality_json.empty() ? nullptr : v.quality_json.c_str();
-        OK(cmf_writer_add_mask(w, &ms));
-    }
-    const void *vocab = nullptr;
-    uint64_t vlen = 0;
-    OK(cmf_model_vocab(src, &vocab, &vlen));
-    OK(cmf_writer_set_vocab(w, vocab, vlen));
-    cmf_error *e = cmf_writer_finish(w);
-    REQUIRE_MESSAGE(e == nullptr, take(e));
 }
 
 // The payload of tensor `name` with element (r, c) set to zero for every
@@ -249,49 +145,6 @@ void zero_plan(const cmf_model *src, const Arch &a, const MaskPlan &p, uint64_t 
     }
 }
 
-std::vector<float> logits_all(cmf_runtime *rt, const cmf_model *m, const std::vector<int32_t> &tokens, const char *task,
-                              std::string *error = nullptr) {
-    cmf_session_options o;
-    cmf_session_options_init(&o);
-    o.n_ctx = 256;
-    o.task = task;
-    cmf_session *s = nullptr;
-    cmf_error *e = cmf_session_create_for_model(rt, m, &o, &s);
-    if (error != nullptr) {
-        *error = take(e);
-        if (!error->empty()) return {};
-    } else {
-        REQUIRE_MESSAGE(e == nullptr, take(e));
-    }
-    Session sess(s);
-    const uint64_t V = cmf_session_vocab_size(s);
-    std::vector<float> out(tokens.size() * V);
-    OK(cmf_session_eval(s, tokens.data(), tokens.size(), CMF_LOGITS_ALL, out.data(), out.size()));
-    // Decode one token more after the prefill: the masked decode path too.
-    std::vector<float> last(V);
-    const int32_t next = tokens.front();
-    OK(cmf_session_eval(s, &next, 1, CMF_LOGITS_LAST, last.data(), last.size()));
-    out.insert(out.end(), last.begin(), last.end());
-    return out;
-}
-
-double max_rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
-    REQUIRE(a.size() == b.size());
-    double scale = 0, d = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        scale = std::max(scale, double(std::fabs(b[i])));
-        d = std::max(d, double(std::fabs(a[i] - b[i])));
-    }
-    return d / std::max(scale, 1e-30);
-}
-
-std::vector<int32_t> prompt() {
-    std::mt19937 rng(7);
-    std::vector<int32_t> t(24);
-    for (auto &x : t) x = int32_t(rng() % 4000);
-    return t;
-}
-
 // A plan exercising every kind of skip on austen-tiny (4 layers, 4 heads in
 // 2 KV groups): random FFN rows; all heads, one head per group (GQA on the
 // live groups), heads 0,1,3 (uneven groups) and a gated-off layer.
@@ -337,9 +190,9 @@ TEST_CASE("tasks: a mask runs as its dense twin with the masked work zeroed") {
             const std::string twin = kWork + "/twin-" + task + "-" + quant + ".cmf";
             write_variant(trt.rt, base.get(), twin, zv);
             Model mm = open(trt.rt, masked), tm = open(trt.rt, twin);
-            const auto got = logits_all(trt.rt, mm.get(), prompt(), task);
-            const auto want = logits_all(trt.rt, tm.get(), prompt(), nullptr);
-            const auto dense = logits_all(trt.rt, base.get(), prompt(), nullptr);
+            const auto got = logits_all(trt.rt, mm.get(), prompt(), Pick{task});
+            const auto want = logits_all(trt.rt, tm.get(), prompt(), Pick{});
+            const auto dense = logits_all(trt.rt, base.get(), prompt(), Pick{});
             // The mask changes the model (so this comparison can fail)...
             CHECK(max_rel_diff(dense, want) > 0.05);
             // ... exactly as zeroing the masked work does. f32: summation
@@ -388,8 +241,8 @@ TEST_CASE("tasks: a looped model runs its layers again, with per-visit FFN rows"
     cmf_model_info_init(&info);
     OK(cmf_model_get_info(lm.get(), &info));
     CHECK((info.required_features & CMF_FEATURE_LOOP_MASKS) != 0);
-    const auto got = logits_all(trt.rt, lm.get(), prompt(), "loop");
-    const auto want = logits_all(trt.rt, tm.get(), prompt(), nullptr);
+    const auto got = logits_all(trt.rt, lm.get(), prompt(), Pick{"loop"});
+    const auto want = logits_all(trt.rt, tm.get(), prompt(), Pick{});
     CHECK(max_rel_diff(got, want) < 2e-5);
     // Unmasked, the looped file is the written-out one without zeros.
     Variant dv = tv;
@@ -397,7 +250,7 @@ TEST_CASE("tasks: a looped model runs its layers again, with per-visit FFN rows"
     const std::string dense_twin = kWork + "/looped-dense-twin.cmf";
     write_variant(trt.rt, base.get(), dense_twin, dv);
     Model dm = open(trt.rt, dense_twin);
-    CHECK(max_rel_diff(logits_all(trt.rt, lm.get(), prompt(), nullptr), logits_all(trt.rt, dm.get(), prompt(), nullptr)) <
+    CHECK(max_rel_diff(logits_all(trt.rt, lm.get(), prompt(), Pick{}), logits_all(trt.rt, dm.get(), prompt(), Pick{})) <
           2e-5);
 }
 
@@ -406,7 +259,7 @@ TEST_CASE("tasks: selection errors name what the file has") {
     Model base = open(trt.rt, converted(trt.rt, "q8"));
     const Arch a = arch_of(base.get());
     std::string err;
-    logits_all(trt.rt, base.get(), prompt(), "general", &err);
+    logits_all(trt.rt, base.get(), prompt(), Pick{"general"}, &err);
     CHECK(err.find("InvalidArgument") == 0);
     CHECK(err.find("has no task masks") != std::string::npos);
     const std::string masked = kWork + "/two-tasks.cmf";
@@ -415,7 +268,7 @@ TEST_CASE("tasks: selection errors name what the file has") {
     mv.masks = {{"code", blob_of(a, p), sparsity_of(p)}, {"prose", blob_of(a, p), sparsity_of(p)}};
     write_variant(trt.rt, base.get(), masked, mv);
     Model m = open(trt.rt, masked);
-    logits_all(trt.rt, m.get(), prompt(), "poetry", &err);
+    logits_all(trt.rt, m.get(), prompt(), Pick{"poetry"}, &err);
     CHECK(err.find("NotFound") == 0);
     CHECK(err.find("code, prose") != std::string::npos);
     // The C API refuses a selection on a plain model source.
