@@ -75,5 +75,6 @@ int cmd_logits(const std::vector<std::string> &args);
 int cmd_route(const std::vector<std::string> &args);
 int cmd_explain(const std::vector<std::string> &args);
 int cmd_skill(const std::vector<std::string> &args);
+int cmd_defrag(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

@@ -30,6 +30,7 @@ const Command kCommands[] = {
     {"route", "which skill of the file a prompt goes to (recon-argmin over the selection descriptors)", cmfhost::cmd_route},
     {"explain", "every skill's routing error, margin, novelty and the routed first token", cmfhost::cmd_explain},
     {"skill", "skills of a file: list, add (a donor checkpoint, in place), export, apply", cmfhost::cmd_skill},
+    {"defrag", "a copy without the FFN neurons a task mask (or ffn_keep.npy) leaves out", cmfhost::cmd_defrag},
 };
 
 void print_help() {

@@ -870,6 +870,35 @@ CMF_API cmf_error *cmf_skill_export(cmf_runtime *rt, const char *specialist, con
 CMF_API cmf_error *cmf_skill_apply(cmf_runtime *rt, const char *base, const char *skill, const char *output,
                                    int32_t force, char **report_json);
 
+/* ---- defrag: a model without the FFN neurons a keep set leaves out (spec §11)
+ *
+ * Per dense layer, the kept neurons' gate/up rows and down_proj columns are
+ * written at the new width; every other tensor, the vocab and the header
+ * are kept, except: arch.intermediate_size becomes the widest layer's
+ * (each layer's width is its tensors'), provenance.defrag records
+ * kept_per_layer, pre/post widths, pruned_ratio and the source, and the
+ * masks are left out (their rows are of the old widths). Kept values are
+ * copied byte for byte where the dtype allows (f32/f16/bf16 and q8_row
+ * rows and columns, q8_2f columns, rows of any row-encoded dtype); else the
+ * tensor is re-encoded at the new width (a 32-column quant group that no
+ * longer fits: q8_2f). The keep set: `task` (the file's task mask; it must
+ * leave every layer and head on, and the model must not be looped), or
+ * `keep_file` (a NumPy .npy bool/uint8 array [layers, intermediate_size],
+ * nonzero = kept), or with neither the neurons whose down_proj column is not
+ * all zero. Atomic like cmf_convert. *report_json as for the skill tools. */
+typedef struct cmf_defrag_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *input;           /* the .cmf to defrag */
+    const char *output;          /* the file to write; must differ from input */
+    const char *task;            /* keep what this task mask runs; NULL = none */
+    const char *keep_file;       /* ffn_keep.npy; NULL = none */
+    const char *source;          /* provenance.defrag.source_skill; NULL = the task or the keep file's folder */
+} cmf_defrag_options;
+
+CMF_API void cmf_defrag_options_init(cmf_defrag_options *opts);
+CMF_API cmf_error *cmf_defrag(cmf_runtime *rt, const cmf_defrag_options *opts, char **report_json);
+
 #ifdef __cplusplus
 }
 #endif

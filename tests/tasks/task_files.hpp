@@ -189,4 +189,53 @@ inline std::vector<int32_t> prompt() {
     return t;
 }
 
+// The shape numbers masks are made of.
+struct Arch {
+    uint64_t layers, heads, kv_heads, head_dim, inter, hidden, loops = 1;
+};
+
+inline Arch arch_of(const cmf_model *m) {
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    OK(cmf_model_get_info(m, &info));
+    bj::object a = bj::parse(info.arch_json).as_object();
+    Arch r{};
+    r.layers = a.at("num_layers").to_number<uint64_t>();
+    r.heads = a.at("num_attention_heads").to_number<uint64_t>();
+    r.kv_heads = a.at("num_kv_heads").to_number<uint64_t>();
+    r.head_dim = a.at("head_dim").to_number<uint64_t>();
+    r.inter = a.at("intermediate_size").to_number<uint64_t>();
+    r.hidden = a.at("hidden_size").to_number<uint64_t>();
+    return r;
+}
+
+// What a mask keeps: per visit the live neurons, per layer live heads and the gate.
+struct MaskPlan {
+    std::vector<std::vector<bool>> ffn;    // visits x inter
+    std::vector<std::vector<bool>> heads;  // layers x heads
+    std::vector<bool> alive;               // layers
+};
+
+inline std::vector<uint8_t> blob_of(const Arch &a, const MaskPlan &p) {
+    auto bytes = [](uint64_t bits) { return (bits + 7) / 8; };
+    std::vector<uint8_t> b;
+    auto put_row = [&](const std::vector<bool> &row, uint64_t bits) {
+        std::vector<uint8_t> r(bytes(bits), 0);
+        for (uint64_t i = 0; i < bits; ++i)
+            if (row[i]) r[i / 8] |= uint8_t(1u << (i % 8));
+        b.insert(b.end(), r.begin(), r.end());
+    };
+    for (const auto &row : p.ffn) put_row(row, a.inter);
+    for (const auto &row : p.heads) put_row(row, a.heads);
+    put_row(p.alive, a.layers);
+    return b;
+}
+
+inline float sparsity_of(const MaskPlan &p) {
+    uint64_t on = 0, all = 0;
+    for (const auto &row : p.ffn)
+        for (bool x : row) on += x, ++all;
+    return 1.0f - float(on) / float(all);
+}
+
 }  // namespace tasks_test

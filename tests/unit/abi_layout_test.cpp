@@ -276,6 +276,35 @@ namespace {
     CHECK_OFFSET(cmf_requant_options, shard_max_bytes, 40);
     CHECK_OFFSET(cmf_requant_options, progress, 48);
     CHECK_OFFSET(cmf_requant_options, progress_user, 56);
+    // skills and defrag
+    CHECK_SIZE(cmf_skill_add_options, 112);
+    CHECK_OFFSET(cmf_skill_add_options, flags, 4);
+    CHECK_OFFSET(cmf_skill_add_options, model, 8);
+    CHECK_OFFSET(cmf_skill_add_options, output, 16);
+    CHECK_OFFSET(cmf_skill_add_options, donor_dir, 24);
+    CHECK_OFFSET(cmf_skill_add_options, id, 32);
+    CHECK_OFFSET(cmf_skill_add_options, name, 40);
+    CHECK_OFFSET(cmf_skill_add_options, layers, 48);
+    CHECK_OFFSET(cmf_skill_add_options, tensors, 56);
+    CHECK_OFFSET(cmf_skill_add_options, prompts_file, 64);
+    CHECK_OFFSET(cmf_skill_add_options, phi_layer, 72);
+    CHECK_OFFSET(cmf_skill_add_options, rank, 80);
+    CHECK_OFFSET(cmf_skill_add_options, min_delta, 84);
+    CHECK_OFFSET(cmf_skill_add_options, skill_quant, 88);
+    CHECK_OFFSET(cmf_skill_add_options, quality_file, 96);
+    CHECK_OFFSET(cmf_skill_add_options, quality_tokens, 104);
+    CHECK_SIZE(cmf_route_score, 24);
+    CHECK_OFFSET(cmf_route_score, error, 4);
+    CHECK_OFFSET(cmf_route_score, raw_error, 8);
+    CHECK_OFFSET(cmf_route_score, probability, 12);
+    CHECK_OFFSET(cmf_route_score, id, 16);
+    CHECK_SIZE(cmf_defrag_options, 48);
+    CHECK_OFFSET(cmf_defrag_options, flags, 4);
+    CHECK_OFFSET(cmf_defrag_options, input, 8);
+    CHECK_OFFSET(cmf_defrag_options, output, 16);
+    CHECK_OFFSET(cmf_defrag_options, task, 24);
+    CHECK_OFFSET(cmf_defrag_options, keep_file, 32);
+    CHECK_OFFSET(cmf_defrag_options, source, 40);
 
     // session
     CHECK_SIZE(cmf_session_options, 80);
