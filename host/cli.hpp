@@ -4,6 +4,7 @@
 
 #include <cmf/cmf.h>
 
+#include <boost/json/value.hpp>
 #include <boost/program_options.hpp>
 
 #include <memory>
@@ -44,6 +45,11 @@ bool parse_args(const std::string &command, const std::string &usage, const std:
                 po::options_description &desc, const po::positional_options_description &pos,
                 po::variables_map &vm);
 
+// JSON from a user's file (`source` names it in errors), read as the library
+// reads it (cmf/json_text.hpp): big integers, NaN/Infinity, a byte order
+// mark and nesting up to its bound are accepted.
+boost::json::value parse_user_json(const std::string &text, const std::string &source);
+
 struct Command {
     const char *name;
     const char *summary;
@@ -66,6 +72,11 @@ int cmd_render(const std::vector<std::string> &args);
 // convert
 int cmd_convert(const std::vector<std::string> &args);
 int cmd_requant(const std::vector<std::string> &args);
+int cmd_import_gguf(const std::vector<std::string> &args);
+// the original's file tools
+int cmd_diff(const std::vector<std::string> &args);
+int cmd_dequant(const std::vector<std::string> &args);
+int cmd_patch_tensor(const std::vector<std::string> &args);
 
 // running models
 int cmd_run(const std::vector<std::string> &args);
@@ -76,5 +87,6 @@ int cmd_route(const std::vector<std::string> &args);
 int cmd_explain(const std::vector<std::string> &args);
 int cmd_skill(const std::vector<std::string> &args);
 int cmd_defrag(const std::vector<std::string> &args);
+int cmd_serve(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

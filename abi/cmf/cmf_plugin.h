@@ -325,6 +325,18 @@ typedef struct cmf_backend_vt {
                                  uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
                                  float scale, uint32_t window, float softcap);
 
+    /* ---- RoPE over a given frequency table (appended; optional) ----
+     * rope above, with the rot_dim/2 inverse frequencies given in inv_freq
+     * (host memory, f32) instead of computed from a base, and both cos and
+     * sin multiplied by `scale`: angle_i = f32(pos) * inv_freq[i] in f32,
+     * c_i = cos(angle_i) * scale, s_i = sin(angle_i) * scale. This is how
+     * Hugging Face applies scaled RoPE (linear, dynamic NTK, YaRN with its
+     * attention factor as `scale`, llama3): the arch computes the table.
+     * An arch calls it only when non-NULL and inside the backend's
+     * struct_size; an arch that needs it refuses a backend without it. */
+    cmf_error *(*rope_freqs)(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads,
+                             uint32_t head_dim, uint32_t rot_dim, uint64_t pos0, const float *inv_freq,
+                             float scale);
     /* ---- part of a stored tensor (appended; optional) ----
      * Binds a 2-D weight restricted to some of its rows (axis 0) or
      * columns (axis 1), or a 1-D vector restricted to some of its elements
@@ -472,6 +484,26 @@ typedef struct cmf_arch_vt {
     /* Keep the first n_keep positions, drop the rest (rollback, reset with 0). */
     cmf_error *(*state_truncate)(void *ctx, cmf_arch_state *state, uint64_t n_keep);
     cmf_error *(*forward)(void *ctx, cmf_arch_model *model, cmf_arch_state *state, const cmf_forward_args *args);
+
+    /* -- several sequences in one pass (appended; optional) --
+     * For i < n_seqs: advance states[i] by *args[i] as forward(ctx, model,
+     * states[i], args[i]) would, in one pass: the matmuls and element-wise
+     * operations run once over every sequence's tokens laid end to end (a
+     * decode step of n sequences reads the weights once, not n times), and
+     * attention (any per-sequence mixer) runs for each sequence on its own
+     * state. States are distinct and made by state_create on `model`; the
+     * pass uses the first state's scratch memory. Logits go to each
+     * args[i]->logits per its logits_mode. The results equal separate
+     * forward calls up to the backend's kernel choices (a matmul over more
+     * tokens may take another kernel path; docs/runtime.md says which).
+     * CMF_ERR_UNSUPPORTED when the model has a layer kind the arch does not
+     * batch: call forward per sequence instead; a call with n_seqs 0 only
+     * answers that question (NULL: this model can be batched). On any other
+     * error the states' positions are unspecified: truncate them to 0 (or
+     * free them).
+     * Hosts call it only when non-NULL and inside the vtable's struct_size. */
+    cmf_error *(*forward_batch)(void *ctx, cmf_arch_model *model, uint32_t n_seqs, cmf_arch_state *const *states,
+                                const cmf_forward_args *const *args);
 } cmf_arch_vt;
 
 /* ---- the host services table -------------------------------------------- */

@@ -10,6 +10,7 @@
 
 #include <boost/json.hpp>
 
+#include <cmf/cmf.h>
 #include <cmf/cmf_plugin.h>
 
 #include <algorithm>
@@ -192,9 +193,14 @@ struct Payload {
 Payload encode(Runtime &rt, int32_t dtype, std::vector<uint64_t> shape, const std::vector<float> &vals, const std::string &what) {
     const CodecEntry *c = rt.codec(dtype);
     uint64_t size = 0;
-    if (c == nullptr || c->vt.quantize == nullptr ||
-        c->vt.expected_size(c->ctx, uint32_t(shape.size()), shape.data(), &size) != nullptr) {
-        // (the error of expected_size, if any, only says the shape does not fit)
+    bool fits = c != nullptr && c->vt.quantize != nullptr;
+    if (fits) {
+        // An error here only says that the shape does not fit the dtype.
+        cmf_error *why = c->vt.expected_size(c->ctx, uint32_t(shape.size()), shape.data(), &size);
+        fits = why == nullptr;
+        cmf_error_free(why);
+    }
+    if (!fits) {
         dtype = CMF_DTYPE_Q8_2F;
         c = &codec_of(rt, dtype, what);
     }
@@ -222,7 +228,10 @@ Payload take_rows(Runtime &rt, const Model &m, const TensorRec &t, const std::ve
         if (has_member(c.vt, &cmf_codec_vt::quantize_rows, offsetof(cmf_codec_vt, quantize_rows))) {
             uint32_t n = 0;
             const cmf_quantize_params params = no_params();
-            if (c.vt.quantize_rows(c.ctx, t.ndim, t.shape, 0, 1, nullptr, &params, nullptr, &n) == nullptr && n > 0) {
+            cmf_error *why = c.vt.quantize_rows(c.ctx, t.ndim, t.shape, 0, 1, nullptr, &params, nullptr, &n);
+            if (why != nullptr) n = 0;  // cannot encode by rows: re-encode below
+            cmf_error_free(why);
+            if (n > 0) {
                 std::vector<std::vector<uint8_t>> parts(n);
                 std::vector<cmf_byte_sink> sinks;
                 for (auto &p : parts) sinks.push_back(vector_sink(p));

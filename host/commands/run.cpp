@@ -133,12 +133,11 @@ int cmd_run(const std::vector<std::string> &args) {
     if (raw && vm.count("system")) throw Failure("--system applies to chat, not --raw", 2);
 
     model = resolve_model(model);
-    auto rt = make_runtime(common);
-    auto m = open_model(rt.get(), model);
-    auto tok = model_tokenizer(m.get());
-    cmf_model_special_ids sp;
-    cmf_model_special_ids_init(&sp);
-    check(cmf_model_get_special_ids(m.get(), &sp), "special ids");
+    ChatModel cm = open_chat_model(common, model);
+    auto &rt = cm.rt;
+    auto &m = cm.model;
+    auto &tok = cm.tok;
+    const cmf_model_special_ids &sp = cm.special;
     // A file whose skills route picks the skill per prompt (--skill auto,
     // and the default without --skill / --blend; --skill none: the backbone).
     const SessionFlags asked = session_flags;

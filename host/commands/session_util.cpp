@@ -35,6 +35,8 @@ void add_session_options(boost::program_options::options_description &desc, Sess
     namespace po = boost::program_options;
     desc.add_options()("kv-cache", po::value(&flags.kv_cache)->default_value(flags.kv_cache),
                        "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")
+        ("backend", po::value(&flags.backend)->default_value(""),
+         "compute backend by name (cmfhost plugins lists them); default: the first one loaded")
         ("task", po::value(&flags.task), "run the file's task mask NAME (see `cmfhost masks`): masked neurons, heads and layers are skipped")
         ("skill", po::value(&flags.skill), "run skill ID: each tensor is read from skill.ID.<name> where the file has one")
         ("blend", po::value(&flags.blend), "soft blend of skills \"a:0.7,b:0.3\": tensors are the weighted sums (f32)")
@@ -53,6 +55,7 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     // when it is not the default, so that f32 runs with any arch plugin.
     const std::string arch_options = "kv_cache=" + flags.kv_cache;
     if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
+    if (!flags.backend.empty()) o.backend = flags.backend.c_str();
     if (flags.skill == "auto" || flags.blend == "auto")
         throw Failure("--skill auto and --blend auto route a prompt: this command has none", 2);
     o.task = flags.task.c_str();
@@ -69,6 +72,16 @@ TokenizerPtr model_tokenizer(const cmf_model *m) {
     cmf_tokenizer *t = nullptr;
     check(cmf_model_tokenizer(m, &t), "tokenizer");
     return TokenizerPtr(t);
+}
+
+ChatModel open_chat_model(const CommonOptions &common, const std::string &path) {
+    ChatModel c;
+    c.rt = make_runtime(common);
+    c.model = open_model(c.rt.get(), path);
+    c.tok = model_tokenizer(c.model.get());
+    cmf_model_special_ids_init(&c.special);
+    check(cmf_model_get_special_ids(c.model.get(), &c.special), "special ids");
+    return c;
 }
 
 std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags) {
