@@ -20,6 +20,7 @@ pub const CMF_ERR_CANCELLED: i32 = 16;
 pub const CMF_ERR_NOT_FOUND: i32 = 17;
 pub const CMF_ERR_TEMPLATE: i32 = 18;
 pub const CMF_ERR_INTERNAL: i32 = 19;
+pub const CMF_ERR_BUSY: i32 = 20;
 pub const CMF_COMPONENT_CODEC: i32 = 1;
 pub const CMF_COMPONENT_ARCH: i32 = 2;
 pub const CMF_COMPONENT_BACKEND: i32 = 3;
@@ -74,6 +75,7 @@ pub const CMF_LOGITS_NONE: i32 = 0;
 pub const CMF_LOGITS_LAST: i32 = 1;
 pub const CMF_LOGITS_ALL: i32 = 2;
 pub const CMF_MAX_EOS_IDS: i32 = 16;
+pub const CMF_REQUANT_IN_PLACE: i32 = 1;
 pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __uint16_t = ::std::os::raw::c_ushort;
 pub type __int32_t = ::std::os::raw::c_int;
@@ -3876,12 +3878,18 @@ pub struct cmf_session_options {
     pub flags: u32,
     pub backend: *const ::std::os::raw::c_char,
     pub arch_options: *const ::std::os::raw::c_char,
+    pub task: *const ::std::os::raw::c_char,
+    pub skill: *const ::std::os::raw::c_char,
+    pub blend: *const ::std::os::raw::c_char,
+    pub moe_mask: *const ::std::os::raw::c_char,
+    pub moe_mask_cover: f32,
+    pub reserved1: u32,
 }
 #[test]
 fn bindgen_test_layout_cmf_session_options() {
     assert_eq!(
         ::std::mem::size_of::<cmf_session_options>(),
-        40usize,
+        80usize,
         concat!("Size of: ", stringify!(cmf_session_options))
     );
     assert_eq!(
@@ -4008,6 +4016,108 @@ fn bindgen_test_layout_cmf_session_options() {
         );
     }
     test_field_arch_options();
+    fn test_field_task() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).task) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(task)
+            )
+        );
+    }
+    test_field_task();
+    fn test_field_skill() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).skill) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(skill)
+            )
+        );
+    }
+    test_field_skill();
+    fn test_field_blend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blend) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(blend)
+            )
+        );
+    }
+    test_field_blend();
+    fn test_field_moe_mask() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).moe_mask) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(moe_mask)
+            )
+        );
+    }
+    test_field_moe_mask();
+    fn test_field_moe_mask_cover() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).moe_mask_cover) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(moe_mask_cover)
+            )
+        );
+    }
+    test_field_moe_mask_cover();
+    fn test_field_reserved1() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved1) as usize - ptr as usize
+            },
+            76usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(reserved1)
+            )
+        );
+    }
+    test_field_reserved1();
 }
 extern "C" {
     pub fn cmf_session_options_init(opts: *mut cmf_session_options);
@@ -4679,5 +4789,1879 @@ extern "C" {
         len: usize,
         out: *mut *mut ::std::os::raw::c_char,
         out_len: *mut usize,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_import_gguf_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub gguf: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub quant: *const ::std::os::raw::c_char,
+    pub quant_map: *const ::std::os::raw::c_char,
+    pub shard_max_bytes: u64,
+    pub progress: cmf_convert_progress_fn,
+    pub progress_user: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_cmf_import_gguf_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_import_gguf_options>(),
+        64usize,
+        concat!("Size of: ", stringify!(cmf_import_gguf_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_import_gguf_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_import_gguf_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_gguf() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).gguf) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(gguf)
+            )
+        );
+    }
+    test_field_gguf();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_quant() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quant) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(quant)
+            )
+        );
+    }
+    test_field_quant();
+    fn test_field_quant_map() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quant_map) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(quant_map)
+            )
+        );
+    }
+    test_field_quant_map();
+    fn test_field_shard_max_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).shard_max_bytes) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(shard_max_bytes)
+            )
+        );
+    }
+    test_field_shard_max_bytes();
+    fn test_field_progress() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).progress) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(progress)
+            )
+        );
+    }
+    test_field_progress();
+    fn test_field_progress_user() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_import_gguf_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).progress_user) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_import_gguf_options),
+                "::",
+                stringify!(progress_user)
+            )
+        );
+    }
+    test_field_progress_user();
+}
+extern "C" {
+    pub fn cmf_import_gguf_options_init(opts: *mut cmf_import_gguf_options);
+}
+extern "C" {
+    pub fn cmf_import_gguf(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_import_gguf_options,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_patch_tensor {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub name: *const ::std::os::raw::c_char,
+    pub values: *const f32,
+    pub count: u64,
+}
+#[test]
+fn bindgen_test_layout_cmf_patch_tensor() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_patch_tensor>(),
+        32usize,
+        concat!("Size of: ", stringify!(cmf_patch_tensor))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_patch_tensor>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_patch_tensor))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+    fn test_field_values() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).values) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(values)
+            )
+        );
+    }
+    test_field_values();
+    fn test_field_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_tensor>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).count) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_tensor),
+                "::",
+                stringify!(count)
+            )
+        );
+    }
+    test_field_count();
+}
+extern "C" {
+    pub fn cmf_patch_tensor_init(p: *mut cmf_patch_tensor);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_patch_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub model: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub dtype: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_patch_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_patch_options>(),
+        32usize,
+        concat!("Size of: ", stringify!(cmf_patch_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_patch_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_patch_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_model() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).model) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(model)
+            )
+        );
+    }
+    test_field_model();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_patch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dtype) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_patch_options),
+                "::",
+                stringify!(dtype)
+            )
+        );
+    }
+    test_field_dtype();
+}
+extern "C" {
+    pub fn cmf_patch_options_init(opts: *mut cmf_patch_options);
+}
+extern "C" {
+    pub fn cmf_patch_tensors(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_patch_options,
+        patches: *const cmf_patch_tensor,
+        n_patches: usize,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_batch {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_batch_options {
+    pub struct_size: u32,
+    pub n_slots: u32,
+    pub n_ctx: u64,
+    pub prefill_chunk: u32,
+    pub max_queue: u32,
+    pub backend: *const ::std::os::raw::c_char,
+    pub arch_options: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_batch_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_batch_options>(),
+        40usize,
+        concat!("Size of: ", stringify!(cmf_batch_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_batch_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_batch_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_n_slots() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_slots) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(n_slots)
+            )
+        );
+    }
+    test_field_n_slots();
+    fn test_field_n_ctx() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_ctx) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(n_ctx)
+            )
+        );
+    }
+    test_field_n_ctx();
+    fn test_field_prefill_chunk() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefill_chunk) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(prefill_chunk)
+            )
+        );
+    }
+    test_field_prefill_chunk();
+    fn test_field_max_queue() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_queue) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(max_queue)
+            )
+        );
+    }
+    test_field_max_queue();
+    fn test_field_backend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).backend) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(backend)
+            )
+        );
+    }
+    test_field_backend();
+    fn test_field_arch_options() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).arch_options) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(arch_options)
+            )
+        );
+    }
+    test_field_arch_options();
+}
+extern "C" {
+    pub fn cmf_batch_options_init(opts: *mut cmf_batch_options);
+}
+pub type cmf_done_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::std::os::raw::c_void,
+        stats: *const cmf_generate_stats,
+        error: *const cmf_error,
+    ),
+>;
+extern "C" {
+    pub fn cmf_batch_create(
+        rt: *mut cmf_runtime,
+        src: *const cmf_model_source,
+        opts: *const cmf_batch_options,
+        out: *mut *mut cmf_batch,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_create_for_model(
+        rt: *mut cmf_runtime,
+        m: *const cmf_model,
+        opts: *const cmf_batch_options,
+        out: *mut *mut cmf_batch,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_free(b: *mut cmf_batch);
+}
+extern "C" {
+    pub fn cmf_batch_submit(
+        b: *mut cmf_batch,
+        prompt: *const i32,
+        n_prompt: usize,
+        opts: *const cmf_generate_options,
+        on_done: cmf_done_fn,
+        id: *mut u64,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_cancel(b: *mut cmf_batch, id: u64);
+}
+extern "C" {
+    pub fn cmf_batch_step(b: *mut cmf_batch, wait_ms: u32, n_pending: *mut u32) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_batch_wake(b: *mut cmf_batch);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_batch_stats {
+    pub struct_size: u32,
+    pub n_slots: u32,
+    pub n_ctx: u64,
+    pub requests: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub active: u32,
+    pub waiting: u32,
+    pub last_batch: u32,
+    pub batched: u32,
+    pub steps: u64,
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+    pub last_prefill_tok_s: f64,
+    pub last_decode_tok_s: f64,
+}
+#[test]
+fn bindgen_test_layout_cmf_batch_stats() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_batch_stats>(),
+        128usize,
+        concat!("Size of: ", stringify!(cmf_batch_stats))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_batch_stats>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_batch_stats))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_n_slots() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_slots) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(n_slots)
+            )
+        );
+    }
+    test_field_n_slots();
+    fn test_field_n_ctx() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_ctx) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(n_ctx)
+            )
+        );
+    }
+    test_field_n_ctx();
+    fn test_field_requests() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).requests) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(requests)
+            )
+        );
+    }
+    test_field_requests();
+    fn test_field_finished() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).finished) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(finished)
+            )
+        );
+    }
+    test_field_finished();
+    fn test_field_cancelled() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cancelled) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(cancelled)
+            )
+        );
+    }
+    test_field_cancelled();
+    fn test_field_failed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).failed) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(failed)
+            )
+        );
+    }
+    test_field_failed();
+    fn test_field_rejected() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rejected) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(rejected)
+            )
+        );
+    }
+    test_field_rejected();
+    fn test_field_active() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).active) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(active)
+            )
+        );
+    }
+    test_field_active();
+    fn test_field_waiting() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).waiting) as usize - ptr as usize
+            },
+            60usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(waiting)
+            )
+        );
+    }
+    test_field_waiting();
+    fn test_field_last_batch() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).last_batch) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(last_batch)
+            )
+        );
+    }
+    test_field_last_batch();
+    fn test_field_batched() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).batched) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(batched)
+            )
+        );
+    }
+    test_field_batched();
+    fn test_field_steps() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).steps) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(steps)
+            )
+        );
+    }
+    test_field_steps();
+    fn test_field_prompt_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prompt_tokens) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(prompt_tokens)
+            )
+        );
+    }
+    test_field_prompt_tokens();
+    fn test_field_generated_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).generated_tokens) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(generated_tokens)
+            )
+        );
+    }
+    test_field_generated_tokens();
+    fn test_field_prefill_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefill_seconds) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(prefill_seconds)
+            )
+        );
+    }
+    test_field_prefill_seconds();
+    fn test_field_decode_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).decode_seconds) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(decode_seconds)
+            )
+        );
+    }
+    test_field_decode_seconds();
+    fn test_field_last_prefill_tok_s() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).last_prefill_tok_s) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(last_prefill_tok_s)
+            )
+        );
+    }
+    test_field_last_prefill_tok_s();
+    fn test_field_last_decode_tok_s() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).last_decode_tok_s) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_stats),
+                "::",
+                stringify!(last_decode_tok_s)
+            )
+        );
+    }
+    test_field_last_decode_tok_s();
+}
+extern "C" {
+    pub fn cmf_batch_stats_init(stats: *mut cmf_batch_stats);
+}
+extern "C" {
+    pub fn cmf_batch_get_stats(b: *const cmf_batch, out: *mut cmf_batch_stats) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_route {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_route_options {
+    pub struct_size: u32,
+    pub novelty_tau: f32,
+}
+#[test]
+fn bindgen_test_layout_cmf_route_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_route_options>(),
+        8usize,
+        concat!("Size of: ", stringify!(cmf_route_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_route_options>(),
+        4usize,
+        concat!("Alignment of ", stringify!(cmf_route_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_novelty_tau() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).novelty_tau) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_options),
+                "::",
+                stringify!(novelty_tau)
+            )
+        );
+    }
+    test_field_novelty_tau();
+}
+extern "C" {
+    pub fn cmf_route_options_init(opts: *mut cmf_route_options);
+}
+extern "C" {
+    pub fn cmf_route_prompt(
+        rt: *mut cmf_runtime,
+        m: *const cmf_model,
+        tokens: *const i32,
+        n_tokens: usize,
+        opts: *const cmf_route_options,
+        out: *mut *mut cmf_route,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_route_free(r: *mut cmf_route);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_route_info {
+    pub struct_size: u32,
+    pub calibrated: u32,
+    pub is_novel: u32,
+    pub confidence: f32,
+    pub margin: f32,
+    pub novelty: f32,
+    pub tau: f32,
+    pub reserved0: u32,
+    pub score_count: u64,
+    pub skipped_count: u64,
+}
+#[test]
+fn bindgen_test_layout_cmf_route_info() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_route_info>(),
+        48usize,
+        concat!("Size of: ", stringify!(cmf_route_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_route_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_route_info))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_calibrated() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).calibrated) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(calibrated)
+            )
+        );
+    }
+    test_field_calibrated();
+    fn test_field_is_novel() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).is_novel) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(is_novel)
+            )
+        );
+    }
+    test_field_is_novel();
+    fn test_field_confidence() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).confidence) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(confidence)
+            )
+        );
+    }
+    test_field_confidence();
+    fn test_field_margin() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).margin) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(margin)
+            )
+        );
+    }
+    test_field_margin();
+    fn test_field_novelty() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).novelty) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(novelty)
+            )
+        );
+    }
+    test_field_novelty();
+    fn test_field_tau() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tau) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(tau)
+            )
+        );
+    }
+    test_field_tau();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_score_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).score_count) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(score_count)
+            )
+        );
+    }
+    test_field_score_count();
+    fn test_field_skipped_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).skipped_count) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(skipped_count)
+            )
+        );
+    }
+    test_field_skipped_count();
+}
+extern "C" {
+    pub fn cmf_route_info_init(info: *mut cmf_route_info);
+}
+extern "C" {
+    pub fn cmf_route_get_info(r: *const cmf_route, out: *mut cmf_route_info) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_route_score {
+    pub struct_size: u32,
+    pub error: f32,
+    pub raw_error: f32,
+    pub probability: f32,
+    pub id: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_route_score() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_route_score>(),
+        24usize,
+        concat!("Size of: ", stringify!(cmf_route_score))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_route_score>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_route_score))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_error() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).error) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(error)
+            )
+        );
+    }
+    test_field_error();
+    fn test_field_raw_error() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).raw_error) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(raw_error)
+            )
+        );
+    }
+    test_field_raw_error();
+    fn test_field_probability() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).probability) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(probability)
+            )
+        );
+    }
+    test_field_probability();
+    fn test_field_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).id) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(id)
+            )
+        );
+    }
+    test_field_id();
+}
+extern "C" {
+    pub fn cmf_route_score_init(s: *mut cmf_route_score);
+}
+extern "C" {
+    pub fn cmf_route_score_at(
+        r: *const cmf_route,
+        i: usize,
+        out: *mut cmf_route_score,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_route_skipped_at(
+        r: *const cmf_route,
+        i: usize,
+        id: *mut *const ::std::os::raw::c_char,
+        why: *mut *const ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_route_auto_blend(
+        r: *const cmf_route,
+        out: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_skill_add_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub model: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub donor_dir: *const ::std::os::raw::c_char,
+    pub id: *const ::std::os::raw::c_char,
+    pub name: *const ::std::os::raw::c_char,
+    pub layers: *const ::std::os::raw::c_char,
+    pub tensors: *const ::std::os::raw::c_char,
+    pub prompts_file: *const ::std::os::raw::c_char,
+    pub phi_layer: i64,
+    pub rank: u32,
+    pub min_delta: f32,
+    pub skill_quant: *const ::std::os::raw::c_char,
+    pub quality_file: *const ::std::os::raw::c_char,
+    pub quality_tokens: u64,
+}
+#[test]
+fn bindgen_test_layout_cmf_skill_add_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_skill_add_options>(),
+        112usize,
+        concat!("Size of: ", stringify!(cmf_skill_add_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_skill_add_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_skill_add_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_model() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).model) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(model)
+            )
+        );
+    }
+    test_field_model();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_donor_dir() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).donor_dir) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(donor_dir)
+            )
+        );
+    }
+    test_field_donor_dir();
+    fn test_field_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).id) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(id)
+            )
+        );
+    }
+    test_field_id();
+    fn test_field_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+    fn test_field_layers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).layers) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(layers)
+            )
+        );
+    }
+    test_field_layers();
+    fn test_field_tensors() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tensors) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(tensors)
+            )
+        );
+    }
+    test_field_tensors();
+    fn test_field_prompts_file() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prompts_file) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(prompts_file)
+            )
+        );
+    }
+    test_field_prompts_file();
+    fn test_field_phi_layer() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).phi_layer) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(phi_layer)
+            )
+        );
+    }
+    test_field_phi_layer();
+    fn test_field_rank() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rank) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(rank)
+            )
+        );
+    }
+    test_field_rank();
+    fn test_field_min_delta() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).min_delta) as usize - ptr as usize
+            },
+            84usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(min_delta)
+            )
+        );
+    }
+    test_field_min_delta();
+    fn test_field_skill_quant() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).skill_quant) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(skill_quant)
+            )
+        );
+    }
+    test_field_skill_quant();
+    fn test_field_quality_file() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quality_file) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(quality_file)
+            )
+        );
+    }
+    test_field_quality_file();
+    fn test_field_quality_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quality_tokens) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(quality_tokens)
+            )
+        );
+    }
+    test_field_quality_tokens();
+}
+extern "C" {
+    pub fn cmf_skill_add_options_init(opts: *mut cmf_skill_add_options);
+}
+extern "C" {
+    pub fn cmf_skill_add(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_skill_add_options,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_skill_export(
+        rt: *mut cmf_runtime,
+        specialist: *const ::std::os::raw::c_char,
+        base: *const ::std::os::raw::c_char,
+        id: *const ::std::os::raw::c_char,
+        name: *const ::std::os::raw::c_char,
+        output: *const ::std::os::raw::c_char,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_skill_apply(
+        rt: *mut cmf_runtime,
+        base: *const ::std::os::raw::c_char,
+        skill: *const ::std::os::raw::c_char,
+        output: *const ::std::os::raw::c_char,
+        force: i32,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_defrag_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub input: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub task: *const ::std::os::raw::c_char,
+    pub keep_file: *const ::std::os::raw::c_char,
+    pub source: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_defrag_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_defrag_options>(),
+        48usize,
+        concat!("Size of: ", stringify!(cmf_defrag_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_defrag_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_defrag_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_input() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).input) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(input)
+            )
+        );
+    }
+    test_field_input();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_task() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).task) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(task)
+            )
+        );
+    }
+    test_field_task();
+    fn test_field_keep_file() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).keep_file) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(keep_file)
+            )
+        );
+    }
+    test_field_keep_file();
+    fn test_field_source() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).source) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(source)
+            )
+        );
+    }
+    test_field_source();
+}
+extern "C" {
+    pub fn cmf_defrag_options_init(opts: *mut cmf_defrag_options);
+}
+extern "C" {
+    pub fn cmf_defrag(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_defrag_options,
+        report_json: *mut *mut ::std::os::raw::c_char,
     ) -> *mut cmf_error;
 }
