@@ -84,6 +84,10 @@ int cmd_run(const std::vector<std::string> &args);
 int cmd_bench(const std::vector<std::string> &args);
 int cmd_ppl(const std::vector<std::string> &args);
 int cmd_logits(const std::vector<std::string> &args);
+int cmd_route(const std::vector<std::string> &args);
+int cmd_explain(const std::vector<std::string> &args);
+int cmd_skill(const std::vector<std::string> &args);
+int cmd_defrag(const std::vector<std::string> &args);
 int cmd_imagine(const std::vector<std::string> &args);
 int cmd_serve(const std::vector<std::string> &args);
 

@@ -32,6 +32,10 @@ const Command kCommands[] = {
     {"bench", "prompt-processing and generation speed (pp/tg), peak RSS", cmfhost::cmd_bench},
     {"ppl", "perplexity of a text file", cmfhost::cmd_ppl},
     {"logits", "f32 logits of every prompt position to a file", cmfhost::cmd_logits},
+    {"route", "which skill of the file a prompt goes to (recon-argmin over the selection descriptors)", cmfhost::cmd_route},
+    {"explain", "every skill's routing error, margin, novelty and the routed first token", cmfhost::cmd_explain},
+    {"skill", "skills of a file: list, add (a donor checkpoint, in place), export, apply", cmfhost::cmd_skill},
+    {"defrag", "a copy without the FFN neurons a task mask (or ffn_keep.npy) leaves out", cmfhost::cmd_defrag},
     {"imagine", "text to image: a prompt -> PNG with a pipeline .cmf", cmfhost::cmd_imagine},
     {"serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", cmfhost::cmd_serve},
 };

@@ -614,6 +614,19 @@ typedef struct cmf_session_options {
     uint32_t flags;            /* CMF_SESSION_* bits; 0 by default (was reserved, zero) */
     const char *backend;       /* backend name; NULL or "" = the default backend */
     const char *arch_options;  /* arch-specific "key=value,..." or NULL */
+    /* appended: what of an opened model runs (cmf_session_create_for_model;
+     * cmf_session_create takes them from its model source instead and
+     * refuses them here). NULL or "" = not used. See docs/tasks-and-skills.md. */
+    const char *task;          /* task mask by name (spec §5): CMF_ERR_NOT_FOUND lists the file's tasks */
+    const char *skill;         /* skill id (spec §9): tensor NAME reads skill.ID.NAME when present */
+    const char *blend;         /* "id:w,id:w": every tensor a listed skill replaces becomes the f32
+                                * sum of w_i * (skill i's tensor, else the backbone's), weights
+                                * normalised by their sum; exclusive with `skill` */
+    const char *moe_mask;      /* a CMF_MOE_STATS file: each MoE layer routes only among the experts
+                                * covering moe_mask_cover of its recorded selections (with a task:
+                                * the experts both allow) */
+    float moe_mask_cover;      /* (0, 1]; 0 = 0.9 */
+    uint32_t reserved1;
 } cmf_session_options;
 
 /* cmf_session_options.flags. Other bits: CMF_ERR_INVALID_ARGUMENT. */
@@ -928,6 +941,145 @@ typedef struct cmf_batch_stats {
 
 CMF_API void cmf_batch_stats_init(cmf_batch_stats *stats);
 CMF_API cmf_error *cmf_batch_get_stats(const cmf_batch *b, cmf_batch_stats *out);
+/* ---- skills: routing a prompt (spec §9) -------------------------------- */
+
+/*
+ * Which skill of the file a prompt belongs to: recon-argmin over the
+ * selection descriptors of the skill registry (docs/tasks-and-skills.md).
+ * The backbone's residual stream after layer phi_layer, averaged over the
+ * prompt's tokens, is compared with each skill's affine subspace; the
+ * smallest normalised error E wins. With the file's routing calibration the
+ * scores also get probabilities, a confidence, a margin and a novelty score
+ * (out of scope when above the file's threshold); without it a prompt is
+ * novel when the winner's E exceeds `novelty_tau`.
+ */
+typedef struct cmf_route cmf_route;
+
+typedef struct cmf_route_options {
+    uint32_t struct_size;
+    float novelty_tau;           /* uncalibrated files: novel when E_min > tau; 0 = 0.30 */
+} cmf_route_options;
+
+CMF_API void cmf_route_options_init(cmf_route_options *opts);
+
+/* Routes `tokens` (the prompt as plain text tokens, no chat template).
+ * CMF_ERR_NOT_FOUND when no skill of the file can route. `opts` may be NULL. */
+CMF_API cmf_error *cmf_route_prompt(cmf_runtime *rt, const cmf_model *m, const int32_t *tokens, size_t n_tokens,
+                                    const cmf_route_options *opts, cmf_route **out);
+CMF_API void cmf_route_free(cmf_route *r); /* NULL-safe */
+
+typedef struct cmf_route_info {
+    uint32_t struct_size;
+    uint32_t calibrated;         /* 1: the file has a routing calibration */
+    uint32_t is_novel;           /* 1: the prompt is out of every skill's scope */
+    float confidence;            /* the winner's probability (0 uncalibrated) */
+    float margin;                /* leader margin, 1/(1+e) units (0 uncalibrated) */
+    float novelty;               /* novelty score (NaN uncalibrated) */
+    float tau;                   /* the uncalibrated threshold used */
+    uint32_t reserved0;
+    uint64_t score_count;        /* skills scored */
+    uint64_t skipped_count;      /* skills that cannot route (no or a malformed descriptor) */
+} cmf_route_info;
+
+CMF_API void cmf_route_info_init(cmf_route_info *info);
+CMF_API cmf_error *cmf_route_get_info(const cmf_route *r, cmf_route_info *out);
+
+typedef struct cmf_route_score {
+    uint32_t struct_size;
+    float error;                 /* E = e / |phi|^2, lower is closer */
+    float raw_error;             /* e, the squared reconstruction error */
+    float probability;           /* calibrated softmax(-e / T); 0 uncalibrated */
+    const char *id;              /* skill id, borrowed from the route */
+} cmf_route_score;
+
+CMF_API void cmf_route_score_init(cmf_route_score *s);
+/* Score i, best first. */
+CMF_API cmf_error *cmf_route_score_at(const cmf_route *r, size_t i, cmf_route_score *out);
+/* Skipped skill i: its id and why, borrowed from the route. */
+CMF_API cmf_error *cmf_route_skipped_at(const cmf_route *r, size_t i, const char **id, const char **why);
+/* The "auto" blend of the route: its two best skills, w proportional to
+ * exp(-E / 0.4), as "id:w,id:w" for cmf_session_options.blend
+ * (cmf_string_free). CMF_ERR_NOT_FOUND with fewer than two scores. */
+CMF_API cmf_error *cmf_route_auto_blend(const cmf_route *r, char **out);
+
+/* ---- skills: adding, cutting and applying (spec §9) -------------------- */
+
+/*
+ * skill add: a donor Hugging Face checkpoint of the backbone's shapes
+ * becomes skill `id` of a file: its chosen tensors are stored as
+ * skill.ID.<name> in each backbone tensor's dtype (vbit: vbit_ro) or
+ * `skill_quant`, and a registry record is added (replacing one of the same
+ * id). The file grows in place: the new payloads, directory and header are
+ * appended and the envelope is rewritten last, so the old bytes never move
+ * and a crash at any point leaves the old file or the new one; the old
+ * directory and header become dead bytes that cmf_compact drops.
+ * *report_json (may be NULL; cmf_string_free) says what was added and skipped.
+ */
+typedef struct cmf_skill_add_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *model;           /* the .cmf to grow (one file, not a shard) */
+    const char *output;          /* NULL: grow `model` in place; else a new file (model's bytes + the skill) */
+    const char *donor_dir;       /* Hugging Face checkpoint directory */
+    const char *id;              /* [A-Za-z0-9_-]+ */
+    const char *name;            /* human name; NULL = none */
+    const char *layers;          /* "all" | "A-B" | "i,j,k"; NULL = all */
+    const char *tensors;         /* "ffn" | "attn" | "all"; NULL = ffn */
+    const char *prompts_file;    /* one prompt per line: fits the selection descriptor; NULL = none */
+    int64_t phi_layer;           /* -1: 2/3 of the layers */
+    uint32_t rank;               /* selection rank (<= prompts - 1, <= 8); 0 = 2 */
+    float min_delta;             /* keep the backbone's tensor when the donor's relative RMS change is below this */
+    const char *skill_quant;     /* --quant name for the skill's tensors; NULL = each backbone tensor's dtype */
+    const char *quality_file;    /* text: backbone and skill perplexity into the record; NULL = none */
+    uint64_t quality_tokens;     /* 0 = 1024 */
+} cmf_skill_add_options;
+
+CMF_API void cmf_skill_add_options_init(cmf_skill_add_options *opts);
+CMF_API cmf_error *cmf_skill_add(cmf_runtime *rt, const cmf_skill_add_options *opts, char **report_json);
+
+/* skill export: the standalone skill file of a specialist against its base:
+ * the specialist's tensors absent from the base or differing from it (by
+ * directory hash), its masks, and one registry record carrying the base's
+ * directory hash (base_dir_hash), so apply can refuse any other base. The
+ * file has feature bit 6 (SKILL_FILE) and no vocab; it does not run alone. */
+CMF_API cmf_error *cmf_skill_export(cmf_runtime *rt, const char *specialist, const char *base, const char *id,
+                                    const char *name, const char *output, char **report_json);
+/* skill apply: base + skill file -> a complete model: the base's tensors,
+ * each replaced by the skill's of the same name, the skill's masks, the
+ * base's vocab, the skill's record (without base_dir_hash). A base whose
+ * directory hash is not the skill's key is refused, unless `force` (then a
+ * warning is logged). */
+CMF_API cmf_error *cmf_skill_apply(cmf_runtime *rt, const char *base, const char *skill, const char *output,
+                                   int32_t force, char **report_json);
+
+/* ---- defrag: a model without the FFN neurons a keep set leaves out (spec §11)
+ *
+ * Per dense layer, the kept neurons' gate/up rows and down_proj columns are
+ * written at the new width; every other tensor, the vocab and the header
+ * are kept, except: arch.intermediate_size becomes the widest layer's
+ * (each layer's width is its tensors'), provenance.defrag records
+ * kept_per_layer, pre/post widths, pruned_ratio and the source, and the
+ * masks are left out (their rows are of the old widths). Kept values are
+ * copied byte for byte where the dtype allows (f32/f16/bf16 and q8_row
+ * rows and columns, q8_2f columns, rows of any row-encoded dtype); else the
+ * tensor is re-encoded at the new width (a 32-column quant group that no
+ * longer fits: q8_2f). The keep set: `task` (the file's task mask; it must
+ * leave every layer and head on, and the model must not be looped), or
+ * `keep_file` (a NumPy .npy bool/uint8 array [layers, intermediate_size],
+ * nonzero = kept), or with neither the neurons whose down_proj column is not
+ * all zero. Atomic like cmf_convert. *report_json as for the skill tools. */
+typedef struct cmf_defrag_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *input;           /* the .cmf to defrag */
+    const char *output;          /* the file to write; must differ from input */
+    const char *task;            /* keep what this task mask runs; NULL = none */
+    const char *keep_file;       /* ffn_keep.npy; NULL = none */
+    const char *source;          /* provenance.defrag.source_skill; NULL = the task or the keep file's folder */
+} cmf_defrag_options;
+
+CMF_API void cmf_defrag_options_init(cmf_defrag_options *opts);
+CMF_API cmf_error *cmf_defrag(cmf_runtime *rt, const cmf_defrag_options *opts, char **report_json);
 
 /* ---- images: text-to-image pipelines ------------------------------------ */
 

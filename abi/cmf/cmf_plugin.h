@@ -166,6 +166,24 @@ typedef struct cmf_codec_vt {
     cmf_error *(*matmul_rows_x)(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx,
                                 uint64_t n_batch, uint64_t row_begin, uint64_t row_end, float *y,
                                 uint64_t ldy, uint64_t x_id);
+
+    /* Column selection, for a backend that multiplies with only some
+     * columns of a 2-D weight (a task mask's FFN down projection; the
+     * output projection over live attention heads). Optional (NULL: not
+     * provided; added after plugin ABI 1's first release, so backends read
+     * it only when struct_size covers it).
+     * The codec selects whole blocks of *block_cols columns: block b is
+     * columns [b * block_cols, (b + 1) * block_cols). It appends to `out`
+     * the payload, in its own dtype, of the [rows, n_blocks * block_cols]
+     * tensor made of blocks[0 .. n_blocks) (ascending, distinct) in that
+     * order, every value identical to the source's, reading only those
+     * blocks' bytes and the per-row data (row scales) of the source.
+     * With out == NULL it only reports *block_cols for this tensor: 1 (any
+     * columns), a quant group (32: the q4 and q1 families), or 0 when it
+     * cannot select columns of this tensor (then the caller multiplies
+     * with the whole rows). Reentrant. */
+    cmf_error *(*select_columns)(void *ctx, const cmf_tensor_view *t, const uint64_t *blocks, uint64_t n_blocks,
+                                 const cmf_byte_sink *out, uint64_t *block_cols);
 } cmf_codec_vt;
 
 /* Columns per scale block of cmf_codec_vt.int8_rows. */
@@ -385,6 +403,23 @@ typedef struct cmf_backend_vt {
     /* Nearest-neighbour 2x upsampling of an HWC image: y [(2 height) *
      * (2 width)][channels], y at (2i + di, 2j + dj) = x at (i, j). */
     cmf_error *(*upsample2x)(void *ctx, const float *x, uint64_t height, uint64_t width, uint64_t channels, float *y);
+
+    /* ---- part of a stored tensor (appended; optional) ----
+     * Binds a 2-D weight restricted to some of its rows (axis 0) or
+     * columns (axis 1), or a 1-D vector restricted to some of its elements
+     * (axis 0): idx holds n >= 1 indices; output j is source row (element)
+     * idx[j], in any order, repeats allowed; columns are ascending and
+     * distinct. The bound
+     * weight then stands for the selected tensor ([n, cols], [rows, n] or
+     * [n]) in every operation: matmul writes n outputs per token (rows),
+     * or reads n inputs per token (columns). What was left out is never
+     * computed, and the backend reads as little of it as the dtype's
+     * layout allows (rows: none; columns: the codec's select_columns
+     * granularity). A task mask's FFN rows and attention heads run this
+     * way (docs/tasks-and-skills.md). An arch calls it only when non-NULL
+     * and inside the backend's struct_size. */
+    cmf_error *(*weight_bind_subset)(void *ctx, const cmf_tensor_view *t, uint32_t axis, const uint32_t *idx,
+                                     uint64_t n, cmf_backend_weight **out);
 } cmf_backend_vt;
 
 /* cmf_backend_vt.rms_norm styles: x̂·w (qwen, llama) or x̂·(1+w) (gemma, qwen3-next) */
@@ -411,6 +446,31 @@ typedef struct cmf_backend_vt {
  * own. Views stay valid until the model source's owner releases them (for a
  * cmf_model: until cmf_close).
  */
+/*
+ * A task mask (spec §5) as an architecture applies it: which FFN neurons,
+ * attention heads, layers and experts run. Bits are LSB-first (item i is
+ * bit i % 8 of byte i / 8), 1 = active. The host decodes the file's blob
+ * into this form (a legacy blob's FFN rows repeated for every visit of a
+ * looped model). Arrays stay valid as long as the model source.
+ */
+typedef struct cmf_task_mask {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    const char *name;              /* the task */
+    uint64_t layers;               /* physical layers (arch.num_layers) */
+    uint64_t visits;               /* layers * max(arch.num_loops, 1): visit v runs layer v % layers */
+    uint64_t ffn_bits;             /* neurons per FFN row (arch.intermediate_size) */
+    uint64_t ffn_row_bytes;        /* ceil(ffn_bits / 8) */
+    const uint8_t *ffn;            /* visits rows, pass-major; a MoE layer ignores its row */
+    uint64_t head_bits;            /* query heads per row (arch.num_attention_heads) */
+    uint64_t head_row_bytes;
+    const uint8_t *heads;          /* layers rows, the same on every visit */
+    const uint8_t *gates;          /* ceil(layers / 8) bytes: bit l = layer l runs (every visit) */
+    uint64_t expert_bits;          /* experts per row (arch.moe.num_experts); 0 without experts */
+    uint64_t expert_row_bytes;
+    const uint8_t *experts;        /* layers rows: routable experts; NULL = routing unrestricted */
+} cmf_task_mask;
+
 typedef struct cmf_model_source {
     uint32_t struct_size;
     uint32_t reserved0;
@@ -425,6 +485,10 @@ typedef struct cmf_model_source {
     cmf_error *(*tensor)(void *user, const char *name, cmf_tensor_view *out);
     /* Tensor by index in [0, tensor_count); *name is borrowed like the view. */
     cmf_error *(*tensor_at)(void *user, uint64_t index, const char **name, cmf_tensor_view *out);
+    /* appended: the task mask to apply, or NULL (everything runs). An arch
+     * that cannot apply a given mask refuses the model (CMF_ERR_UNSUPPORTED)
+     * rather than run it unmasked. */
+    const cmf_task_mask *task_mask;
 } cmf_model_source;
 
 typedef struct cmf_arch_model cmf_arch_model; /* opaque, arch-owned: bound weights */
@@ -456,6 +520,15 @@ typedef struct cmf_forward_args {
     int32_t logits_mode;           /* CMF_LOGITS_* */
     uint32_t reserved0;
     float *logits;                 /* host memory, sized per logits_mode */
+    /* appended (read only when struct_size covers them): */
+    /* Run only the first n_layers layer visits (0 = all); with fewer than
+     * all, logits_mode must be CMF_LOGITS_NONE and the state holds no
+     * valid positions afterwards for the later layers (truncate to 0
+     * before a full forward). */
+    uint64_t n_layers;
+    /* Host memory for n_tokens * hidden_size floats, or NULL: the
+     * residual stream after the layers that ran (before the final norm). */
+    float *hidden;
 } cmf_forward_args;
 
 /*

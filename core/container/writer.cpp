@@ -174,7 +174,8 @@ void Writer::finish_append() {
     // ever write past its end (and the envelope last).
     Shard old = open_shard(*rt_, path_, true, nullptr, nullptr, nullptr, nullptr);
     std::unordered_map<std::string_view, int> seen;
-    for (auto &t : old.tensors) seen.emplace(t.name, 0);
+    for (auto &t : old.tensors)
+        if (!dropped_.count(t.name)) seen.emplace(t.name, 0);
     for (auto &t : tensors_)
         if (!seen.emplace(t.name, 0).second) throw Error(CMF_ERR_PARSE, "duplicate tensor name '" + t.name + "'");
 
@@ -190,6 +191,7 @@ void Writer::finish_append() {
     std::vector<PendingTensor> all;
     std::vector<uint64_t> offs;
     for (auto &t : old.tensors) {
+        if (dropped_.count(t.name)) continue;
         PendingTensor p;
         p.name = t.name;
         p.dtype = t.dtype;
@@ -250,6 +252,11 @@ void Writer::finish_append() {
 }
 
 void copy_masks_and_vocab(const Model &m, TensorWriter &w) {
+    copy_masks(m, w);
+    if (m.has_vocab()) w.set_vocab(m.vocab(), m.vocab_len());
+}
+
+void copy_masks(const Model &m, TensorWriter &w) {
     for (auto &r : m.masks()) {
         PendingMask pm;
         pm.task_id = r.task_id;
@@ -264,7 +271,6 @@ void copy_masks_and_vocab(const Model &m, TensorWriter &w) {
         pm.blob.assign(r.blob, r.blob + r.blob_len);
         w.add_mask(std::move(pm));
     }
-    if (m.has_vocab()) w.set_vocab(m.vocab(), m.vocab_len());
 }
 
 void compact(Runtime &rt, const std::string &in, const std::string &out_path) {

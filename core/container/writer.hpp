@@ -79,6 +79,9 @@ public:
            std::optional<std::string> default_task);
     // Append mode: grows `path` in place.
     static Writer for_append(Runtime &rt, std::string path, const std::string *header_json);
+    // Append mode: the new directory leaves out the file's tensor `name`
+    // (its bytes stay where they are, dead until compaction).
+    void drop_existing(const std::string &name) { dropped_.insert(name); }
 
     // `data` is borrowed until finish().
     void add_tensor(const std::string &name, int32_t dtype, uint32_t ndim, const uint64_t *shape, const void *data,
@@ -97,6 +100,7 @@ private:
     std::vector<PendingTensor> tensors_;
     bool append_ = false;
     bool finished_ = false;
+    std::unordered_set<std::string> dropped_;
 };
 
 namespace parts { class TempFile; class Out; }
@@ -146,8 +150,9 @@ private:
 
 class Model;
 // A model's masks (blobs copied, metadata as read) and vocab section, for
-// tools that rewrite a file (compact, requant).
+// tools that rewrite a file (compact, requant); copy_masks: the masks alone.
 void copy_masks_and_vocab(const Model &m, TensorWriter &w);
+void copy_masks(const Model &m, TensorWriter &w);
 
 // Rewrite `in` (merged over shards) as one W1 file.
 void compact(Runtime &rt, const std::string &in, const std::string &out);

@@ -79,6 +79,22 @@ void free_shim(void *ctx, cmf_backend_weight *w) {
     p->inner().weight_free(p->inner_ctx(), w);
 }
 
+// A part of a tensor: labelled with the selected extent of its axis
+// ("q8_row [1536 of 3072,1024]"), and weighed as that share of its payload
+// (what a row subset reads; a column subset reads its columns' share,
+// rounded to whole quant groups).
+constexpr char k_weight_bind_subset[] = "weight_bind_subset";
+cmf_error *bind_subset_shim(void *ctx, const cmf_tensor_view *t, uint32_t axis, const uint32_t *idx, uint64_t n,
+                            cmf_backend_weight **out) {
+    auto *p = static_cast<BackendProfile *>(ctx);
+    const auto t0 = Clock::now();
+    cmf_error *e = p->inner().weight_bind_subset(p->inner_ctx(), t, axis, idx, n, out);
+    p->record(k_weight_bind_subset, nullptr, std::chrono::duration<double>(Clock::now() - t0).count());
+    if (e == nullptr && t != nullptr && out != nullptr && *out != nullptr && axis < t->ndim && t->shape[axis] > 0)
+        p->note_subset(*out, *t, axis, n);
+    return e;
+}
+
 // matmul_multi's weights are a list: timed under one key for the list.
 constexpr char k_matmul_multi[] = "matmul_multi";
 cmf_error *matmul_multi_shim(void *ctx, const cmf_backend_weight *const *ws, uint32_t n, const float *x,
@@ -118,6 +134,7 @@ BackendProfile::BackendProfile(const cmf_backend_vt &inner, void *inner_ctx) : i
     CMF_PROFILE_OPS(CMF_PROFILE_WRAP)
 #undef CMF_PROFILE_WRAP
     if (inner_.matmul_multi) vt_.matmul_multi = matmul_multi_shim;
+    if (inner_.weight_bind_subset) vt_.weight_bind_subset = bind_subset_shim;
 }
 
 void BackendProfile::forget_weight(const cmf_backend_weight *w) {
@@ -168,6 +185,14 @@ void BackendProfile::note_weight(const cmf_backend_weight *w, const cmf_tensor_v
     std::string shape = "[";
     for (uint32_t i = 0; i < t.ndim && i < CMF_MAX_DIMS; ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
     weights_[w] = WeightInfo{cmf::dtype_name(t.dtype) + " " + shape + "]", t.nbytes};
+}
+
+void BackendProfile::note_subset(const cmf_backend_weight *w, const cmf_tensor_view &t, uint32_t axis, uint64_t n) {
+    std::string shape = "[";
+    for (uint32_t i = 0; i < t.ndim && i < CMF_MAX_DIMS; ++i)
+        shape += (i ? "," : "") + (i == axis ? std::to_string(n) + " of " : std::string()) + std::to_string(t.shape[i]);
+    const double share = double(n) / double(t.shape[axis]);
+    weights_[w] = WeightInfo{cmf::dtype_name(t.dtype) + " " + shape + "]", uint64_t(double(t.nbytes) * share + 0.5)};
 }
 
 std::string BackendProfile::to_json() const {

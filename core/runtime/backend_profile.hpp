@@ -51,6 +51,7 @@ public:
     };
     void record(const char *op, const cmf_backend_weight *w, double seconds);
     void note_weight(const cmf_backend_weight *w, const cmf_tensor_view &t);
+    void note_subset(const cmf_backend_weight *w, const cmf_tensor_view &t, uint32_t axis, uint64_t n);
     void forget_weight(const cmf_backend_weight *w);
     // The weights of one matmul_multi call as one profile key, labelled
     // "q4_block [2048,1024]+[1024,1024]+[1024,1024]" (bytes: their sum).

@@ -58,6 +58,43 @@ void Session::eval(std::span<const int32_t> tokens, int32_t mode, float *logits)
     }
 }
 
+std::vector<float> Session::probe(std::span<const int32_t> tokens, uint64_t n_layers, uint64_t hidden_size) {
+    if (tokens.empty()) throw Error(CMF_ERR_INVALID_ARGUMENT, "probe: no tokens");
+    if (tokens.size() > n_ctx_)
+        throw Error(CMF_ERR_BOUNDS, "probe: " + std::to_string(tokens.size()) + " tokens exceed the session context of " +
+                                        std::to_string(n_ctx_));
+    truncate(0);
+    std::vector<double> acc(hidden_size, 0.0);
+    std::vector<float> h;
+    for (size_t i = 0; i < tokens.size(); i += cfg_.n_batch) {
+        const size_t n = std::min<size_t>(cfg_.n_batch, tokens.size() - i);
+        h.assign(n * hidden_size, 0.0f);
+        cmf_forward_args a{};
+        a.struct_size = sizeof a;
+        a.n_tokens = static_cast<uint32_t>(n);
+        a.tokens = tokens.data() + i;
+        a.pos = tokens_.size();
+        a.logits_mode = CMF_LOGITS_NONE;
+        a.n_layers = n_layers;
+        a.hidden = h.data();
+        try {
+            model_.forward(state_, a);
+        } catch (...) {
+            tokens_.clear();
+            model_.state_truncate(state_, 0);
+            throw;
+        }
+        tokens_.insert(tokens_.end(), tokens.begin() + long(i), tokens.begin() + long(i + n));
+        for (size_t t = 0; t < n; ++t)
+            for (uint64_t j = 0; j < hidden_size; ++j) acc[j] += h[t * hidden_size + j];
+    }
+    // The later layers hold none of these positions: start over.
+    truncate(0);
+    std::vector<float> mean(hidden_size);
+    for (uint64_t j = 0; j < hidden_size; ++j) mean[j] = float(acc[j] / double(tokens.size()));
+    return mean;
+}
+
 void Session::truncate(uint64_t n_keep) {
     if (n_keep > tokens_.size())
         throw Error(CMF_ERR_BOUNDS, "truncate: " + std::to_string(n_keep) + " > " + std::to_string(tokens_.size()) +

@@ -74,6 +74,11 @@ public:
     // or CMF_LOGITS_ALL (n * vocab floats), prefilled in n_batch chunks.
     void eval(std::span<const int32_t> tokens, int32_t logits_mode, float *logits);
 
+    // The mean over `tokens` of the residual stream after the first
+    // n_layers layer visits, from an empty context (the context is empty
+    // again afterwards): a routing probe (docs/tasks-and-skills.md).
+    std::vector<float> probe(std::span<const int32_t> tokens, uint64_t n_layers, uint64_t hidden_size);
+
     // Drops everything after the first n_keep tokens (0 = reset).
     void truncate(uint64_t n_keep);
     // Thread-safe: makes the running generate() return at the next token.

@@ -95,6 +95,11 @@ CMF_API cmf_error *cmf_session_create(cmf_runtime *rt, const struct cmf_model_so
         if (o.flags & ~CMF_SESSION_PROFILE)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create: unknown flags 0x" + hex(o.flags & ~CMF_SESSION_PROFILE));
         cfg.profile = (o.flags & CMF_SESSION_PROFILE) != 0;
+        for (const char *sel : {o.task, o.skill, o.blend, o.moe_mask})
+            if (sel != nullptr && *sel != '\0')
+                throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create: task, skill, blend and moe_mask select from an "
+                                                      "opened model (cmf_session_create_for_model); a model source carries "
+                                                      "its own task_mask");
         auto s = std::make_unique<cmf_session>();
         s->impl = std::make_unique<cmf::runtime::Session>(*rt, *src, cfg);
         *out = s.release();
@@ -106,9 +111,17 @@ CMF_API cmf_error *cmf_session_create_for_model(cmf_runtime *rt, const cmf_model
     return guard([&] {
         if (rt == nullptr || m == nullptr || out == nullptr)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create_for_model: NULL argument");
-        auto src = cmf::runtime::make_container_source(m);
+        cmf_session_options o = copy_in(opts, cmf_session_options_init);
+        cmf::runtime::SourceSelection sel;
+        sel.task = o.task ? o.task : "";
+        sel.skill = o.skill ? o.skill : "";
+        sel.blend = o.blend ? o.blend : "";
+        sel.moe_mask = o.moe_mask ? o.moe_mask : "";
+        if (o.moe_mask_cover != 0) sel.moe_cover = o.moe_mask_cover;
+        auto src = cmf::runtime::make_container_source(m, sel);
+        o.task = o.skill = o.blend = o.moe_mask = nullptr;
         cmf_session *s = nullptr;
-        cmf::throw_if_error(cmf_session_create(rt, src.get(), opts, &s));
+        cmf::throw_if_error(cmf_session_create(rt, src.get(), &o, &s));
         s->owned_source = std::move(src);
         *out = s;
     });

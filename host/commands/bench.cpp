@@ -150,6 +150,14 @@ void print_profile(const Profile &p, const char *phase, uint64_t tokens, double 
         else
             std::printf("%8s\n", "");
     }
+    if (!decode) return;
+    // What decode reads of the weights per token: every matmul's weight
+    // bytes per call (a task mask's subsets count their selected share).
+    double bytes = 0;
+    for (const auto &[k, e] : rows)
+        if (std::get<1>(k) == "matmul" || std::get<1>(k) == "matmul_multi") bytes += double(e.weight_bytes) * double(e.calls);
+    std::printf("  decode reads %.1f MiB of weights per token (matmuls; embedding rows aside)\n",
+                bytes / double(tokens) / (1024.0 * 1024.0));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -160,7 +168,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int cmd_bench(const std::vector<std::string> &args) {
     CommonOptions common;
-    SessionFlags session_flags{"f16"};
+    SessionFlags session_flags("f16");
     std::string model;
     uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0;
     bool json = false, no_warmup = false;

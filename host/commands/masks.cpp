@@ -1,5 +1,11 @@
-// cmfhost masks: the task masks, their per-layer activity and the sparse index.
+// cmfhost masks: the task masks as the original's `masks` lists them (name,
+// sparsity, measured quality, alive layers, hot pack); --detail adds each
+// layer's active neurons, heads and experts and the sparse index.
 #include "commands/model_util.hpp"
+
+#include <boost/json.hpp>
+
+#include <string>
 
 namespace cmfhost {
 
@@ -14,20 +20,48 @@ uint64_t popcount(const uint8_t *p, uint64_t n) {
 int cmd_masks(const std::vector<std::string> &args) {
     CommonOptions common;
     std::string path;
+    bool detail = false;
     po::options_description desc("options");
     add_common_options(desc, common);
-    desc.add_options()("model", po::value(&path)->required(), "CMF file");
+    desc.add_options()("model", po::value(&path)->required(), "CMF file")
+        ("detail", po::bool_switch(&detail), "per layer: active FFN neurons, heads, gate, routable experts; and the sparse index");
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
-    if (!parse_args("masks", "MODEL", args, desc, pos, vm)) return 0;
+    if (!parse_args("masks", "MODEL [--detail]", args, desc, pos, vm)) return 0;
     RuntimePtr rt = make_runtime(common);
     ModelPtr m = open_model(rt.get(), path);
     size_t n = cmf_mask_count(m.get());
     if (n == 0) {
-        std::printf("%s: no masks\n", path.c_str());
+        std::printf("No masks in %s\n", path.c_str());
         return 0;
     }
+    std::printf("Masks in %s:\n", path.c_str());
+    std::printf("  %-15s %8s %12s %6s %8s\n", "Name", "Sparsity", "Quality", "Layers", "Hot");
+    std::printf("  %s\n", std::string(56, '-').c_str());
+    for (size_t k = 0; k < n; ++k) {
+        cmf_mask_info mi;
+        cmf_mask_info_init(&mi);
+        check(cmf_mask_at(m.get(), k, &mi));
+        std::string quality = "unmeasured";
+        if (mi.quality_json) {
+            boost::json::error_code ec;
+            boost::json::value q = boost::json::parse(mi.quality_json, ec);
+            const boost::json::object *o = ec ? nullptr : q.if_object();
+            const boost::json::value *v = o ? o->if_contains("value") : nullptr;
+            const boost::json::value *metric = o ? o->if_contains("metric") : nullptr;
+            char buf[128];
+            std::snprintf(buf, sizeof buf, "%.3f (%s)", v && v->is_number() ? v->to_number<double>() : 0.0,
+                          metric && metric->is_string() ? metric->as_string().c_str() : "?");
+            quality = buf;
+        }
+        const uint8_t *gates = mi.blob + mi.ffn_rows * mi.ffn_row_bytes + mi.layers * mi.head_row_bytes;
+        uint64_t alive = 0;
+        for (uint64_t l = 0; l < mi.layers; ++l) alive += (gates[l / 8] >> (l % 8)) & 1;
+        std::printf("  %-15s %7.0f%% %12s %6llu %8s\n", mi.name, double(mi.sparsity) * 100.0, quality.c_str(),
+                    static_cast<unsigned long long>(alive), mi.has_hot_pack ? "hot" : "\u2014");
+    }
+    if (!detail) return 0;
     std::printf("default task: %s\n", cmf_mask_default_task(m.get()));
     for (size_t k = 0; k < n; ++k) {
         cmf_mask_info mi;

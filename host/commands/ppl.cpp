@@ -13,7 +13,7 @@ namespace cmfhost {
 
 int cmd_ppl(const std::vector<std::string> &args) {
     CommonOptions common;
-    SessionFlags session_flags{"f32"};
+    SessionFlags session_flags("f32");
     std::string model, file;
     uint64_t n_ctx = 512;
     po::options_description desc("options");
@@ -40,6 +40,8 @@ int cmd_ppl(const std::vector<std::string> &args) {
     auto tok = model_tokenizer(m.get());
     auto tokens = encode(tok.get(), text, 0);
     if (tokens.size() < 2) throw Failure(file + ": needs at least 2 tokens, has " + std::to_string(tokens.size()), 1);
+    // --skill auto / --blend auto route the text's first 128 tokens.
+    resolve_routing(rt.get(), m.get(), tok.get(), text, session_flags, false, 128);
     auto s = make_session(rt.get(), m.get(), n_ctx, session_flags);
     const uint64_t window = std::min<uint64_t>(n_ctx, cmf_session_n_ctx(s.get()));
     const uint64_t V = cmf_session_vocab_size(s.get());

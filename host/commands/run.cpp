@@ -99,7 +99,7 @@ Turn generate(cmf_session *s, cmf_detokenizer *d, std::vector<int32_t> &context,
 
 int cmd_run(const std::vector<std::string> &args) {
     CommonOptions common;
-    SessionFlags session_flags{"f16"};
+    SessionFlags session_flags("f16");
     std::string model, prompt, system;
     bool raw = false, greedy = false;
     uint32_t n_predict = 256;
@@ -134,10 +134,31 @@ int cmd_run(const std::vector<std::string> &args) {
 
     model = resolve_model(model);
     ChatModel cm = open_chat_model(common, model);
+    auto &rt = cm.rt;
     auto &m = cm.model;
     auto &tok = cm.tok;
     const cmf_model_special_ids &sp = cm.special;
-    auto sess = make_session(cm.rt.get(), m.get(), n_ctx, session_flags);
+    // A file whose skills route picks the skill per prompt (--skill auto,
+    // and the default without --skill / --blend; --skill none: the backbone).
+    const SessionFlags asked = session_flags;
+    const bool routing = asked.skill == "auto" || asked.blend == "auto" ||
+                         (asked.skill.empty() && asked.blend.empty() && file_routes(m.get()));
+    SessionPtr sess;
+    auto select_for = [&](const std::string &text) {
+        SessionFlags f = asked;
+        resolve_routing(rt.get(), m.get(), tok.get(), text, f, true);
+        if (sess && f.skill == session_flags.skill && f.blend == session_flags.blend) return false;
+        session_flags = f;
+        sess = make_session(rt.get(), m.get(), n_ctx, session_flags);
+        return true;
+    };
+    if (routing && vm.count("prompt") == 0) {  // a chat routes each message; until then the backbone
+        session_flags.skill = asked.skill == "auto" ? "" : asked.skill;
+        session_flags.blend = asked.blend == "auto" ? "" : asked.blend;
+        sess = make_session(rt.get(), m.get(), n_ctx, session_flags);
+    } else {
+        select_for(prompt);
+    }
     cmf_detokenizer *d = nullptr;
     check(cmf_detokenizer_create(tok.get(), CMF_DECODE_SKIP_SPECIAL, &d), "detokenizer");
     DetokenizerPtr detok(d);
@@ -199,6 +220,9 @@ int cmd_run(const std::vector<std::string> &args) {
         }
         if (line.empty()) continue;
         history.emplace_back("user", line);
+        // Routed per message: another skill is another model, so the
+        // conversation is prefilled anew on it.
+        if (routing && select_for(line)) context.clear();
         auto ids = encode(tok.get(), render_chat(m.get(), history), 0);
         if (ids.size() >= cmf_session_n_ctx(sess.get())) {
             std::fprintf(stderr, "the conversation no longer fits the context (%zu of %llu tokens); starting over\n",

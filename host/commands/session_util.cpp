@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include <cerrno>
+#include <cstdio>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -31,10 +32,16 @@ std::string resolve_model(const std::string &given) {
 }
 
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
-    desc.add_options()("kv-cache", boost::program_options::value(&flags.kv_cache)->default_value(flags.kv_cache),
-                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")(
-        "backend", boost::program_options::value(&flags.backend)->default_value(""),
-        "compute backend by name (cmfhost plugins lists them); default: the first one loaded");
+    namespace po = boost::program_options;
+    desc.add_options()("kv-cache", po::value(&flags.kv_cache)->default_value(flags.kv_cache),
+                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")
+        ("backend", po::value(&flags.backend)->default_value(""),
+         "compute backend by name (cmfhost plugins lists them); default: the first one loaded")
+        ("task", po::value(&flags.task), "run the file's task mask NAME (see `cmfhost masks`): masked neurons, heads and layers are skipped")
+        ("skill", po::value(&flags.skill), "run skill ID: each tensor is read from skill.ID.<name> where the file has one")
+        ("blend", po::value(&flags.blend), "soft blend of skills \"a:0.7,b:0.3\": tensors are the weighted sums (f32)")
+        ("moe-mask", po::value(&flags.moe_mask), "MoE routing restricted to the experts covering --moe-mask-cover of the selections counted in this stats file")
+        ("moe-mask-cover", po::value(&flags.moe_cover)->default_value(flags.moe_cover), "share of the recorded routing the --moe-mask experts cover");
 }
 
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags) {
@@ -49,6 +56,13 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     const std::string arch_options = "kv_cache=" + flags.kv_cache;
     if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
     if (!flags.backend.empty()) o.backend = flags.backend.c_str();
+    if (flags.skill == "auto" || flags.blend == "auto")
+        throw Failure("--skill auto and --blend auto route a prompt: this command has none", 2);
+    o.task = flags.task.c_str();
+    o.skill = flags.skill.c_str();
+    o.blend = flags.blend.c_str();
+    o.moe_mask = flags.moe_mask.c_str();
+    o.moe_mask_cover = flags.moe_cover;
     // A pipeline container (provenance.pipeline) makes images, not text.
     cmf_model_info info;
     cmf_model_info_init(&info);
@@ -120,6 +134,53 @@ std::string render_chat(const cmf_model *m, const std::vector<std::pair<std::str
     std::string s(out, n);
     cmf_string_free(out);
     return s;
+}
+
+RoutePtr route_text(cmf_runtime *rt, const cmf_model *m, const cmf_tokenizer *t, const std::string &text,
+                    size_t max_tokens) {
+    std::vector<int32_t> ids = encode(t, text, 0);
+    if (max_tokens > 0 && ids.size() > max_tokens) ids.resize(max_tokens);
+    if (ids.empty()) throw Failure("the text to route encodes to no tokens", 2);
+    cmf_route *r = nullptr;
+    check(cmf_route_prompt(rt, m, ids.data(), ids.size(), nullptr, &r), "route");
+    return RoutePtr(r);
+}
+
+bool file_routes(const cmf_model *m) {
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    check(cmf_model_get_info(m, &info), "model");
+    if (info.skills_json == nullptr || *info.skills_json == '\0') return false;
+    boost::json::error_code ec;
+    boost::json::value v = boost::json::parse(info.skills_json, ec);
+    if (ec || !v.is_array()) return false;
+    for (const auto &s : v.as_array())
+        if (s.is_object() && s.as_object().contains("selection")) return true;
+    return false;
+}
+
+void resolve_routing(cmf_runtime *rt, const cmf_model *m, const cmf_tokenizer *t, const std::string &text,
+                     SessionFlags &flags, bool route_by_default, size_t max_tokens) {
+    if (flags.skill == "none" || flags.skill == "backbone") {
+        flags.skill.clear();
+        return;
+    }
+    const bool by_default = route_by_default && flags.skill.empty() && flags.blend.empty() && file_routes(m);
+    if (flags.blend == "auto") {
+        RoutePtr r = route_text(rt, m, t, text, max_tokens);
+        char *spec = nullptr;
+        check(cmf_route_auto_blend(r.get(), &spec), "blend auto");
+        flags.blend = spec;
+        cmf_string_free(spec);
+        std::fprintf(stderr, "blend auto: %s\n", flags.blend.c_str());
+    } else if (flags.skill == "auto" || by_default) {
+        RoutePtr r = route_text(rt, m, t, text, max_tokens);
+        cmf_route_score s;
+        cmf_route_score_init(&s);
+        check(cmf_route_score_at(r.get(), 0, &s), "route");
+        flags.skill = s.id;
+        std::fprintf(stderr, "routed to skill: %s (E = %.4f)\n", s.id, double(s.error));
+    }
 }
 
 const char *stop_reason_name(int32_t r) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cmfhost {
@@ -39,9 +40,15 @@ std::string resolve_model(const std::string &given);
 // 2048 tokens; logits stay within 4e-4 of the f32 reference), and to f32
 // for logits and ppl, which measure the model's numbers exactly.
 struct SessionFlags {
+    explicit SessionFlags(std::string kv) : kv_cache(std::move(kv)) {}
     std::string kv_cache;  // --kv-cache: the KV cache's element type, f32 or f16
     bool profile = false;  // bench --profile: CMF_SESSION_PROFILE
     std::string backend = "";  // --backend: a backend by name; "" = the first one loaded
+    // What of the model runs (docs/tasks-and-skills.md): --task, --skill,
+    // --blend, --moe-mask, --moe-mask-cover. "auto" for a skill or a blend
+    // is resolved by the command (it needs the prompt) before make_session.
+    std::string task, skill, blend, moe_mask;
+    float moe_cover = 0.9f;
 };
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);
@@ -58,6 +65,23 @@ ChatModel open_chat_model(const CommonOptions &common, const std::string &path);
 std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags);
 // "1,2,3" -> ids (Failure on anything else).
 std::vector<int32_t> parse_ids(const std::string &s);
+struct RouteDeleter {
+    void operator()(cmf_route *r) const { cmf_route_free(r); }
+};
+using RoutePtr = std::unique_ptr<cmf_route, RouteDeleter>;
+// Routes `text` (plain text, its first max_tokens tokens; 0 = all) over the
+// file's skills.
+RoutePtr route_text(cmf_runtime *rt, const cmf_model *m, const cmf_tokenizer *t, const std::string &text,
+                    size_t max_tokens = 0);
+// Whether some skill of the file can route (has a selection descriptor).
+bool file_routes(const cmf_model *m);
+// --skill auto / --blend auto for `text`: the routed skill, or the top-2
+// blend, written into flags (and said on stderr). --skill none (or
+// backbone) selects the backbone. With route_by_default, a file whose
+// skills route picks its skill without --skill, as the original does.
+void resolve_routing(cmf_runtime *rt, const cmf_model *m, const cmf_tokenizer *t, const std::string &text,
+                     SessionFlags &flags, bool route_by_default, size_t max_tokens = 0);
+
 // Renders one user turn (with an optional system message) through the
 // model's chat template, generation prompt added.
 std::string render_chat(const cmf_model *m, const std::vector<std::pair<std::string, std::string>> &messages);

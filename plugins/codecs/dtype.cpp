@@ -33,4 +33,8 @@ void Dtype::int8_rows(const cmf_tensor_view &, uint64_t, uint64_t, int8_t *, flo
     fail(CMF_ERR_UNSUPPORTED, std::string("dtype ") + name() + " has no int8 view");
 }
 
+void Dtype::select_columns(const cmf_tensor_view &, const uint64_t *, uint64_t, std::vector<uint8_t> &) const {
+    fail(CMF_ERR_UNSUPPORTED, std::string("dtype ") + name() + " cannot select columns");
+}
+
 }  // namespace cmf::codecs

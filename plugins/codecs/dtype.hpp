@@ -51,6 +51,14 @@ public:
     virtual bool int8_view(const cmf_tensor_view &) const { return false; }
     virtual void int8_rows(const cmf_tensor_view &t, uint64_t row_begin, uint64_t row_end, int8_t *codes,
                            float *scales) const;
+    // cmf_codec_vt.select_columns: column_block is the granularity at which
+    // columns of this 2-D tensor can be selected (0: not at all);
+    // select_columns appends the payload of the [rows, n * column_block]
+    // tensor of the listed blocks (the glue checks the shape, the order and
+    // the range of `blocks` first).
+    virtual uint64_t column_block(const cmf_tensor_view &) const { return 0; }
+    virtual void select_columns(const cmf_tensor_view &t, const uint64_t *blocks, uint64_t n,
+                                std::vector<uint8_t> &out) const;
 };
 
 // Every dtype this module provides, in id order.

@@ -131,6 +131,30 @@ cmf_error *vt_int8_rows(void *ctx, const cmf_tensor_view *t, uint64_t r0, uint64
     });
 }
 
+// Column selection (cmf_codec_vt.select_columns); out == NULL asks for the
+// granularity only.
+cmf_error *vt_select_columns(void *ctx, const cmf_tensor_view *t, const uint64_t *blocks, uint64_t n_blocks,
+                             const cmf_byte_sink *out, uint64_t *block_cols) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (t == nullptr || block_cols == nullptr) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "select_columns: NULL argument");
+        const uint64_t g = t->ndim == 2 ? c->dtype->column_block(*t) : 0;
+        *block_cols = g;
+        if (out == nullptr) return;
+        if (g == 0)
+            cmf::codecs::fail(CMF_ERR_UNSUPPORTED, std::string(c->dtype->name()) + ": cannot select columns of this tensor");
+        if (n_blocks > 0 && blocks == nullptr) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "select_columns: NULL blocks");
+        const uint64_t nb = t->shape[1] / g;
+        for (uint64_t i = 0; i < n_blocks; ++i)
+            if (blocks[i] >= nb || (i > 0 && blocks[i] <= blocks[i - 1]))
+                cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "select_columns: blocks must be ascending and below " + std::to_string(nb));
+        c->dtype->validate(*t);
+        std::vector<uint8_t> bytes;
+        c->dtype->select_columns(*t, blocks, n_blocks, bytes);
+        cmf::sdk::sink_append(out, bytes.data(), bytes.size());
+    });
+}
+
 }  // namespace
 
 extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32_t *abi_version,
@@ -162,6 +186,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
             vt.quantize_rows = d->can_quantize() ? vt_quantize_rows : nullptr;
             vt.int8_rows = d->has_int8_rows() ? vt_int8_rows : nullptr;
             vt.matmul_rows_x = d->has_matmul() ? vt_matmul_rows_x : nullptr;
+            vt.select_columns = vt_select_columns;
             state->codecs.push_back(std::move(c));
         }
     });

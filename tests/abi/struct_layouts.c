@@ -66,7 +66,9 @@ int main(void) {
 
     S(cmf_session_options); F(cmf_session_options, struct_size); F(cmf_session_options, n_threads);
     F(cmf_session_options, n_ctx); F(cmf_session_options, n_batch); F(cmf_session_options, flags);
-    F(cmf_session_options, backend); F(cmf_session_options, arch_options); end();
+    F(cmf_session_options, backend); F(cmf_session_options, arch_options); F(cmf_session_options, task);
+    F(cmf_session_options, skill); F(cmf_session_options, blend); F(cmf_session_options, moe_mask);
+    F(cmf_session_options, moe_mask_cover); F(cmf_session_options, reserved1); end();
 
     S(cmf_generate_options); F(cmf_generate_options, struct_size); F(cmf_generate_options, max_tokens);
     F(cmf_generate_options, temperature); F(cmf_generate_options, top_k); F(cmf_generate_options, top_p);

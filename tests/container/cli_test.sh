@@ -11,7 +11,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$host" info "$dir/s.cmf" | grep -q 'model.layers.0.mlp.gate_proj.weight *q4_tiled *\[1,32\] *18' || fail "info table"
 "$host" info "$dir/s.cmf" --json | grep -q '"features":"TENSOR_DIR|BINARY_MASKS"' || fail "info --json"
 "$host" verify --no-progress "$dir/s.cmf" | grep -q ': ok (2 tensors' || fail "verify clean"
-"$host" masks "$dir/s.cmf" | grep -q 'task 0 layer 1: 1 FFN groups, 2 heads' || fail "masks"
+"$host" masks "$dir/s.cmf" --detail | grep -q 'task 0 layer 1: 1 FFN groups, 2 heads' || fail "masks --detail"
+"$host" masks "$dir/s.cmf" | grep -q '^  general              50%   unmeasured      2 ' || fail "masks"
 "$host" tensor "$dir/s.cmf" model.norm.weight --out "$dir/n.bin" >/dev/null
 [ "$(od -An -tx1 "$dir/n.bin" | tr -d ' \n')" = "0000803f0000c03f00000040000000bf0000803e0000003e00004040000080bf" ] || fail "tensor f32 bytes"
 "$host" keygen "$dir/k" >/dev/null

@@ -61,6 +61,10 @@ ArchConfig parse_arch_config(const char *json, size_t len) {
     // RoPE scaling: our record (rope_scaling), else the original converter's yarn block.
     if (auto rs = a.object("rope_scaling")) c.rope_scaling = rope::from_arch(*rs);
     else if (auto y = a.object("yarn")) c.rope_scaling = rope::from_original_yarn(*y, c.max_position_embeddings);
+    c.num_loops = a.u64("num_loops").value_or(1);
+    c.loop_final_norm = a.boolean("loop_final_norm").value_or(false);
+    if (c.has_moe)
+        if (auto moe = a.object("moe")) c.moe_num_experts = moe->u64("num_experts").value_or(0);
 
     auto types = a.array("layer_types");
     if (!types) bad("layer_types", "required key is missing");
@@ -92,6 +96,7 @@ ArchConfig parse_arch_config(const char *json, size_t len) {
     if (a.has("sliding_window") && c.sliding_window == 0) bad("sliding_window", "must be > 0");
     if (a.has("sliding_window_pattern") && c.sliding_window_pattern == 0) bad("sliding_window_pattern", "must be > 0");
     if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1)) bad("partial_rotary_factor", "must be in (0, 1]");
+    if (c.num_loops == 0) bad("num_loops", "must be >= 1");
     // HF rotates int(head_dim * partial_rotary_factor) dims in pairs.
     c.rot_dim = static_cast<uint32_t>(std::floor(double(c.head_dim) * c.partial_rotary_factor));
     if (c.rot_dim % 2 != 0)

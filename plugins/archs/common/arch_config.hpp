@@ -45,7 +45,13 @@ struct ArchConfig {
     // layers whose base is rope_theta (not those on rope_local_base_freq).
     rope::Scaling rope_scaling;
     bool has_moe = false;
+    uint64_t moe_num_experts = 0;  // moe.num_experts (nominal: a layer's experts are the tensors present)
     bool has_linear_core = false;
+    // Looped transformer: the layer stack runs num_loops times (visit v is
+    // layer v % num_layers, with its own KV cache); loop_final_norm applies
+    // the final norm between passes.
+    uint64_t num_loops = 1;
+    bool loop_final_norm = false;
 };
 
 // Parses the arch object; throws cmf::sdk::Error(CMF_ERR_PARSE) naming the

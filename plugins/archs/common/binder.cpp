@@ -2,6 +2,8 @@
 
 #include <cmf/plugin.hpp>
 
+#include <cstddef>
+
 namespace cmf::archs {
 
 using cmf::sdk::Error;
@@ -50,9 +52,14 @@ void check_shape(const std::string &name, const cmf_tensor_view &v, std::initial
 
 }  // namespace
 
-Weight Binder::bind(const std::string &short_name, std::initializer_list<uint64_t> shape) {
+const cmf_tensor_view &Binder::checked(const std::string &short_name, std::initializer_list<uint64_t> shape) const {
     const cmf_tensor_view &v = view(short_name);
     check_shape(prefix_ + short_name, v, shape);
+    return v;
+}
+
+Weight Binder::bind(const std::string &short_name, std::initializer_list<uint64_t> shape) {
+    const cmf_tensor_view &v = checked(short_name, shape);
     Weight w;
     check(be_->weight_bind(be_ctx_, &v, &w.w));
     owned_.push_back(w.w);
@@ -76,6 +83,22 @@ Weight Binder::bind_flat(const std::string &short_name, std::initializer_list<ui
     owned_.push_back(w.w);
     w.rows = flat.shape[0];
     w.cols = cols;
+    return w;
+}
+
+Weight Binder::bind_subset(const std::string &short_name, std::initializer_list<uint64_t> shape, uint32_t axis,
+                           const std::vector<uint32_t> &idx) {
+    const cmf_tensor_view &v = checked(short_name, shape);
+    if (!backend_has(be_, offsetof(cmf_backend_vt, weight_bind_subset), be_->weight_bind_subset))
+        throw Error(CMF_ERR_UNSUPPORTED, std::string("backend '") + (be_->name ? be_->name : "?") +
+                                             "' cannot bind part of tensor " + prefix_ + short_name +
+                                             " (no weight_bind_subset)");
+    Weight w;
+    check(be_->weight_bind_subset(be_ctx_, &v, axis, idx.data(), idx.size(), &w.w));
+    owned_.push_back(w.w);
+    w.rows = v.ndim == 2 ? v.shape[0] : 1;
+    w.cols = v.ndim == 2 ? v.shape[1] : v.shape[0];
+    (axis == 0 && v.ndim == 2 ? w.rows : w.cols) = idx.size();
     return w;
 }
 

@@ -40,6 +40,9 @@ public:
     const std::string &prefix() const { return prefix_; }
     // The stored view of prefix + name (CMF_ERR_MISSING_TENSOR if absent).
     const cmf_tensor_view &view(const std::string &name) const;
+    // The stored view of prefix + name with its shape checked as bind()
+    // checks it (for a decision made before binding, e.g. on its rows).
+    const cmf_tensor_view &checked(const std::string &name, std::initializer_list<uint64_t> shape) const;
 
     // Binds a tensor and checks its shape ({rows, cols} for 2-D, {len} for
     // 1-D; 0 = any), else CMF_ERR_BOUNDS naming the tensor and both shapes.
@@ -48,6 +51,11 @@ public:
     // kh, kw]) as the 2-D [shape[0], product of the rest] it is row-major,
     // after checking its shape as bind() does.
     Weight bind_flat(const std::string &name, std::initializer_list<uint64_t> shape);
+    // Binds rows (axis 0) or columns (axis 1) `idx` of a tensor (elements of
+    // a 1-D one) through the backend's weight_bind_subset, after checking
+    // its shape as bind() does; the Weight has the selected shape.
+    Weight bind_subset(const std::string &name, std::initializer_list<uint64_t> shape, uint32_t axis,
+                       const std::vector<uint32_t> &idx);
 
 private:
     const cmf_backend_vt *be_;

@@ -68,7 +68,42 @@ int32_t kv_dtype_option(const cmf_backend_vt *be, const std::string &fam, const 
     return dtype;
 }
 
-void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t i) {
+// Set bits of a mask row of n items, ascending.
+std::vector<uint32_t> set_bits(const uint8_t *row, uint64_t n) {
+    std::vector<uint32_t> out;
+    for (uint64_t i = 0; i < n; ++i)
+        if ((row[i / 8] >> (i % 8)) & 1) out.push_back(uint32_t(i));
+    return out;
+}
+
+// idx * width + [0, width) for each idx: the rows of whole heads.
+std::vector<uint32_t> head_rows(const std::vector<uint32_t> &heads, uint64_t width) {
+    std::vector<uint32_t> out;
+    for (uint32_t h : heads)
+        for (uint64_t j = 0; j < width; ++j) out.push_back(uint32_t(h * width + j));
+    return out;
+}
+
+// The mask must describe this model: its dimensions come from the same arch block.
+void check_mask(const DecoderModel &m, const cmf_task_mask &t) {
+    const ArchConfig &c = m.cfg;
+    const std::string what = std::string(m.ch.family) + ": task mask '" + (t.name ? t.name : "?") + "' ";
+    if (t.struct_size < sizeof(cmf_task_mask) || t.ffn == nullptr || t.heads == nullptr || t.gates == nullptr)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, what + "is incomplete");
+    if (t.layers != c.num_layers || t.visits != c.num_layers * c.num_loops || t.head_bits != c.num_attention_heads ||
+        t.ffn_bits != c.intermediate_size || t.ffn_row_bytes < (t.ffn_bits + 7) / 8 ||
+        t.head_row_bytes < (t.head_bits + 7) / 8 ||
+        (t.experts != nullptr && t.expert_row_bytes < (t.expert_bits + 7) / 8))
+        throw Error(CMF_ERR_INVALID_ARGUMENT, what + "does not match the arch block (" + std::to_string(t.layers) +
+                                                  " layers, " + std::to_string(t.visits) + " visits, " +
+                                                  std::to_string(t.head_bits) + " heads, " + std::to_string(t.ffn_bits) +
+                                                  " neurons)");
+}
+
+// Visit v of physical layer i (v == i without loops), with what `mask`
+// (or NULL) leaves of it.
+void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t v, uint64_t i,
+                 const cmf_task_mask *mask) {
     const ArchConfig &c = m.cfg;
     const std::string fam = m.ch.family;
     const std::string p = names.body + "layers." + std::to_string(i) + ".";
@@ -76,6 +111,11 @@ void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t
     const uint64_t H = c.hidden_size, hd = c.head_dim;
     Layer L;
     L.choice = m.ch.layers[i];
+    L.physical = i;
+    L.n_heads = uint32_t(c.num_attention_heads);
+    L.n_kv_heads = uint32_t(c.num_kv_heads);
+    L.q_dim = m.q_dim;
+    L.kv_dim = m.kv_dim;
     switch (c.layer_types[i]) {
     case LayerType::FullAttention:
     case LayerType::SlidingAttention: break;
@@ -86,6 +126,28 @@ void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has layer type " +
                                              c.layer_type_names[i] + ", which the " + fam + " arch does not run");
     }
+    if (mask != nullptr && !((mask->gates[i / 8] >> (i % 8)) & 1)) {
+        // Gated off: nothing of this layer runs, so nothing of it is bound.
+        L.alive = L.attn_on = L.ffn_on = false;
+        L.kv_dim = 0;
+        m.layers.push_back(L);
+        return;
+    }
+    // Live query heads, and the neurons of this visit's FFN row.
+    std::vector<uint32_t> heads, neurons;
+    bool all_heads = true, all_neurons = true;
+    if (mask != nullptr) {
+        heads = set_bits(mask->heads + i * mask->head_row_bytes, c.num_attention_heads);
+        all_heads = heads.size() == c.num_attention_heads;
+        neurons = set_bits(mask->ffn + v * mask->ffn_row_bytes, mask->ffn_bits);
+        all_neurons = neurons.size() == mask->ffn_bits;
+        if (mask->experts != nullptr) {
+            const uint8_t *row = mask->experts + i * mask->expert_row_bytes;
+            if (set_bits(row, mask->expert_bits).size() != mask->expert_bits)
+                L.routable_experts.assign(row, row + mask->expert_row_bytes);
+        }
+    }
+    L.attn_on = all_heads || !heads.empty();
     L.in_norm = b.bind(p + "input_layernorm.weight", {H});
     // Sandwich norms (gemma2/3): post_attention_layernorm is applied to the
     // attention's output, pre_feedforward_layernorm before the FFN.
@@ -105,41 +167,99 @@ void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t
     }
     if (b.present(p + "linear_attn.out_proj.weight"))
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has GDN tensors");
-    L.q = b.bind(p + "self_attn.q_proj.weight", {0, H});
-    if (L.q.rows == 2 * m.q_dim)
+    const cmf_tensor_view *qv = &b.checked(p + "self_attn.q_proj.weight", {0, H});
+    if (qv->shape[0] == 2 * m.q_dim)
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
                                              " has output-gated attention (q_proj rows = 2*heads*head_dim): not implemented yet");
-    if (L.q.rows != m.q_dim)
-        throw Error(CMF_ERR_BOUNDS, where + "self_attn.q_proj.weight has " + std::to_string(L.q.rows) +
+    if (qv->shape[0] != m.q_dim)
+        throw Error(CMF_ERR_BOUNDS, where + "self_attn.q_proj.weight has " + std::to_string(qv->shape[0]) +
                                         " rows, expected num_attention_heads*head_dim = " + std::to_string(m.q_dim));
-    L.k = b.bind(p + "self_attn.k_proj.weight", {m.kv_dim, H});
-    L.v = b.bind(p + "self_attn.v_proj.weight", {m.kv_dim, H});
-    L.o = b.bind(p + "self_attn.o_proj.weight", {H, m.q_dim});
     int biases = b.present(p + "self_attn.q_proj.bias") + b.present(p + "self_attn.k_proj.bias") +
                  b.present(p + "self_attn.v_proj.bias");
-    if (biases == 3) {
-        L.q_bias = b.bind(p + "self_attn.q_proj.bias", {m.q_dim});
-        L.k_bias = b.bind(p + "self_attn.k_proj.bias", {m.kv_dim});
-        L.v_bias = b.bind(p + "self_attn.v_proj.bias", {m.kv_dim});
-    } else if (biases != 0) {
+    if (biases != 0 && biases != 3)
         throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q/k/v biases must be all present or all absent");
-    }
-    if (b.present(p + "self_attn.o_proj.bias")) L.o_bias = b.bind(p + "self_attn.o_proj.bias", {H});
+    // With every head off the attention adds nothing, its output bias included.
+    if (L.attn_on && b.present(p + "self_attn.o_proj.bias")) L.o_bias = b.bind(p + "self_attn.o_proj.bias", {H});
     int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
-    if (norms == 2) {
+    if (norms == 1)
+        throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q_norm and k_norm must be both present or both absent");
+    if (!L.attn_on) {
+        L.kv_dim = 0;
+    } else if (all_heads) {
+        L.q = b.bind(p + "self_attn.q_proj.weight", {m.q_dim, H});
+        L.k = b.bind(p + "self_attn.k_proj.weight", {m.kv_dim, H});
+        L.v = b.bind(p + "self_attn.v_proj.weight", {m.kv_dim, H});
+        L.o = b.bind(p + "self_attn.o_proj.weight", {H, m.q_dim});
+        if (biases == 3) {
+            L.q_bias = b.bind(p + "self_attn.q_proj.bias", {m.q_dim});
+            L.k_bias = b.bind(p + "self_attn.k_proj.bias", {m.kv_dim});
+            L.v_bias = b.bind(p + "self_attn.v_proj.bias", {m.kv_dim});
+        }
+    } else {
+        // The live heads' rows of q (and columns of o); K/V of the groups
+        // they read. When every live group keeps the same number of heads,
+        // GQA runs on the live groups as it is; otherwise each live head
+        // gets its group's K/V rows of its own (plain multi-head attention
+        // over the live heads: a group's K/V is computed once per live head).
+        const uint64_t grp = c.num_attention_heads / c.num_kv_heads;
+        std::vector<uint32_t> live_per_group(c.num_kv_heads, 0);
+        for (uint32_t h : heads) ++live_per_group[h / grp];
+        uint32_t common = 0;
+        bool uniform = true;
+        std::vector<uint32_t> kv_heads;
+        for (uint64_t g = 0; g < c.num_kv_heads; ++g) {
+            if (live_per_group[g] == 0) continue;
+            if (common == 0) common = live_per_group[g];
+            uniform = uniform && live_per_group[g] == common;
+            kv_heads.push_back(uint32_t(g));
+        }
+        if (!uniform) {
+            kv_heads.clear();
+            for (uint32_t h : heads) kv_heads.push_back(uint32_t(h / grp));
+        }
+        const std::vector<uint32_t> q_rows = head_rows(heads, hd), kv_rows = head_rows(kv_heads, hd);
+        L.n_heads = uint32_t(heads.size());
+        L.n_kv_heads = uint32_t(kv_heads.size());
+        L.q_dim = q_rows.size();
+        L.kv_dim = kv_rows.size();
+        L.k = b.bind_subset(p + "self_attn.k_proj.weight", {m.kv_dim, H}, 0, kv_rows);
+        L.v = b.bind_subset(p + "self_attn.v_proj.weight", {m.kv_dim, H}, 0, kv_rows);
+        L.q = b.bind_subset(p + "self_attn.q_proj.weight", {m.q_dim, H}, 0, q_rows);
+        L.o = b.bind_subset(p + "self_attn.o_proj.weight", {H, m.q_dim}, 1, q_rows);
+        if (biases == 3) {
+            L.q_bias = b.bind_subset(p + "self_attn.q_proj.bias", {m.q_dim}, 0, q_rows);
+            L.k_bias = b.bind_subset(p + "self_attn.k_proj.bias", {m.kv_dim}, 0, kv_rows);
+            L.v_bias = b.bind_subset(p + "self_attn.v_proj.bias", {m.kv_dim}, 0, kv_rows);
+        }
+    }
+    if (L.attn_on && norms == 2) {
         L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
         L.k_norm = b.bind(p + "self_attn.k_norm.weight", {hd});
-    } else if (norms != 0) {
-        throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q_norm and k_norm must be both present or both absent");
     }
     if (b.present(p + "mlp.gate.weight"))
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
                                              " is a mixture-of-experts layer (mlp.gate.weight): not implemented yet");
-    L.gate = b.bind(p + "mlp.gate_proj.weight", {0, H});
-    L.ffn_dim = L.gate.rows;  // the true FFN width (spec 11), not the nominal intermediate_size
-    L.up = b.bind(p + "mlp.up_proj.weight", {L.ffn_dim, H});
-    L.down = b.bind(p + "mlp.down_proj.weight", {H, L.ffn_dim});
+    const cmf_tensor_view *gv = &b.checked(p + "mlp.gate_proj.weight", {0, H});
+    const uint64_t width = gv->shape[0];  // the true FFN width (spec 11), not the nominal intermediate_size
+    if (mask != nullptr && width != mask->ffn_bits)
+        throw Error(CMF_ERR_BOUNDS, where + "mlp.gate_proj.weight has " + std::to_string(width) +
+                                        " rows but the task mask's FFN rows have " + std::to_string(mask->ffn_bits) +
+                                        " neurons");
+    if (all_neurons) {
+        L.gate = b.bind(p + "mlp.gate_proj.weight", {width, H});
+        L.up = b.bind(p + "mlp.up_proj.weight", {width, H});
+        L.down = b.bind(p + "mlp.down_proj.weight", {H, width});
+        L.ffn_dim = width;
+    } else if (neurons.empty()) {
+        L.ffn_on = false;
+    } else {
+        L.gate = b.bind_subset(p + "mlp.gate_proj.weight", {width, H}, 0, neurons);
+        L.up = b.bind_subset(p + "mlp.up_proj.weight", {width, H}, 0, neurons);
+        L.down = b.bind_subset(p + "mlp.down_proj.weight", {H, width}, 1, neurons);
+        L.ffn_dim = neurons.size();
+    }
     m.max_ffn = std::max(m.max_ffn, L.ffn_dim);
+    m.max_kv_dim = std::max(m.max_kv_dim, L.kv_dim);
     m.layers.push_back(L);
 }
 
@@ -189,13 +309,25 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": arch.rope_scaling is " + rope::type_name(c.rope_scaling.type) +
                                              " but backend '" + (be->name ? be->name : "?") +
                                              "' has no rope_freqs (RoPE over a given frequency table)");
+    m->max_kv_dim = m->kv_dim;
+    m->physical_layers = c.num_layers;
+    const cmf_task_mask *mask =
+        src->struct_size >= offsetof(cmf_model_source, task_mask) + sizeof(void *) ? src->task_mask : nullptr;
+    if (mask != nullptr) {
+        check_mask(*m, *mask);
+        if (!backend_has(be, offsetof(cmf_backend_vt, weight_bind_subset), be->weight_bind_subset))
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": backend '" + (be->name ? be->name : "?") +
+                                                 "' cannot bind parts of tensors (weight_bind_subset), so it cannot "
+                                                 "run a task mask");
+        m->task = mask->name ? mask->name : "";
+    }
     Binder b(src, be, be_ctx, "", m->owned);
     const std::string &body = names.body;
     if (b.present(body + "mtp.eh_proj.weight") || b.present(body + "mtp.layers.0.self_attn.q_proj.weight"))
         host->log(host->host_ctx, CMF_LOG_INFO, (fam + ": " + body + "mtp.* present; MTP drafting is not used yet").c_str());
     const uint64_t H = c.hidden_size;
     m->embed = b.bind(body + "embed_tokens.weight", {0, H});
-    for (uint64_t i = 0; i < c.num_layers; ++i) build_layer(*m, b, names, i);
+    for (uint64_t v = 0; v < c.num_layers * c.num_loops; ++v) build_layer(*m, b, names, v, v % c.num_layers, mask);
     m->final_norm = b.bind(body + "norm.weight", {H});
     if (names.head.empty()) return m;  // an encoder: hidden states only
     if (b.present(names.head))
@@ -223,18 +355,24 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype. A
     // sliding layer's is a ring of window + chunk - 1 rows when that is
     // shorter than the context and the backend has attention_ring: a call
-    // of at most `chunk` tokens then finds every key its queries see.
+    // of at most `chunk` tokens then finds every key its queries see. A
+    // layer whose attention does not run (a task mask) has none.
     const bool rings = has_ring_attention(m.be);
     s->chunk = m.ring_chunk();
     for (size_t i = 0; i < m.layers.size(); ++i) {
         const uint64_t window = m.layers[i].choice.window;
         const bool ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
-        const uint64_t rows = ring ? window + s->chunk - 1 : n_ctx;
+        const uint64_t rows = !m.layers[i].attn_on ? 0 : ring ? window + s->chunk - 1 : n_ctx;
         float *k = nullptr, *v = nullptr;
-        check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &k));
-        s->k_cache.push_back(k);
-        check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &v));
-        s->v_cache.push_back(v);
+        if (rows > 0) {
+            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(m.layers[i]), &k));
+            s->k_cache.push_back(k);
+            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(m.layers[i]), &v));
+            s->v_cache.push_back(v);
+        } else {
+            s->k_cache.push_back(nullptr);
+            s->v_cache.push_back(nullptr);
+        }
         s->cache_rows.push_back(rows);
         s->ring.push_back(ring);
     }
@@ -277,8 +415,8 @@ void ensure_scratch(const DecoderModel &m, Scratch &sc, uint64_t n, uint64_t log
         alloc(sc.tmp, n * H);
         alloc(sc.q, n * m.q_dim);
         alloc(sc.attn, n * m.q_dim);
-        alloc(sc.k, n * m.kv_dim);
-        alloc(sc.v, n * m.kv_dim);
+        alloc(sc.k, n * m.max_kv_dim);
+        alloc(sc.v, n * m.max_kv_dim);
         alloc(sc.gate, n * m.max_ffn);
         alloc(sc.up, n * m.max_ffn);
         sc.capacity = n;
@@ -324,27 +462,29 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
     const ArchConfig &c = m.cfg;
-    const uint32_t nh = uint32_t(c.num_attention_heads), nkv = uint32_t(c.num_kv_heads), hd = uint32_t(c.head_dim);
+    const uint32_t nh = L.n_heads, nkv = L.n_kv_heads, hd = uint32_t(c.head_dim);
+    const uint64_t q_dim = L.q_dim, kv_dim = L.kv_dim;
     const int32_t style = m.ch.norm_style;
     const float eps = float(c.rms_norm_eps);
     matmuls(m, sc.xn, n, {{L.q.w, sc.q}, {L.k.w, sc.k}, {L.v.w, sc.v}});
     if (L.q_bias) {
-        check(be->add_bias(bc, sc.q, L.q_bias.w, n, m.q_dim));
-        check(be->add_bias(bc, sc.k, L.k_bias.w, n, m.kv_dim));
-        check(be->add_bias(bc, sc.v, L.v_bias.w, n, m.kv_dim));
+        check(be->add_bias(bc, sc.q, L.q_bias.w, n, q_dim));
+        check(be->add_bias(bc, sc.k, L.k_bias.w, n, kv_dim));
+        check(be->add_bias(bc, sc.v, L.v_bias.w, n, kv_dim));
     }
     if (L.q_norm) {
         check(be->rms_norm(bc, sc.q, L.q_norm.w, n * nh, hd, eps, style, sc.q));
         check(be->rms_norm(bc, sc.k, L.k_norm.w, n * nkv, hd, eps, style, sc.k));
     }
+    // Row strides are this layer's widths (a task mask narrows them).
     const float scale = m.ch.attn_scale, softcap = m.ch.attn_softcap;
     const uint32_t window = L.choice.window;
     for (const SeqRows &r : seqs) {
         DecoderState &s = *r.s;
-        float *q = sc.q + r.row0 * m.q_dim, *k = sc.k + r.row0 * m.kv_dim, *v = sc.v + r.row0 * m.kv_dim;
-        float *attn = sc.attn + r.row0 * m.q_dim;
+        float *q = sc.q + r.row0 * q_dim, *k = sc.k + r.row0 * kv_dim, *v = sc.v + r.row0 * kv_dim;
+        float *attn = sc.attn + r.row0 * q_dim;
         if (m.rot_dim > 0) {
-            for (auto [x, ld, heads] : {std::tuple{q, m.q_dim, nh}, std::tuple{k, m.kv_dim, nkv}}) {
+            for (auto [x, ld, heads] : {std::tuple{q, q_dim, nh}, std::tuple{k, kv_dim, nkv}}) {
                 if (s.rope && L.choice.scaled_rope) {  // HF's table for this call (the forward updated it)
                     const rope::Freqs &f = s.rope->current();
                     check(be->rope_freqs(bc, x, r.n, ld, heads, hd, m.rot_dim, r.pos, f.inv_freq.data(),
@@ -357,19 +497,19 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
         if (s.ring[li]) {  // rows pos % R.., split where the ring wraps
             const uint64_t R = s.cache_rows[li], r0 = r.pos % R, n1 = std::min(r.n, R - r0);
             for (auto [cache, src] : {std::pair{s.k_cache[li], k}, std::pair{s.v_cache[li], v}}) {
-                check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, r0, src, n1));
-                if (n1 < r.n) check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, 0, src + n1 * m.kv_dim, r.n - n1));
+                check(be->kv_write(bc, cache, m.kv_dtype, kv_dim, r0, src, n1));
+                if (n1 < r.n) check(be->kv_write(bc, cache, m.kv_dtype, kv_dim, 0, src + n1 * kv_dim, r.n - n1));
             }
             check(be->attention_ring(bc, q, s.k_cache[li], s.v_cache[li], m.kv_dtype, R, attn, r.n, r.pos, nh, nkv, hd,
                                      scale, window, softcap));
         } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
-            check(be->copy(bc, s.k_cache[li] + r.pos * m.kv_dim, k, r.n * m.kv_dim));
-            check(be->copy(bc, s.v_cache[li] + r.pos * m.kv_dim, v, r.n * m.kv_dim));
+            check(be->copy(bc, s.k_cache[li] + r.pos * kv_dim, k, r.n * kv_dim));
+            check(be->copy(bc, s.v_cache[li] + r.pos * kv_dim, v, r.n * kv_dim));
             check(be->attention(bc, q, s.k_cache[li], s.v_cache[li], attn, r.n, r.pos, nh, nkv, hd, scale, window,
                                 softcap));
         } else {
-            check(be->kv_write(bc, s.k_cache[li], m.kv_dtype, m.kv_dim, r.pos, k, r.n));
-            check(be->kv_write(bc, s.v_cache[li], m.kv_dtype, m.kv_dim, r.pos, v, r.n));
+            check(be->kv_write(bc, s.k_cache[li], m.kv_dtype, kv_dim, r.pos, k, r.n));
+            check(be->kv_write(bc, s.v_cache[li], m.kv_dtype, kv_dim, r.pos, v, r.n));
             check(be->attention_kv(bc, q, s.k_cache[li], s.v_cache[li], m.kv_dtype, attn, r.n, r.pos, nh, nkv, hd,
                                    scale, window, softcap));
         }
@@ -433,18 +573,25 @@ void forward_rows(DecoderModel &m, Scratch &sc, std::span<const SeqRows> seqs, u
     }
     for (size_t li = 0; li < n_layers; ++li) {
         const Layer &L = m.layers[li];
-        check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
-        switch (L.mixer) {
-        case MixerKind::Attention: attention_block(m, sc, L, li, seqs, n); break;
+        if (L.attn_on) {
+            check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
+            switch (L.mixer) {
+            case MixerKind::Attention: attention_block(m, sc, L, li, seqs, n); break;
+            }
+            if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
+            check(be->add(bc, sc.h, sc.tmp, n * H));
         }
-        if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
-        check(be->add(bc, sc.h, sc.tmp, n * H));
-        check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
-        switch (L.ffn) {
-        case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
+        if (L.ffn_on) {
+            check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
+            switch (L.ffn) {
+            case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
+            }
+            if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
+            check(be->add(bc, sc.h, sc.tmp, n * H));
         }
-        if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
-        check(be->add(bc, sc.h, sc.tmp, n * H));
+        // A looped model with loop_final_norm: the final norm between passes.
+        if (c.loop_final_norm && (li + 1) % m.physical_layers == 0 && li + 1 < m.layers.size())
+            check(be->rms_norm(bc, sc.h, m.final_norm.w, n, H, eps, style, sc.h));
     }
     // Layers past n_layers are not run: their caches do not hold these positions.
     for (const SeqRows &r : seqs) r.s->n_past = r.pos + r.n;
@@ -630,6 +777,10 @@ cmf_error *vt_forward(void *ctx, cmf_arch_model *model, cmf_arch_state *state, c
         step.pos = args->pos;
         step.logits_mode = args->logits_mode;
         step.logits = args->logits;
+        if (args->struct_size >= offsetof(cmf_forward_args, hidden) + sizeof(float *)) {
+            step.n_layers = args->n_layers;
+            step.hidden = args->hidden;
+        }
         decoder_forward(*reinterpret_cast<DecoderModel *>(model), *reinterpret_cast<DecoderState *>(state), step);
     });
 }

@@ -19,6 +19,14 @@
 // (MoE FFN, gated delta net mixer, output-gated attention); today those are
 // refused with CMF_ERR_UNSUPPORTED naming the tensor or key.
 //
+// A task mask (cmf_task_mask of the model source) is applied when the
+// layers are bound: a layer gated off is skipped, the live heads' and
+// neurons' rows (and the output projections' matching columns) are bound
+// as subsets (backend weight_bind_subset), so left-out heads and neurons
+// are neither computed nor read. A looped model (arch.num_loops) runs its
+// layers num_loops times; each visit is a Layer here with its own KV cache
+// and its own FFN mask row.
+//
 // Sliding-window layers keep their K/V in a ring of window + chunk - 1 rows
 // (when the backend has attention_ring), so their memory is bounded by the
 // window, not the context; a forward call longer than `chunk` tokens runs
@@ -68,6 +76,19 @@ struct Layer {
     MixerKind mixer = MixerKind::Attention;
     FfnKind ffn = FfnKind::Dense;
     LayerChoice choice;
+    uint64_t physical = 0;  // the layer whose weights this visit runs
+    // What a task mask leaves of the block: a layer gated off runs nothing
+    // (the residual passes, no KV is written); with no live head attention
+    // adds nothing, with no live neuron the FFN adds nothing.
+    bool alive = true, attn_on = true, ffn_on = true;
+    // Query and KV heads this layer computes: all, or a mask's live heads
+    // (KV heads: the groups they read, one per live head when the live
+    // heads are spread unevenly over the groups).
+    uint32_t n_heads = 0, n_kv_heads = 0;
+    uint64_t q_dim = 0, kv_dim = 0;
+    // A MoE FFN's routable experts under a task mask: bit e (LSB-first) of
+    // byte e / 8; empty = every expert. Routing picks top-k among these only.
+    std::vector<uint8_t> routable_experts;
     Weight in_norm;         // before the mixer
     Weight post_attn_norm;  // sandwich: on the mixer's output (post_attention_layernorm)
     Weight pre_ffn_norm;    // before the FFN (post_attention_layernorm, or pre_feedforward_layernorm in a sandwich)
@@ -88,10 +109,13 @@ struct DecoderModel {
     DecoderChoices ch;
     uint32_t rot_dim = 0;
     uint64_t q_dim = 0, kv_dim = 0, max_ffn = 0;
+    uint64_t max_kv_dim = 0;      // the widest layer's K/V (a task mask can spread KV heads)
+    uint64_t physical_layers = 0; // arch.num_layers; layers.size() = physical_layers * num_loops
+    std::string task;             // the task mask applied ("" = none)
     // The KV cache's element type (model option kv_cache): CMF_DTYPE_F32, or
     // CMF_DTYPE_F16 through the backend's kv_write / attention_kv.
     int32_t kv_dtype = CMF_DTYPE_F32;
-    uint64_t kv_row_bytes() const { return kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4); }
+    uint64_t kv_row_bytes(const Layer &l) const { return l.kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4); }
     // The backend has matmul_multi: q/k/v and gate/up go as one call each.
     bool fused_matmuls = false;
     // cfg.rope_scaling is not default: its layers rotate through the

@@ -16,8 +16,21 @@ struct cmf_backend_weight {
     cmf_tensor_view view;
     const cmf_codec_vt *codec;  // NULL for f32
     void *codec_ctx;
-    uint64_t rows;
-    uint64_t cols;
+    uint64_t rows;  // outputs per token (a row subset: the selected rows)
+    uint64_t cols;  // columns of the payload the kernels read (`view`)
+    // weight_bind_subset, rows: the selected rows as runs of consecutive
+    // source rows; output row dst + i is source row src + i. Empty: all rows.
+    struct Run {
+        uint64_t src, len, dst;
+    };
+    std::vector<Run> runs;
+    // weight_bind_subset, columns: the caller gives in_cols inputs per
+    // token; input j is column x_map[j] of the payload (the other columns,
+    // left-out columns sharing a quant group with selected ones, get 0).
+    // in_cols == cols and x_map empty when the inputs are the columns.
+    uint64_t in_cols = 0;
+    std::vector<uint64_t> x_map;
+    std::vector<uint8_t> gathered;  // the selected columns' payload (`view` points here)
     // 1-D vectors (norm weights, biases) are decoded to f32 once at bind
     // time: they are tiny and read by element-wise operations.
     std::vector<float> vec;

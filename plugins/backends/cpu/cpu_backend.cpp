@@ -37,6 +37,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace {
 
 using cmf::sdk::Error;
@@ -62,6 +65,46 @@ constexpr bool kInt8Gemm = true;
 constexpr uint64_t kInt8PanelRows = 4 * cmf::cpu::i8::kRows;
 
 
+// Fills in how `w` (view set) is multiplied: its codec, int8 view, fused kernel.
+void init_weight(Backend *be, cmf_backend_weight &w) {
+    const cmf_tensor_view *t = &w.view;
+    w.rows = t->ndim == 2 ? t->shape[0] : 1;
+    w.cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    w.in_cols = w.cols;
+    w.codec = nullptr;
+    w.codec_ctx = nullptr;
+    w.int8 = false;
+    w.matmul_rows_x = nullptr;
+    if (t->dtype != CMF_DTYPE_F32) {
+        w.codec = be->host->find_codec(be->host->host_ctx, t->dtype, &w.codec_ctx);
+        if (w.codec == nullptr) throw Error(CMF_ERR_UNKNOWN_DTYPE, "no codec plugin provides dtype " + std::to_string(t->dtype));
+        uint64_t expect = 0;
+        if (cmf_error *e = w.codec->expected_size(w.codec_ctx, t->ndim, t->shape, &expect)) throw cmf::sdk::HostError{e};
+        if (expect != CMF_SIZE_VARIABLE && expect != t->nbytes)
+            throw Error(CMF_ERR_BOUNDS, "weight_bind: payload size does not match its shape and dtype");
+    } else if (t->nbytes != w.rows * w.cols * sizeof(float)) {
+        throw Error(CMF_ERR_BOUNDS, "weight_bind: f32 payload size does not match its shape");
+    }
+    if (be->int8_gemm && t->ndim == 2 && w.codec != nullptr &&
+        w.codec->struct_size >= offsetof(cmf_codec_vt, int8_rows) + sizeof(void *) && w.codec->int8_rows != nullptr) {
+        // Asking costs an error object when the answer is no: once per bind.
+        cmf_error *e = w.codec->int8_rows(w.codec_ctx, t, 0, 0, nullptr, nullptr);
+        w.int8 = e == nullptr;
+        if (e != nullptr) be->host->error_free(e);
+    }
+    if (w.codec != nullptr && w.codec->struct_size >= offsetof(cmf_codec_vt, matmul_rows_x) + sizeof(void *))
+        w.matmul_rows_x = w.codec->matmul_rows_x;
+}
+
+void decode_vector(cmf_backend_weight &w) {
+    w.vec.resize(w.cols);
+    if (w.codec == nullptr) {
+        std::memcpy(w.vec.data(), w.view.data, w.cols * sizeof(float));
+    } else if (cmf_error *e = w.codec->dequantize_rows(w.codec_ctx, &w.view, 0, 1, w.vec.data())) {
+        throw cmf::sdk::HostError{e};
+    }
+}
+
 cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight **out) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
@@ -70,38 +113,124 @@ cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight *
             throw Error(CMF_ERR_UNSUPPORTED, "weight_bind: a weight must be 1-D (vector) or 2-D (matrix)");
         auto w = std::make_unique<cmf_backend_weight>();
         w->view = *t;
-        w->rows = t->ndim == 2 ? t->shape[0] : 1;
-        w->cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
-        w->codec = nullptr;
-        w->codec_ctx = nullptr;
-        if (t->dtype != CMF_DTYPE_F32) {
-            w->codec = be->host->find_codec(be->host->host_ctx, t->dtype, &w->codec_ctx);
-            if (w->codec == nullptr)
-                throw Error(CMF_ERR_UNKNOWN_DTYPE, "no codec plugin provides dtype " + std::to_string(t->dtype));
-            uint64_t expect = 0;
-            if (cmf_error *e = w->codec->expected_size(w->codec_ctx, t->ndim, t->shape, &expect)) throw cmf::sdk::HostError{e};
-            if (expect != CMF_SIZE_VARIABLE && expect != t->nbytes)
-                throw Error(CMF_ERR_BOUNDS, "weight_bind: payload size does not match its shape and dtype");
-        } else if (t->nbytes != w->rows * w->cols * sizeof(float)) {
-            throw Error(CMF_ERR_BOUNDS, "weight_bind: f32 payload size does not match its shape");
+        init_weight(be, *w);
+        if (t->ndim == 1) decode_vector(*w);
+        *out = w.release();
+    });
+}
+
+// Rows left out of a row subset are never read: the mapping is told not to
+// read around the rows that are (MADV_RANDOM: a fault brings in its own
+// page only) nor to collapse the payload into 2 MiB pages (which would read
+// all of it). Advice only: on memory that is not a file mapping it changes
+// nothing that matters.
+void advise_sparse_reads(const cmf_tensor_view &t) {
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = reinterpret_cast<uintptr_t>(t.data) & ~(page - 1);
+    const uintptr_t b = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes + page - 1) & ~(page - 1);
+    if (b <= a) return;
+    madvise(reinterpret_cast<void *>(a), b - a, MADV_RANDOM);
+    madvise(reinterpret_cast<void *>(a), b - a, MADV_NOHUGEPAGE);
+}
+
+// The column blocks holding `idx` (granularity g), their payload through
+// the codec (f32: here), and where each selected column lands in it.
+void gather_columns(Backend *be, cmf_backend_weight &w, const uint32_t *idx, uint64_t n) {
+    const cmf_tensor_view src = w.view;
+    uint64_t g = 1;
+    const bool f32 = src.dtype == CMF_DTYPE_F32;
+    const bool has_select = w.codec != nullptr &&
+                            w.codec->struct_size >= offsetof(cmf_codec_vt, select_columns) + sizeof(void *) &&
+                            w.codec->select_columns != nullptr;
+    if (!f32) {
+        g = 0;
+        if (has_select)
+            if (cmf_error *e = w.codec->select_columns(w.codec_ctx, &src, nullptr, 0, nullptr, &g)) throw cmf::sdk::HostError{e};
+    }
+    if (g == 0) {
+        // This dtype cannot select columns: the whole rows are read, the
+        // left-out columns' inputs are 0.
+        w.x_map.assign(idx, idx + n);
+        w.in_cols = n;
+        return;
+    }
+    std::vector<uint64_t> blocks;
+    for (uint64_t j = 0; j < n; ++j)
+        if (blocks.empty() || blocks.back() != idx[j] / g) blocks.push_back(idx[j] / g);
+    if (f32) {
+        const float *p = static_cast<const float *>(src.data);
+        w.gathered.resize(w.rows * n * sizeof(float));
+        float *d = reinterpret_cast<float *>(w.gathered.data());
+        for (uint64_t r = 0; r < w.rows; ++r)
+            for (uint64_t j = 0; j < n; ++j) *d++ = p[r * w.cols + idx[j]];
+    } else {
+        cmf_byte_sink sink{};
+        sink.struct_size = sizeof sink;
+        sink.user = &w.gathered;
+        sink.append = [](void *user, const void *data, size_t len) -> cmf_error * {
+            auto *v = static_cast<std::vector<uint8_t> *>(user);
+            const uint8_t *p = static_cast<const uint8_t *>(data);
+            v->insert(v->end(), p, p + len);
+            return nullptr;
+        };
+        if (cmf_error *e = w.codec->select_columns(w.codec_ctx, &src, blocks.data(), blocks.size(), &sink, &g))
+            throw cmf::sdk::HostError{e};
+    }
+    cmf_tensor_view v = src;
+    v.shape[1] = blocks.size() * g;
+    v.data = w.gathered.data();
+    v.nbytes = w.gathered.size();
+    const uint64_t rows = w.rows;
+    w.view = v;
+    init_weight(be, w);
+    w.rows = rows;
+    w.in_cols = n;
+    if (g > 1) {  // inputs land inside their quant groups
+        w.x_map.resize(n);
+        uint64_t k = 0;
+        for (uint64_t j = 0; j < n; ++j) {
+            while (blocks[k] != idx[j] / g) ++k;
+            w.x_map[j] = k * g + idx[j] % g;
         }
-        if (be->int8_gemm && t->ndim == 2 && w->codec != nullptr &&
-            w->codec->struct_size >= offsetof(cmf_codec_vt, int8_rows) + sizeof(void *) &&
-            w->codec->int8_rows != nullptr) {
-            // Asking costs an error object when the answer is no: once per bind.
-            cmf_error *e = w->codec->int8_rows(w->codec_ctx, t, 0, 0, nullptr, nullptr);
-            w->int8 = e == nullptr;
-            if (e != nullptr) be->host->error_free(e);
+    }
+}
+
+cmf_error *weight_bind_subset(void *ctx, const cmf_tensor_view *t, uint32_t axis, const uint32_t *idx, uint64_t n,
+                              cmf_backend_weight **out) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (t == nullptr || out == nullptr || idx == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "weight_bind_subset: NULL argument");
+        if (t->ndim < 1 || t->ndim > 2)
+            throw Error(CMF_ERR_UNSUPPORTED, "weight_bind_subset: a weight must be 1-D (vector) or 2-D (matrix)");
+        if (axis > 1 || (axis == 1 && t->ndim != 2))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "weight_bind_subset: axis " + std::to_string(axis) + " of a " +
+                                                      std::to_string(t->ndim) + "-D tensor");
+        const uint64_t extent = t->ndim == 1 ? t->shape[0] : t->shape[axis];
+        if (n == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "weight_bind_subset: no index selected");
+        for (uint64_t j = 0; j < n; ++j) {
+            if (idx[j] >= extent)
+                throw Error(CMF_ERR_BOUNDS, "weight_bind_subset: index " + std::to_string(idx[j]) + " beyond " + std::to_string(extent));
+            if (axis == 1 && j > 0 && idx[j] <= idx[j - 1])
+                throw Error(CMF_ERR_INVALID_ARGUMENT, "weight_bind_subset: columns must be ascending and distinct");
         }
-        if (w->codec != nullptr && w->codec->struct_size >= offsetof(cmf_codec_vt, matmul_rows_x) + sizeof(void *))
-            w->matmul_rows_x = w->codec->matmul_rows_x;
+        auto w = std::make_unique<cmf_backend_weight>();
+        w->view = *t;
+        init_weight(be, *w);
         if (t->ndim == 1) {
-            w->vec.resize(w->cols);
-            if (w->codec == nullptr) {
-                std::memcpy(w->vec.data(), t->data, w->cols * sizeof(float));
-            } else if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, t, 0, 1, w->vec.data())) {
-                throw cmf::sdk::HostError{e};
+            decode_vector(*w);
+            std::vector<float> sel(n);
+            for (uint64_t j = 0; j < n; ++j) sel[j] = w->vec[idx[j]];
+            w->vec = std::move(sel);
+            w->cols = w->in_cols = n;
+        } else if (axis == 0) {
+            for (uint64_t j = 0; j < n; ++j) {
+                if (!w->runs.empty() && w->runs.back().src + w->runs.back().len == idx[j]) ++w->runs.back().len;
+                else w->runs.push_back({idx[j], 1, j});
             }
+            w->rows = n;
+            if (n < extent) advise_sparse_reads(*t);
+        } else {
+            gather_columns(be, *w, idx, n);
         }
         *out = w.release();
     });
@@ -122,6 +251,7 @@ struct MatmulJob {
     const int16_t *xq;  // int8 prefill: x quantized and packed (gemm_i8.hpp layout)
     const float *xd;    //   and its block scales
     uint64_t x_id;      // this call's cmf_codec_vt.matmul_rows_x id
+    cmf_range_fn inner = nullptr;  // matmul_chunk_runs: the row loop of one run
 };
 
 // A fresh nonzero x_id per matmul call, unique in the process: every row
@@ -136,6 +266,18 @@ void record_error(MatmulJob *job, cmf_error *e) {
     cmf_error *expected = nullptr;
     if (!__atomic_compare_exchange_n(&job->error, &expected, e, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         job->host->error_free(e);
+}
+
+// Source rows of output rows [r0, r1): f(src_begin, src_end, output offset from r0).
+template <class F>
+void for_source_rows(const cmf_backend_weight *w, uint64_t r0, uint64_t r1, F &&f) {
+    if (w->runs.empty()) return f(r0, r1, uint64_t(0));
+    auto it = std::upper_bound(w->runs.begin(), w->runs.end(), r0,
+                               [](uint64_t v, const cmf_backend_weight::Run &r) { return v < r.dst + r.len; });
+    for (; it != w->runs.end() && it->dst < r1; ++it) {
+        const uint64_t a = std::max(r0, it->dst), b = std::min(r1, it->dst + it->len);
+        f(it->src + (a - it->dst), it->src + (b - it->dst), a - r0);
+    }
 }
 
 bool native_dtype(int32_t dtype) {
@@ -205,19 +347,29 @@ void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
     if (w->view.dtype != CMF_DTYPE_F32) wide.resize(kPanelRows * cols);
     packed.resize(cmf::cpu::packed_w_floats(kPanelRows, cols));
     for (uint64_t p = p0; p < p1; ++p) {
-        const uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows), n = (r1 - r0) * cols;
+        const uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows);
+        if (w->view.dtype == CMF_DTYPE_F32 && !w->runs.empty()) wide.resize(kPanelRows * cols);
         const float *src = wide.data();
-        switch (w->view.dtype) {
-        case CMF_DTYPE_F32: src = static_cast<const float *>(w->view.data) + r0 * cols; break;
-        case CMF_DTYPE_F16: k.convert_f16(static_cast<const uint16_t *>(w->view.data) + r0 * cols, n, wide.data()); break;
-        case CMF_DTYPE_BF16:
-            k.convert_bf16(static_cast<const uint16_t *>(w->view.data) + r0 * cols, n, wide.data());
-            break;
-        default:
-            if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, &w->view, r0, r1, wide.data())) {
-                record_error(job, e);
-                return;
-            }
+        if (w->view.dtype == CMF_DTYPE_F32 && w->runs.empty()) {
+            src = static_cast<const float *>(w->view.data) + r0 * cols;
+        } else {
+            bool failed = false;
+            for_source_rows(w, r0, r1, [&](uint64_t s0, uint64_t s1, uint64_t off) {
+                const uint64_t n = (s1 - s0) * cols;
+                float *dst = wide.data() + off * cols;
+                switch (w->view.dtype) {
+                case CMF_DTYPE_F32: std::memcpy(dst, static_cast<const float *>(w->view.data) + s0 * cols, n * sizeof(float)); break;
+                case CMF_DTYPE_F16: k.convert_f16(static_cast<const uint16_t *>(w->view.data) + s0 * cols, n, dst); break;
+                case CMF_DTYPE_BF16: k.convert_bf16(static_cast<const uint16_t *>(w->view.data) + s0 * cols, n, dst); break;
+                default:
+                    if (cmf_error *e = w->codec->dequantize_rows(w->codec_ctx, &w->view, s0, s1, dst)) {
+                        if (!failed) record_error(job, e);
+                        else job->host->error_free(e);
+                        failed = true;
+                    }
+                }
+            });
+            if (failed) return;
         }
         k.pack_w(src, cols, r1 - r0, cols, packed.data());
         k.gemm_packed(packed.data(), r1 - r0, cols, job->xp, job->n_batch, job->y + r0, w->rows);
@@ -244,10 +396,16 @@ void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
     wd.resize(i8::packed_wd_floats(kInt8PanelRows, cols));
     for (uint64_t p = p0; p < p1; ++p) {
         const uint64_t r0 = p * kInt8PanelRows, r1 = std::min(w->rows, r0 + kInt8PanelRows);
-        if (cmf_error *e = w->codec->int8_rows(w->codec_ctx, &w->view, r0, r1, codes.data(), scales.data())) {
-            record_error(job, e);
-            return;
-        }
+        bool failed = false;
+        for_source_rows(w, r0, r1, [&](uint64_t s0, uint64_t s1, uint64_t off) {
+            if (failed) return;
+            if (cmf_error *e = w->codec->int8_rows(w->codec_ctx, &w->view, s0, s1, codes.data() + off * nb * i8::kBlock,
+                                                   scales.data() + off * nb)) {
+                record_error(job, e);
+                failed = true;
+            }
+        });
+        if (failed) return;
         k.pack_w(codes.data(), scales.data(), r1 - r0, cols, wp.data(), wd.data());
         k.gemm(wp.data(), wd.data(), r1 - r0, cols, job->xq, job->xd, job->n_batch, job->y + r0, w->rows);
     }
@@ -257,6 +415,32 @@ void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
 cmf_range_fn decode_chunk_fn(const cmf_backend_weight *w) {
     if (native_dtype(w->view.dtype)) return matmul_chunk_native;
     return w->codec != nullptr && w->codec->matmul_rows != nullptr ? matmul_chunk_codec : matmul_chunk_dequant;
+}
+
+// Output rows [c0, c1) of a row subset: each run's part through the row
+// loop job->inner, over source rows, writing output rows (y shifted by
+// the run's dst - src).
+void matmul_chunk_runs(void *user, uint64_t c0, uint64_t c1) {
+    auto *job = static_cast<MatmulJob *>(user);
+    const auto &runs = job->w->runs;
+    auto it = std::upper_bound(runs.begin(), runs.end(), c0,
+                               [](uint64_t v, const cmf_backend_weight::Run &r) { return v < r.dst + r.len; });
+    for (; it != runs.end() && it->dst < c1; ++it) {
+        const uint64_t a = std::max(c0, it->dst), b = std::min(c1, it->dst + it->len);
+        MatmulJob seg = *job;
+        seg.error = nullptr;
+        seg.y = job->y + (int64_t(it->dst) - int64_t(it->src));
+        job->inner(&seg, it->src + (a - it->dst), it->src + (b - it->dst));
+        if (seg.error != nullptr) record_error(job, seg.error);
+    }
+}
+
+// decode_chunk_fn, through the runs of a row subset.
+cmf_range_fn row_loop(MatmulJob &job) {
+    cmf_range_fn fn = decode_chunk_fn(job.w);
+    if (job.w->runs.empty()) return fn;
+    job.inner = fn;
+    return matmul_chunk_runs;
 }
 
 // Enough rows per chunk to amortise scheduling, few enough to balance: at
@@ -297,11 +481,23 @@ cmf_error *matmul_int8(Backend *be, MatmulJob &job) {
     return job.error;
 }
 
+// The payload columns' inputs of a column subset whose inputs do not map
+// one to one: x scattered into the calling thread's buffer, 0 elsewhere.
+const float *columns_of(const cmf_backend_weight *w, const float *x, uint64_t n_batch) {
+    if (w->x_map.empty()) return x;
+    thread_local std::vector<float> wide;
+    wide.assign(n_batch * w->cols, 0.0f);
+    for (uint64_t b = 0; b < n_batch; ++b)
+        for (uint64_t j = 0; j < w->in_cols; ++j) wide[b * w->cols + w->x_map[j]] = x[b * w->in_cols + j];
+    return wide.data();
+}
+
 cmf_error *matmul_op(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch, float *y) {
     Backend *be = as_backend(ctx);
     if (w == nullptr || x == nullptr || y == nullptr)
         return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: NULL argument");
     if (w->view.ndim != 2) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: the weight is not 2-D");
+    x = columns_of(w, x, n_batch);
     MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr, nullptr, nullptr, next_x_id()};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
     if (w->int8 && n_batch >= kGemmMinBatchCodec) return matmul_int8(be, job);
@@ -329,7 +525,8 @@ cmf_error *matmul_op(void *ctx, const cmf_backend_weight *w, const float *x, uin
         be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_gemm, &job);
         return job.error;
     }
-    be->host->parallel_for(be->host->host_ctx, 0, w->rows, decode_grain(be, w->rows, w->cols), decode_chunk_fn(w), &job);
+    cmf_range_fn fn = row_loop(job);
+    be->host->parallel_for(be->host->host_ctx, 0, w->rows, decode_grain(be, w->rows, w->cols), fn, &job);
     return job.error;
 }
 
@@ -364,14 +561,17 @@ cmf_error *matmul_multi(void *ctx, const cmf_backend_weight *const *ws, uint32_t
             return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_multi: NULL weight or output");
         if (ws[i]->view.ndim != 2)
             return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_multi: a weight is not 2-D");
-        if (ws[i]->cols != ws[0]->cols)
-            return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, ("matmul_multi: weights of " + std::to_string(ws[0]->cols) +
-                                                          " and " + std::to_string(ws[i]->cols) + " columns")
+        if (ws[i]->in_cols != ws[0]->in_cols)
+            return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, ("matmul_multi: weights of " + std::to_string(ws[0]->in_cols) +
+                                                          " and " + std::to_string(ws[i]->in_cols) + " columns")
                                                              .c_str());
     }
+    bool mapped = false;
+    for (uint32_t i = 0; i < n_weights; ++i) mapped = mapped || !ws[i]->x_map.empty();
     // Prefill's GEMMs are long loops already (and pack x per weight layout):
-    // one call each. So are more weights than the fused job holds.
-    if (n_batch >= kGemmMinBatch || n_weights > kMaxMulti) {
+    // one call each. So are more weights than the fused job holds, and
+    // column subsets (each maps x its own way).
+    if (n_batch >= kGemmMinBatch || n_weights > kMaxMulti || mapped) {
         for (uint32_t i = 0; i < n_weights; ++i)
             if (cmf_error *e = matmul_op(ctx, ws[i], x, n_batch, ys[i])) return e;
         return nullptr;
@@ -382,7 +582,7 @@ cmf_error *matmul_multi(void *ctx, const cmf_backend_weight *const *ws, uint32_t
     uint64_t rows = 0;
     for (uint32_t i = 0; i < n_weights; ++i) {
         m.jobs[i] = MatmulJob{ws[i], x, n_batch, ys[i], be->host, nullptr, nullptr, nullptr, nullptr, x_id};
-        m.fns[i] = decode_chunk_fn(ws[i]);
+        m.fns[i] = row_loop(m.jobs[i]);
         m.row_end[i] = rows += ws[i]->rows;
     }
     be->host->parallel_for(be->host->host_ctx, 0, rows, decode_grain(be, rows, ws[0]->cols), matmul_chunk_multi, &m);
@@ -1130,6 +1330,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.attention_full = attention_full;
     cmf::cpu::set_image_ops(vt);
     vt.rope_freqs = rope_freqs;
+    vt.weight_bind_subset = weight_bind_subset;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();
     return nullptr;

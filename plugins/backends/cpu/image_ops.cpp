@@ -177,8 +177,9 @@ cmf_error *conv2d(void *ctx, const cmf_backend_weight *w, const cmf_backend_weig
         require(w != nullptr && x != nullptr && y != nullptr, "conv2d", "NULL argument");
         require(w->view.ndim == 2, "conv2d", "the weight must be bound as 2-D [c_out, c_in * kh * kw]");
         const uint64_t K = c_in * kh * kw, c_out = w->rows;
-        require(kh > 0 && kw > 0 && w->cols == K, "conv2d",
-                "the weight has " + std::to_string(w->cols) + " columns, expected c_in * kh * kw = " + std::to_string(K));
+        // in_cols: the inputs matmul reads per position (a column subset's selected columns).
+        require(kh > 0 && kw > 0 && w->in_cols == K, "conv2d",
+                "the weight has " + std::to_string(w->in_cols) + " columns, expected c_in * kh * kw = " + std::to_string(K));
         require(height + 2 * uint64_t(pad) >= kh && width + 2 * uint64_t(pad) >= kw, "conv2d",
                 "the kernel is larger than the padded image");
         const float *bv = optional_vector(bias, c_out, "conv2d");

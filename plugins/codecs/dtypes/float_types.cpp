@@ -46,6 +46,18 @@ public:
             std::memcpy(out.data() + base + i * sizeof(Elem), &e, sizeof(Elem));
         }
     }
+    // Any columns: each row's selected elements, in order.
+    uint64_t column_block(const cmf_tensor_view &) const override { return 1; }
+    void select_columns(const cmf_tensor_view &t, const uint64_t *cols, uint64_t n,
+                        std::vector<uint8_t> &out) const override {
+        const uint64_t rows = t.shape[0], w = t.shape[1];
+        const unsigned char *src = static_cast<const unsigned char *>(t.data);
+        size_t at = out.size();
+        out.resize(at + rows * n * sizeof(Elem));
+        for (uint64_t r = 0; r < rows; ++r)
+            for (uint64_t i = 0; i < n; ++i, at += sizeof(Elem))
+                std::memcpy(out.data() + at, src + (r * w + cols[i]) * sizeof(Elem), sizeof(Elem));
+    }
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {

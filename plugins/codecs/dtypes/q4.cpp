@@ -7,6 +7,7 @@
 #include "kernels/kernels.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace cmf::codecs {
 
@@ -103,6 +104,30 @@ public:
             uint16_t s = quantize_q4_group(w, nib);
             store_u16(Tiled ? p + 18 * g : p + 16 * groups + 2 * g, s);
         }
+    }
+    // Whole groups when every row is whole groups: the selected groups of
+    // each row, tiles (or nibbles, then scales) in the output's order.
+    uint64_t column_block(const cmf_tensor_view &t) const override {
+        return t.shape[1] > 0 && t.shape[1] % 32 == 0 ? 32 : 0;
+    }
+    void select_columns(const cmf_tensor_view &t, const uint64_t *blocks, uint64_t n,
+                        std::vector<uint8_t> &out) const override {
+        const uint64_t rows = t.shape[0], gpr = t.shape[1] / 32, groups = rows * gpr, out_groups = rows * n;
+        const uint8_t *p = bytes_of(t);
+        size_t at = out.size();
+        out.resize(at + 18 * out_groups);
+        uint8_t *dst = out.data() + at;
+        uint64_t k = 0;
+        for (uint64_t r = 0; r < rows; ++r)
+            for (uint64_t i = 0; i < n; ++i, ++k) {
+                const uint64_t g = r * gpr + blocks[i];
+                if (Tiled) {
+                    std::memcpy(dst + 18 * k, p + 18 * g, 18);
+                } else {
+                    std::memcpy(dst + 16 * k, p + 16 * g, 16);
+                    std::memcpy(dst + 16 * out_groups + 2 * k, p + 16 * groups + 2 * g, 2);
+                }
+            }
     }
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,

@@ -24,6 +24,24 @@ void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t co
     });
 }
 
+// The selected columns of an int8 code matrix with f16 row scales (and,
+// with `col_field`, the f16 column field after them): codes gathered per
+// row, row scales as they are, the column field gathered.
+void select_i8_columns(const cmf_tensor_view &t, const uint64_t *cols, uint64_t n, bool col_field,
+                       std::vector<uint8_t> &out) {
+    const uint64_t rows = t.shape[0], w = t.shape[1];
+    const uint8_t *p = bytes_of(t);
+    size_t at = out.size();
+    out.resize(at + rows * n + 2 * rows + (col_field ? 2 * n : 0));
+    uint8_t *dst = out.data() + at;
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t i = 0; i < n; ++i) *dst++ = p[r * w + cols[i]];
+    std::memcpy(dst, p + rows * w, 2 * rows);
+    dst += 2 * rows;
+    if (col_field)
+        for (uint64_t i = 0; i < n; ++i, dst += 2) std::memcpy(dst, p + rows * w + 2 * rows + 2 * cols[i], 2);
+}
+
 // Layout [i8 rows*cols][f16 rows].
 class Q8Row final : public Dtype {
 public:
@@ -65,6 +83,12 @@ public:
             std::memset(dst + m.cols, 0, ld - m.cols);
             std::fill(scales + (r - r0) * nb, scales + (r - r0 + 1) * nb, load_f16(p + m.rows * m.cols + 2 * r));
         }
+    }
+    // Any columns: the codes of the selected columns, the same row scales.
+    uint64_t column_block(const cmf_tensor_view &) const override { return 1; }
+    void select_columns(const cmf_tensor_view &t, const uint64_t *cols, uint64_t n,
+                        std::vector<uint8_t> &out) const override {
+        select_i8_columns(t, cols, n, false, out);
     }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override {
@@ -113,6 +137,12 @@ public:
             const int8_t *q = reinterpret_cast<const int8_t *>(p + r * m.cols);
             for (uint64_t c = 0; c < m.cols; ++c) *dst++ = static_cast<float>(q[c]) * s * load_f16(cf + 2 * c);
         }
+    }
+    // Any columns: codes and column field gathered, the same row scales.
+    uint64_t column_block(const cmf_tensor_view &) const override { return 1; }
+    void select_columns(const cmf_tensor_view &t, const uint64_t *cols, uint64_t n,
+                        std::vector<uint8_t> &out) const override {
+        select_i8_columns(t, cols, n, true, out);
     }
     bool can_quantize() const override { return true; }
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,

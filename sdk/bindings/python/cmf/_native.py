@@ -121,7 +121,9 @@ class ChatOptions(Structure):
 
 class SessionOptions(Structure):
     _fields_ = [("struct_size", c_uint32), ("n_threads", c_int32), ("n_ctx", c_uint64), ("n_batch", c_uint32),
-                ("flags", c_uint32), ("backend", c_char_p), ("arch_options", c_char_p)]
+                ("flags", c_uint32), ("backend", c_char_p), ("arch_options", c_char_p),
+                ("task", c_char_p), ("skill", c_char_p), ("blend", c_char_p), ("moe_mask", c_char_p),
+                ("moe_mask_cover", c_float), ("reserved1", c_uint32)]
 
 
 class GenerateOptions(Structure):

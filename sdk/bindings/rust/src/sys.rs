@@ -3275,12 +3275,6 @@ extern "C" {
 extern "C" {
     pub fn cmf_convert(rt: *mut cmf_runtime, opts: *const cmf_convert_options) -> *mut cmf_error;
 }
-extern "C" {
-    pub fn cmf_imagine_pack(
-        rt: *mut cmf_runtime,
-        opts: *const cmf_convert_options,
-    ) -> *mut cmf_error;
-}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct cmf_requant_options {
@@ -3884,12 +3878,18 @@ pub struct cmf_session_options {
     pub flags: u32,
     pub backend: *const ::std::os::raw::c_char,
     pub arch_options: *const ::std::os::raw::c_char,
+    pub task: *const ::std::os::raw::c_char,
+    pub skill: *const ::std::os::raw::c_char,
+    pub blend: *const ::std::os::raw::c_char,
+    pub moe_mask: *const ::std::os::raw::c_char,
+    pub moe_mask_cover: f32,
+    pub reserved1: u32,
 }
 #[test]
 fn bindgen_test_layout_cmf_session_options() {
     assert_eq!(
         ::std::mem::size_of::<cmf_session_options>(),
-        40usize,
+        80usize,
         concat!("Size of: ", stringify!(cmf_session_options))
     );
     assert_eq!(
@@ -4016,6 +4016,108 @@ fn bindgen_test_layout_cmf_session_options() {
         );
     }
     test_field_arch_options();
+    fn test_field_task() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).task) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(task)
+            )
+        );
+    }
+    test_field_task();
+    fn test_field_skill() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).skill) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(skill)
+            )
+        );
+    }
+    test_field_skill();
+    fn test_field_blend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blend) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(blend)
+            )
+        );
+    }
+    test_field_blend();
+    fn test_field_moe_mask() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).moe_mask) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(moe_mask)
+            )
+        );
+    }
+    test_field_moe_mask();
+    fn test_field_moe_mask_cover() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).moe_mask_cover) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(moe_mask_cover)
+            )
+        );
+    }
+    test_field_moe_mask_cover();
+    fn test_field_reserved1() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved1) as usize - ptr as usize
+            },
+            76usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_session_options),
+                "::",
+                stringify!(reserved1)
+            )
+        );
+    }
+    test_field_reserved1();
 }
 extern "C" {
     pub fn cmf_session_options_init(opts: *mut cmf_session_options);
@@ -5668,40 +5770,455 @@ extern "C" {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct cmf_image_pipeline {
+pub struct cmf_route {
     _unused: [u8; 0],
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct cmf_image_pipeline_options {
+pub struct cmf_route_options {
     pub struct_size: u32,
-    pub flags: u32,
-    pub backend: *const ::std::os::raw::c_char,
-    pub arch_options: *const ::std::os::raw::c_char,
+    pub novelty_tau: f32,
 }
 #[test]
-fn bindgen_test_layout_cmf_image_pipeline_options() {
+fn bindgen_test_layout_cmf_route_options() {
     assert_eq!(
-        ::std::mem::size_of::<cmf_image_pipeline_options>(),
-        24usize,
-        concat!("Size of: ", stringify!(cmf_image_pipeline_options))
+        ::std::mem::size_of::<cmf_route_options>(),
+        8usize,
+        concat!("Size of: ", stringify!(cmf_route_options))
     );
     assert_eq!(
-        ::std::mem::align_of::<cmf_image_pipeline_options>(),
-        8usize,
-        concat!("Alignment of ", stringify!(cmf_image_pipeline_options))
+        ::std::mem::align_of::<cmf_route_options>(),
+        4usize,
+        concat!("Alignment of ", stringify!(cmf_route_options))
     );
     fn test_field_struct_size() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_options>::uninit();
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
             },
             0usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_image_pipeline_options),
+                stringify!(cmf_route_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_novelty_tau() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).novelty_tau) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_options),
+                "::",
+                stringify!(novelty_tau)
+            )
+        );
+    }
+    test_field_novelty_tau();
+}
+extern "C" {
+    pub fn cmf_route_options_init(opts: *mut cmf_route_options);
+}
+extern "C" {
+    pub fn cmf_route_prompt(
+        rt: *mut cmf_runtime,
+        m: *const cmf_model,
+        tokens: *const i32,
+        n_tokens: usize,
+        opts: *const cmf_route_options,
+        out: *mut *mut cmf_route,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_route_free(r: *mut cmf_route);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_route_info {
+    pub struct_size: u32,
+    pub calibrated: u32,
+    pub is_novel: u32,
+    pub confidence: f32,
+    pub margin: f32,
+    pub novelty: f32,
+    pub tau: f32,
+    pub reserved0: u32,
+    pub score_count: u64,
+    pub skipped_count: u64,
+}
+#[test]
+fn bindgen_test_layout_cmf_route_info() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_route_info>(),
+        48usize,
+        concat!("Size of: ", stringify!(cmf_route_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_route_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_route_info))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_calibrated() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).calibrated) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(calibrated)
+            )
+        );
+    }
+    test_field_calibrated();
+    fn test_field_is_novel() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).is_novel) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(is_novel)
+            )
+        );
+    }
+    test_field_is_novel();
+    fn test_field_confidence() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).confidence) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(confidence)
+            )
+        );
+    }
+    test_field_confidence();
+    fn test_field_margin() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).margin) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(margin)
+            )
+        );
+    }
+    test_field_margin();
+    fn test_field_novelty() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).novelty) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(novelty)
+            )
+        );
+    }
+    test_field_novelty();
+    fn test_field_tau() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tau) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(tau)
+            )
+        );
+    }
+    test_field_tau();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_score_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).score_count) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(score_count)
+            )
+        );
+    }
+    test_field_score_count();
+    fn test_field_skipped_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).skipped_count) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_info),
+                "::",
+                stringify!(skipped_count)
+            )
+        );
+    }
+    test_field_skipped_count();
+}
+extern "C" {
+    pub fn cmf_route_info_init(info: *mut cmf_route_info);
+}
+extern "C" {
+    pub fn cmf_route_get_info(r: *const cmf_route, out: *mut cmf_route_info) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_route_score {
+    pub struct_size: u32,
+    pub error: f32,
+    pub raw_error: f32,
+    pub probability: f32,
+    pub id: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_route_score() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_route_score>(),
+        24usize,
+        concat!("Size of: ", stringify!(cmf_route_score))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_route_score>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_route_score))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_error() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).error) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(error)
+            )
+        );
+    }
+    test_field_error();
+    fn test_field_raw_error() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).raw_error) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(raw_error)
+            )
+        );
+    }
+    test_field_raw_error();
+    fn test_field_probability() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).probability) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(probability)
+            )
+        );
+    }
+    test_field_probability();
+    fn test_field_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_route_score>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).id) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_route_score),
+                "::",
+                stringify!(id)
+            )
+        );
+    }
+    test_field_id();
+}
+extern "C" {
+    pub fn cmf_route_score_init(s: *mut cmf_route_score);
+}
+extern "C" {
+    pub fn cmf_route_score_at(
+        r: *const cmf_route,
+        i: usize,
+        out: *mut cmf_route_score,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_route_skipped_at(
+        r: *const cmf_route,
+        i: usize,
+        id: *mut *const ::std::os::raw::c_char,
+        why: *mut *const ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_route_auto_blend(
+        r: *const cmf_route,
+        out: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_skill_add_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub model: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub donor_dir: *const ::std::os::raw::c_char,
+    pub id: *const ::std::os::raw::c_char,
+    pub name: *const ::std::os::raw::c_char,
+    pub layers: *const ::std::os::raw::c_char,
+    pub tensors: *const ::std::os::raw::c_char,
+    pub prompts_file: *const ::std::os::raw::c_char,
+    pub phi_layer: i64,
+    pub rank: u32,
+    pub min_delta: f32,
+    pub skill_quant: *const ::std::os::raw::c_char,
+    pub quality_file: *const ::std::os::raw::c_char,
+    pub quality_tokens: u64,
+}
+#[test]
+fn bindgen_test_layout_cmf_skill_add_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_skill_add_options>(),
+        112usize,
+        concat!("Size of: ", stringify!(cmf_skill_add_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_skill_add_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_skill_add_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
                 "::",
                 stringify!(struct_size)
             )
@@ -5711,573 +6228,440 @@ fn bindgen_test_layout_cmf_image_pipeline_options() {
     fn test_field_flags() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
             },
             4usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_image_pipeline_options),
+                stringify!(cmf_skill_add_options),
                 "::",
                 stringify!(flags)
             )
         );
     }
     test_field_flags();
-    fn test_field_backend() {
+    fn test_field_model() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).backend) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).model) as usize - ptr as usize
             },
             8usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_image_pipeline_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(backend)
+                stringify!(model)
             )
         );
     }
-    test_field_backend();
-    fn test_field_arch_options() {
+    test_field_model();
+    fn test_field_output() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).arch_options) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
             },
             16usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_image_pipeline_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(arch_options)
+                stringify!(output)
             )
         );
     }
-    test_field_arch_options();
-}
-extern "C" {
-    pub fn cmf_image_pipeline_options_init(opts: *mut cmf_image_pipeline_options);
-}
-extern "C" {
-    pub fn cmf_image_pipeline_create(
-        rt: *mut cmf_runtime,
-        m: *const cmf_model,
-        opts: *const cmf_image_pipeline_options,
-        out: *mut *mut cmf_image_pipeline,
-    ) -> *mut cmf_error;
-}
-extern "C" {
-    pub fn cmf_image_pipeline_free(p: *mut cmf_image_pipeline);
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct cmf_image_pipeline_info {
-    pub struct_size: u32,
-    pub latent_channels: u32,
-    pub latent_scale: u32,
-    pub size_multiple: u32,
-    pub max_text_tokens: u32,
-    pub reserved0: u32,
-    pub arch: *const ::std::os::raw::c_char,
-    pub description: *const ::std::os::raw::c_char,
-}
-#[test]
-fn bindgen_test_layout_cmf_image_pipeline_info() {
-    assert_eq!(
-        ::std::mem::size_of::<cmf_image_pipeline_info>(),
-        40usize,
-        concat!("Size of: ", stringify!(cmf_image_pipeline_info))
-    );
-    assert_eq!(
-        ::std::mem::align_of::<cmf_image_pipeline_info>(),
-        8usize,
-        concat!("Alignment of ", stringify!(cmf_image_pipeline_info))
-    );
-    fn test_field_struct_size() {
+    test_field_output();
+    fn test_field_donor_dir() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
-            },
-            0usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
-                "::",
-                stringify!(struct_size)
-            )
-        );
-    }
-    test_field_struct_size();
-    fn test_field_latent_channels() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).latent_channels) as usize - ptr as usize
-            },
-            4usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
-                "::",
-                stringify!(latent_channels)
-            )
-        );
-    }
-    test_field_latent_channels();
-    fn test_field_latent_scale() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).latent_scale) as usize - ptr as usize
-            },
-            8usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
-                "::",
-                stringify!(latent_scale)
-            )
-        );
-    }
-    test_field_latent_scale();
-    fn test_field_size_multiple() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).size_multiple) as usize - ptr as usize
-            },
-            12usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
-                "::",
-                stringify!(size_multiple)
-            )
-        );
-    }
-    test_field_size_multiple();
-    fn test_field_max_text_tokens() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).max_text_tokens) as usize - ptr as usize
-            },
-            16usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
-                "::",
-                stringify!(max_text_tokens)
-            )
-        );
-    }
-    test_field_max_text_tokens();
-    fn test_field_reserved0() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
-            },
-            20usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
-                "::",
-                stringify!(reserved0)
-            )
-        );
-    }
-    test_field_reserved0();
-    fn test_field_arch() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).arch) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).donor_dir) as usize - ptr as usize
             },
             24usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(arch)
+                stringify!(donor_dir)
             )
         );
     }
-    test_field_arch();
-    fn test_field_description() {
+    test_field_donor_dir();
+    fn test_field_id() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).description) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).id) as usize - ptr as usize
             },
             32usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_image_pipeline_info),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(description)
+                stringify!(id)
             )
         );
     }
-    test_field_description();
-}
-extern "C" {
-    pub fn cmf_image_pipeline_info_init(info: *mut cmf_image_pipeline_info);
-}
-extern "C" {
-    pub fn cmf_image_pipeline_get_info(
-        p: *const cmf_image_pipeline,
-        out: *mut cmf_image_pipeline_info,
-    ) -> *mut cmf_error;
-}
-pub type cmf_imagine_step_fn = ::std::option::Option<
-    unsafe extern "C" fn(user: *mut ::std::os::raw::c_void, step: u32, n_steps: u32) -> i32,
->;
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct cmf_imagine_options {
-    pub struct_size: u32,
-    pub width: u32,
-    pub height: u32,
-    pub steps: u32,
-    pub guidance_scale: f32,
-    pub cfg_trunc_ratio: f32,
-    pub cfg_normalization: u32,
-    pub reserved0: u32,
-    pub seed: u64,
-    pub prompt: *const ::std::os::raw::c_char,
-    pub negative_prompt: *const ::std::os::raw::c_char,
-    pub latent_in: *const f32,
-    pub latent_in_len: u64,
-    pub latent_out: *mut f32,
-    pub latent_out_len: u64,
-    pub on_step: cmf_imagine_step_fn,
-    pub user: *mut ::std::os::raw::c_void,
-}
-#[test]
-fn bindgen_test_layout_cmf_imagine_options() {
-    assert_eq!(
-        ::std::mem::size_of::<cmf_imagine_options>(),
-        104usize,
-        concat!("Size of: ", stringify!(cmf_imagine_options))
-    );
-    assert_eq!(
-        ::std::mem::align_of::<cmf_imagine_options>(),
-        8usize,
-        concat!("Alignment of ", stringify!(cmf_imagine_options))
-    );
-    fn test_field_struct_size() {
+    test_field_id();
+    fn test_field_name() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
-            },
-            0usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(struct_size)
-            )
-        );
-    }
-    test_field_struct_size();
-    fn test_field_width() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).width) as usize - ptr as usize
-            },
-            4usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(width)
-            )
-        );
-    }
-    test_field_width();
-    fn test_field_height() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).height) as usize - ptr as usize
-            },
-            8usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(height)
-            )
-        );
-    }
-    test_field_height();
-    fn test_field_steps() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).steps) as usize - ptr as usize
-            },
-            12usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(steps)
-            )
-        );
-    }
-    test_field_steps();
-    fn test_field_guidance_scale() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).guidance_scale) as usize - ptr as usize
-            },
-            16usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(guidance_scale)
-            )
-        );
-    }
-    test_field_guidance_scale();
-    fn test_field_cfg_trunc_ratio() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).cfg_trunc_ratio) as usize - ptr as usize
-            },
-            20usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(cfg_trunc_ratio)
-            )
-        );
-    }
-    test_field_cfg_trunc_ratio();
-    fn test_field_cfg_normalization() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).cfg_normalization) as usize - ptr as usize
-            },
-            24usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(cfg_normalization)
-            )
-        );
-    }
-    test_field_cfg_normalization();
-    fn test_field_reserved0() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
-            },
-            28usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(reserved0)
-            )
-        );
-    }
-    test_field_reserved0();
-    fn test_field_seed() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).seed) as usize - ptr as usize
-            },
-            32usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(cmf_imagine_options),
-                "::",
-                stringify!(seed)
-            )
-        );
-    }
-    test_field_seed();
-    fn test_field_prompt() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).prompt) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
             },
             40usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(prompt)
+                stringify!(name)
             )
         );
     }
-    test_field_prompt();
-    fn test_field_negative_prompt() {
+    test_field_name();
+    fn test_field_layers() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).negative_prompt) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).layers) as usize - ptr as usize
             },
             48usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(negative_prompt)
+                stringify!(layers)
             )
         );
     }
-    test_field_negative_prompt();
-    fn test_field_latent_in() {
+    test_field_layers();
+    fn test_field_tensors() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).latent_in) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).tensors) as usize - ptr as usize
             },
             56usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(latent_in)
+                stringify!(tensors)
             )
         );
     }
-    test_field_latent_in();
-    fn test_field_latent_in_len() {
+    test_field_tensors();
+    fn test_field_prompts_file() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).latent_in_len) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).prompts_file) as usize - ptr as usize
             },
             64usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(latent_in_len)
+                stringify!(prompts_file)
             )
         );
     }
-    test_field_latent_in_len();
-    fn test_field_latent_out() {
+    test_field_prompts_file();
+    fn test_field_phi_layer() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).latent_out) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).phi_layer) as usize - ptr as usize
             },
             72usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(latent_out)
+                stringify!(phi_layer)
             )
         );
     }
-    test_field_latent_out();
-    fn test_field_latent_out_len() {
+    test_field_phi_layer();
+    fn test_field_rank() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).latent_out_len) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).rank) as usize - ptr as usize
             },
             80usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(latent_out_len)
+                stringify!(rank)
             )
         );
     }
-    test_field_latent_out_len();
-    fn test_field_on_step() {
+    test_field_rank();
+    fn test_field_min_delta() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).on_step) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).min_delta) as usize - ptr as usize
+            },
+            84usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(min_delta)
+            )
+        );
+    }
+    test_field_min_delta();
+    fn test_field_skill_quant() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).skill_quant) as usize - ptr as usize
             },
             88usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(on_step)
+                stringify!(skill_quant)
             )
         );
     }
-    test_field_on_step();
-    fn test_field_user() {
+    test_field_skill_quant();
+    fn test_field_quality_file() {
         assert_eq!(
             unsafe {
-                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).user) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).quality_file) as usize - ptr as usize
             },
             96usize,
             concat!(
                 "Offset of field: ",
-                stringify!(cmf_imagine_options),
+                stringify!(cmf_skill_add_options),
                 "::",
-                stringify!(user)
+                stringify!(quality_file)
             )
         );
     }
-    test_field_user();
+    test_field_quality_file();
+    fn test_field_quality_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_skill_add_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).quality_tokens) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_skill_add_options),
+                "::",
+                stringify!(quality_tokens)
+            )
+        );
+    }
+    test_field_quality_tokens();
 }
 extern "C" {
-    pub fn cmf_imagine_options_init(opts: *mut cmf_imagine_options);
+    pub fn cmf_skill_add_options_init(opts: *mut cmf_skill_add_options);
 }
 extern "C" {
-    pub fn cmf_imagine(
-        p: *mut cmf_image_pipeline,
-        opts: *const cmf_imagine_options,
-        rgb: *mut u8,
-        rgb_len: u64,
+    pub fn cmf_skill_add(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_skill_add_options,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_skill_export(
+        rt: *mut cmf_runtime,
+        specialist: *const ::std::os::raw::c_char,
+        base: *const ::std::os::raw::c_char,
+        id: *const ::std::os::raw::c_char,
+        name: *const ::std::os::raw::c_char,
+        output: *const ::std::os::raw::c_char,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_skill_apply(
+        rt: *mut cmf_runtime,
+        base: *const ::std::os::raw::c_char,
+        skill: *const ::std::os::raw::c_char,
+        output: *const ::std::os::raw::c_char,
+        force: i32,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_defrag_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub input: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub task: *const ::std::os::raw::c_char,
+    pub keep_file: *const ::std::os::raw::c_char,
+    pub source: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_defrag_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_defrag_options>(),
+        48usize,
+        concat!("Size of: ", stringify!(cmf_defrag_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_defrag_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_defrag_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_input() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).input) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(input)
+            )
+        );
+    }
+    test_field_input();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_task() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).task) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(task)
+            )
+        );
+    }
+    test_field_task();
+    fn test_field_keep_file() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).keep_file) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(keep_file)
+            )
+        );
+    }
+    test_field_keep_file();
+    fn test_field_source() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).source) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_defrag_options),
+                "::",
+                stringify!(source)
+            )
+        );
+    }
+    test_field_source();
+}
+extern "C" {
+    pub fn cmf_defrag_options_init(opts: *mut cmf_defrag_options);
+}
+extern "C" {
+    pub fn cmf_defrag(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_defrag_options,
+        report_json: *mut *mut ::std::os::raw::c_char,
     ) -> *mut cmf_error;
 }
