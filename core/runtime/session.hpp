@@ -45,6 +45,9 @@ struct GenerateConfig {
     // Called with each generated token (stop ids are not delivered);
     // returning false stops generation.
     std::function<bool(int32_t)> on_token;
+    // Speculative decoding with the model's draft head (an MTP head), when
+    // it has one: the same tokens greedily, the same distribution sampling.
+    bool speculative = true;
 };
 
 struct GenerateStats {
@@ -53,6 +56,10 @@ struct GenerateStats {
     uint64_t generated_tokens = 0;
     double prefill_seconds = 0;
     double decode_seconds = 0;
+    // Speculative decoding: tokens the draft head proposed, and how many of
+    // them were accepted (each saved a forward pass).
+    uint64_t draft_tokens = 0;
+    uint64_t draft_accepted = 0;
     double prefill_tok_s() const { return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0; }
     // Every generated token is forwarded once (the last one too, so the
     // context holds it), so the decode rate is generated / decode time.
@@ -71,6 +78,11 @@ public:
     uint64_t n_past() const { return tokens_.size(); }
     const std::vector<int32_t> &tokens() const { return tokens_; }
     const std::string &arch_name() const { return arch_name_; }
+    // The model has a draft head (cmf_arch_model_info.draft_tokens, cmf_arch_vt.draft).
+    bool has_draft() const { return draft_; }
+    // The draft head's logits (vocab floats) for position n_past + 1, given
+    // the token chosen for n_past (not added to the context).
+    void draft(int32_t next, float *logits);
 
     // Appends `prompt` to the context, then generates. The generated tokens
     // also stay in the context (a later call continues the conversation).
@@ -80,8 +92,13 @@ public:
     // or CMF_LOGITS_ALL (n * vocab floats), prefilled in n_batch chunks.
     void eval(std::span<const int32_t> tokens, int32_t logits_mode, float *logits);
 
-    // Drops everything after the first n_keep tokens (0 = reset).
+    // Drops everything after the first n_keep tokens (0 = reset). A state
+    // that cannot go back that far (recurrent layers keep one position of
+    // history) is reset and the kept tokens are forwarded again.
     void truncate(uint64_t n_keep);
+
+    // The arch's routing statistics of this session's state (cmf_arch_vt.route_stats).
+    std::string route_stats() const;
     // Thread-safe: makes the running generate() return at the next token.
     void cancel() { cancel_.store(true); }
 
@@ -90,6 +107,9 @@ public:
 
 private:
     void forward(std::span<const int32_t> tokens, int32_t mode, float *logits);
+    void decode_loop(const GenerateConfig &cfg, text::Sampler &sampler, std::vector<float> &logits, GenerateStats &st);
+    void speculative_loop(const GenerateConfig &cfg, text::Sampler &sampler, std::vector<float> &logits,
+                          GenerateStats &st);
 
     Runtime &rt_;
     cmf_model_source src_;
@@ -103,6 +123,7 @@ private:
     cmf_arch_state *state_ = nullptr;
     uint64_t vocab_ = 0;
     uint64_t n_ctx_ = 0;
+    bool draft_ = false;
     std::vector<int32_t> tokens_;
     std::atomic<bool> cancel_{false};
 };

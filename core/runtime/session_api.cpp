@@ -65,6 +65,7 @@ CMF_API void cmf_generate_options_init(cmf_generate_options *o) {
     o->repetition_penalty = d.repetition_penalty;
     o->presence_penalty = d.presence_penalty;
     o->seed = d.seed;
+    o->speculative = 1;
 }
 
 CMF_API void cmf_generate_stats_init(cmf_generate_stats *s) {
@@ -131,6 +132,7 @@ CMF_API cmf_error *cmf_session_generate(cmf_session *s, const int32_t *prompt, s
         g.sampler.presence_penalty = o.presence_penalty;
         g.sampler.seed = o.seed;
         if (o.stop_ids != nullptr) g.stop_ids.assign(o.stop_ids, o.stop_ids + o.n_stop_ids);
+        g.speculative = o.speculative != 0;
         if (o.on_token != nullptr) {
             cmf_token_fn fn = o.on_token;
             void *user = o.user;
@@ -148,6 +150,8 @@ CMF_API cmf_error *cmf_session_generate(cmf_session *s, const int32_t *prompt, s
             out.decode_seconds = st.decode_seconds;
             out.prefill_tok_s = st.prefill_tok_s();
             out.decode_tok_s = st.decode_tok_s();
+            out.draft_tokens = st.draft_tokens;
+            out.draft_accepted = st.draft_accepted;
             copy_out(stats, out);
         }
     });
@@ -191,6 +195,15 @@ CMF_API cmf_error *cmf_session_profile(const cmf_session *s, char **out_json) {
 
 CMF_API cmf_error *cmf_session_profile_reset(cmf_session *s) {
     return guard([&] { profile_of(s, "cmf_session_profile_reset")->reset(); });
+}
+
+CMF_API cmf_error *cmf_session_route_stats(const cmf_session *s, char **out_json) {
+    return guard([&] {
+        if (out_json == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_route_stats: NULL out_json");
+        *out_json = nullptr;
+        if (s == nullptr || !s->impl) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_route_stats: NULL session");
+        cmf::capi::give_string(s->impl->route_stats(), out_json);
+    });
 }
 
 CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s) { return s && s->impl ? s->impl->vocab_size() : 0; }

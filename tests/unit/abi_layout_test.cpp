@@ -91,7 +91,6 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, int8_rows, 88);
     CHECK_OFFSET(cmf_codec_vt, matmul_rows_x, 96);
     CHECK(CMF_INT8_BLOCK == 32);
-    CHECK_SIZE(cmf_backend_vt, 176);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);
     CHECK_OFFSET(cmf_backend_vt, name, 8);
     CHECK_OFFSET(cmf_backend_vt, version, 16);
@@ -114,6 +113,13 @@ namespace {
     CHECK_OFFSET(cmf_backend_vt, kv_write, 152);
     CHECK_OFFSET(cmf_backend_vt, attention_kv, 160);
     CHECK_OFFSET(cmf_backend_vt, matmul_multi, 168);
+    CHECK_OFFSET(cmf_backend_vt, matmul_grouped, 176);
+    CHECK_OFFSET(cmf_backend_vt, gather_rows, 184);
+    CHECK_OFFSET(cmf_backend_vt, scatter_rows, 192);
+    CHECK_OFFSET(cmf_backend_vt, copy_rows, 200);
+    CHECK_OFFSET(cmf_backend_vt, causal_conv1d_silu, 208);
+    CHECK_OFFSET(cmf_backend_vt, gated_delta_net, 216);
+    CHECK_SIZE(cmf_backend_vt, 224);
     CHECK_OFFSET(cmf_arch_vt, abi_version, 4);
     CHECK_OFFSET(cmf_arch_vt, name, 8);
     CHECK_OFFSET(cmf_arch_vt, version, 16);
@@ -142,6 +148,9 @@ namespace {
     CHECK_OFFSET(cmf_arch_vt, state_free, 88);
     CHECK_OFFSET(cmf_arch_vt, state_truncate, 96);
     CHECK_OFFSET(cmf_arch_vt, forward, 104);
+    CHECK_OFFSET(cmf_arch_vt, route_stats, 112);
+    CHECK_OFFSET(cmf_arch_vt, draft, 120);
+    CHECK_SIZE(cmf_arch_vt, 128);
     CHECK_SIZE(cmf_model_source, 72);
     CHECK_OFFSET(cmf_model_source, user, 8);
     CHECK_OFFSET(cmf_model_source, arch_json, 16);
@@ -153,9 +162,10 @@ namespace {
     CHECK_OFFSET(cmf_model_source, tensor_at, 64);
     CHECK_SIZE(cmf_arch_model_params, 16);
     CHECK_OFFSET(cmf_arch_model_params, options, 8);
-    CHECK_SIZE(cmf_arch_model_info, 24);
+    CHECK_SIZE(cmf_arch_model_info, 32);
     CHECK_OFFSET(cmf_arch_model_info, vocab_size, 8);
     CHECK_OFFSET(cmf_arch_model_info, max_context, 16);
+    CHECK_OFFSET(cmf_arch_model_info, draft_tokens, 24);
     CHECK_SIZE(cmf_forward_args, 40);
     CHECK_OFFSET(cmf_forward_args, n_tokens, 4);
     CHECK_OFFSET(cmf_forward_args, tokens, 8);
@@ -264,7 +274,8 @@ namespace {
     CHECK_OFFSET(cmf_session_options, n_batch, 16);
     CHECK_OFFSET(cmf_session_options, backend, 24);
     CHECK_OFFSET(cmf_session_options, arch_options, 32);
-    CHECK_SIZE(cmf_generate_options, 72);
+    CHECK_SIZE(cmf_generate_options, 80);
+    CHECK_OFFSET(cmf_generate_options, speculative, 72);
     CHECK_OFFSET(cmf_generate_options, max_tokens, 4);
     CHECK_OFFSET(cmf_generate_options, temperature, 8);
     CHECK_OFFSET(cmf_generate_options, top_k, 12);
@@ -277,7 +288,9 @@ namespace {
     CHECK_OFFSET(cmf_generate_options, n_stop_ids, 48);
     CHECK_OFFSET(cmf_generate_options, on_token, 56);
     CHECK_OFFSET(cmf_generate_options, user, 64);
-    CHECK_SIZE(cmf_generate_stats, 64);
+    CHECK_SIZE(cmf_generate_stats, 80);
+    CHECK_OFFSET(cmf_generate_stats, draft_tokens, 64);
+    CHECK_OFFSET(cmf_generate_stats, draft_accepted, 72);
     CHECK_OFFSET(cmf_generate_stats, stop_reason, 4);
     CHECK_OFFSET(cmf_generate_stats, prompt_tokens, 8);
     CHECK_OFFSET(cmf_generate_stats, generated_tokens, 16);

@@ -20,11 +20,12 @@ bool has(element obj, const char *key) {
     return obj[key].get(e) == simdjson::SUCCESS && !e.is_null();
 }
 
-uint64_t get_uint(element obj, const char *key) {
+// `where` names a nested key in messages ("moe.top_k"); default: key.
+uint64_t get_uint(element obj, const char *key, const char *where = nullptr) {
     element e;
-    if (obj[key].get(e) != simdjson::SUCCESS || e.is_null()) bad(key, "required key is missing");
+    if (obj[key].get(e) != simdjson::SUCCESS || e.is_null()) bad(where ? where : key, "required key is missing");
     uint64_t v;
-    if (e.get_uint64().get(v) != simdjson::SUCCESS) bad(key, "must be a non-negative integer");
+    if (e.get_uint64().get(v) != simdjson::SUCCESS) bad(where ? where : key, "must be a non-negative integer");
     return v;
 }
 
@@ -54,11 +55,11 @@ std::string get_string(element obj, const char *key, const char *fallback, bool 
     return std::string(s);
 }
 
-bool get_bool(element obj, const char *key, bool fallback) {
+bool get_bool(element obj, const char *key, bool fallback, const char *where = nullptr) {
     element e;
     if (obj[key].get(e) != simdjson::SUCCESS || e.is_null()) return fallback;
     bool b;
-    if (e.get_bool().get(b) != simdjson::SUCCESS) bad(key, "must be true or false");
+    if (e.get_bool().get(b) != simdjson::SUCCESS) bad(where ? where : key, "must be true or false");
     return b;
 }
 
@@ -101,6 +102,34 @@ ArchConfig parse_arch_config(const char *json, size_t len) {
     c.has_yarn = has(root, "yarn");
     c.has_moe = has(root, "moe");
     c.has_linear_core = has(root, "linear_core");
+    if (c.has_moe) {
+        element moe = root["moe"];
+        if (!moe.is_object()) bad("moe", "must be an object");
+        c.moe_num_experts = get_uint(moe, "num_experts", "moe.num_experts");
+        c.moe_top_k = get_uint(moe, "top_k", "moe.top_k");
+        c.moe_norm_topk_prob = get_bool(moe, "norm_topk_prob", false, "moe.norm_topk_prob");
+        if (c.moe_num_experts == 0 || c.moe_top_k == 0) bad("moe", "num_experts and top_k must be > 0");
+    }
+    if (c.has_linear_core) {
+        element lc = root["linear_core"];
+        if (!lc.is_object()) bad("linear_core", "must be an object");
+        element kind;
+        std::string_view k;
+        if (lc["kind"].get(kind) != simdjson::SUCCESS || kind.get_string().get(k) != simdjson::SUCCESS)
+            bad("linear_core.kind", "required string is missing");
+        c.linear_core_kind = std::string(k);
+    }
+    auto opt_uint = [&](const char *key) { return has(root, key) ? get_uint(root, key) : uint64_t(0); };
+    c.linear_conv_kernel = opt_uint("linear_conv_kernel_dim");
+    c.linear_num_key_heads = opt_uint("linear_num_key_heads");
+    c.linear_num_value_heads = opt_uint("linear_num_value_heads");
+    c.linear_key_head_dim = opt_uint("linear_key_head_dim");
+    c.linear_value_head_dim = opt_uint("linear_value_head_dim");
+    if (has(root, "mtp")) {
+        element mtp = root["mtp"];
+        if (!mtp.is_object()) bad("mtp", "must be an object");
+        c.mtp_layers = has(mtp, "num_layers") ? get_uint(mtp, "num_layers", "mtp.num_layers") : 0;
+    }
 
     simdjson::dom::array types;
     element lt;

@@ -40,6 +40,17 @@ struct ArchConfig {
     bool has_yarn = false;
     bool has_moe = false;
     bool has_linear_core = false;
+    // arch.moe (when has_moe): experts are found by tensor presence; these
+    // bound and parametrise the routing.
+    uint64_t moe_num_experts = 0;
+    uint64_t moe_top_k = 0;
+    bool moe_norm_topk_prob = false;
+    // arch.linear_core.kind and the gated delta net geometry (0 when absent).
+    std::string linear_core_kind;
+    uint64_t linear_conv_kernel = 0, linear_num_key_heads = 0, linear_num_value_heads = 0, linear_key_head_dim = 0,
+             linear_value_head_dim = 0;
+    // arch.mtp.num_layers (0 when absent).
+    uint64_t mtp_layers = 0;
 };
 
 // Parses the arch object; throws cmf::sdk::Error(CMF_ERR_PARSE) naming the

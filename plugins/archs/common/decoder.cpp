@@ -1,4 +1,5 @@
 #include "decoder.hpp"
+#include "decoder_parts.hpp"
 
 #include <cmf/options.hpp>
 #include <cmf/plugin.hpp>
@@ -12,71 +13,78 @@
 
 namespace cmf::archs {
 
+namespace detail {
+
+Binder::Binder(const cmf_model_source *src, DecoderModel &m, std::string prefix) : m_(m), prefix_(std::move(prefix)) {
+    for (uint64_t i = 0; i < src->tensor_count; ++i) {
+        const char *name = nullptr;
+        cmf_tensor_view v{};
+        v.struct_size = sizeof v;
+        check(src->tensor_at(src->user, i, &name, &v));
+        if (name == nullptr) throw cmf::sdk::Error(CMF_ERR_INTERNAL, "model source returned a tensor without a name");
+        index_.emplace(name, v);
+    }
+}
+
+const cmf_tensor_view &Binder::view(const std::string &short_name) const {
+    auto it = index_.find(prefix_ + short_name);
+    if (it == index_.end()) throw cmf::sdk::Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + prefix_ + short_name);
+    return it->second;
+}
+
+Weight Binder::bind_view(const std::string &, const cmf_tensor_view &v) {
+    Weight w;
+    check(m_.be->weight_bind(m_.be_ctx, &v, &w.w));
+    m_.owned.push_back(w.w);
+    w.rows = v.ndim == 2 ? v.shape[0] : 1;
+    w.cols = v.ndim == 2 ? v.shape[1] : v.shape[0];
+    return w;
+}
+
+Weight Binder::bind(const std::string &short_name, std::initializer_list<uint64_t> shape) {
+    const std::string name = prefix_ + short_name;
+    const cmf_tensor_view &v = view(short_name);
+    bool ok = v.ndim == shape.size();
+    uint32_t d = 0;
+    for (uint64_t s : shape) {
+        ok = ok && (s == 0 || v.shape[d] == s);
+        ++d;
+    }
+    if (!ok) {
+        std::string got;
+        for (uint32_t i = 0; i < v.ndim; ++i) got += (i ? "," : "") + std::to_string(v.shape[i]);
+        std::string want;
+        for (uint64_t s : shape) want += (want.empty() ? "" : ",") + (s ? std::to_string(s) : std::string("*"));
+        throw cmf::sdk::Error(CMF_ERR_BOUNDS, "tensor " + name + " has shape [" + got + "], expected [" + want + "]");
+    }
+    return bind_view(name, v);
+}
+
+Weight Binder::bind_flat(const std::string &short_name, uint64_t len) {
+    const std::string name = prefix_ + short_name;
+    cmf_tensor_view v = view(short_name);
+    uint64_t n = 1;
+    std::string got;
+    for (uint32_t i = 0; i < v.ndim; ++i) {
+        n *= v.shape[i];
+        got += (i ? "," : "") + std::to_string(v.shape[i]);
+    }
+    if (n != len)
+        throw cmf::sdk::Error(CMF_ERR_BOUNDS, "tensor " + name + " has shape [" + got + "], expected " +
+                                                  std::to_string(len) + " values");
+    v.ndim = 1;
+    v.shape[0] = len;
+    return bind_view(name, v);
+}
+
+}  // namespace detail
+
 namespace {
 
 using cmf::sdk::Error;
 using cmf::sdk::HostError;
-
-// Throws a backend error out through sdk::call unchanged.
-void check(cmf_error *e) {
-    if (e != nullptr) throw HostError{e};
-}
-
-template <class Member>
-bool backend_has(const cmf_backend_vt *be, size_t offset, Member member) {
-    return be->struct_size >= offset + sizeof(void *) && member != nullptr;
-}
-
-// The tensors of a model source by name, bound on the backend on demand.
-class Binder {
-public:
-    Binder(const cmf_model_source *src, DecoderModel &m, std::string prefix) : m_(m), prefix_(std::move(prefix)) {
-        for (uint64_t i = 0; i < src->tensor_count; ++i) {
-            const char *name = nullptr;
-            cmf_tensor_view v{};
-            v.struct_size = sizeof v;
-            check(src->tensor_at(src->user, i, &name, &v));
-            if (name == nullptr) throw Error(CMF_ERR_INTERNAL, "model source returned a tensor without a name");
-            index_.emplace(name, v);
-        }
-    }
-
-    bool present(const std::string &name) const { return index_.count(prefix_ + name) != 0; }
-
-    // Binds a tensor and checks its shape ({rows, cols} for 2-D, {len} for 1-D; 0 = any).
-    Weight bind(const std::string &short_name, std::initializer_list<uint64_t> shape) {
-        const std::string name = prefix_ + short_name;
-        auto it = index_.find(name);
-        if (it == index_.end()) throw Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + name);
-        const cmf_tensor_view &v = it->second;
-        bool ok = v.ndim == shape.size();
-        uint32_t d = 0;
-        for (uint64_t s : shape) {
-            ok = ok && (s == 0 || v.shape[d] == s);
-            ++d;
-        }
-        if (!ok) {
-            std::string got;
-            for (uint32_t i = 0; i < v.ndim; ++i) got += (i ? "," : "") + std::to_string(v.shape[i]);
-            std::string want;
-            for (uint64_t s : shape) want += (want.empty() ? "" : ",") + (s ? std::to_string(s) : std::string("*"));
-            throw Error(CMF_ERR_BOUNDS, "tensor " + name + " has shape [" + got + "], expected [" + want + "]");
-        }
-        Weight w;
-        check(m_.be->weight_bind(m_.be_ctx, &v, &w.w));
-        m_.owned.push_back(w.w);
-        w.rows = v.ndim == 2 ? v.shape[0] : 1;
-        w.cols = v.ndim == 2 ? v.shape[1] : v.shape[0];
-        return w;
-    }
-
-    const std::string &prefix() const { return prefix_; }
-
-private:
-    DecoderModel &m_;
-    std::string prefix_;
-    std::unordered_map<std::string, cmf_tensor_view> index_;
-};
+using detail::Binder;
+using detail::check;
 
 void require_backend(const cmf_backend_vt *be, const char *fam) {
     if (be == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(fam) + ": NULL backend");
@@ -96,51 +104,55 @@ void require_backend(const cmf_backend_vt *be, const char *fam) {
 }
 
 bool has_kv_ops(const cmf_backend_vt *be) {
-    return backend_has(be, offsetof(cmf_backend_vt, kv_write), be->kv_write) &&
-           backend_has(be, offsetof(cmf_backend_vt, attention_kv), be->attention_kv);
+    return CMF_BACKEND_HAS(be, kv_write) && CMF_BACKEND_HAS(be, attention_kv);
 }
 
-// Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype.
-// Unknown keys, values and a backend without the f16 cache operations are
-// errors, never ignored.
-int32_t kv_dtype_option(const cmf_backend_vt *be, const std::string &fam, const char *options) {
-    int32_t dtype = CMF_DTYPE_F32;
+// Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype;
+// mtp=on|off, the draft head (default: on when the file has one). Unknown
+// keys, values and a backend without the f16 cache operations are errors,
+// never ignored.
+struct ModelOptions {
+    int32_t kv_dtype = CMF_DTYPE_F32;
+    int mtp = -1;  // -1: when present, 0: off, 1: required
+};
+
+ModelOptions parse_model_options(const cmf_backend_vt *be, const std::string &fam, const char *options) {
+    ModelOptions o;
     for (const cmf::sdk::OptionItem &item : cmf::sdk::split_options(options)) {
         const std::string &key = item.key, &value = item.value;
+        if (key == "mtp") {
+            if (value != "on" && value != "off")
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": mtp must be on or off, not \"" + value + "\"");
+            o.mtp = value == "on";
+            continue;
+        }
         if (key != "kv_cache")
-            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": unknown model option \"" + key + "\" (known: kv_cache=f32|f16)");
+            throw Error(CMF_ERR_INVALID_ARGUMENT,
+                        fam + ": unknown model option \"" + key + "\" (known: kv_cache=f32|f16, mtp=on|off)");
         if (value == "f32") {
-            dtype = CMF_DTYPE_F32;
+            o.kv_dtype = CMF_DTYPE_F32;
         } else if (value == "f16") {
             if (!has_kv_ops(be))
                 throw Error(CMF_ERR_UNSUPPORTED, fam + ": backend '" + (be->name ? be->name : "?") +
                                                      "' has no f16 KV cache (kv_write, attention_kv)");
-            dtype = CMF_DTYPE_F16;
+            o.kv_dtype = CMF_DTYPE_F16;
         } else {
             throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": kv_cache must be f32 or f16, not \"" + value + "\"");
         }
     }
-    return dtype;
+    return o;
 }
 
-void build_layer(DecoderModel &m, Binder &b, uint64_t i) {
+}  // namespace
+
+namespace detail {
+
+void build_layer_at(DecoderModel &m, Binder &b, const std::string &p, size_t index, Layer &L) {
     const ArchConfig &c = m.cfg;
     const std::string fam = m.ch.family;
-    const std::string p = "model.layers." + std::to_string(i) + ".";
     const std::string where = b.prefix() + p;
+    const std::string name = index == SIZE_MAX ? std::string("the MTP layer") : "layer " + std::to_string(index);
     const uint64_t H = c.hidden_size, hd = c.head_dim;
-    Layer L;
-    L.choice = m.ch.layers[i];
-    switch (c.layer_types[i]) {
-    case LayerType::FullAttention:
-    case LayerType::SlidingAttention: break;
-    case LayerType::LinearAttention:
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
-                                             " is LinearAttention (gated delta net): not implemented yet");
-    default:
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has layer type " +
-                                             c.layer_type_names[i] + ", which the " + fam + " arch does not run");
-    }
     L.in_norm = b.bind(p + "input_layernorm.weight", {H});
     // Sandwich norms (gemma2/3): post_attention_layernorm is applied to the
     // attention's output, pre_feedforward_layernorm before the FFN.
@@ -158,53 +170,95 @@ void build_layer(DecoderModel &m, Binder &b, uint64_t i) {
             throw Error(CMF_ERR_MISSING_TENSOR, where + "post_feedforward_layernorm.weight is present but "
                                                         "pre_feedforward_layernorm.weight is not (sandwich norms come in pairs)");
     }
-    if (b.present(p + "linear_attn.out_proj.weight"))
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has GDN tensors");
-    L.q = b.bind(p + "self_attn.q_proj.weight", {0, H});
-    if (L.q.rows == 2 * m.q_dim)
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
-                                             " has output-gated attention (q_proj rows = 2*heads*head_dim): not implemented yet");
-    if (L.q.rows != m.q_dim)
-        throw Error(CMF_ERR_BOUNDS, where + "self_attn.q_proj.weight has " + std::to_string(L.q.rows) +
-                                        " rows, expected num_attention_heads*head_dim = " + std::to_string(m.q_dim));
-    L.k = b.bind(p + "self_attn.k_proj.weight", {m.kv_dim, H});
-    L.v = b.bind(p + "self_attn.v_proj.weight", {m.kv_dim, H});
-    L.o = b.bind(p + "self_attn.o_proj.weight", {H, m.q_dim});
-    int biases = b.present(p + "self_attn.q_proj.bias") + b.present(p + "self_attn.k_proj.bias") +
-                 b.present(p + "self_attn.v_proj.bias");
-    if (biases == 3) {
-        L.q_bias = b.bind(p + "self_attn.q_proj.bias", {m.q_dim});
-        L.k_bias = b.bind(p + "self_attn.k_proj.bias", {m.kv_dim});
-        L.v_bias = b.bind(p + "self_attn.v_proj.bias", {m.kv_dim});
-    } else if (biases != 0) {
-        throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q/k/v biases must be all present or all absent");
+    if (L.mixer == MixerKind::DeltaNet) {
+        bind_delta_net(m, b, p, where, L);
+    } else {
+        if (b.present(p + "linear_attn.out_proj.weight"))
+            throw Error(CMF_ERR_BOUNDS, fam + ": " + name + " has gated delta net tensors (linear_attn.*) but arch.layer_types "
+                                              "says it is an attention layer");
+        L.q = b.bind(p + "self_attn.q_proj.weight", {0, H});
+        // Output-gated attention (Qwen3-Next / Qwen3.5): q_proj holds
+        // [q_h | gate_h] per head, twice the rows.
+        if (L.q.rows == 2 * m.q_dim) {
+            if (!CMF_BACKEND_HAS(m.be, gated_delta_net) || !CMF_BACKEND_HAS(m.be, copy_rows))
+                throw Error(CMF_ERR_UNSUPPORTED, fam + ": " + name + " has output-gated attention, which needs the backend's "
+                                                       "hybrid operations (copy_rows, gated_act with CMF_ACT_SIGMOID)");
+            L.mixer = MixerKind::GatedAttention;
+        } else if (L.q.rows != m.q_dim) {
+            throw Error(CMF_ERR_BOUNDS, where + "self_attn.q_proj.weight has " + std::to_string(L.q.rows) +
+                                            " rows, expected num_attention_heads*head_dim = " + std::to_string(m.q_dim) +
+                                            " (or twice that, output-gated)");
+        }
+        L.k = b.bind(p + "self_attn.k_proj.weight", {m.kv_dim, H});
+        L.v = b.bind(p + "self_attn.v_proj.weight", {m.kv_dim, H});
+        L.o = b.bind(p + "self_attn.o_proj.weight", {H, m.q_dim});
+        int biases = b.present(p + "self_attn.q_proj.bias") + b.present(p + "self_attn.k_proj.bias") +
+                     b.present(p + "self_attn.v_proj.bias");
+        if (biases == 3) {
+            if (L.mixer == MixerKind::GatedAttention)
+                throw Error(CMF_ERR_UNSUPPORTED, where + "self_attn: q/k/v biases with an output-gated q_proj");
+            L.q_bias = b.bind(p + "self_attn.q_proj.bias", {m.q_dim});
+            L.k_bias = b.bind(p + "self_attn.k_proj.bias", {m.kv_dim});
+            L.v_bias = b.bind(p + "self_attn.v_proj.bias", {m.kv_dim});
+        } else if (biases != 0) {
+            throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q/k/v biases must be all present or all absent");
+        }
+        int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
+        if (norms == 2) {
+            L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
+            L.k_norm = b.bind(p + "self_attn.k_norm.weight", {hd});
+        } else if (norms != 0) {
+            throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q_norm and k_norm must be both present or both absent");
+        }
     }
-    int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
-    if (norms == 2) {
-        L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
-        L.k_norm = b.bind(p + "self_attn.k_norm.weight", {hd});
-    } else if (norms != 0) {
-        throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q_norm and k_norm must be both present or both absent");
+    if (b.present(p + "mlp.gate.weight")) {
+        L.ffn = FfnKind::Moe;
+        bind_moe(m, b, p, where, L);
+        return;
     }
-    if (b.present(p + "mlp.gate.weight"))
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
-                                             " is a mixture-of-experts layer (mlp.gate.weight): not implemented yet");
     L.gate = b.bind(p + "mlp.gate_proj.weight", {0, H});
     L.ffn_dim = L.gate.rows;  // the true FFN width (spec 11), not the nominal intermediate_size
     L.up = b.bind(p + "mlp.up_proj.weight", {L.ffn_dim, H});
     L.down = b.bind(p + "mlp.down_proj.weight", {H, L.ffn_dim});
     m.max_ffn = std::max(m.max_ffn, L.ffn_dim);
-    m.layers.push_back(L);
+}
+
+}  // namespace detail
+
+namespace {
+
+void build_layer(DecoderModel &m, Binder &b, uint64_t i) {
+    const ArchConfig &c = m.cfg;
+    const std::string fam = m.ch.family;
+    Layer L;
+    L.choice = m.ch.layers[i];
+    switch (c.layer_types[i]) {
+    case LayerType::FullAttention:
+    case LayerType::SlidingAttention: break;
+    case LayerType::LinearAttention:
+        if (c.linear_core_kind != "gated_delta_net")
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " is LinearAttention but arch.linear_core.kind is \"" +
+                                                 c.linear_core_kind + "\" (only gated_delta_net runs)");
+        L.mixer = MixerKind::DeltaNet;
+        break;
+    default:
+        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has layer type " +
+                                             c.layer_type_names[i] + ", which the " + fam + " arch does not run");
+    }
+    detail::build_layer_at(m, b, "model.layers." + std::to_string(i) + ".", i, L);
+    m.layers.push_back(std::move(L));
 }
 
 }  // namespace
 
 DecoderModel::~DecoderModel() {
+    mtp.reset();
     for (auto *w : owned) be->weight_free(be_ctx, w);
 }
 
 void Scratch::release() {
-    for (float **p : {&h, &xn, &q, &k, &v, &attn, &gate, &up, &tmp, &logits}) {
+    for (float **p : {&h, &xn, &q, &k, &v, &attn, &gate, &up, &tmp, &logits, &qg, &ogate, &router, &moe_x, &moe_g,
+                      &moe_u, &moe_y, &lin_qkv, &lin_z, &lin_a, &lin_b, &lin_conv, &lin_out}) {
         be->buffer_free(be_ctx, *p);
         *p = nullptr;
     }
@@ -213,8 +267,11 @@ void Scratch::release() {
 
 DecoderState::~DecoderState() {
     scratch.release();
-    for (float *p : k_cache) model->be->buffer_free(model->be_ctx, p);
-    for (float *p : v_cache) model->be->buffer_free(model->be_ctx, p);
+    const cmf_backend_vt *be = model->be;
+    for (float *p : k_cache) be->buffer_free(model->be_ctx, p);
+    for (float *p : v_cache) be->buffer_free(model->be_ctx, p);
+    for (RecurrentState &r : rec) detail::free_recurrent(*model, r);
+    for (float *p : {mtp_k, mtp_v, mtp_hidden}) be->buffer_free(model->be_ctx, p);
 }
 
 std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf_model_source *src,
@@ -232,16 +289,16 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     m->be_ctx = be_ctx;
     m->cfg = cfg;
     m->ch = std::move(choices);
-    m->kv_dtype = kv_dtype_option(be, fam, options);
-    m->fused_matmuls = backend_has(be, offsetof(cmf_backend_vt, matmul_multi), be->matmul_multi);
+    const ModelOptions opts = parse_model_options(be, fam, options);
+    m->kv_dtype = opts.kv_dtype;
+    m->fused_matmuls = CMF_BACKEND_HAS(be, matmul_multi);
     const ArchConfig &c = m->cfg;
     m->q_dim = c.num_attention_heads * c.head_dim;
     m->kv_dim = c.num_kv_heads * c.head_dim;
     m->rot_dim = static_cast<uint32_t>(std::floor(double(c.head_dim) * c.partial_rotary_factor));
     m->rot_dim &= ~1u;
+    m->norm_topk = c.moe_norm_topk_prob;
     Binder b(src, *m, prefix);
-    if (b.present("model.mtp.eh_proj.weight") || b.present("model.mtp.layers.0.self_attn.q_proj.weight"))
-        host->log(host->host_ctx, CMF_LOG_INFO, (fam + ": model.mtp.* present; MTP drafting is not used yet").c_str());
     const uint64_t H = c.hidden_size;
     m->embed = b.bind("model.embed_tokens.weight", {0, H});
     for (uint64_t i = 0; i < c.num_layers; ++i) build_layer(*m, b, i);
@@ -255,6 +312,10 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     if (m->head.rows > c.vocab_size)
         throw Error(CMF_ERR_BOUNDS, "the output head has " + std::to_string(m->head.rows) +
                                         " rows, more than arch.vocab_size " + std::to_string(c.vocab_size));
+    const bool has_mtp = b.present("model.mtp.eh_proj.weight") || b.present("model.mtp.layers.0.self_attn.q_proj.weight");
+    if (opts.mtp == 1 && !has_mtp)
+        throw Error(CMF_ERR_MISSING_TENSOR, fam + ": mtp=on but the model has no MTP head (model.mtp.*)");
+    if (has_mtp && opts.mtp != 0) detail::bind_mtp(*m, b);
     return m;
 }
 
@@ -267,41 +328,93 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->n_ctx = n_ctx;
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
-    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype.
+    // The KV cache holds K after RoPE and V, per attention layer, in
+    // m.kv_dtype; a gated delta net layer has its recurrent state instead.
+    s->rec.resize(m.layers.size());
+    s->route_counts.resize(m.layers.size());
+    s->last_picks.resize(m.layers.size());
     for (size_t i = 0; i < m.layers.size(); ++i) {
-        const uint64_t rows = n_ctx;
-        float *k = nullptr, *v = nullptr;
-        check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &k));
-        s->k_cache.push_back(k);
-        check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &v));
-        s->v_cache.push_back(v);
+        const Layer &L = m.layers[i];
+        s->k_cache.push_back(nullptr);
+        s->v_cache.push_back(nullptr);
+        uint64_t rows = 0;
+        if (L.mixer == MixerKind::DeltaNet) {
+            detail::alloc_recurrent(m, s->rec[i]);
+        } else {
+            rows = n_ctx;
+            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &s->k_cache.back()));
+            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &s->v_cache.back()));
+        }
         s->cache_rows.push_back(rows);
         s->ring.push_back(false);
+        if (L.ffn == FfnKind::Moe) s->route_counts[i].assign(L.moe.experts.size(), 0);
     }
+    if (m.mtp) detail::alloc_mtp_state(m, *s);
     return s;
 }
 
 void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
-    const std::string fam = s.model->ch.family;
+    const DecoderModel &m = *s.model;
+    const std::string fam = m.ch.family;
     if (n_keep > s.n_past)
         throw Error(CMF_ERR_BOUNDS, fam + ": cannot keep " + std::to_string(n_keep) + " positions of " +
                                         std::to_string(s.n_past));
-    // Attention reads only rows < n_past, so dropping is just the count.
+    if (n_keep == s.n_past) return;
+    // The last forward call's last position is undone (a rejected draft):
+    // recurrent layers go back to the state they kept, its routing picks
+    // are uncounted.
+    const bool undo = n_keep + 1 == s.n_past && s.undo_end == s.n_past;
+    if (m.recurrent) {
+        if (n_keep == 0) {
+            for (RecurrentState &r : s.rec)
+                if (r.s[0] != nullptr) detail::reset_recurrent(m, r);
+        } else if (undo) {
+            for (RecurrentState &r : s.rec) r.cur = 1 - r.cur;
+        } else {
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": the gated delta net layers keep one position of history; going back from " +
+                                                 std::to_string(s.n_past) + " to " + std::to_string(n_keep) +
+                                                 " positions means forwarding the kept tokens again");
+        }
+    }
+    if (undo)
+        for (size_t i = 0; i < s.last_picks.size(); ++i)
+            for (int32_t e : s.last_picks[i]) --s.route_counts[i][size_t(e)];
+    for (auto &picks : s.last_picks) picks.clear();
+    s.undo_end = 0;
+    // Attention reads only rows < n_past, so dropping is just the count; the
+    // draft head's entry p drafted from token p + 1, which must be kept.
     s.n_past = n_keep;
+    s.tokens.resize(std::min<size_t>(s.tokens.size(), n_keep));
+    s.mtp_len = std::min(s.mtp_len, n_keep == 0 ? 0 : n_keep - 1);
 }
 
-namespace {
+std::string route_stats_json(const DecoderState &s) {
+    std::string out = "{";
+    bool first = true;
+    for (size_t i = 0; i < s.route_counts.size(); ++i) {
+        if (s.model->layers[i].ffn != FfnKind::Moe) continue;
+        out += (first ? "\"" : ",\"") + std::to_string(i) + "\":[";
+        first = false;
+        for (size_t e = 0; e < s.route_counts[i].size(); ++e)
+            out += (e ? "," : "") + std::to_string(s.route_counts[i][e]);
+        out += "]";
+    }
+    return out + "}";
+}
+
+namespace detail {
 
 void ensure_scratch(const DecoderModel &m, Scratch &sc, uint64_t n, uint64_t logit_rows) {
     auto alloc = [&](float *&p, uint64_t floats) {
         sc.be->buffer_free(sc.be_ctx, p);
         p = nullptr;
-        check(sc.be->buffer_alloc(sc.be_ctx, floats * sizeof(float), &p));
+        if (floats > 0) check(sc.be->buffer_alloc(sc.be_ctx, floats * sizeof(float), &p));
     };
     if (n > sc.capacity) {
         const uint64_t H = m.cfg.hidden_size;
+        // The draft head's eh_proj reads [enorm(e) | hnorm(h)]: 2H per token.
         alloc(sc.h, n * H);
-        alloc(sc.xn, n * H);
+        alloc(sc.xn, n * H * (m.mtp ? 2 : 1));
         alloc(sc.tmp, n * H);
         alloc(sc.q, n * m.q_dim);
         alloc(sc.attn, n * m.q_dim);
@@ -309,6 +422,27 @@ void ensure_scratch(const DecoderModel &m, Scratch &sc, uint64_t n, uint64_t log
         alloc(sc.v, n * m.kv_dim);
         alloc(sc.gate, n * m.max_ffn);
         alloc(sc.up, n * m.max_ffn);
+        bool gated = false;
+        for (const Layer &L : m.layers) gated |= L.mixer == MixerKind::GatedAttention;
+        if (m.mtp) gated |= m.mtp->layer.mixer == MixerKind::GatedAttention;
+        alloc(sc.qg, gated ? n * 2 * m.q_dim : 0);
+        alloc(sc.ogate, gated ? n * m.q_dim : 0);
+        // Mixture of experts: every token picks top_k experts (plus the
+        // shared expert, one row per token).
+        const uint64_t picks = n * m.max_top_k;
+        alloc(sc.router, m.max_experts ? n * (m.max_experts + 1) : 0);
+        alloc(sc.moe_x, picks * H);
+        alloc(sc.moe_g, picks * m.max_expert_width + n * m.max_shared_width);
+        alloc(sc.moe_u, picks * m.max_expert_width + n * m.max_shared_width);
+        alloc(sc.moe_y, m.max_experts ? (picks + n) * H : 0);
+        const DeltaNetDims &g = m.gdn;
+        const bool lin = m.recurrent;
+        alloc(sc.lin_qkv, lin ? n * g.conv_dim() : 0);
+        alloc(sc.lin_conv, lin ? n * g.conv_dim() : 0);
+        alloc(sc.lin_z, lin ? n * g.value_dim() : 0);
+        alloc(sc.lin_out, lin ? n * g.value_dim() : 0);
+        alloc(sc.lin_a, lin ? n * g.nv : 0);
+        alloc(sc.lin_b, lin ? n * g.nv : 0);
         sc.capacity = n;
     }
     if (logit_rows > sc.logits_rows) {
@@ -332,8 +466,17 @@ void matmuls(const DecoderModel &m, const float *x, uint64_t n,
     for (const auto &[w, y] : outs) check(m.be->matmul(m.be_ctx, w, x, n, y));
 }
 
-// sc.tmp = attention(sc.xn) for layer li.
-void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, size_t li, uint64_t n, uint64_t pos) {
+}  // namespace detail
+
+namespace {
+
+using detail::matmuls;
+
+// sc.tmp = attention(sc.xn) over the KV cache (k_cache, v_cache); with an
+// output gate (MixerKind::GatedAttention) q_proj gives [q_h | gate_h] per
+// head and the attention's output is multiplied by sigmoid(gate).
+void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, float *k_cache, float *v_cache, uint64_t n,
+                     uint64_t pos) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
     Scratch &sc = s.scratch;
@@ -341,7 +484,12 @@ void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, siz
     const uint32_t nh = uint32_t(c.num_attention_heads), nkv = uint32_t(c.num_kv_heads), hd = uint32_t(c.head_dim);
     const int32_t style = m.ch.norm_style;
     const float eps = float(c.rms_norm_eps);
-    matmuls(m, sc.xn, n, {{L.q.w, sc.q}, {L.k.w, sc.k}, {L.v.w, sc.v}});
+    const bool gated = L.mixer == MixerKind::GatedAttention;
+    matmuls(m, sc.xn, n, {{L.q.w, gated ? sc.qg : sc.q}, {L.k.w, sc.k}, {L.v.w, sc.v}});
+    if (gated) {  // de-interleave: rows of head_dim, 2*head_dim apart
+        check(be->copy_rows(bc, sc.q, hd, sc.qg, 2 * uint64_t(hd), n * nh, hd));
+        check(be->copy_rows(bc, sc.ogate, hd, sc.qg + hd, 2 * uint64_t(hd), n * nh, hd));
+    }
     if (L.q_bias) {
         check(be->add_bias(bc, sc.q, L.q_bias.w, n, m.q_dim));
         check(be->add_bias(bc, sc.k, L.k_bias.w, n, m.kv_dim));
@@ -358,16 +506,16 @@ void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, siz
     const float scale = m.ch.attn_scale, softcap = m.ch.attn_softcap;
     const uint32_t window = L.choice.window;
     if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
-        check(be->copy(bc, s.k_cache[li] + pos * m.kv_dim, sc.k, n * m.kv_dim));
-        check(be->copy(bc, s.v_cache[li] + pos * m.kv_dim, sc.v, n * m.kv_dim));
-        check(be->attention(bc, sc.q, s.k_cache[li], s.v_cache[li], sc.attn, n, pos, nh, nkv, hd, scale, window,
-                            softcap));
+        check(be->copy(bc, k_cache + pos * m.kv_dim, sc.k, n * m.kv_dim));
+        check(be->copy(bc, v_cache + pos * m.kv_dim, sc.v, n * m.kv_dim));
+        check(be->attention(bc, sc.q, k_cache, v_cache, sc.attn, n, pos, nh, nkv, hd, scale, window, softcap));
     } else {
-        check(be->kv_write(bc, s.k_cache[li], m.kv_dtype, m.kv_dim, pos, sc.k, n));
-        check(be->kv_write(bc, s.v_cache[li], m.kv_dtype, m.kv_dim, pos, sc.v, n));
-        check(be->attention_kv(bc, sc.q, s.k_cache[li], s.v_cache[li], m.kv_dtype, sc.attn, n, pos, nh, nkv, hd,
-                               scale, window, softcap));
+        check(be->kv_write(bc, k_cache, m.kv_dtype, m.kv_dim, pos, sc.k, n));
+        check(be->kv_write(bc, v_cache, m.kv_dtype, m.kv_dim, pos, sc.v, n));
+        check(be->attention_kv(bc, sc.q, k_cache, v_cache, m.kv_dtype, sc.attn, n, pos, nh, nkv, hd, scale, window,
+                               softcap));
     }
+    if (gated) check(be->gated_act(bc, sc.ogate, sc.attn, n * m.q_dim, CMF_ACT_SIGMOID, sc.attn));
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
 }
 
@@ -398,12 +546,46 @@ void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep 
                                         std::to_string(m.layers.size()));
     if (a.n_layers != 0 && a.n_layers < m.layers.size() && mode != CMF_LOGITS_NONE)
         throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": logits need every layer (n_layers < num_layers gives hidden states only)");
+    if (a.n_layers != 0 && a.n_layers < m.layers.size() && m.mtp)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": a partial forward (n_layers) with the draft head on (model option mtp=off)");
 }
+
+}  // namespace
+
+namespace detail {
+
+void run_layer(const DecoderModel &m, DecoderState &s, const Layer &L, const LayerCache &c, uint64_t n, uint64_t pos) {
+    Scratch &sc = s.scratch;
+    const cmf_backend_vt *be = m.be;
+    void *bc = m.be_ctx;
+    const uint64_t H = m.cfg.hidden_size;
+    const int32_t style = m.ch.norm_style;
+    const float eps = float(m.cfg.rms_norm_eps);
+    check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
+    switch (L.mixer) {
+    case MixerKind::Attention:
+    case MixerKind::GatedAttention: attention_block(m, s, L, c.k, c.v, n, pos); break;
+    case MixerKind::DeltaNet: delta_net_mixer(m, s, L, *c.rec, n); break;
+    }
+    if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
+    check(be->add(bc, sc.h, sc.tmp, n * H));
+    check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
+    switch (L.ffn) {
+    case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
+    case FfnKind::Moe: moe_ffn(m, s, L, c.counted, n); break;
+    }
+    if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
+    check(be->add(bc, sc.h, sc.tmp, n * H));
+}
+
+}  // namespace detail
+
+namespace {
 
 // One chunk of tokens through the layers, head and soft-cap.
 void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint64_t n, uint64_t pos,
                    uint64_t logit_rows, float *logits, uint64_t n_layers, float *hidden) {
-    ensure_scratch(m, s.scratch, n, logit_rows);
+    detail::ensure_scratch(m, s.scratch, n, logit_rows);
     Scratch &sc = s.scratch;
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
@@ -412,30 +594,31 @@ void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint
     const int32_t style = m.ch.norm_style;
     const float eps = float(c.rms_norm_eps);
 
+    // A partial forward (failing midway) leaves no undoable position.
+    s.undo_end = 0;
     check(be->embed(bc, m.embed.w, tokens, n, m.ch.embed_scale, sc.h));
-    for (size_t li = 0; li < n_layers; ++li) {
-        const Layer &L = m.layers[li];
-        check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
-        switch (L.mixer) {
-        case MixerKind::Attention: attention_block(m, s, L, li, n, pos); break;
-        }
-        if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
-        check(be->add(bc, sc.h, sc.tmp, n * H));
-        check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
-        switch (L.ffn) {
-        case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
-        }
-        if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
-        check(be->add(bc, sc.h, sc.tmp, n * H));
-    }
+    for (size_t li = 0; li < n_layers; ++li)
+        detail::run_layer(m, s, m.layers[li], {s.k_cache[li], s.v_cache[li], &s.rec[li], li}, n, pos);
     // Layers past n_layers are not run: their caches do not hold these positions.
     s.n_past = pos + n;
+    s.undo_end = s.n_past;
     if (hidden != nullptr) check(be->buffer_read(bc, hidden, sc.h, n * H * sizeof(float)));
+    if (m.mtp) {
+        // The draft head reads the trunk's final normed hidden state of every
+        // position (and its token): all rows go through the final norm.
+        check(be->rms_norm(bc, sc.h, m.final_norm.w, n, H, eps, style, sc.xn));
+        check(be->copy(bc, s.mtp_hidden + pos * H, sc.xn, n * H));
+        s.tokens.resize(pos);
+        s.tokens.insert(s.tokens.end(), tokens, tokens + n);
+    }
     if (logit_rows == 0) return;
     // Only the rows whose logits are wanted go through the final norm and head.
-    const float *hrows = sc.h + (n - logit_rows) * H;
-    check(be->rms_norm(bc, hrows, m.final_norm.w, logit_rows, H, eps, style, sc.xn));
-    check(be->matmul(bc, m.head.w, sc.xn, logit_rows, sc.logits));
+    const float *normed = sc.xn + (n - logit_rows) * H;
+    if (!m.mtp) {
+        normed = sc.xn;
+        check(be->rms_norm(bc, sc.h + (n - logit_rows) * H, m.final_norm.w, logit_rows, H, eps, style, sc.xn));
+    }
+    check(be->matmul(bc, m.head.w, normed, logit_rows, sc.logits));
     // Logits have vocab_size entries even when the head has fewer rows (extra = 0).
     const uint64_t V = c.vocab_size, R = m.head.rows;
     const float cap = m.ch.final_softcap;
@@ -473,7 +656,7 @@ cmf_error *vt_model_create(void *ctx, const cmf_model_source *src, const cmf_bac
         if (src == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(pl->family) + ": NULL argument");
         require_backend(backend, pl->family);
         // Options are checked before the arch block and any tensor.
-        kv_dtype_option(backend, pl->family, params != nullptr ? params->options : nullptr);
+        parse_model_options(backend, pl->family, params != nullptr ? params->options : nullptr);
         ArchConfig cfg = parse_arch_config(src->arch_json, src->arch_json_len);
         DecoderChoices ch = pl->choose(cfg);
         auto m = create_decoder(pl->host, src, backend, backend_ctx, params != nullptr ? params->options : nullptr, cfg,
@@ -493,6 +676,7 @@ cmf_error *vt_model_info(void *ctx, const cmf_arch_model *model, cmf_arch_model_
         info.struct_size = sizeof info;
         info.vocab_size = m->cfg.vocab_size;
         info.max_context = m->cfg.max_position_embeddings;
+        info.draft_tokens = m->mtp ? 1 : 0;
         size_t n = std::min<size_t>(out->struct_size ? out->struct_size : sizeof info, sizeof info);
         uint32_t caller_size = out->struct_size;
         std::memcpy(out, &info, n);
@@ -534,9 +718,29 @@ cmf_error *vt_forward(void *ctx, cmf_arch_model *model, cmf_arch_state *state, c
     });
 }
 
+cmf_error *vt_route_stats(void *ctx, const cmf_arch_state *state, const cmf_byte_sink *out) {
+    ArchPlugin *pl = plugin_of(ctx);
+    return cmf::sdk::call(pl->host, [&] {
+        if (state == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(pl->family) + ": NULL argument");
+        const std::string json = route_stats_json(*reinterpret_cast<const DecoderState *>(state));
+        cmf::sdk::sink_append(out, json.data(), json.size());
+    });
+}
+
+cmf_error *vt_draft(void *ctx, cmf_arch_model *model, cmf_arch_state *state, int32_t next_token, float *logits) {
+    ArchPlugin *pl = plugin_of(ctx);
+    return cmf::sdk::call(pl->host, [&] {
+        if (model == nullptr || state == nullptr || logits == nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(pl->family) + " draft: NULL argument");
+        decoder_draft(*reinterpret_cast<DecoderModel *>(model), *reinterpret_cast<DecoderState *>(state), next_token, logits);
+    });
+}
+
 }  // namespace
 
 void set_decoder_run_members(cmf_arch_vt &vt) {
+    vt.route_stats = vt_route_stats;
+    vt.draft = vt_draft;
     vt.model_create = vt_model_create;
     vt.model_free = vt_model_free;
     vt.model_info = vt_model_info;
