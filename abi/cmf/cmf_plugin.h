@@ -292,6 +292,21 @@ typedef struct cmf_backend_vt {
     cmf_error *(*matmul_multi)(void *ctx, const cmf_backend_weight *const *ws, uint32_t n_weights, const float *x,
                                uint64_t n_batch, float *const *ys);
 
+    /* ---- sliding-window attention over a ring (appended; optional) ----
+     * attention_kv over caches of ring_rows rows in which the K/V of
+     * position j is row j % ring_rows (the arch writes them with kv_write,
+     * split where the ring wraps), so a sliding-window layer's cache is
+     * bounded by its window instead of the context. window must be > 0 and
+     * the positions the queries see, [max(0, pos0 + 1 - window),
+     * pos0 + n_tokens), must fit in the ring (else CMF_ERR_BOUNDS). An arch
+     * calls it only when it and kv_write are non-NULL and inside the
+     * backend's struct_size; otherwise it keeps such a layer's cache as
+     * long as the context. */
+    cmf_error *(*attention_ring)(void *ctx, const float *q, const float *k_cache, const float *v_cache,
+                                 int32_t cache_dtype, uint64_t ring_rows, float *out, uint64_t n_tokens,
+                                 uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                                 float scale, uint32_t window, float softcap);
+
     /* ---- mixture-of-experts operations (appended; optional) ----
      * An arch calls these only when non-NULL and inside the backend's
      * struct_size. Row indices and weights are host memory. */

@@ -3,10 +3,12 @@
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "convert/safetensors.hpp"
+#include "convert/sentencepiece.hpp"
 #include "plugin_host/runtime.hpp"
 
 #include <cmf/json_writer.hpp>
 
+#include <boost/json.hpp>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -286,6 +288,93 @@ void write_id_list(json::Writer &w, dom::element e, const std::string &where, bo
     }
 }
 
+// tokenizer_config.json's bos/eos policy: add_bos_token (default true) and
+// add_eos_token (default false), as LlamaTokenizer(Fast) and
+// GemmaTokenizer(Fast) default them, spelled by bos_token / eos_token.
+struct BosEosPolicy {
+    bool add_bos = true, add_eos = false;
+    std::string bos = "<bos>", eos = "<eos>";
+    std::string tokenizer_class;
+};
+
+BosEosPolicy read_bos_eos_policy(const fs::path &dir) {
+    BosEosPolicy r;
+    auto tc = read_file_if_exists(dir / "tokenizer_config.json");
+    if (!tc) return r;
+    dom::parser p;
+    dom::object o = parse_object(p, *tc, (dir / "tokenizer_config.json").string());
+    bool b;
+    if (!o["add_bos_token"].get_bool().get(b)) r.add_bos = b;
+    if (!o["add_eos_token"].get_bool().get(b)) r.add_eos = b;
+    auto piece = [&](const char *key, std::string &out) {
+        std::string_view sv;
+        dom::object obj;
+        if (!o[key].get_string().get(sv)) out = std::string(sv);
+        else if (!o[key].get_object().get(obj) && !obj["content"].get_string().get(sv)) out = std::string(sv);
+    };
+    piece("bos_token", r.bos);
+    piece("eos_token", r.eos);
+    std::string_view cls;
+    if (!o["tokenizer_class"].get_string().get(cls)) r.tokenizer_class = std::string(cls);
+    return r;
+}
+
+// A tokenizer.model's tokenizer.json in the form HF's converter writes for
+// Gemma, its post-processor per the bos/eos policy.
+std::string sentencepiece_tokenizer_json(const fs::path &dir, const std::string &model_bytes) {
+    const BosEosPolicy pol = read_bos_eos_policy(dir);
+    HfBpeOptions opts;
+    if (pol.add_bos) opts.bos_piece = pol.bos;
+    if (pol.add_eos) opts.eos_piece = pol.eos;
+    opts.extra_special = {"<start_of_turn>", "<end_of_turn>"};
+    try {
+        return hf_tokenizer_json_from_sentencepiece(parse_sentencepiece(model_bytes), opts);
+    } catch (const Error &e) {
+        throw Error(e.code(), (dir / "tokenizer.model").string() + ": " + e.message());
+    }
+}
+
+// HF's LlamaTokenizerFast and GemmaTokenizerFast rebuild tokenizer.json's
+// post-processor from tokenizer_config's add_bos_token / add_eos_token when
+// they load (update_post_processor), so for those classes the config, not
+// the file, decides whether <bos> is prepended. The file is kept verbatim
+// unless its post-processor differs from the one the config implies.
+std::string follow_bos_eos_policy(Runtime &rt, const fs::path &dir, std::string tokenizer_json) {
+    const BosEosPolicy pol = read_bos_eos_policy(dir);
+    std::string cls = pol.tokenizer_class;
+    if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0) cls.resize(cls.size() - 4);
+    if (cls != "LlamaTokenizer" && cls != "GemmaTokenizer") return tokenizer_json;
+    const std::string where = (dir / "tokenizer.json").string();
+    boost::system::error_code ec;
+    boost::json::value doc = boost::json::parse(tokenizer_json, ec);
+    if (ec || !doc.is_object()) throw Error(CMF_ERR_PARSE, where + ": not a JSON object");
+    boost::json::object &o = doc.as_object();
+    // A piece's id: an added token's, else the model vocabulary's.
+    auto id_of = [&](const std::string &piece) -> uint64_t {
+        if (auto *added = o.if_contains("added_tokens"); added && added->is_array())
+            for (const auto &t : added->as_array())
+                if (t.is_object() && t.as_object().if_contains("content") && t.at("content") == piece.c_str() &&
+                    t.as_object().if_contains("id") && t.at("id").is_int64())
+                    return uint64_t(t.at("id").as_int64());
+        if (auto *model = o.if_contains("model"); model && model->is_object())
+            if (auto *vocab = model->as_object().if_contains("vocab"); vocab && vocab->is_object())
+                if (auto *id = vocab->as_object().if_contains(piece); id && id->is_int64()) return uint64_t(id->as_int64());
+        throw Error(CMF_ERR_PARSE, (dir / "tokenizer_config.json").string() + ": add_" +
+                                       (piece == pol.bos ? "bos" : "eos") + "_token is true but \"" + piece +
+                                       "\" is not a token of " + where);
+    };
+    const std::string bos = pol.add_bos ? pol.bos : "", eos = pol.add_eos ? pol.eos : "";
+    boost::json::value want = boost::json::parse(
+        bos_eos_post_processor_json(bos, bos.empty() ? 0 : id_of(bos), eos, eos.empty() ? 0 : id_of(eos)));
+    const boost::json::value *have = o.if_contains("post_processor");
+    if (have != nullptr && *have == want) return tokenizer_json;
+    o["post_processor"] = std::move(want);
+    rt.log(CMF_LOG_INFO, where + ": post-processor rebuilt from tokenizer_config.json (add_bos_token " +
+                             (pol.add_bos ? "true" : "false") + ", add_eos_token " + (pol.add_eos ? "true" : "false") +
+                             "), as " + pol.tokenizer_class + " does when it loads");
+    return boost::json::serialize(doc);
+}
+
 std::string tokenizer_config_json(const fs::path &dir, dom::object config) {
     json::Writer w;
     w.begin_object();
@@ -405,11 +494,18 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     h.key("tokenizer_config").raw(tokenizer_config_json(dir, config));
     h.end_object();
     r.plan.header_json = h.take();
-    if (auto v = read_file_if_exists(dir / "tokenizer.json")) r.plan.vocab_bytes = std::move(*v);
-    else rt.log(CMF_LOG_WARN, (dir / "tokenizer.json").string() + " not found: the file will have no vocab section");
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) r.plan.vocab_bytes = follow_bos_eos_policy(rt, dir, std::move(*v));
+    else if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
+        r.plan.vocab_bytes = sentencepiece_tokenizer_json(dir, *spm);
+        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
+    } else
+        rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
+                                 ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
+                                 "(logits --ids and bench work on token ids)");
 
     r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
     std::map<std::string, std::string> produced_by;
+    std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
     for (const SourceTensor *t : r.ckpt->tensors()) {
         if (t->shape.size() > CMF_MAX_DIMS)
             throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
@@ -417,13 +513,25 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
         throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
                                               static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
                        t->file);
-        for (OutTensor &o : parse_plan(plan.s, *t)) {
+        std::vector<OutTensor> outs = parse_plan(plan.s, *t);
+        if (outs.empty()) dropped.push_back(t->name);
+        for (OutTensor &o : outs) {
             auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
             if (!fresh)
                 throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
                                                "\" already produced");
             r.outs.push_back(std::move(o));
         }
+    }
+    if (!dropped.empty()) {
+        // Said once, with examples: a multimodal checkpoint converts as its
+        // text model only, and the user should know the rest was left out.
+        std::string names;
+        for (size_t i = 0; i < dropped.size() && i < 3; ++i) names += (i ? ", " : "") + dropped[i];
+        rt.log(CMF_LOG_WARN, "not converted: " + std::to_string(dropped.size()) + " tensor" +
+                                 (dropped.size() == 1 ? "" : "s") + " the " + arch->name +
+                                 " arch does not run (vision towers and projectors of multimodal checkpoints, "
+                                 "computed buffers), e.g. " + names + (dropped.size() > 3 ? ", ..." : ""));
     }
     bool has_experts = false;
     for (const auto &o : r.outs) has_experts = has_experts || o.p.name.find(".mlp.experts.") != std::string::npos;

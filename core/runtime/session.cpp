@@ -109,14 +109,17 @@ void Session::truncate(uint64_t n_keep) {
         throw Error(CMF_ERR_BOUNDS, "truncate: " + std::to_string(n_keep) + " > " + std::to_string(tokens_.size()) +
                                         " tokens in the context");
     cmf_error *e = arch_->vt.state_truncate(arch_->ctx, state_, n_keep);
-    if (e != nullptr && cmf_error_code(e) == CMF_ERR_UNSUPPORTED && n_keep > 0) {
-        // Replay: reset, then forward the kept tokens again.
-        cmf_error_free(e);
-        std::vector<int32_t> kept(tokens_.begin(), tokens_.begin() + std::ptrdiff_t(n_keep));
+    if (e != nullptr && e->code == CMF_ERR_UNSUPPORTED && n_keep > 0) {
+        // The state cannot drop those positions in place (a sliding-window
+        // layer's ring no longer holds the window before n_keep, a gated
+        // delta net keeps one position of history): rebuild it from the
+        // kept tokens.
+        if (!is_static_error(e)) delete e;
+        const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + std::ptrdiff_t(n_keep));
         throw_if_error(arch_->vt.state_truncate(arch_->ctx, state_, 0));
         tokens_.clear();
-        for (size_t i = 0; i < kept.size(); i += cfg_.n_batch)
-            forward(std::span<const int32_t>(kept).subspan(i, std::min<size_t>(cfg_.n_batch, kept.size() - i)),
+        for (size_t i = 0; i < keep.size(); i += cfg_.n_batch)
+            forward(std::span<const int32_t>(keep).subspan(i, std::min<size_t>(cfg_.n_batch, keep.size() - i)),
                     CMF_LOGITS_NONE, nullptr);
         return;
     }

@@ -107,6 +107,10 @@ bool has_kv_ops(const cmf_backend_vt *be) {
     return CMF_BACKEND_HAS(be, kv_write) && CMF_BACKEND_HAS(be, attention_kv);
 }
 
+bool has_ring_attention(const cmf_backend_vt *be) {
+    return CMF_BACKEND_HAS(be, kv_write) && CMF_BACKEND_HAS(be, attention_ring);
+}
+
 // Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype;
 // mtp=on|off, the draft head (default: on when the file has one). Unknown
 // keys, values and a backend without the f16 cache operations are errors,
@@ -329,7 +333,12 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
     // The KV cache holds K after RoPE and V, per attention layer, in
-    // m.kv_dtype; a gated delta net layer has its recurrent state instead.
+    // m.kv_dtype; a gated delta net layer has its recurrent state instead. A
+    // sliding layer's is a ring of window + chunk - 1 rows when that is
+    // shorter than the context and the backend has attention_ring: a call
+    // of at most `chunk` tokens then finds every key its queries see.
+    const bool rings = has_ring_attention(m.be);
+    s->chunk = m.ring_chunk();
     s->rec.resize(m.layers.size());
     s->route_counts.resize(m.layers.size());
     s->last_picks.resize(m.layers.size());
@@ -338,15 +347,18 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
         s->k_cache.push_back(nullptr);
         s->v_cache.push_back(nullptr);
         uint64_t rows = 0;
+        bool ring = false;
         if (L.mixer == MixerKind::DeltaNet) {
             detail::alloc_recurrent(m, s->rec[i]);
         } else {
-            rows = n_ctx;
+            const uint64_t window = L.choice.window;
+            ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
+            rows = ring ? window + s->chunk - 1 : n_ctx;
             check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &s->k_cache.back()));
             check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &s->v_cache.back()));
         }
         s->cache_rows.push_back(rows);
-        s->ring.push_back(false);
+        s->ring.push_back(ring);
         if (L.ffn == FfnKind::Moe) s->route_counts[i].assign(L.moe.experts.size(), 0);
     }
     if (m.mtp) detail::alloc_mtp_state(m, *s);
@@ -360,6 +372,19 @@ void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
         throw Error(CMF_ERR_BOUNDS, fam + ": cannot keep " + std::to_string(n_keep) + " positions of " +
                                         std::to_string(s.n_past));
     if (n_keep == s.n_past) return;
+    // Attention reads only positions < n_past, so dropping is just the count,
+    // as long as every ring still holds the window before n_keep: the
+    // position p of row p % rows is overwritten once p + rows < n_past.
+    for (size_t i = 0; i < s.ring.size() && n_keep > 0; ++i) {
+        if (!s.ring[i]) continue;
+        const uint64_t window = s.model->layers[i].choice.window;
+        const uint64_t first = n_keep > window ? n_keep - window : 0;  // the oldest position the next query needs
+        if (first + s.cache_rows[i] < s.n_past)
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + "'s sliding-window cache keeps " +
+                                                 std::to_string(s.cache_rows[i]) + " positions and no longer holds " +
+                                                 "the window before position " + std::to_string(n_keep) +
+                                                 " (rolled back from " + std::to_string(s.n_past) + ")");
+    }
     // The last forward call's last position is undone (a rejected draft):
     // recurrent layers go back to the state they kept, its routing picks
     // are uncounted.
@@ -381,8 +406,7 @@ void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
             for (int32_t e : s.last_picks[i]) --s.route_counts[i][size_t(e)];
     for (auto &picks : s.last_picks) picks.clear();
     s.undo_end = 0;
-    // Attention reads only rows < n_past, so dropping is just the count; the
-    // draft head's entry p drafted from token p + 1, which must be kept.
+    // The draft head's entry p drafted from token p + 1, which must be kept.
     s.n_past = n_keep;
     s.tokens.resize(std::min<size_t>(s.tokens.size(), n_keep));
     s.mtp_len = std::min(s.mtp_len, n_keep == 0 ? 0 : n_keep - 1);
@@ -475,8 +499,8 @@ using detail::matmuls;
 // sc.tmp = attention(sc.xn) over the KV cache (k_cache, v_cache); with an
 // output gate (MixerKind::GatedAttention) q_proj gives [q_h | gate_h] per
 // head and the attention's output is multiplied by sigmoid(gate).
-void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, float *k_cache, float *v_cache, uint64_t n,
-                     uint64_t pos) {
+void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, float *k_cache, float *v_cache,
+                     uint64_t ring_rows, uint64_t n, uint64_t pos) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
     Scratch &sc = s.scratch;
@@ -505,7 +529,15 @@ void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, flo
     }
     const float scale = m.ch.attn_scale, softcap = m.ch.attn_softcap;
     const uint32_t window = L.choice.window;
-    if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
+    if (ring_rows > 0) {  // rows pos % R.., split where the ring wraps
+        const uint64_t R = ring_rows, r0 = pos % R, n1 = std::min(n, R - r0);
+        for (auto [cache, src] : {std::pair{k_cache, sc.k}, std::pair{v_cache, sc.v}}) {
+            check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, r0, src, n1));
+            if (n1 < n) check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, 0, src + n1 * m.kv_dim, n - n1));
+        }
+        check(be->attention_ring(bc, sc.q, k_cache, v_cache, m.kv_dtype, R, sc.attn, n, pos, nh, nkv, hd, scale, window,
+                                 softcap));
+    } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
         check(be->copy(bc, k_cache + pos * m.kv_dim, sc.k, n * m.kv_dim));
         check(be->copy(bc, v_cache + pos * m.kv_dim, sc.v, n * m.kv_dim));
         check(be->attention(bc, sc.q, k_cache, v_cache, sc.attn, n, pos, nh, nkv, hd, scale, window, softcap));
@@ -564,7 +596,7 @@ void run_layer(const DecoderModel &m, DecoderState &s, const Layer &L, const Lay
     check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
     switch (L.mixer) {
     case MixerKind::Attention:
-    case MixerKind::GatedAttention: attention_block(m, s, L, c.k, c.v, n, pos); break;
+    case MixerKind::GatedAttention: attention_block(m, s, L, c.k, c.v, c.ring_rows, n, pos); break;
     case MixerKind::DeltaNet: delta_net_mixer(m, s, L, *c.rec, n); break;
     }
     if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
@@ -598,7 +630,8 @@ void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint
     s.undo_end = 0;
     check(be->embed(bc, m.embed.w, tokens, n, m.ch.embed_scale, sc.h));
     for (size_t li = 0; li < n_layers; ++li)
-        detail::run_layer(m, s, m.layers[li], {s.k_cache[li], s.v_cache[li], &s.rec[li], li}, n, pos);
+        detail::run_layer(m, s, m.layers[li],
+                          {s.k_cache[li], s.v_cache[li], &s.rec[li], li, s.ring[li] ? s.cache_rows[li] : 0}, n, pos);
     // Layers past n_layers are not run: their caches do not hold these positions.
     s.n_past = pos + n;
     s.undo_end = s.n_past;
@@ -639,8 +672,17 @@ void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     if (n == 0) return;
     const uint64_t n_layers = a.n_layers == 0 ? m.layers.size() : a.n_layers;
     const int32_t mode = a.logits_mode;
-    const uint64_t logit_rows = mode == CMF_LOGITS_ALL ? n : mode == CMF_LOGITS_LAST ? 1 : 0;
-    forward_chunk(m, s, a.tokens, n, pos, logit_rows, a.logits, n_layers, a.hidden);
+    // Rings hold the keys of at most s.chunk new tokens: longer calls run in chunks.
+    const uint64_t chunk = std::find(s.ring.begin(), s.ring.end(), true) != s.ring.end() ? s.chunk : n;
+    const uint64_t H = m.cfg.hidden_size, V = m.cfg.vocab_size;
+    for (uint64_t c0 = 0; c0 < n; c0 += chunk) {
+        const uint64_t cn = std::min(chunk, n - c0);
+        const bool last = c0 + cn == n;
+        const uint64_t logit_rows = mode == CMF_LOGITS_ALL ? cn : (mode == CMF_LOGITS_LAST && last) ? 1 : 0;
+        float *logits = mode == CMF_LOGITS_ALL ? a.logits + c0 * V : a.logits;
+        forward_chunk(m, s, a.tokens + c0, cn, pos + c0, logit_rows, logits, n_layers,
+                      a.hidden != nullptr ? a.hidden + c0 * H : nullptr);
+    }
 }
 
 // ---- the cmf_arch_vt run members ----------------------------------------------

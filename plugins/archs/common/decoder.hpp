@@ -31,6 +31,7 @@
 
 #include <cmf/cmf_plugin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -145,6 +146,13 @@ struct DecoderModel {
     bool recurrent = false;  // some layer is a gated delta net
     std::unique_ptr<MtpHead> mtp;  // model option mtp (on when the file has the head)
     std::vector<cmf_backend_weight *> owned;
+    // Tokens per forward chunk when sliding layers keep rings: the largest
+    // window (a prompt of a window's length runs in one call).
+    uint64_t ring_chunk() const {
+        uint64_t w = 0;
+        for (const Layer &l : layers) w = std::max<uint64_t>(w, l.choice.window);
+        return std::max<uint64_t>(w, 1);
+    }
 
     DecoderModel() = default;
     DecoderModel(const DecoderModel &) = delete;
@@ -189,6 +197,7 @@ struct DecoderState {
     std::vector<float *> k_cache, v_cache;
     std::vector<uint64_t> cache_rows;
     std::vector<bool> ring;
+    uint64_t chunk = 0;  // tokens per forward chunk (rings hold window + chunk - 1 rows)
     Scratch scratch;
     // Per layer (empty for attention layers): gated delta net state.
     std::vector<RecurrentState> rec;
@@ -242,7 +251,9 @@ struct DecoderStep {
     int32_t logits_mode = CMF_LOGITS_NONE;
     float *logits = nullptr;          // host, per logits_mode
     // Run only the first n_layers layers (0: all). With fewer than all, no
-    // logits: the output is `hidden`.
+    // logits: the output is `hidden`, and the layers not run keep nothing of
+    // these positions, so the state serves only later calls with the same
+    // n_layers (an encoder truncates it to 0 per prompt).
     uint64_t n_layers = 0;
     // Host memory for n_tokens * hidden_size floats, or NULL: the residual
     // stream after the layers run (before the final norm). HF's

@@ -76,6 +76,7 @@ struct LayerCache {
     float *k = nullptr, *v = nullptr;  // attention's KV cache
     RecurrentState *rec = nullptr;     // a gated delta net's state
     size_t counted = SIZE_MAX;         // routing counts' layer
+    uint64_t ring_rows = 0;            // a sliding layer's ring (attention_ring), else 0
 };
 // Binds layer `p` (e.g. "model.layers.3.") into L.
 void build_layer_at(DecoderModel &m, Binder &b, const std::string &p, size_t index, Layer &L);
