@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -167,7 +168,11 @@ void write_checkpoint(const fs::path &dir, const Shape &sh) {
         off += 2 * n;
     }
     header += "}";
-    std::ofstream f(dir / "model.safetensors", std::ios::binary);
+    // Written under a temporary name and renamed when complete: an
+    // interrupted run must not leave a truncated checkpoint that the next
+    // run (which writes it only when absent) would take for a good one.
+    const fs::path tmp = dir / "model.safetensors.tmp";
+    std::ofstream f(tmp, std::ios::binary);
     uint64_t hl = header.size();
     f.write(reinterpret_cast<const char *>(&hl), 8);
     f << header;
@@ -184,6 +189,12 @@ void write_checkpoint(const fs::path &dir, const Shape &sh) {
         f.write(reinterpret_cast<const char *>(buf.data()), static_cast<std::streamsize>(2 * k));
         left -= k;
     }
+    f.close();
+    if (!f) {
+        std::fprintf(stderr, "convert_bench: cannot write %s\n", tmp.c_str());
+        std::exit(1);
+    }
+    fs::rename(tmp, dir / "model.safetensors");
 }
 
 }  // namespace
