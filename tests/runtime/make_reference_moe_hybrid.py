@@ -451,8 +451,9 @@ def hf_config(c):
     return t
 
 
-def hf_tensors(c, w):
-    """The checkpoint's tensors: qwen3_5* under model.language_model.;
+def hf_tensors(c, w, wrapped=True):
+    """The checkpoint's tensors: qwen3_5* under model.language_model. (a
+    text-only Qwen3_5*ForCausalLM checkpoint, wrapped=False: under model.);
     qwen3_next's GDN projections fused and grouped by key head (the inverse
     of HF's fix_query_key_value_ordering)."""
     out = {}
@@ -465,7 +466,7 @@ def hf_tensors(c, w):
             out[mtp_names.get(name, name[len("model."):])] = t
             continue
         key = name
-        if c["arch"].startswith("qwen3_5") and name.startswith("model."):
+        if wrapped and c["arch"].startswith("qwen3_5") and name.startswith("model."):
             key = "model.language_model." + name[len("model."):]
         out[key] = t
     if c["arch"] == "qwen3_next":
@@ -533,6 +534,15 @@ def write_case(out_dir, name, c):
     with open(os.path.join(hf, "config.json"), "w") as f:
         json.dump(hf_config(c), f, indent=2)
     base.write_safetensors(os.path.join(hf, "model.safetensors"), hf_tensors(c, w))
+    if c["arch"].startswith("qwen3_5"):
+        # The text model alone, as a Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM
+        # checkpoint saves it: model_type qwen3_5_text / qwen3_5_moe_text at
+        # the top, tensors under model.
+        hf_text = os.path.join(d, "hf_text")
+        os.makedirs(hf_text, exist_ok=True)
+        with open(os.path.join(hf_text, "config.json"), "w") as f:
+            json.dump(hf_config(c)["text_config"], f, indent=2)
+        base.write_safetensors(os.path.join(hf_text, "model.safetensors"), hf_tensors(c, w, wrapped=False))
     print(f"{name}: seed {seed}, greedy margin {margin:.4f}, logit max |x| {float(logits.abs().max()):.3f}, "
           f"chunked vs recurrent delta rule {CHUNK_VS_RECURRENT[0]:.1e}")
 

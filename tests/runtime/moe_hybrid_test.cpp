@@ -171,12 +171,12 @@ void run_route_stats(const std::string &name, size_t moe_layers, uint64_t top_k)
     CHECK(text.find(' ') == std::string::npos);  // compact
 }
 
-// The HF checkpoint of the case converted at f32 and run from the file.
-void run_converted(const std::string &name) {
+// The HF checkpoint of the case (in dir/`hf`) converted at f32 and run from the file.
+void run_converted(const std::string &name, const std::string &checkpoint = "hf") {
     const std::string dir = parity_dir(name);
     Case c = load_case(dir);
     TestRuntime t;
-    const std::string out = dir + "/f32.cmf", hf = dir + "/hf";
+    const std::string out = dir + "/f32.cmf", hf = dir + "/" + checkpoint;
     cmf_convert_options co;
     cmf_convert_options_init(&co);
     co.model_dir = hf.c_str();
@@ -198,7 +198,7 @@ void run_converted(const std::string &name) {
     double worst = 0;
     for (uint64_t p = 0; p < c.positions; ++p)
         worst = std::max(worst, rel_err(got.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
-    MESSAGE(name << " converted from the HF checkpoint (f32): " << worst);
+    MESSAGE(name << " converted from the HF checkpoint " << checkpoint << " (f32): " << worst);
     CHECK(worst < 1e-4);
     s.reset();
     m.reset();
@@ -222,11 +222,14 @@ TEST_CASE("parity: routing statistics count top_k picks per MoE layer, a rolled-
     run_route_stats("qwen3_5", 0, 2);
 }
 
-TEST_CASE("parity: MoE and hybrid HF checkpoints convert and run to the reference logits") {
+TEST_CASE("parity: MoE and hybrid HF checkpoints (qwen3_5/qwen3_5_moe also text-only) convert and run to the reference logits") {
     for (const char *name : {"qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_mtp", "qwen3_mtp"}) {
         CAPTURE(name);
         run_converted(name);
     }
+    // Text-only checkpoints: model_type qwen3_5_text / qwen3_5_moe_text.
+    run_converted("qwen3_5", "hf_text");
+    run_converted("qwen3_5_moe", "hf_text");
 }
 
 // ---- MTP: the draft head and speculative decoding ------------------------------
