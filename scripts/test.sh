@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up, build and run the whole test suite twice: a -Werror release build
 # (./build) and an ASan+UBSan build (./build-asan); then fuzz the container
-# reader for 60 s (./build-fuzz: clang, ASan+UBSan, libFuzzer; only fuzz_open
-# and the plugins it loads are compiled; skipped if clang++ is missing). Exit
+# and GGUF readers for 60 s each (./build-fuzz: clang, ASan+UBSan, libFuzzer;
+# only fuzz_open, fuzz_gguf and the plugins they load are compiled; skipped if clang++ is missing). Exit
 # status is non-zero if anything fails. Test logs: build*/meson-logs/testlog.json.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,7 +25,7 @@ if command -v clang++ >/dev/null 2>&1; then
     CC=clang CXX=clang++ LDFLAGS=-shared-libasan meson setup build-fuzz -Dbuildtype=debug \
       -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
   fi
-  meson compile -C build-fuzz fuzz_open cmf-test-container-codecs cmf-codecs || exit 1
+  meson compile -C build-fuzz fuzz_open fuzz_gguf cmf-test-container-codecs cmf-codecs || exit 1
   meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs || status=1
 else
   echo "test.sh: clang++ not found, fuzz run skipped (scripts/setup.sh --tests installs clang)" >&2

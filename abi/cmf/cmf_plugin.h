@@ -469,6 +469,26 @@ typedef struct cmf_arch_vt {
     cmf_error *(*state_truncate)(void *ctx, cmf_arch_state *state, uint64_t n_keep);
     cmf_error *(*forward)(void *ctx, cmf_arch_model *model, cmf_arch_state *state, const cmf_forward_args *args);
 
+    /* -- several sequences in one pass (appended; optional) --
+     * For i < n_seqs: advance states[i] by *args[i] as forward(ctx, model,
+     * states[i], args[i]) would, in one pass: the matmuls and element-wise
+     * operations run once over every sequence's tokens laid end to end (a
+     * decode step of n sequences reads the weights once, not n times), and
+     * attention (any per-sequence mixer) runs for each sequence on its own
+     * state. States are distinct and made by state_create on `model`; the
+     * pass uses the first state's scratch memory. Logits go to each
+     * args[i]->logits per its logits_mode. The results equal separate
+     * forward calls up to the backend's kernel choices (a matmul over more
+     * tokens may take another kernel path; docs/runtime.md says which).
+     * CMF_ERR_UNSUPPORTED when the model has a layer kind the arch does not
+     * batch: call forward per sequence instead; a call with n_seqs 0 only
+     * answers that question (NULL: this model can be batched). On any other
+     * error the states' positions are unspecified: truncate them to 0 (or
+     * free them).
+     * Hosts call it only when non-NULL and inside the vtable's struct_size. */
+    cmf_error *(*forward_batch)(void *ctx, cmf_arch_model *model, uint32_t n_seqs, cmf_arch_state *const *states,
+                                const cmf_forward_args *const *args);
+
     /* -- routing statistics (appended; optional) --
      * Mixture-of-experts routing counts of what `state` has forwarded since
      * it was created, as compact JSON {"<layer>":[c_0,...,c_{E-1}],...}: one

@@ -2,6 +2,7 @@
 
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
+#include "convert/gguf.hpp"
 #include "convert/safetensors.hpp"
 #include "convert/sentencepiece.hpp"
 #include "plugin_host/runtime.hpp"
@@ -183,13 +184,13 @@ Slab slab_of(const OutTensor &o) {
     return {base, 1, product(slab)};
 }
 
-void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, const SafetensorsFile *release) {
+void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, bool release) {
     const SourceTensor &t = *o.src;
     const auto [base, rows, cols] = slab_of(o);
     std::vector<std::pair<uint64_t, uint64_t>> segs;  // element runs of the source slab
     if (o.rows.empty()) segs.emplace_back(0, rows * cols);
     for (auto [first, count] : o.rows) segs.emplace_back(first * cols, count * cols);
-    const uint64_t esize = source_dtype_size(t.dtype), piece = uint64_t(4) << 20;  // elements
+    const uint64_t piece = uint64_t(4) << 20;  // elements
     uint64_t seg_start = 0;  // output index of the current run's first element
     for (auto [src_first, len] : segs) {
         const uint64_t lo = std::max(begin, seg_start), hi = std::min(end, seg_start + len);
@@ -197,14 +198,14 @@ void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, 
             const uint64_t k = std::min(piece, hi - at);
             const uint64_t from = base + src_first + (at - seg_start);
             read_f32(t, from, k, dst + (at - begin));
-            if (release && o.rows.empty()) release->release_range(t, from * esize, (from + k) * esize);
+            if (release && o.rows.empty()) release_elements(t, from, k);
         }
         seg_start += len;
     }
 }
 
 // Materialize one whole output tensor as f32.
-void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFile *release) {
+void gather_f32(const OutTensor &o, std::vector<float> &dst, bool release) {
     dst.resize(o.elements);
     if (!o.transpose) return gather_range(o, 0, o.elements, dst.data(), release);
     // Transposed slab [rows, cols] -> [cols, rows]; selected rows are source columns.
@@ -457,56 +458,48 @@ private:
 
 struct Planned {
     ConvertPlan plan;
-    std::unique_ptr<Checkpoint> ckpt;
     std::vector<OutTensor> outs;
 };
 
-Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
-    Planned r;
-    const fs::path dir(opts.model_dir);
-    const fs::path cfg_path = dir / "config.json";
-    auto cfg_text = read_file_if_exists(cfg_path);
-    if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
+// --quant keep: each tensor gets the CMF dtype nearest to how its source
+// stores it (docs/convert.md "keep").
+std::string nearest_quant(const SourceTensor &t) {
+    switch (t.dtype) {
+    case SourceDtype::F32: return "f32";
+    case SourceDtype::F16: return "f16";
+    case SourceDtype::BF16: return "bf16";
+    case SourceDtype::Ggml: break;
+    }
+    return gguf::nearest_quant(t.ggml_type);
+}
+
+// The arch plugin that converts a config's model_type.
+const ArchEntry *arch_for_config(Runtime &rt, const std::string &config_json, const std::string &label) {
     dom::parser cfg_parser;
-    dom::object config = parse_object(cfg_parser, *cfg_text, cfg_path.string());
+    dom::object config = parse_object(cfg_parser, config_json, label);
     std::string_view mt;
-    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, cfg_path.string() + ": no \"model_type\" string");
+    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, label + ": no \"model_type\" string");
     const ArchEntry *arch = rt.arch_for_hf_model_type(std::string(mt));
     if (!arch || !arch->vt.import_config || !arch->vt.import_tensor)
-        throw Error(CMF_ERR_UNSUPPORTED, cfg_path.string() + ": model_type \"" + std::string(mt) +
+        throw Error(CMF_ERR_UNSUPPORTED, label + ": model_type \"" + std::string(mt) +
                                              "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
+    return arch;
+}
+
+Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opts) {
+    Planned r;
+    const ArchEntry *arch = arch_for_config(rt, src.config_json, src.config_label);
 
     StringSink arch_json;
-    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text->data(), cfg_text->size(), &arch_json.sink), cfg_path.string());
-    const QuantPolicy policy(opts.quant, opts.quant_map);
+    throw_if_error(arch->vt.import_config(arch->ctx, src.config_json.data(), src.config_json.size(), &arch_json.sink), src.config_label);
+    const bool keep = opts.quant == "keep";
+    std::optional<QuantPolicy> policy;
+    if (!keep) policy.emplace(opts.quant, opts.quant_map);
+    std::map<std::string, QuantPolicy> keep_policies;  // nearest quant name -> its policy
 
-    // Header in the original converter's key order; section_hashes is the writer's.
-    json::Writer h;
-    h.begin_object();
-    h.key("format").string("cmf");
-    h.key("version").u64(2);
-    h.key("arch").raw(arch_json.s);
-    h.key("quant_type").string(header_quant_type(policy.base()));
-    h.key("provenance").begin_object();
-    h.key("source_model").string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
-    h.key("tool").string(opts.tool);
-    h.end_object();
-    h.key("tokenizer_config").raw(tokenizer_config_json(dir, config));
-    h.end_object();
-    r.plan.header_json = h.take();
-    if (auto v = read_file_if_exists(dir / "tokenizer.json")) r.plan.vocab_bytes = follow_bos_eos_policy(rt, dir, std::move(*v));
-    else if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
-        r.plan.vocab_bytes = sentencepiece_tokenizer_json(dir, *spm);
-        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
-    } else
-        rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
-                                 ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
-                                 "(logits --ids and bench work on token ids)");
-
-    r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
     std::map<std::string, std::string> produced_by;
     std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
-    for (const SourceTensor *t : r.ckpt->tensors()) {
+    for (const SourceTensor *t : src.tensors) {
         if (t->shape.size() > CMF_MAX_DIMS)
             throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
         StringSink plan;
@@ -535,14 +528,48 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     }
     bool has_experts = false;
     for (const auto &o : r.outs) has_experts = has_experts || o.p.name.find(".mlp.experts.") != std::string::npos;
+    std::map<int32_t, uint64_t> elements_by_dtype;  // of 2-D outputs: what the header's quant_type names under keep
     for (auto &o : r.outs) {
-        DtypeChoice c = policy.choose(o.p.name, o.p.shape, has_experts);
+        const QuantPolicy *pol = policy ? &*policy : nullptr;
+        if (keep) {
+            const std::string q = nearest_quant(*o.src);
+            auto it = keep_policies.find(q);
+            if (it == keep_policies.end()) it = keep_policies.emplace(q, QuantPolicy(q, opts.quant_map)).first;
+            pol = &it->second;
+        }
+        DtypeChoice c = pol->choose(o.p.name, o.p.shape, has_experts);
         o.p.dtype = c.dtype;
         o.p.options = std::move(c.options);
+        if (o.p.shape.size() == 2) elements_by_dtype[o.p.dtype] += o.elements;
     }
-    if (r.outs.empty()) throw Error(CMF_ERR_PARSE, opts.model_dir + ": the checkpoint holds no convertible tensors");
+    if (r.outs.empty()) throw Error(CMF_ERR_PARSE, src.config_label + ": the model holds no convertible tensors");
     std::stable_sort(r.outs.begin(), r.outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
     for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
+
+    int32_t bulk = policy ? policy->base() : CMF_DTYPE_F16;
+    if (keep) {
+        uint64_t most = 0;
+        for (auto [d, n] : elements_by_dtype)
+            if (n > most) {
+                most = n;
+                bulk = d;
+            }
+    }
+    // Header in the original converter's key order; section_hashes is the writer's.
+    json::Writer h;
+    h.begin_object();
+    h.key("format").string("cmf");
+    h.key("version").u64(2);
+    h.key("arch").raw(arch_json.s);
+    h.key("quant_type").string(header_quant_type(bulk));
+    h.key("provenance").begin_object();
+    h.key(src.provenance_source_key).string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
+    h.key("tool").string(opts.tool);
+    h.end_object();
+    h.key("tokenizer_config").raw(src.tokenizer_config_json);
+    h.end_object();
+    r.plan.header_json = h.take();
+    r.plan.vocab_bytes = src.vocab_bytes;
     return r;
 }
 
@@ -554,7 +581,35 @@ bool canonical_less(const std::string &a, const std::string &b) {
     return natural_less(order_key(a), order_key(b));
 }
 
-ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) { return make_plan(rt, opts).plan; }
+SourceModel load_checkpoint(Runtime &rt, const std::string &model_dir) {
+    SourceModel m;
+    const fs::path dir(model_dir);
+    const fs::path cfg_path = dir / "config.json";
+    auto cfg_text = read_file_if_exists(cfg_path);
+    if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
+    m.config_json = std::move(*cfg_text);
+    m.config_label = cfg_path.string();
+    arch_for_config(rt, m.config_json, m.config_label);  // an unknown model_type fails before any tensor is read
+    dom::parser parser;
+    m.tokenizer_config_json = tokenizer_config_json(dir, parse_object(parser, m.config_json, m.config_label));
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) m.vocab_bytes = follow_bos_eos_policy(rt, dir, std::move(*v));
+    else if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
+        m.vocab_bytes = sentencepiece_tokenizer_json(dir, *spm);
+        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
+    } else
+        rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
+                                 ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
+                                 "(logits --ids and bench work on token ids)");
+    auto ckpt = std::make_shared<Checkpoint>(model_dir);
+    m.tensors = ckpt->tensors();
+    m.keep = ckpt;
+    return m;
+}
+
+ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) {
+    SourceModel src = load_checkpoint(rt, opts.model_dir);
+    return make_plan(rt, src, opts).plan;
+}
 
 namespace {
 
@@ -563,7 +618,7 @@ struct Unit {
     const OutTensor *o;
     uint64_t r0, r1;
     uint32_t sections;  // 0: whole tensor through quantize; else quantize_rows' section count
-    const SafetensorsFile *release;  // last reader of its source: drop pages while reading
+    bool release;  // last reader of its source: drop pages while reading
     std::vector<std::vector<uint8_t>> bytes;  // per section (one for a whole tensor)
     cmf_error *err = nullptr;
     uint64_t rows() const { return o->p.shape.empty() ? 1 : o->p.shape[0]; }
@@ -636,8 +691,19 @@ void TensorSink::end_tensor() {
 }
 
 ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink) {
+    std::optional<SourceModel> src;
     try {
-        Planned pl = make_plan(rt, opts);
+        src.emplace(load_checkpoint(rt, opts.model_dir));
+    } catch (...) {
+        sink.abort();
+        throw;
+    }
+    return convert_source(rt, *src, opts, sink);
+}
+
+ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOptions &opts, TensorSink &sink) {
+    try {
+        Planned pl = make_plan(rt, src, opts);
         auto &outs = pl.outs;
         // Every dtype must have an encoder before anything is written.
         for (const auto &o : outs) {
@@ -647,18 +713,19 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
                                                        " but no loaded codec plugin can encode it");
         }
         ConvertStats st;
-        st.source_tensors = pl.ckpt->tensors().size();
+        st.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
         st.tensors = outs.size();
         uint64_t total_in = 0;
-        for (const auto &o : outs) total_in += o.elements * source_dtype_size(o.src->dtype);
+        for (const auto &o : outs) total_in += source_bytes(*o.src, o.elements);
         // Last output index reading each source tensor: its pages are
         // released once that output is written.
         std::map<const SourceTensor *, size_t> last_use;
         for (size_t i = 0; i < outs.size(); ++i) last_use[outs[i].src] = i;
         // Each source file's last use, for the sink's milestones.
-        std::map<const SafetensorsFile *, size_t> file_last;
+        std::map<const SourceFile *, size_t> file_last;
         for (auto [t, i] : last_use) {
-            auto &slot = file_last[&pl.ckpt->file_of(*t)];
+            if (!t->owner) continue;
+            auto &slot = file_last[t->owner];
             slot = std::max(slot, i);
         }
 
@@ -671,7 +738,7 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
         for (size_t i = 0; i < outs.size(); ++i) {
             const OutTensor &o = outs[i];
             const CodecEntry *c = rt.codec(o.p.dtype);
-            const SafetensorsFile *rel = last_use[o.src] == i ? &pl.ckpt->file_of(*o.src) : nullptr;
+            const bool rel = last_use[o.src] == i;
             const uint64_t rows = o.p.shape.empty() ? 1 : o.p.shape[0];
             if (const uint32_t sections = row_sections(*c, o, chunk, payload_size[i])) {
                 const uint64_t cols = o.elements / rows;
@@ -730,12 +797,12 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
                 }
                 for (const auto &b : u.bytes) st.output_bytes += b.size();
                 std::vector<std::vector<uint8_t>>().swap(u.bytes);
-                const uint64_t in = u.f32_bytes() / 4 * source_dtype_size(o.src->dtype);
+                const uint64_t in = source_bytes(*o.src, u.f32_bytes() / 4);
                 st.source_bytes += in;
                 done_bytes += in;
                 const bool tensor_done = u.last();
                 if (tensor_done) {
-                    if (last_use[o.src] == idx) pl.ckpt->file_of(*o.src).release(*o.src);
+                    if (last_use[o.src] == idx) release_elements(*o.src, 0, o.src->elements);
                     for (auto &[f, last] : file_last)
                         if (last == idx) sink.mark(f->path());
                 }

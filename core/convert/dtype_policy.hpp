@@ -32,6 +32,9 @@ struct DtypeChoice {
     std::string options;
 };
 
+// A --quant name's dtype and encoder options, as is (no policy).
+DtypeChoice quant_choice(const std::string &name);
+
 class QuantPolicy {
 public:
     // `quant`: the --quant name; `quant_map`: "pattern=name,pattern=name"

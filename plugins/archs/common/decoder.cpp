@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 #include <unordered_map>
 
@@ -494,16 +495,31 @@ void matmuls(const DecoderModel &m, const float *x, uint64_t n,
 
 namespace {
 
+using detail::LayerCache;
 using detail::matmuls;
 
-// sc.tmp = attention(sc.xn) over the KV cache (k_cache, v_cache); with an
-// output gate (MixerKind::GatedAttention) q_proj gives [q_h | gate_h] per
-// head and the attention's output is multiplied by sigmoid(gate).
-void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, float *k_cache, float *v_cache,
-                     uint64_t ring_rows, uint64_t n, uint64_t pos) {
+// One sequence's rows in a pass: a single forward is a pass of one, a
+// forward_batch of several laid end to end in the activations.
+struct SeqRows {
+    DecoderState *s = nullptr;
+    const int32_t *tokens = nullptr;
+    uint64_t n = 0;           // tokens
+    uint64_t pos = 0;         // position of tokens[0] (= s->n_past)
+    uint64_t row0 = 0;        // first row in the pass's activations
+    uint64_t logit_rows = 0;  // 0, 1 (the last token) or n
+    float *logits = nullptr;  // host, logit_rows * vocab_size floats
+};
+
+// sc.tmp = attention(sc.xn) over every sequence's rows, sequence i on the
+// KV cache caches[i]: the projections, biases and q/k-norm run once over
+// all rows; RoPE, the cache write and attention per sequence, at its
+// positions and on its own cache. With an output gate
+// (MixerKind::GatedAttention) q_proj gives [q_h | gate_h] per head and the
+// attention's output is multiplied by sigmoid(gate).
+void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqRows> seqs,
+                     std::span<const LayerCache> caches, uint64_t n) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
-    Scratch &sc = s.scratch;
     const ArchConfig &c = m.cfg;
     const uint32_t nh = uint32_t(c.num_attention_heads), nkv = uint32_t(c.num_kv_heads), hd = uint32_t(c.head_dim);
     const int32_t style = m.ch.norm_style;
@@ -523,29 +539,35 @@ void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, flo
         check(be->rms_norm(bc, sc.q, L.q_norm.w, n * nh, hd, eps, style, sc.q));
         check(be->rms_norm(bc, sc.k, L.k_norm.w, n * nkv, hd, eps, style, sc.k));
     }
-    if (m.rot_dim > 0) {
-        check(be->rope(bc, sc.q, n, m.q_dim, nh, hd, m.rot_dim, pos, L.choice.rope_theta));
-        check(be->rope(bc, sc.k, n, m.kv_dim, nkv, hd, m.rot_dim, pos, L.choice.rope_theta));
-    }
     const float scale = m.ch.attn_scale, softcap = m.ch.attn_softcap;
     const uint32_t window = L.choice.window;
-    if (ring_rows > 0) {  // rows pos % R.., split where the ring wraps
-        const uint64_t R = ring_rows, r0 = pos % R, n1 = std::min(n, R - r0);
-        for (auto [cache, src] : {std::pair{k_cache, sc.k}, std::pair{v_cache, sc.v}}) {
-            check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, r0, src, n1));
-            if (n1 < n) check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, 0, src + n1 * m.kv_dim, n - n1));
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const SeqRows &r = seqs[i];
+        const LayerCache &lc = caches[i];
+        float *q = sc.q + r.row0 * m.q_dim, *k = sc.k + r.row0 * m.kv_dim, *v = sc.v + r.row0 * m.kv_dim;
+        float *attn = sc.attn + r.row0 * m.q_dim;
+        if (m.rot_dim > 0) {
+            check(be->rope(bc, q, r.n, m.q_dim, nh, hd, m.rot_dim, r.pos, L.choice.rope_theta));
+            check(be->rope(bc, k, r.n, m.kv_dim, nkv, hd, m.rot_dim, r.pos, L.choice.rope_theta));
         }
-        check(be->attention_ring(bc, sc.q, k_cache, v_cache, m.kv_dtype, R, sc.attn, n, pos, nh, nkv, hd, scale, window,
-                                 softcap));
-    } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
-        check(be->copy(bc, k_cache + pos * m.kv_dim, sc.k, n * m.kv_dim));
-        check(be->copy(bc, v_cache + pos * m.kv_dim, sc.v, n * m.kv_dim));
-        check(be->attention(bc, sc.q, k_cache, v_cache, sc.attn, n, pos, nh, nkv, hd, scale, window, softcap));
-    } else {
-        check(be->kv_write(bc, k_cache, m.kv_dtype, m.kv_dim, pos, sc.k, n));
-        check(be->kv_write(bc, v_cache, m.kv_dtype, m.kv_dim, pos, sc.v, n));
-        check(be->attention_kv(bc, sc.q, k_cache, v_cache, m.kv_dtype, sc.attn, n, pos, nh, nkv, hd, scale, window,
-                               softcap));
+        if (lc.ring_rows > 0) {  // rows pos % R.., split where the ring wraps
+            const uint64_t R = lc.ring_rows, r0 = r.pos % R, n1 = std::min(r.n, R - r0);
+            for (auto [cache, src] : {std::pair{lc.k, k}, std::pair{lc.v, v}}) {
+                check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, r0, src, n1));
+                if (n1 < r.n) check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, 0, src + n1 * m.kv_dim, r.n - n1));
+            }
+            check(be->attention_ring(bc, q, lc.k, lc.v, m.kv_dtype, R, attn, r.n, r.pos, nh, nkv, hd, scale, window,
+                                     softcap));
+        } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
+            check(be->copy(bc, lc.k + r.pos * m.kv_dim, k, r.n * m.kv_dim));
+            check(be->copy(bc, lc.v + r.pos * m.kv_dim, v, r.n * m.kv_dim));
+            check(be->attention(bc, q, lc.k, lc.v, attn, r.n, r.pos, nh, nkv, hd, scale, window, softcap));
+        } else {
+            check(be->kv_write(bc, lc.k, m.kv_dtype, m.kv_dim, r.pos, k, r.n));
+            check(be->kv_write(bc, lc.v, m.kv_dtype, m.kv_dim, r.pos, v, r.n));
+            check(be->attention_kv(bc, q, lc.k, lc.v, m.kv_dtype, attn, r.n, r.pos, nh, nkv, hd, scale, window,
+                                   softcap));
+        }
     }
     if (gated) check(be->gated_act(bc, sc.ogate, sc.attn, n * m.q_dim, CMF_ACT_SIGMOID, sc.attn));
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
@@ -558,6 +580,36 @@ void dense_ffn(const DecoderModel &m, Scratch &sc, const Layer &L, uint64_t n) {
     matmuls(m, sc.xn, n, {{L.gate.w, sc.gate}, {L.up.w, sc.up}});
     check(be->gated_act(bc, sc.gate, sc.up, n * L.ffn_dim, m.ch.act, sc.gate));
     check(be->matmul(bc, L.down.w, sc.gate, n, sc.tmp));
+}
+
+// h += mixer(norm(h)); h += ffn(norm(h)) over every sequence's rows in sc.h.
+// The gated delta net and the mixture of experts keep per-sequence state
+// (recurrent state, routing counts) and run on a pass of one sequence
+// (decoder_forward_batch refuses models that have them).
+void run_layer_rows(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqRows> seqs,
+                    std::span<const LayerCache> caches, uint64_t n) {
+    const cmf_backend_vt *be = m.be;
+    void *bc = m.be_ctx;
+    const uint64_t H = m.cfg.hidden_size;
+    const int32_t style = m.ch.norm_style;
+    const float eps = float(m.cfg.rms_norm_eps);
+    if ((L.mixer == MixerKind::DeltaNet || L.ffn == FfnKind::Moe) && seqs.size() != 1)
+        throw Error(CMF_ERR_INTERNAL, std::string(m.ch.family) + ": a gated delta net or MoE layer in a batched pass");
+    check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
+    switch (L.mixer) {
+    case MixerKind::Attention:
+    case MixerKind::GatedAttention: attention_block(m, sc, L, seqs, caches, n); break;
+    case MixerKind::DeltaNet: detail::delta_net_mixer(m, *seqs[0].s, L, *caches[0].rec, n); break;
+    }
+    if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
+    check(be->add(bc, sc.h, sc.tmp, n * H));
+    check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
+    switch (L.ffn) {
+    case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
+    case FfnKind::Moe: detail::moe_ffn(m, *seqs[0].s, L, caches[0].counted, n); break;
+    }
+    if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
+    check(be->add(bc, sc.h, sc.tmp, n * H));
 }
 
 void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep &a) {
@@ -587,38 +639,26 @@ void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep 
 namespace detail {
 
 void run_layer(const DecoderModel &m, DecoderState &s, const Layer &L, const LayerCache &c, uint64_t n, uint64_t pos) {
-    Scratch &sc = s.scratch;
-    const cmf_backend_vt *be = m.be;
-    void *bc = m.be_ctx;
-    const uint64_t H = m.cfg.hidden_size;
-    const int32_t style = m.ch.norm_style;
-    const float eps = float(m.cfg.rms_norm_eps);
-    check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
-    switch (L.mixer) {
-    case MixerKind::Attention:
-    case MixerKind::GatedAttention: attention_block(m, s, L, c.k, c.v, c.ring_rows, n, pos); break;
-    case MixerKind::DeltaNet: delta_net_mixer(m, s, L, *c.rec, n); break;
-    }
-    if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
-    check(be->add(bc, sc.h, sc.tmp, n * H));
-    check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
-    switch (L.ffn) {
-    case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
-    case FfnKind::Moe: moe_ffn(m, s, L, c.counted, n); break;
-    }
-    if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
-    check(be->add(bc, sc.h, sc.tmp, n * H));
+    SeqRows r;
+    r.s = &s;
+    r.n = n;
+    r.pos = pos;
+    run_layer_rows(m, s.scratch, L, std::span<const SeqRows>(&r, 1), std::span<const LayerCache>(&c, 1), n);
 }
 
 }  // namespace detail
 
 namespace {
 
-// One chunk of tokens through the layers, head and soft-cap.
-void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint64_t n, uint64_t pos,
-                   uint64_t logit_rows, float *logits, uint64_t n_layers, float *hidden) {
-    detail::ensure_scratch(m, s.scratch, n, logit_rows);
-    Scratch &sc = s.scratch;
+// The tokens of every sequence through the layers, head and soft-cap, in
+// the scratch `sc`; `n` rows in all. The draft head's bookkeeping (the
+// final normed hidden state of every position) is for a pass of one
+// sequence (decoder_forward_batch refuses a model with a draft head).
+void forward_rows(DecoderModel &m, Scratch &sc, std::span<const SeqRows> seqs, uint64_t n, uint64_t n_layers,
+                  float *hidden) {
+    uint64_t logit_total = 0;
+    for (const SeqRows &r : seqs) logit_total += r.logit_rows;
+    detail::ensure_scratch(m, sc, n, logit_total);
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
     const ArchConfig &c = m.cfg;
@@ -627,48 +667,79 @@ void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint
     const float eps = float(c.rms_norm_eps);
 
     // A partial forward (failing midway) leaves no undoable position.
-    s.undo_end = 0;
-    check(be->embed(bc, m.embed.w, tokens, n, m.ch.embed_scale, sc.h));
-    for (size_t li = 0; li < n_layers; ++li)
-        detail::run_layer(m, s, m.layers[li],
-                          {s.k_cache[li], s.v_cache[li], &s.rec[li], li, s.ring[li] ? s.cache_rows[li] : 0}, n, pos);
+    for (const SeqRows &r : seqs) r.s->undo_end = 0;
+    if (seqs.size() == 1) {
+        check(be->embed(bc, m.embed.w, seqs[0].tokens, n, m.ch.embed_scale, sc.h));
+    } else {
+        std::vector<int32_t> tokens;
+        tokens.reserve(n);
+        for (const SeqRows &r : seqs) tokens.insert(tokens.end(), r.tokens, r.tokens + r.n);
+        check(be->embed(bc, m.embed.w, tokens.data(), n, m.ch.embed_scale, sc.h));
+    }
+    std::vector<LayerCache> caches(seqs.size());
+    for (size_t li = 0; li < n_layers; ++li) {
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            DecoderState &s = *seqs[i].s;
+            caches[i] = {s.k_cache[li], s.v_cache[li], &s.rec[li], li, s.ring[li] ? s.cache_rows[li] : 0};
+        }
+        run_layer_rows(m, sc, m.layers[li], seqs, caches, n);
+    }
     // Layers past n_layers are not run: their caches do not hold these positions.
-    s.n_past = pos + n;
-    s.undo_end = s.n_past;
+    for (const SeqRows &r : seqs) r.s->n_past = r.s->undo_end = r.pos + r.n;
     if (hidden != nullptr) check(be->buffer_read(bc, hidden, sc.h, n * H * sizeof(float)));
-    if (m.mtp) {
+    const bool draft_rows = m.mtp && seqs.size() == 1;
+    if (draft_rows) {
         // The draft head reads the trunk's final normed hidden state of every
         // position (and its token): all rows go through the final norm.
+        DecoderState &s = *seqs[0].s;
+        const uint64_t pos = seqs[0].pos;
         check(be->rms_norm(bc, sc.h, m.final_norm.w, n, H, eps, style, sc.xn));
         check(be->copy(bc, s.mtp_hidden + pos * H, sc.xn, n * H));
         s.tokens.resize(pos);
-        s.tokens.insert(s.tokens.end(), tokens, tokens + n);
+        s.tokens.insert(s.tokens.end(), seqs[0].tokens, seqs[0].tokens + n);
     }
-    if (logit_rows == 0) return;
-    // Only the rows whose logits are wanted go through the final norm and head.
-    const float *normed = sc.xn + (n - logit_rows) * H;
-    if (!m.mtp) {
-        normed = sc.xn;
-        check(be->rms_norm(bc, sc.h + (n - logit_rows) * H, m.final_norm.w, logit_rows, H, eps, style, sc.xn));
+    if (logit_total == 0) return;
+    // Only the rows whose logits are wanted go through the final norm and
+    // the head: each sequence's last logit_rows rows, gathered in sc.xn
+    // (already normed in place for the draft head), then one head matmul
+    // for all of them.
+    const float *normed = sc.xn;
+    if (draft_rows) {
+        normed = sc.xn + (n - logit_total) * H;
+    } else {
+        uint64_t out = 0;
+        for (const SeqRows &r : seqs) {
+            if (r.logit_rows == 0) continue;
+            const float *hrows = sc.h + (r.row0 + r.n - r.logit_rows) * H;
+            check(be->rms_norm(bc, hrows, m.final_norm.w, r.logit_rows, H, eps, style, sc.xn + out * H));
+            out += r.logit_rows;
+        }
     }
-    check(be->matmul(bc, m.head.w, normed, logit_rows, sc.logits));
+    check(be->matmul(bc, m.head.w, normed, logit_total, sc.logits));
     // Logits have vocab_size entries even when the head has fewer rows (extra = 0).
     const uint64_t V = c.vocab_size, R = m.head.rows;
     const float cap = m.ch.final_softcap;
-    for (uint64_t r = 0; r < logit_rows; ++r) {
-        float *dst = logits + r * V;
-        check(be->buffer_read(bc, dst, sc.logits + r * R, R * sizeof(float)));
-        if (cap > 0)  // as HF: divide, tanh, multiply, in f32
-            for (uint64_t j = 0; j < R; ++j) dst[j] = std::tanh(dst[j] / cap) * cap;
-        std::fill(dst + R, dst + V, 0.0f);
+    uint64_t out = 0;
+    for (const SeqRows &s : seqs) {
+        for (uint64_t r = 0; r < s.logit_rows; ++r, ++out) {
+            float *dst = s.logits + r * V;
+            check(be->buffer_read(bc, dst, sc.logits + out * R, R * sizeof(float)));
+            if (cap > 0)  // as HF: divide, tanh, multiply, in f32
+                for (uint64_t j = 0; j < R; ++j) dst[j] = std::tanh(dst[j] / cap) * cap;
+            std::fill(dst + R, dst + V, 0.0f);
+        }
     }
+}
+
+uint64_t logit_rows_of(int32_t mode, uint64_t n) {
+    return mode == CMF_LOGITS_ALL ? n : mode == CMF_LOGITS_LAST ? 1 : 0;
 }
 
 }  // namespace
 
 void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     check_step(m, s, a);
-    const uint64_t n = a.n_tokens, pos = a.pos;
+    const uint64_t n = a.n_tokens;
     if (n == 0) return;
     const uint64_t n_layers = a.n_layers == 0 ? m.layers.size() : a.n_layers;
     const int32_t mode = a.logits_mode;
@@ -678,11 +749,69 @@ void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     for (uint64_t c0 = 0; c0 < n; c0 += chunk) {
         const uint64_t cn = std::min(chunk, n - c0);
         const bool last = c0 + cn == n;
-        const uint64_t logit_rows = mode == CMF_LOGITS_ALL ? cn : (mode == CMF_LOGITS_LAST && last) ? 1 : 0;
-        float *logits = mode == CMF_LOGITS_ALL ? a.logits + c0 * V : a.logits;
-        forward_chunk(m, s, a.tokens + c0, cn, pos + c0, logit_rows, logits, n_layers,
-                      a.hidden != nullptr ? a.hidden + c0 * H : nullptr);
+        SeqRows r;
+        r.s = &s;
+        r.tokens = a.tokens + c0;
+        r.n = cn;
+        r.pos = a.pos + c0;
+        r.logit_rows = mode == CMF_LOGITS_ALL ? cn : (mode == CMF_LOGITS_LAST && last) ? 1 : 0;
+        r.logits = mode == CMF_LOGITS_ALL ? a.logits + c0 * V : a.logits;
+        forward_rows(m, s.scratch, std::span<const SeqRows>(&r, 1), cn, n_layers,
+                     a.hidden != nullptr ? a.hidden + c0 * H : nullptr);
     }
+}
+
+void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> states, std::span<const DecoderStep> steps) {
+    const std::string fam = std::string(m.ch.family) + " forward_batch";
+    if (states.size() != steps.size())
+        throw Error(CMF_ERR_INTERNAL, fam + ": " + std::to_string(states.size()) + " states for " +
+                                          std::to_string(steps.size()) + " steps");
+    // Every layer kind must have its per-sequence step in forward_rows; a
+    // new kind is refused here (also by a call of no sequences, the probe
+    // hosts make) until it has one. The gated delta net and the mixture of
+    // experts keep per-sequence state inside the layer (recurrent state,
+    // routing counts), the draft head its per-state hidden rows.
+    for (size_t li = 0; li < m.layers.size(); ++li) {
+        const Layer &L = m.layers[li];
+        if (L.mixer != MixerKind::Attention || L.ffn != FfnKind::Dense)
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(li) + " is of a kind not batched yet");
+    }
+    if (m.mtp) throw Error(CMF_ERR_UNSUPPORTED, fam + ": a model with its draft head on is not batched (model option mtp=off)");
+    std::vector<SeqRows> seqs;
+    seqs.reserve(states.size());
+    uint64_t n = 0;
+    for (size_t i = 0; i < states.size(); ++i) {
+        DecoderState *s = states[i];
+        const DecoderStep &a = steps[i];
+        if (s == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL state " + std::to_string(i));
+        if (s->model != &m) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": state " + std::to_string(i) + " belongs to another model");
+        for (size_t j = 0; j < i; ++j)
+            if (states[j] == s)
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": states " + std::to_string(j) + " and " + std::to_string(i) +
+                                                          " are the same state");
+        if (a.n_layers != 0 || a.hidden != nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": hidden states and partial layer stacks are for single forwards");
+        check_step(m, *s, a);
+        // A sliding layer's ring holds the keys of at most s->chunk new
+        // tokens; a single forward splits longer calls, a batched pass does not.
+        if (a.n_tokens > s->chunk && std::find(s->ring.begin(), s->ring.end(), true) != s->ring.end())
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": sequence " + std::to_string(i) + " has " +
+                                                      std::to_string(a.n_tokens) + " tokens; with sliding-window rings a "
+                                                      "batched pass takes at most " + std::to_string(s->chunk) + " per sequence");
+        if (a.n_tokens == 0) continue;
+        SeqRows r;
+        r.s = s;
+        r.tokens = a.tokens;
+        r.n = a.n_tokens;
+        r.pos = a.pos;
+        r.row0 = n;
+        r.logit_rows = logit_rows_of(a.logits_mode, a.n_tokens);
+        r.logits = a.logits;
+        seqs.push_back(r);
+        n += a.n_tokens;
+    }
+    if (seqs.empty()) return;
+    forward_rows(m, states[0]->scratch, seqs, n, m.layers.size(), nullptr);
 }
 
 // ---- the cmf_arch_vt run members ----------------------------------------------
@@ -760,6 +889,33 @@ cmf_error *vt_forward(void *ctx, cmf_arch_model *model, cmf_arch_state *state, c
     });
 }
 
+cmf_error *vt_forward_batch(void *ctx, cmf_arch_model *model, uint32_t n_seqs, cmf_arch_state *const *states,
+                            const cmf_forward_args *const *args) {
+    ArchPlugin *pl = plugin_of(ctx);
+    return cmf::sdk::call(pl->host, [&] {
+        const std::string fam = std::string(pl->family) + " forward_batch";
+        if (model == nullptr || (n_seqs != 0 && (states == nullptr || args == nullptr)))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL argument");
+        std::vector<DecoderState *> ss(n_seqs);
+        std::vector<DecoderStep> steps(n_seqs);
+        for (uint32_t i = 0; i < n_seqs; ++i) {
+            const cmf_forward_args *a = args[i];
+            if (a == nullptr || states[i] == nullptr)
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL state or args for sequence " + std::to_string(i));
+            if (a->struct_size < offsetof(cmf_forward_args, logits) + sizeof(float *))
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": args " + std::to_string(i) + " has struct_size " +
+                                                          std::to_string(a->struct_size));
+            ss[i] = reinterpret_cast<DecoderState *>(states[i]);
+            steps[i].tokens = a->tokens;
+            steps[i].n_tokens = a->n_tokens;
+            steps[i].pos = a->pos;
+            steps[i].logits_mode = a->logits_mode;
+            steps[i].logits = a->logits;
+        }
+        decoder_forward_batch(*reinterpret_cast<DecoderModel *>(model), ss, steps);
+    });
+}
+
 cmf_error *vt_route_stats(void *ctx, const cmf_arch_state *state, const cmf_byte_sink *out) {
     ArchPlugin *pl = plugin_of(ctx);
     return cmf::sdk::call(pl->host, [&] {
@@ -790,6 +946,7 @@ void set_decoder_run_members(cmf_arch_vt &vt) {
     vt.state_free = vt_state_free;
     vt.state_truncate = vt_state_truncate;
     vt.forward = vt_forward;
+    vt.forward_batch = vt_forward_batch;
 }
 
 }  // namespace cmf::archs

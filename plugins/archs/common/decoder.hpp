@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,14 @@ struct DecoderStep {
 };
 
 void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &step);
+
+// steps[i] on states[i], all in one pass (cmf_arch_vt.forward_batch): the
+// matmuls and element-wise operations over every sequence's tokens laid end
+// to end, attention per sequence on its own cache. States are distinct
+// states of `m`; the pass runs in the first state's scratch. Steps give all
+// layers and no hidden states. A layer kind without a per-sequence step
+// here is CMF_ERR_UNSUPPORTED.
+void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> states, std::span<const DecoderStep> steps);
 
 // ---- the cmf_arch_vt run members over this decoder ----
 // A family plugin's state begins with ArchPlugin; `choose` decides the
