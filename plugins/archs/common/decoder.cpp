@@ -304,6 +304,7 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     m->rot_dim &= ~1u;
     m->norm_topk = c.moe_norm_topk_prob;
     Binder b(src, *m, prefix);
+    detail::advise_expert_pages(b);
     const uint64_t H = c.hidden_size;
     m->embed = b.bind("model.embed_tokens.weight", {0, H});
     for (uint64_t i = 0; i < c.num_layers; ++i) build_layer(*m, b, i);

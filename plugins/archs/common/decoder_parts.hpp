@@ -42,6 +42,11 @@ public:
     Weight bind_flat(const std::string &short_name, uint64_t len);
 
     const std::string &prefix() const { return prefix_; }
+    // f(full name, view) for every tensor of the source.
+    template <class F>
+    void each(F &&f) const {
+        for (const auto &[name, v] : index_) f(name, v);
+    }
 
 private:
     Weight bind_view(const std::string &name, const cmf_tensor_view &v);
@@ -56,6 +61,9 @@ void matmuls(const DecoderModel &m, const float *x, uint64_t n,
              std::initializer_list<std::pair<const cmf_backend_weight *, float *>> outs);
 
 // ---- mixture of experts (moe.cpp) ----
+// A model with experts (*.mlp.experts.*): advises all its payloads' pages
+// 4 KiB pages and no read-ahead, before anything is bound (see moe_ffn.cpp).
+void advise_expert_pages(const Binder &b);
 // Binds layer p's router, experts and shared expert (mlp.gate.weight present).
 void bind_moe(DecoderModel &m, Binder &b, const std::string &p, const std::string &where, Layer &L);
 // sc.tmp = moe(sc.xn) over n tokens; counts the picks in layer `counted`
