@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 try:
@@ -39,29 +38,16 @@ except ImportError:
     print("SKIP: /usr/bin/python3 has no torch/numpy", file=sys.stderr)
     sys.exit(77)
 
+from cli_checks import check, finish, run_cmfhost  # noqa: E402
+
 cmfhost, root, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)  # no output of an earlier run can pass a check
 os.makedirs(work)
 sys.path.insert(0, os.path.join(root, "tests", "runtime"))
 import make_reference_moe_hybrid as ref  # noqa: E402
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
 def run(args, expect=0):
-    p = subprocess.run([cmfhost] + args, capture_output=True, timeout=300)
-    if expect is not None and p.returncode != expect:
-        print("command:", " ".join([cmfhost] + args))
-        print("stdout:", p.stdout.decode(errors="replace")[-2000:])
-        print("stderr:", p.stderr.decode(errors="replace")[-2000:])
-        check(False, f"exit status {p.returncode} (expected {expect}) of {' '.join(args[:1])}")
-    return p
+    return run_cmfhost(cmfhost, args, expect=expect)
 
 
 # ---- the model and its reference ---------------------------------------------
@@ -258,7 +244,4 @@ p = run(["run", model, "--raw", "--greedy", "-n", "2", "-p", "x", "--route-stats
 check(p.returncode != 0 and b"no-such-dir" in p.stderr and not os.path.exists(missing),
       "run --route-stats into a missing directory: an error naming it")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("all checks passed")
+finish()
