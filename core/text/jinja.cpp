@@ -1,6 +1,7 @@
 #include "text/jinja.hpp"
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "text/unicode.hpp"
 
 #include <cmf/json_writer.hpp>
@@ -316,7 +317,13 @@ Value from_json(simdjson::dom::element e) {
     case element_type::INT64: return Value::integer(e.get_int64().value_unsafe());
     case element_type::UINT64: return Value::number(double(e.get_uint64().value_unsafe()));
     case element_type::DOUBLE: return Value::number(e.get_double().value_unsafe());
-    case element_type::STRING: return Value::str(std::string(e.get_string().value_unsafe()));
+    case element_type::STRING: {
+        // NaN and the infinities of Python-written JSON arrive as the shared
+        // reader's sentinel strings; a template sees them as the floats they are.
+        double d;
+        if (json::sentinel_number(e.get_string().value_unsafe(), d)) return Value::number(d);
+        return Value::str(std::string(e.get_string().value_unsafe()));
+    }
     case element_type::BOOL: return Value::boolean(e.get_bool().value_unsafe());
     case element_type::NULL_VALUE: return Value::none();
     }
@@ -2338,10 +2345,7 @@ ChatTemplate::~ChatTemplate() = default;
 
 std::string ChatTemplate::render(std::string_view context_json, int64_t now_unix) const {
     simdjson::dom::parser parser;
-    simdjson::padded_string padded(context_json);
-    simdjson::dom::element doc;
-    if (auto err = parser.parse(padded).get(doc))
-        throw Error(CMF_ERR_PARSE, std::string("chat context: not valid JSON: ") + simdjson::error_message(err));
+    simdjson::dom::element doc = parse_json(parser, context_json, "chat context");
     if (!doc.is_object()) throw Error(CMF_ERR_PARSE, "chat context: expected a JSON object (messages, tools, ...)");
     Renderer r(now_unix);
     Value ctx = from_json(doc);

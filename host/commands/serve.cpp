@@ -35,7 +35,7 @@ int cmd_serve(const std::vector<std::string> &args) {
     CommonOptions common;
     // The batch engine does not draft: an MTP head stays unbound (mtp=off),
     // which also lets the arch batch the slots' decode steps.
-    SessionFlags session_flags{"f16", false, "off", ""};
+    SessionFlags session_flags{"f16", false, "", "off", ""};
     std::string model, api_key, api_key_file, alias;
     serve::ServerOptions so;
     uint32_t parallel = 4, max_queue = 64, prefill_chunk = 128;

@@ -35,6 +35,8 @@ std::string resolve_model(const std::string &given) {
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
     desc.add_options()("kv-cache", boost::program_options::value(&flags.kv_cache)->default_value(flags.kv_cache),
                        "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")(
+        "backend", boost::program_options::value(&flags.backend)->default_value(""),
+        "compute backend by name (cmfhost plugins lists them); default: the first one loaded")(
         "mtp", boost::program_options::value(&flags.mtp)->default_value(flags.mtp),
         "the model's MTP head (model.mtp.*), when it has one: on = draft tokens for speculative decoding "
         "(greedy output unchanged, sampling distribution unchanged), off = plain decoding");
@@ -68,6 +70,7 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     if (flags.kv_cache != "f32") arch_options = "kv_cache=" + flags.kv_cache;
     if (flags.mtp == "off" && model_has_mtp(m)) arch_options += std::string(arch_options.empty() ? "" : ",") + "mtp=off";
     if (!arch_options.empty()) o.arch_options = arch_options.c_str();
+    if (!flags.backend.empty()) o.backend = flags.backend.c_str();
     cmf_session *s = nullptr;
     check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
     return SessionPtr(s);

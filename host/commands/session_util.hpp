@@ -44,6 +44,7 @@ std::string resolve_model(const std::string &given);
 struct SessionFlags {
     std::string kv_cache;  // --kv-cache: the KV cache's element type, f32 or f16
     bool profile = false;  // bench --profile: CMF_SESSION_PROFILE
+    std::string backend = "";  // --backend: a backend by name; "" = the first one loaded
     std::string mtp = "on";     // --mtp: the MTP draft head, on or off (on: when the model has one)
     std::string route_stats;    // --route-stats FILE (run, ppl): routing statistics written there
 };

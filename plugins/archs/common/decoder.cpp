@@ -10,6 +10,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 namespace cmf::archs {
@@ -208,6 +209,7 @@ void build_layer_at(DecoderModel &m, Binder &b, const std::string &p, size_t ind
         } else if (biases != 0) {
             throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q/k/v biases must be all present or all absent");
         }
+        if (b.present(p + "self_attn.o_proj.bias")) L.o_bias = b.bind(p + "self_attn.o_proj.bias", {H});
         int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
         if (norms == 2) {
             L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
@@ -300,8 +302,12 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     const ArchConfig &c = m->cfg;
     m->q_dim = c.num_attention_heads * c.head_dim;
     m->kv_dim = c.num_kv_heads * c.head_dim;
-    m->rot_dim = static_cast<uint32_t>(std::floor(double(c.head_dim) * c.partial_rotary_factor));
-    m->rot_dim &= ~1u;
+    m->rot_dim = c.rot_dim;
+    m->scaled_rope = c.rope_scaling.scaled() && m->rot_dim > 0;
+    if (m->scaled_rope && !CMF_BACKEND_HAS(be, rope_freqs))
+        throw Error(CMF_ERR_UNSUPPORTED, fam + ": arch.rope_scaling is " + rope::type_name(c.rope_scaling.type) +
+                                             " but backend '" + (be->name ? be->name : "?") +
+                                             "' has no rope_freqs (RoPE over a given frequency table)");
     m->norm_topk = c.moe_norm_topk_prob;
     Binder b(src, *m, prefix);
     detail::advise_expert_pages(b);
@@ -334,6 +340,7 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->n_ctx = n_ctx;
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
+    if (m.scaled_rope) s->rope.emplace(m.cfg.rope_scaling, m.cfg.rope_theta, m.rot_dim);
     // The KV cache holds K after RoPE and V, per attention layer, in
     // m.kv_dtype; a gated delta net layer has its recurrent state instead. A
     // sliding layer's is a ring of window + chunk - 1 rows when that is
@@ -545,11 +552,19 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, std::sp
     for (size_t i = 0; i < seqs.size(); ++i) {
         const SeqRows &r = seqs[i];
         const LayerCache &lc = caches[i];
+        const DecoderState &s = *r.s;
         float *q = sc.q + r.row0 * m.q_dim, *k = sc.k + r.row0 * m.kv_dim, *v = sc.v + r.row0 * m.kv_dim;
         float *attn = sc.attn + r.row0 * m.q_dim;
         if (m.rot_dim > 0) {
-            check(be->rope(bc, q, r.n, m.q_dim, nh, hd, m.rot_dim, r.pos, L.choice.rope_theta));
-            check(be->rope(bc, k, r.n, m.kv_dim, nkv, hd, m.rot_dim, r.pos, L.choice.rope_theta));
+            for (auto [x, ld, heads] : {std::tuple{q, m.q_dim, nh}, std::tuple{k, m.kv_dim, nkv}}) {
+                if (s.rope && L.choice.scaled_rope) {  // HF's table for this call (the forward updated it)
+                    const rope::Freqs &f = s.rope->current();
+                    check(be->rope_freqs(bc, x, r.n, ld, heads, hd, m.rot_dim, r.pos, f.inv_freq.data(),
+                                         f.attention_factor));
+                } else {
+                    check(be->rope(bc, x, r.n, ld, heads, hd, m.rot_dim, r.pos, L.choice.rope_theta));
+                }
+            }
         }
         if (lc.ring_rows > 0) {  // rows pos % R.., split where the ring wraps
             const uint64_t R = lc.ring_rows, r0 = r.pos % R, n1 = std::min(r.n, R - r0);
@@ -572,6 +587,7 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, std::sp
     }
     if (gated) check(be->gated_act(bc, sc.ogate, sc.attn, n * m.q_dim, CMF_ACT_SIGMOID, sc.attn));
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
+    if (L.o_bias) check(be->add_bias(bc, sc.tmp, L.o_bias.w, n, c.hidden_size));
 }
 
 // sc.tmp = ffn(sc.xn).
@@ -744,6 +760,9 @@ void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     if (n == 0) return;
     const uint64_t n_layers = a.n_layers == 0 ? m.layers.size() : a.n_layers;
     const int32_t mode = a.logits_mode;
+    // Dynamic NTK: HF's dynamic_rope_update runs once per forward call (not
+    // per chunk below), for seq_len = the call's last position + 1.
+    if (s.rope) s.rope->update(a.pos + n);
     // Rings hold the keys of at most s.chunk new tokens: longer calls run in chunks.
     const uint64_t chunk = std::find(s.ring.begin(), s.ring.end(), true) != s.ring.end() ? s.chunk : n;
     const uint64_t H = m.cfg.hidden_size, V = m.cfg.vocab_size;
@@ -800,6 +819,7 @@ void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> state
                                                       std::to_string(a.n_tokens) + " tokens; with sliding-window rings a "
                                                       "batched pass takes at most " + std::to_string(s->chunk) + " per sequence");
         if (a.n_tokens == 0) continue;
+        if (s->rope) s->rope->update(a.pos + a.n_tokens);  // once per call, as a single forward does
         SeqRows r;
         r.s = s;
         r.tokens = a.tokens;
