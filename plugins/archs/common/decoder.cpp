@@ -15,78 +15,9 @@
 
 namespace cmf::archs {
 
-namespace detail {
-
-Binder::Binder(const cmf_model_source *src, DecoderModel &m, std::string prefix) : m_(m), prefix_(std::move(prefix)) {
-    for (uint64_t i = 0; i < src->tensor_count; ++i) {
-        const char *name = nullptr;
-        cmf_tensor_view v{};
-        v.struct_size = sizeof v;
-        check(src->tensor_at(src->user, i, &name, &v));
-        if (name == nullptr) throw cmf::sdk::Error(CMF_ERR_INTERNAL, "model source returned a tensor without a name");
-        index_.emplace(name, v);
-    }
-}
-
-const cmf_tensor_view &Binder::view(const std::string &short_name) const {
-    auto it = index_.find(prefix_ + short_name);
-    if (it == index_.end()) throw cmf::sdk::Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + prefix_ + short_name);
-    return it->second;
-}
-
-Weight Binder::bind_view(const std::string &, const cmf_tensor_view &v) {
-    Weight w;
-    check(m_.be->weight_bind(m_.be_ctx, &v, &w.w));
-    m_.owned.push_back(w.w);
-    w.rows = v.ndim == 2 ? v.shape[0] : 1;
-    w.cols = v.ndim == 2 ? v.shape[1] : v.shape[0];
-    return w;
-}
-
-Weight Binder::bind(const std::string &short_name, std::initializer_list<uint64_t> shape) {
-    const std::string name = prefix_ + short_name;
-    const cmf_tensor_view &v = view(short_name);
-    bool ok = v.ndim == shape.size();
-    uint32_t d = 0;
-    for (uint64_t s : shape) {
-        ok = ok && (s == 0 || v.shape[d] == s);
-        ++d;
-    }
-    if (!ok) {
-        std::string got;
-        for (uint32_t i = 0; i < v.ndim; ++i) got += (i ? "," : "") + std::to_string(v.shape[i]);
-        std::string want;
-        for (uint64_t s : shape) want += (want.empty() ? "" : ",") + (s ? std::to_string(s) : std::string("*"));
-        throw cmf::sdk::Error(CMF_ERR_BOUNDS, "tensor " + name + " has shape [" + got + "], expected [" + want + "]");
-    }
-    return bind_view(name, v);
-}
-
-Weight Binder::bind_flat(const std::string &short_name, uint64_t len) {
-    const std::string name = prefix_ + short_name;
-    cmf_tensor_view v = view(short_name);
-    uint64_t n = 1;
-    std::string got;
-    for (uint32_t i = 0; i < v.ndim; ++i) {
-        n *= v.shape[i];
-        got += (i ? "," : "") + std::to_string(v.shape[i]);
-    }
-    if (n != len)
-        throw cmf::sdk::Error(CMF_ERR_BOUNDS, "tensor " + name + " has shape [" + got + "], expected " +
-                                                  std::to_string(len) + " values");
-    v.ndim = 1;
-    v.shape[0] = len;
-    return bind_view(name, v);
-}
-
-}  // namespace detail
-
 namespace {
 
 using cmf::sdk::Error;
-using cmf::sdk::HostError;
-using detail::Binder;
-using detail::check;
 
 void require_backend(const cmf_backend_vt *be, const char *fam) {
     if (be == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(fam) + ": NULL backend");
@@ -234,7 +165,7 @@ void build_layer_at(DecoderModel &m, Binder &b, const std::string &p, size_t ind
 
 namespace {
 
-void build_layer(DecoderModel &m, Binder &b, uint64_t i) {
+void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t i) {
     const ArchConfig &c = m.cfg;
     const std::string fam = m.ch.family;
     Layer L;
@@ -252,7 +183,7 @@ void build_layer(DecoderModel &m, Binder &b, uint64_t i) {
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has layer type " +
                                              c.layer_type_names[i] + ", which the " + fam + " arch does not run");
     }
-    detail::build_layer_at(m, b, "model.layers." + std::to_string(i) + ".", i, L);
+    detail::build_layer_at(m, b, names.body + "layers." + std::to_string(i) + ".", i, L);
     m.layers.push_back(std::move(L));
 }
 
@@ -283,7 +214,7 @@ DecoderState::~DecoderState() {
 
 std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf_model_source *src,
                                              const cmf_backend_vt *be, void *be_ctx, const char *options,
-                                             const ArchConfig &cfg, DecoderChoices choices, const std::string &prefix) {
+                                             const ArchConfig &cfg, DecoderChoices choices, const DecoderNames &names) {
     const std::string fam = choices.family;
     if (src == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL model source");
     require_backend(be, choices.family);
@@ -309,25 +240,30 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
                                              " but backend '" + (be->name ? be->name : "?") +
                                              "' has no rope_freqs (RoPE over a given frequency table)");
     m->norm_topk = c.moe_norm_topk_prob;
-    Binder b(src, *m, prefix);
+    Binder b(src, be, be_ctx, "", m->owned);
     detail::advise_expert_pages(b);
+    const std::string &body = names.body;
     const uint64_t H = c.hidden_size;
-    m->embed = b.bind("model.embed_tokens.weight", {0, H});
-    for (uint64_t i = 0; i < c.num_layers; ++i) build_layer(*m, b, i);
-    m->final_norm = b.bind("model.norm.weight", {H});
-    if (b.present("lm_head.weight"))
-        m->head = b.bind("lm_head.weight", {0, H});
+    m->embed = b.bind(body + "embed_tokens.weight", {0, H});
+    for (uint64_t i = 0; i < c.num_layers; ++i) build_layer(*m, b, names, i);
+    m->final_norm = b.bind(body + "norm.weight", {H});
+    if (names.head.empty()) {  // an encoder: hidden states only
+        if (opts.mtp == 1) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": mtp=on for a model without an output head");
+        return m;
+    }
+    if (b.present(names.head))
+        m->head = b.bind(names.head, {0, H});
     else if (c.tie_word_embeddings)
         m->head = m->embed;
     else
-        throw Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + prefix + "lm_head.weight (and arch.tie_word_embeddings is false)");
+        throw Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + names.head + " (and arch.tie_word_embeddings is false)");
     if (m->head.rows > c.vocab_size)
         throw Error(CMF_ERR_BOUNDS, "the output head has " + std::to_string(m->head.rows) +
                                         " rows, more than arch.vocab_size " + std::to_string(c.vocab_size));
-    const bool has_mtp = b.present("model.mtp.eh_proj.weight") || b.present("model.mtp.layers.0.self_attn.q_proj.weight");
+    const bool has_mtp = b.present(body + "mtp.eh_proj.weight") || b.present(body + "mtp.layers.0.self_attn.q_proj.weight");
     if (opts.mtp == 1 && !has_mtp)
-        throw Error(CMF_ERR_MISSING_TENSOR, fam + ": mtp=on but the model has no MTP head (model.mtp.*)");
-    if (has_mtp && opts.mtp != 0) detail::bind_mtp(*m, b);
+        throw Error(CMF_ERR_MISSING_TENSOR, fam + ": mtp=on but the model has no MTP head (" + body + "mtp.*)");
+    if (has_mtp && opts.mtp != 0) detail::bind_mtp(*m, b, body);
     return m;
 }
 
@@ -645,6 +581,8 @@ void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep 
     if (a.n_layers > m.layers.size())
         throw Error(CMF_ERR_BOUNDS, fam + ": " + std::to_string(a.n_layers) + " layers asked of " +
                                         std::to_string(m.layers.size()));
+    if (mode != CMF_LOGITS_NONE && !m.head)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": the model has no output head (an encoder gives hidden states only)");
     if (a.n_layers != 0 && a.n_layers < m.layers.size() && mode != CMF_LOGITS_NONE)
         throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": logits need every layer (n_layers < num_layers gives hidden states only)");
     if (a.n_layers != 0 && a.n_layers < m.layers.size() && m.mtp)

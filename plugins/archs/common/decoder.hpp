@@ -17,9 +17,9 @@
 // arch name: q/k/v biases, q/k-norm, sandwich norms, the output gate of
 // attention (q_proj of twice the rows), a mixture-of-experts FFN
 // (mlp.gate.weight). A layer is a mixer kind (attention, output-gated
-// attention, gated delta net: decoder_kinds.cpp) and an FFN kind (dense,
-// mixture of experts: moe.cpp). A model with model.mtp.* tensors gets a
-// draft head for speculative decoding (mtp.cpp).
+// attention, gated delta net: delta_net_mixer.cpp) and an FFN kind (dense,
+// mixture of experts: moe_ffn.cpp). A model with model.mtp.* tensors (under
+// DecoderNames.body) gets a draft head for speculative decoding (mtp_head.cpp).
 //
 // Sliding-window layers keep their K/V in a ring of window + chunk - 1 rows
 // (when the backend has attention_ring), so their memory is bounded by the
@@ -28,6 +28,7 @@
 #pragma once
 
 #include "arch_config.hpp"
+#include "binder.hpp"
 
 #include <cmf/cmf_plugin.h>
 
@@ -62,12 +63,6 @@ struct DecoderChoices {
     std::vector<LayerChoice> layers;
 };
 
-struct Weight {
-    cmf_backend_weight *w = nullptr;
-    uint64_t rows = 0, cols = 0;  // 1-D: rows 1, cols = length
-    explicit operator bool() const { return w != nullptr; }
-};
-
 // Attention, attention with a sigmoid output gate (q_proj rows hold
 // [q_h | gate_h] per head), or a gated delta net (linear attention).
 enum class MixerKind { Attention, GatedAttention, DeltaNet };
@@ -89,7 +84,7 @@ struct MoeWeights {
 
 struct DeltaNetWeights {
     Weight qkv, z, b, a;   // in_proj_*
-    Weight conv;           // conv1d taps, bound flat: conv_dim * kernel
+    Weight conv;           // conv1d taps as one vector of conv_dim * kernel (Binder::bind_values)
     Weight a_log, dt_bias;
     Weight norm;           // the gated RMSNorm's [dv] weight (x^*w)
     Weight out;            // out_proj
@@ -146,7 +141,7 @@ struct DecoderModel {
     // cfg.rope_scaling is not default: its layers rotate through the
     // backend's rope_freqs with HF's table.
     bool scaled_rope = false;
-    Weight embed, final_norm, head;
+    Weight embed, final_norm, head;  // head: none for an encoder (DecoderNames.head "")
     std::vector<Layer> layers;
     // Mixture of experts: renormalise the top-k weights (arch.moe.norm_topk_prob).
     bool norm_topk = false;
@@ -234,13 +229,22 @@ struct DecoderState {
     ~DecoderState();
 };
 
-// Binds the tensors of `src` (names prefixed by `prefix`, e.g. "" or
-// "text_encoder.") on the backend. `options` are the model options
-// ("kv_cache=f32|f16"). Throws cmf::sdk::Error.
+// Where a decoder's tensors are. A converted checkpoint names them
+// "model.embed_tokens.weight", "model.layers.{i}.*", "model.norm.weight" and
+// "lm_head.weight"; a pipeline's text encoder keeps them under its own
+// prefix with Hugging Face's "model." left out ("te.layers.{i}.*") and has
+// no head.
+struct DecoderNames {
+    std::string body = "model.";          // before embed_tokens.weight, layers.{i}., norm.weight, mtp.
+    std::string head = "lm_head.weight";  // "": none, the model gives hidden states only (an encoder)
+};
+
+// Binds the tensors of `src` on the backend. `options` are the model
+// options ("kv_cache=f32|f16,mtp=on|off"). Throws cmf::sdk::Error.
 std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf_model_source *src,
                                              const cmf_backend_vt *be, void *be_ctx, const char *options,
                                              const ArchConfig &cfg, DecoderChoices choices,
-                                             const std::string &prefix = "");
+                                             const DecoderNames &names = {});
 
 std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_ctx);
 

@@ -1,6 +1,6 @@
 // Internal to the shared decoder: the pieces decoder.cpp shares with the
-// files of its other layer kinds (moe.cpp: the mixture-of-experts FFN;
-// delta_net.cpp: the gated delta net mixer; mtp.cpp: the draft head).
+// files of its other layer kinds (moe_ffn.cpp: the mixture-of-experts FFN;
+// delta_net_mixer.cpp: the gated delta net mixer; mtp_head.cpp: the draft head).
 #pragma once
 
 #include "decoder.hpp"
@@ -15,52 +15,15 @@
 
 namespace cmf::archs::detail {
 
-// Throws a backend error out through sdk::call unchanged.
-inline void check(cmf_error *e) {
-    if (e != nullptr) throw cmf::sdk::HostError{e};
-}
-
 // Whether the backend's vtable has `member` (inside its struct_size, non-NULL).
-template <class Member>
-bool backend_has(const cmf_backend_vt *be, size_t offset, Member member) {
-    return be->struct_size >= offset + sizeof(void *) && member != nullptr;
-}
-#define CMF_BACKEND_HAS(be, member) ::cmf::archs::detail::backend_has(be, offsetof(cmf_backend_vt, member), (be)->member)
-
-// The tensors of a model source by name, bound on the backend on demand.
-class Binder {
-public:
-    Binder(const cmf_model_source *src, DecoderModel &m, std::string prefix);
-
-    bool present(const std::string &name) const { return index_.count(prefix_ + name) != 0; }
-    // The stored view (shape, dtype) of a present tensor.
-    const cmf_tensor_view &view(const std::string &name) const;
-
-    // Binds a tensor and checks its shape ({rows, cols} for 2-D, {len} for 1-D; 0 = any).
-    Weight bind(const std::string &short_name, std::initializer_list<uint64_t> shape);
-    // Binds a tensor of any rank as a flat vector of `len` values (conv taps).
-    Weight bind_flat(const std::string &short_name, uint64_t len);
-
-    const std::string &prefix() const { return prefix_; }
-    // f(full name, view) for every tensor of the source.
-    template <class F>
-    void each(F &&f) const {
-        for (const auto &[name, v] : index_) f(name, v);
-    }
-
-private:
-    Weight bind_view(const std::string &name, const cmf_tensor_view &v);
-    DecoderModel &m_;
-    std::string prefix_;
-    std::unordered_map<std::string, cmf_tensor_view> index_;
-};
+#define CMF_BACKEND_HAS(be, member) ::cmf::archs::backend_has(be, offsetof(cmf_backend_vt, member), (be)->member)
 
 // y_i = x · W_i^T for weights that read the same x: one backend call when
 // the backend fuses them (one parallel loop instead of one per weight).
 void matmuls(const DecoderModel &m, const float *x, uint64_t n,
              std::initializer_list<std::pair<const cmf_backend_weight *, float *>> outs);
 
-// ---- mixture of experts (moe.cpp) ----
+// ---- mixture of experts (moe_ffn.cpp) ----
 // A model with experts (*.mlp.experts.*): advises all its payloads' pages
 // 4 KiB pages and no read-ahead, before anything is bound (see moe_ffn.cpp).
 void advise_expert_pages(const Binder &b);
@@ -70,7 +33,7 @@ void bind_moe(DecoderModel &m, Binder &b, const std::string &p, const std::strin
 // of the state (SIZE_MAX: not counted, the draft head's layer).
 void moe_ffn(const DecoderModel &m, DecoderState &s, const Layer &L, size_t counted, uint64_t n);
 
-// ---- gated delta net (delta_net.cpp) ----
+// ---- gated delta net (delta_net_mixer.cpp) ----
 void bind_delta_net(DecoderModel &m, Binder &b, const std::string &p, const std::string &where, Layer &L);
 // sc.tmp = gated_delta_net(sc.xn) over n tokens, advancing rec.
 void delta_net_mixer(const DecoderModel &m, DecoderState &s, const Layer &L, RecurrentState &rec, uint64_t n);
@@ -93,8 +56,9 @@ void run_layer(const DecoderModel &m, DecoderState &s, const Layer &L, const Lay
 // Scratch for n tokens and logit_rows rows of logits.
 void ensure_scratch(const DecoderModel &m, Scratch &sc, uint64_t n, uint64_t logit_rows);
 
-// ---- the draft head (mtp.cpp) ----
-void bind_mtp(DecoderModel &m, Binder &b);
+// ---- the draft head (mtp_head.cpp) ----
+// Binds the head under body + "mtp." (DecoderNames.body).
+void bind_mtp(DecoderModel &m, Binder &b, const std::string &body);
 void alloc_mtp_state(DecoderModel &m, DecoderState &s);
 
 }  // namespace cmf::archs::detail

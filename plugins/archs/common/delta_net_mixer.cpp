@@ -64,7 +64,7 @@ void bind_delta_net(DecoderModel &m, Binder &b, const std::string &p, const std:
     g.z = b.bind(a + "in_proj_z.weight", {V, H});
     g.b = b.bind(a + "in_proj_b.weight", {d.nv, H});
     g.a = b.bind(a + "in_proj_a.weight", {d.nv, H});
-    g.conv = b.bind_flat(a + "conv1d.weight", C * d.kernel);
+    g.conv = b.bind_values(a + "conv1d.weight", C * d.kernel);
     g.a_log = b.bind(a + "A_log", {d.nv});
     g.dt_bias = b.bind(a + "dt_bias", {d.nv});
     g.norm = b.bind(a + "norm.weight", {d.dv});

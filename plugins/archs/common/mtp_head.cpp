@@ -19,20 +19,20 @@ namespace cmf::archs::detail {
 
 using cmf::sdk::Error;
 
-void bind_mtp(DecoderModel &m, Binder &b) {
+void bind_mtp(DecoderModel &m, Binder &b, const std::string &body) {
     const std::string fam = m.ch.family;
     const uint64_t H = m.cfg.hidden_size;
     if (!CMF_BACKEND_HAS(m.be, copy_rows))
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": backend '" + (m.be->name ? m.be->name : "?") +
                                              "' lacks copy_rows, which the MTP head needs (model option mtp=off runs without it)");
     auto h = std::make_unique<MtpHead>();
-    h->enorm = b.bind("model.mtp.enorm.weight", {H});
-    h->hnorm = b.bind("model.mtp.hnorm.weight", {H});
-    h->eh_proj = b.bind("model.mtp.eh_proj.weight", {H, 2 * H});
-    h->norm = b.bind("model.mtp.norm.weight", {H});
+    h->enorm = b.bind(body + "mtp.enorm.weight", {H});
+    h->hnorm = b.bind(body + "mtp.hnorm.weight", {H});
+    h->eh_proj = b.bind(body + "mtp.eh_proj.weight", {H, 2 * H});
+    h->norm = b.bind(body + "mtp.norm.weight", {H});
     h->layer.choice = {0, float(m.cfg.rope_theta)};
     m.mtp = std::move(h);  // before the layer: scratch sizes look at it
-    build_layer_at(m, b, "model.mtp.layers.0.", SIZE_MAX, m.mtp->layer);
+    build_layer_at(m, b, body + "mtp.layers.0.", SIZE_MAX, m.mtp->layer);
 }
 
 void alloc_mtp_state(DecoderModel &m, DecoderState &s) {
