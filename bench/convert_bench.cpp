@@ -5,7 +5,7 @@
 // the largest tensor's f32 size (what the pipeline would hold if it
 // converted that tensor whole).
 //
-//   convert_bench [--shape small|0.6b|gemma3-1b] [--hidden 1024] [--layers 8] [--threads N] [--quant f16]
+//   convert_bench [--shape small|0.6b|gemma3-1b|qwen3-moe|qwen3.5-0.8b] [--hidden 1024] [--layers 8] [--threads N] [--quant f16]
 //                 [--dir /tmp/...] [--output F.cmf] [--checkpoint-only 1]
 //                 [--chunk-elements N] [--budget-mib M]
 // --chunk-elements / --budget-mib: ConvertOptions.chunk_elements and
@@ -17,12 +17,21 @@
 // --shape gemma3-1b: Gemma3-1B (gemma3_text: hidden 1152, 26 layers, 4/1
 // heads of 256, FFN 6912, vocab 262144, tied head, sandwich norms, q/k-norm,
 // window 512 on 5 of every 6 layers): a 2.0 GB BF16 checkpoint.
+// --shape qwen3-moe: a small Qwen3-MoE (qwen3_moe: hidden 1024, 16 layers,
+// 16/4 heads of 128, q/k-norm, 32 experts of width 768 in every layer, top-4
+// renormalised, vocab 151936, untied head): 1.6 B parameters, 3.2 GB BF16.
+// --shape qwen3.5-0.8b: a Qwen3.5-shaped hybrid of ~0.8 B parameters
+// (qwen3_5 with text_config: hidden 1024, 24 layers, 3 gated delta net
+// layers (16 key and 16 value heads of 128, conv 4) to 1 output-gated
+// attention layer (8/2 heads of 256, partial rotary 0.25), FFN 3584, vocab
+// 248320, tied head, one MTP layer): 1.6 GB BF16.
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
 #include "plugin_host/runtime.hpp"
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -50,12 +59,34 @@ struct Shape {
     uint64_t H, L, V, I, heads, kv_heads, head_dim;
     bool tied;
     bool gemma3 = false;
+    // qwen3_moe: experts of width moe_width in every layer, top_k of them per token.
+    uint64_t experts = 0, top_k = 0, moe_width = 0;
+    // qwen3_5 hybrid: gated delta net layers (every 4th layer attention), an MTP layer.
+    bool hybrid = false;
+    uint64_t lin_heads = 16, lin_dim = 128, conv = 4;
 };
+
+// The config of the hybrid shape: a Qwen3.5 wrapper around its text config.
+std::string hybrid_config(const Shape &sh) {
+    std::string types;
+    for (uint64_t l = 0; l < sh.L; ++l) types += std::string(l ? "," : "") + ((l + 1) % 4 ? "\"linear_attention\"" : "\"full_attention\"");
+    const std::string n = std::to_string(sh.lin_heads), d = std::to_string(sh.lin_dim);
+    return "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"text_config\":{\"model_type\":\"qwen3_5_text\","
+           "\"hidden_size\":" + std::to_string(sh.H) + ",\"intermediate_size\":" + std::to_string(sh.I) +
+           ",\"num_hidden_layers\":" + std::to_string(sh.L) + ",\"num_attention_heads\":" + std::to_string(sh.heads) +
+           ",\"num_key_value_heads\":" + std::to_string(sh.kv_heads) + ",\"head_dim\":" + std::to_string(sh.head_dim) +
+           ",\"vocab_size\":" + std::to_string(sh.V) + ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,"
+           "\"layer_types\":[" + types + "],\"linear_num_key_heads\":" + n + ",\"linear_num_value_heads\":" + n +
+           ",\"linear_key_head_dim\":" + d + ",\"linear_value_head_dim\":" + d + ",\"linear_conv_kernel_dim\":" +
+           std::to_string(sh.conv) + ",\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000000,"
+           "\"partial_rotary_factor\":0.25},\"mtp_num_hidden_layers\":1}}";
+}
 
 void write_checkpoint(const fs::path &dir, const Shape &sh) {
     const uint64_t H = sh.H, L = sh.L, V = sh.V, I = sh.I, D = sh.head_dim;
     fs::create_directories(dir);
-    std::ofstream(dir / "config.json") << "{\"model_type\":\"" << (sh.gemma3 ? "gemma3_text" : "qwen3") << "\",\"hidden_size\":" << H
+    if (sh.hybrid) std::ofstream(dir / "config.json") << hybrid_config(sh);
+    else std::ofstream(dir / "config.json") << "{\"model_type\":\"" << (sh.gemma3 ? "gemma3_text" : sh.experts ? "qwen3_moe" : "qwen3") << "\",\"hidden_size\":" << H
                                        << ",\"intermediate_size\":" << I << ",\"num_hidden_layers\":" << L
                                        << ",\"num_attention_heads\":" << sh.heads << ",\"num_key_value_heads\":" << sh.kv_heads
                                        << ",\"head_dim\":" << D << ",\"vocab_size\":" << V
@@ -64,26 +95,67 @@ void write_checkpoint(const fs::path &dir, const Shape &sh) {
                                        << (sh.gemma3 ? "\"query_pre_attn_scalar\":256,\"sliding_window\":512,\"sliding_window_pattern\":6,"
                                                        "\"rope_local_base_freq\":10000,\"hidden_activation\":\"gelu_pytorch_tanh\","
                                                      : "")
+                                       << (sh.experts ? "\"num_experts\":" + std::to_string(sh.experts) +
+                                                            ",\"num_experts_per_tok\":" + std::to_string(sh.top_k) +
+                                                            ",\"moe_intermediate_size\":" + std::to_string(sh.moe_width) +
+                                                            ",\"decoder_sparse_step\":1,\"mlp_only_layers\":[],"
+                                                            "\"norm_topk_prob\":true,"
+                                                      : std::string())
                                        << "\"tie_word_embeddings\":" << (sh.tied ? "true" : "false") << "}";
     std::vector<std::pair<std::string, std::vector<uint64_t>>> ts = {{"model.embed_tokens.weight", {V, H}}, {"model.norm.weight", {H}}};
     if (!sh.tied) ts.push_back({"lm_head.weight", {V, H}});
-    for (uint64_t l = 0; l < L; ++l) {
-        std::string p = "model.layers." + std::to_string(l) + ".";
+    // A decoder layer's tensors under prefix p (attention or gated delta net mixer).
+    auto layer = [&](const std::string &p, bool linear) {
         ts.push_back({p + "input_layernorm.weight", {H}});
         ts.push_back({p + "post_attention_layernorm.weight", {H}});
         if (sh.gemma3) {
             ts.push_back({p + "pre_feedforward_layernorm.weight", {H}});
             ts.push_back({p + "post_feedforward_layernorm.weight", {H}});
         }
-        ts.push_back({p + "self_attn.q_proj.weight", {sh.heads * D, H}});
-        ts.push_back({p + "self_attn.k_proj.weight", {sh.kv_heads * D, H}});
-        ts.push_back({p + "self_attn.v_proj.weight", {sh.kv_heads * D, H}});
-        ts.push_back({p + "self_attn.o_proj.weight", {H, sh.heads * D}});
-        ts.push_back({p + "self_attn.q_norm.weight", {D}});
-        ts.push_back({p + "self_attn.k_norm.weight", {D}});
+        if (linear) {
+            const uint64_t kd = sh.lin_heads * sh.lin_dim, C = 3 * kd;
+            ts.push_back({p + "linear_attn.in_proj_qkv.weight", {C, H}});
+            ts.push_back({p + "linear_attn.in_proj_z.weight", {kd, H}});
+            ts.push_back({p + "linear_attn.in_proj_b.weight", {sh.lin_heads, H}});
+            ts.push_back({p + "linear_attn.in_proj_a.weight", {sh.lin_heads, H}});
+            ts.push_back({p + "linear_attn.conv1d.weight", {C, 1, sh.conv}});
+            ts.push_back({p + "linear_attn.A_log", {sh.lin_heads}});
+            ts.push_back({p + "linear_attn.dt_bias", {sh.lin_heads}});
+            ts.push_back({p + "linear_attn.norm.weight", {sh.lin_dim}});
+            ts.push_back({p + "linear_attn.out_proj.weight", {H, kd}});
+        } else {
+            ts.push_back({p + "self_attn.q_proj.weight", {(sh.hybrid ? 2 : 1) * sh.heads * D, H}});
+            ts.push_back({p + "self_attn.k_proj.weight", {sh.kv_heads * D, H}});
+            ts.push_back({p + "self_attn.v_proj.weight", {sh.kv_heads * D, H}});
+            ts.push_back({p + "self_attn.o_proj.weight", {H, sh.heads * D}});
+            ts.push_back({p + "self_attn.q_norm.weight", {D}});
+            ts.push_back({p + "self_attn.k_norm.weight", {D}});
+        }
+        if (sh.experts) {
+            ts.push_back({p + "mlp.gate.weight", {sh.experts, H}});
+            for (uint64_t e = 0; e < sh.experts; ++e) {
+                const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+                ts.push_back({x + "gate_proj.weight", {sh.moe_width, H}});
+                ts.push_back({x + "up_proj.weight", {sh.moe_width, H}});
+                ts.push_back({x + "down_proj.weight", {H, sh.moe_width}});
+            }
+            return;
+        }
         ts.push_back({p + "mlp.gate_proj.weight", {I, H}});
         ts.push_back({p + "mlp.up_proj.weight", {I, H}});
         ts.push_back({p + "mlp.down_proj.weight", {H, I}});
+    };
+    const std::string prefix = sh.hybrid ? "model.language_model." : "model.";
+    if (sh.hybrid)
+        for (auto &t : ts)
+            if (t.first.rfind("model.", 0) == 0) t.first = prefix + t.first.substr(6);
+    for (uint64_t l = 0; l < L; ++l) layer(prefix + "layers." + std::to_string(l) + ".", sh.hybrid && (l + 1) % 4 != 0);
+    if (sh.hybrid) {
+        ts.push_back({"mtp.fc.weight", {H, 2 * H}});
+        ts.push_back({"mtp.pre_fc_norm_embedding.weight", {H}});
+        ts.push_back({"mtp.pre_fc_norm_hidden.weight", {H}});
+        layer("mtp.layers.0.", false);
+        ts.push_back({"mtp.norm.weight", {H}});
     }
     std::string header = "{";
     uint64_t off = 0;
@@ -96,7 +168,11 @@ void write_checkpoint(const fs::path &dir, const Shape &sh) {
         off += 2 * n;
     }
     header += "}";
-    std::ofstream f(dir / "model.safetensors", std::ios::binary);
+    // Written under a temporary name and renamed when complete: an
+    // interrupted run must not leave a truncated checkpoint that the next
+    // run (which writes it only when absent) would take for a good one.
+    const fs::path tmp = dir / "model.safetensors.tmp";
+    std::ofstream f(tmp, std::ios::binary);
     uint64_t hl = header.size();
     f.write(reinterpret_cast<const char *>(&hl), 8);
     f << header;
@@ -113,6 +189,12 @@ void write_checkpoint(const fs::path &dir, const Shape &sh) {
         f.write(reinterpret_cast<const char *>(buf.data()), static_cast<std::streamsize>(2 * k));
         left -= k;
     }
+    f.close();
+    if (!f) {
+        std::fprintf(stderr, "convert_bench: cannot write %s\n", tmp.c_str());
+        std::exit(1);
+    }
+    fs::rename(tmp, dir / "model.safetensors");
 }
 
 }  // namespace
@@ -123,7 +205,7 @@ int main(int argc, char **argv) {
     bool checkpoint_only = false;
     uint64_t chunk_elements = 0, budget_mib = 0;
     if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-        std::printf("convert_bench [--shape small|0.6b|gemma3-1b] [--hidden H] [--layers L] [--threads N] [--quant Q]\n"
+        std::printf("convert_bench [--shape small|0.6b|gemma3-1b|qwen3-moe|qwen3.5-0.8b] [--hidden H] [--layers L] [--threads N] [--quant Q]\n"
                     "              [--dir DIR] [--output F.cmf] [--checkpoint-only 1] [--chunk-elements N] [--budget-mib M]\n"
                     "Converts a synthetic BF16 qwen3 or gemma3 checkpoint (written once to --dir); see bench/convert_bench.cpp.\n");
         return 0;
@@ -149,8 +231,14 @@ int main(int argc, char **argv) {
     Shape sh{H, L, 32000, 3 * H, H / 64, H / 256, 64, false};
     if (shape == "0.6b") sh = Shape{1024, layers_flag ? layers_flag : 28, 151936, 3072, 16, 8, 128, true};
     else if (shape == "gemma3-1b") sh = Shape{1152, layers_flag ? layers_flag : 26, 262144, 6912, 4, 1, 256, true, true};
-    else if (shape != "small") {
-        std::fprintf(stderr, "convert_bench: --shape small|0.6b|gemma3-1b\n");
+    else if (shape == "qwen3-moe") {
+        sh = Shape{1024, layers_flag ? layers_flag : 16, 151936, 3072, 16, 4, 128, false};
+        sh.experts = 32, sh.top_k = 4, sh.moe_width = 768;
+    } else if (shape == "qwen3.5-0.8b") {
+        sh = Shape{1024, layers_flag ? layers_flag : 24, 248320, 3584, 8, 2, 256, true};
+        sh.hybrid = true;
+    } else if (shape != "small") {
+        std::fprintf(stderr, "convert_bench: --shape small|0.6b|gemma3-1b|qwen3-moe|qwen3.5-0.8b\n");
         return 2;
     }
     const uint64_t V = sh.V;

@@ -2,7 +2,9 @@
 # The model benchmark on real files, end to end, in one run:
 #   1. a BF16 checkpoint of the shape SHAPE with random weights, written once
 #      by convert_bench --checkpoint-only: 0.6b = Qwen3-0.6B (1.19 GB),
-#      gemma3-1b = Gemma3-1B (2.0 GB; sliding-window layers);
+#      gemma3-1b = Gemma3-1B (2.0 GB; sliding-window layers), qwen3-moe = a
+#      small Qwen3-MoE (3.2 GB; 32 experts, top-4), qwen3.5-0.8b = a
+#      Qwen3.5-shaped hybrid with an MTP head (1.6 GB);
 #   2. `cmfhost convert` to each dtype, with wall time and peak RSS
 #      (/usr/bin/time -v), i.e. convert throughput in MB/s of source;
 #   3. the memory read bandwidth of this machine on the same thread count
@@ -11,7 +13,9 @@
 #      open+bind, peak RSS; then ROUNDS rounds of (read bandwidth, one tg128
 #      in a process of its own) and a last read: each tg128 is set against
 #      the mean of the reads just before and just after it, and the median
-#      of those shares is decode's share of the read bandwidth. The
+#      of those shares is decode's share of the read bandwidth (for MoE and
+#      MTP files counted over the bytes a decode token reads: the top_k
+#      experts of each layer, no MTP head, one embedding row). The
 #      bandwidth of this shared VM drifts by 20 % over minutes, so a tg run
 #      compared with a read a minute away said 82 % in one run and 88 % in
 #      the next (2026-12-01, before 6b62301).
@@ -25,7 +29,9 @@ shape="${SHAPE:-0.6b}"
 case "$shape" in
   0.6b) name=qwen06b ;;
   gemma3-1b) name=gemma3-1b ;;
-  *) echo "SHAPE must be 0.6b or gemma3-1b, not $shape" >&2; exit 2 ;;
+  qwen3-moe) name=qwen3-moe ;;
+  qwen3.5-0.8b) name=qwen35-08b ;;
+  *) echo "SHAPE must be 0.6b, gemma3-1b, qwen3-moe or qwen3.5-0.8b, not $shape" >&2; exit 2 ;;
 esac
 work="${2:-/tmp/cmf-$name}"
 dtypes="${DTYPES:-f16 q8 q4tp q4}"
@@ -64,7 +70,14 @@ for q in $dtypes; do
   for ((i = 0; i < ${ROUNDS:-5}; i++)); do
     "$build/host/cmfhost" bench "$out" -p 0 -n "${TG:-128}" -r 1 --threads "$threads" >"$work/bench-$q-tg$i.txt"
     tgs+=("$(grep "^tg${TG:-128} " "$work/bench-$q-tg$i.txt" | awk '{print $2}')")
-    tgbws+=("$(grep 'tg streams' "$work/bench-$q-tg$i.txt" | awk '{print $3}')")
+    # Dense files read every weight; MoE and MTP files print what a decode
+    # token reads ("tg reads ... N GB/s at the median").
+    if grep -q 'tg reads' "$work/bench-$q-tg$i.txt"; then
+      tgbws+=("$(grep 'tg reads' "$work/bench-$q-tg$i.txt" | sed 's/.*: \([0-9.]*\) GB\/s at the median.*/\1/')")
+    else
+      tgbws+=("$(grep 'tg streams' "$work/bench-$q-tg$i.txt" | awk '{print $3}')")
+    fi
+    grep -E '^(tg[0-9]+-mtp|MTP:)' "$work/bench-$q-tg$i.txt" | sed "s/^/  $q round $i: /" || true
     bws+=("$(read_pass)")
   done
   shares=()

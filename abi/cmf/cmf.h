@@ -655,6 +655,12 @@ typedef struct cmf_generate_options {
     size_t n_stop_ids;
     cmf_token_fn on_token;         /* may be NULL */
     void *user;
+    /* Appended. Nonzero (default): speculative decoding with the model's
+     * draft head (an MTP head) when it has one -- the same tokens as plain
+     * decoding when greedy, the same distribution when sampling (standard
+     * speculative sampling); 0: plain decoding. */
+    int32_t speculative;
+    uint32_t reserved0;
 } cmf_generate_options;
 
 CMF_API void cmf_generate_options_init(cmf_generate_options *opts);
@@ -676,6 +682,10 @@ typedef struct cmf_generate_stats {
     double decode_seconds;
     double prefill_tok_s;          /* prompt_tokens / prefill_seconds */
     double decode_tok_s;           /* generated_tokens / decode_seconds */
+    /* Appended: speculative decoding's drafted tokens and how many of them
+     * were accepted (each one a forward pass saved). */
+    uint64_t draft_tokens;
+    uint64_t draft_accepted;
 } cmf_generate_stats;
 
 CMF_API void cmf_generate_stats_init(cmf_generate_stats *stats);
@@ -725,6 +735,14 @@ CMF_API cmf_error *cmf_session_eval(cmf_session *s, const int32_t *tokens, size_
 CMF_API cmf_error *cmf_session_profile(const cmf_session *s, char **out_json);
 /* Zero the profile (e.g. after a warm-up). */
 CMF_API cmf_error *cmf_session_profile_reset(cmf_session *s);
+
+/* Mixture-of-experts routing statistics of everything the session has
+ * forwarded, as compact JSON {"<layer>":[c_0,...,c_{E-1}],...}: one entry
+ * per MoE layer in layer order, c_e = how many times expert e was among a
+ * token's top-k (the original implementation's CMF_MOE_STATS format, which
+ * expert pruning reads); "{}" for a model without MoE layers. Free with
+ * cmf_string_free. CMF_ERR_UNSUPPORTED if the arch plugin keeps none. */
+CMF_API cmf_error *cmf_session_route_stats(const cmf_session *s, char **out_json);
 
 CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s); /* logits per position */
 CMF_API uint64_t cmf_session_n_ctx(const cmf_session *s);

@@ -420,6 +420,66 @@ typedef struct cmf_backend_vt {
      * and inside the backend's struct_size. */
     cmf_error *(*weight_bind_subset)(void *ctx, const cmf_tensor_view *t, uint32_t axis, const uint32_t *idx,
                                      uint64_t n, cmf_backend_weight **out);
+
+
+    /* ---- mixture-of-experts operations (appended; optional) ----
+     * An arch calls these only when non-NULL and inside the backend's
+     * struct_size. Row indices and weights are host memory. */
+
+    /* ys[g] = xs[g] · W_g^T for every group g < n_groups: xs[g] holds
+     * n_rows[g] rows of W_g's cols floats, ys[g] gets n_rows[g] rows of W_g's
+     * rows floats (n_rows[g] == 0: nothing). The weights may differ in shape
+     * and dtype. What n_groups matmul calls give, in one call, so a backend
+     * can run the small groups (a decode token's experts) as one parallel
+     * loop and each large group (an expert's tokens in prefill) as one GEMM.
+     * Each row equals the row matmul computes for the same x row at the same
+     * n_rows. */
+    cmf_error *(*matmul_grouped)(void *ctx, uint32_t n_groups, const cmf_backend_weight *const *ws,
+                                 const float *const *xs, const uint64_t *n_rows, float *const *ys);
+    /* dst[i] = src[rows[i]] (rows of dim floats) for i < n. */
+    cmf_error *(*gather_rows)(void *ctx, const float *src, uint64_t dim, const int32_t *rows, uint64_t n, float *dst);
+    /* out[r] = sum over the i < n with rows[i] == r of weights[i] * x[i]
+     * (rows of dim floats), added in increasing i, for r < n_out; a row no i
+     * names is 0. x and out do not overlap. */
+    cmf_error *(*scatter_rows)(void *ctx, const float *x, uint64_t n, uint64_t dim, const int32_t *rows,
+                               const float *weights, float *out, uint64_t n_out);
+
+    /* ---- hybrid (gated delta net) operations (appended; optional) ----
+     * Backends that have these also accept CMF_ACT_SIGMOID in gated_act. */
+
+    /* dst[r * ld_dst + j] = src[r * ld_src + j] for r < n_rows, j < row_len
+     * (a strided 2-D copy; the regions do not overlap). */
+    cmf_error *(*copy_rows)(void *ctx, float *dst, uint64_t ld_dst, const float *src, uint64_t ld_src,
+                            uint64_t n_rows, uint64_t row_len);
+    /* Causal depthwise convolution followed by SiLU, over n_tokens rows of
+     * `channels` (x, out: [n_tokens][channels], distinct): with u the input
+     * stream (the kernel-1 rows of `state`, oldest first, then x),
+     *   out[t][c] = SiLU(sum over j < kernel of w[c * kernel + j] * u[t + j][c]),
+     * w a bound vector of channels * kernel values (a [C, 1, K] conv weight
+     * read flat). On return `state_out` holds the last kernel-1 rows of u,
+     * and `state` the kernel-1 rows before the call's last token (for n == 1
+     * it is unchanged): the state one token back, for a speculative rollback. */
+    cmf_error *(*causal_conv1d_silu)(void *ctx, const float *x, uint64_t n_tokens, uint64_t channels,
+                                     const cmf_backend_weight *w, uint32_t kernel, float *state, float *state_out,
+                                     float *out);
+    /* The gated delta rule (Qwen3-Next / Qwen3.5 linear attention) over
+     * n_tokens tokens. qkv: [n_tokens][2*nk*dk + nv*dv], per token the query
+     * heads (nk of dk), the key heads (nk of dk) and the value heads (nv of
+     * dv); a, b: [n_tokens][nv]; a_log, dt_bias: bound vectors of nv. Value
+     * head h reads key/query head h / (nv/nk). Per token and value head:
+     *   q = q_g / sqrt(|q_g|^2 + 1e-6) / sqrt(dk),  k = k_g / sqrt(|k_g|^2 + 1e-6),
+     *   beta = sigmoid(b_h),  decay = exp(-exp(a_log_h) * softplus(a_h + dt_bias_h)),
+     *   S = decay * S;  S += k (beta (v_h - S^T k))^T;  out_h = S^T q,
+     * S the head's [dk][dv] state (f32, states: [nv][dk][dv]). out:
+     * [n_tokens][nv*dv]. On return `state_out` holds the state after every
+     * token and `state` the state after all but the last one (for n == 1
+     * unchanged): one token back, for a speculative rollback. A backend may
+     * evaluate long inputs in the chunked (WY) form, equal to the recurrence
+     * up to rounding. */
+    cmf_error *(*gated_delta_net)(void *ctx, const float *qkv, uint64_t n_tokens, uint32_t nk, uint32_t nv,
+                                  uint32_t dk, uint32_t dv, const float *a, const float *b,
+                                  const cmf_backend_weight *a_log, const cmf_backend_weight *dt_bias, float *state,
+                                  float *state_out, float *out);
 } cmf_backend_vt;
 
 /* cmf_backend_vt.rms_norm styles: x̂·w (qwen, llama) or x̂·(1+w) (gemma, qwen3-next) */
@@ -432,6 +492,8 @@ typedef struct cmf_backend_vt {
 /* cmf_backend_vt.activation and add_gated also take: */
 #define CMF_ACT_IDENTITY  2
 #define CMF_ACT_TANH      3
+/* gated_act also takes, in backends with the hybrid operations (gated_delta_net): */
+#define CMF_ACT_SIGMOID   4
 
 /* cmf_backend_vt.rope_table pair layouts */
 #define CMF_ROPE_INTERLEAVED 0 /* pair m = elements (2m, 2m+1) of a head */
@@ -506,6 +568,10 @@ typedef struct cmf_arch_model_info {
     uint32_t reserved0;
     uint64_t vocab_size;           /* logits per position */
     uint64_t max_context;          /* from the header (max_position_embeddings), 0 = unknown */
+    /* Appended: tokens the model's draft head proposes per step
+     * (cmf_arch_vt.draft, e.g. an MTP head); 0 = no draft head. */
+    uint32_t draft_tokens;
+    uint32_t reserved1;
 } cmf_arch_model_info;
 
 #define CMF_LOGITS_NONE 0  /* only advance the state */
@@ -612,7 +678,12 @@ typedef struct cmf_arch_vt {
     cmf_error *(*model_info)(void *ctx, const cmf_arch_model *model, cmf_arch_model_info *out);
     cmf_error *(*state_create)(void *ctx, cmf_arch_model *model, uint64_t n_ctx, cmf_arch_state **out);
     void (*state_free)(void *ctx, cmf_arch_state *state);
-    /* Keep the first n_keep positions, drop the rest (rollback, reset with 0). */
+    /* Keep the first n_keep positions, drop the rest (rollback, reset with 0).
+     * Right after a forward call, dropping its last position (n_keep =
+     * n_past - 1: a rejected speculative token) is always supported. A state
+     * that cannot go further back (recurrent layers keep one step of
+     * history) answers other n_keep < n_past with CMF_ERR_UNSUPPORTED; the
+     * host then resets and forwards the kept tokens again. */
     cmf_error *(*state_truncate)(void *ctx, cmf_arch_state *state, uint64_t n_keep);
     cmf_error *(*forward)(void *ctx, cmf_arch_model *model, cmf_arch_state *state, const cmf_forward_args *args);
 
@@ -641,6 +712,22 @@ typedef struct cmf_arch_vt {
     void (*pipeline_free)(void *ctx, cmf_arch_pipeline *pipeline);
     cmf_error *(*pipeline_info)(void *ctx, const cmf_arch_pipeline *pipeline, cmf_pipeline_info *out);
     cmf_error *(*text_to_image)(void *ctx, cmf_arch_pipeline *pipeline, const cmf_text_to_image_args *args);
+
+    /* -- routing statistics (appended; optional) --
+     * Mixture-of-experts routing counts of what `state` has forwarded since
+     * it was created, as compact JSON {"<layer>":[c_0,...,c_{E-1}],...}: one
+     * entry per MoE layer, in layer order, c_e = how many times expert e was
+     * among a token's top-k ("{}" without MoE layers). A position undone by
+     * the one-position rollback is not counted. Appended to `out`. */
+    cmf_error *(*route_stats)(void *ctx, const cmf_arch_state *state, const cmf_byte_sink *out);
+
+    /* -- draft head (appended; optional): speculative decoding --
+     * The draft head's logits (vocab_size floats, host memory) for position
+     * n_past + 1, given `next_token`, the token chosen for position n_past
+     * and not yet forwarded. Only for models whose model_info says
+     * draft_tokens > 0. The draft head keeps its own cache of the positions
+     * drafted from; it never changes what forward computes. */
+    cmf_error *(*draft)(void *ctx, cmf_arch_model *model, cmf_arch_state *state, int32_t next_token, float *logits);
 } cmf_arch_vt;
 
 /* ---- the host services table -------------------------------------------- */

@@ -58,7 +58,7 @@ struct Shim<Member, Name> {
     X(matmul) X(buffer_alloc) X(buffer_free) X(buffer_write) X(buffer_read) X(copy) X(rms_norm) X(rope) X(attention) \
         X(gated_act) X(add) X(add_bias) X(embed) X(kv_write) X(attention_kv) X(attention_ring) X(modulate)     \
         X(add_gated) X(activation) X(layer_norm) X(rope_table) X(attention_full) X(conv2d) X(group_norm)        \
-        X(upsample2x)
+        X(upsample2x) X(gather_rows) X(scatter_rows) X(copy_rows) X(causal_conv1d_silu) X(gated_delta_net)
 #define CMF_PROFILE_NAME(op) constexpr char k_##op[] = #op;
 CMF_PROFILE_OPS(CMF_PROFILE_NAME)
 #undef CMF_PROFILE_NAME
@@ -107,6 +107,22 @@ cmf_error *matmul_multi_shim(void *ctx, const cmf_backend_weight *const *ws, uin
     return e;
 }
 
+// matmul_grouped: one key per set of dtypes; the bytes are the weights the
+// call was given (the selected experts), summed per call.
+constexpr char k_matmul_grouped[] = "matmul_grouped";
+cmf_error *matmul_grouped_shim(void *ctx, uint32_t n, const cmf_backend_weight *const *ws, const float *const *xs,
+                               const uint64_t *n_rows, float *const *ys) {
+    auto *p = static_cast<BackendProfile *>(ctx);
+    const auto t0 = Clock::now();
+    cmf_error *e = p->inner().matmul_grouped(p->inner_ctx(), n, ws, xs, n_rows, ys);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; ws != nullptr && n_rows != nullptr && i < n; ++i)
+        if (n_rows[i] > 0) bytes += p->bytes_of(ws[i]);
+    p->record(k_matmul_grouped, ws != nullptr && n > 0 ? p->grouped_key(ws, n) : nullptr, seconds, bytes);
+    return e;
+}
+
 const char *phase_name(int p) {
     switch (p) {
     case 1: return "prefill";
@@ -135,6 +151,31 @@ BackendProfile::BackendProfile(const cmf_backend_vt &inner, void *inner_ctx) : i
 #undef CMF_PROFILE_WRAP
     if (inner_.matmul_multi) vt_.matmul_multi = matmul_multi_shim;
     if (inner_.weight_bind_subset) vt_.weight_bind_subset = bind_subset_shim;
+    if (inner_.matmul_grouped) vt_.matmul_grouped = matmul_grouped_shim;
+}
+
+uint64_t BackendProfile::bytes_of(const cmf_backend_weight *w) const {
+    auto it = weights_.find(w);
+    return it == weights_.end() ? 0 : it->second.bytes;
+}
+
+const cmf_backend_weight *BackendProfile::grouped_key(const cmf_backend_weight *const *ws, uint32_t n) {
+    std::vector<std::string> dtypes;
+    for (uint32_t i = 0; i < n; ++i) {
+        auto w = weights_.find(ws[i]);
+        std::string label = w == weights_.end() ? "?" : w->second.label;
+        label = label.substr(0, label.find(' '));
+        if (std::find(dtypes.begin(), dtypes.end(), label) == dtypes.end()) dtypes.push_back(label);
+    }
+    std::sort(dtypes.begin(), dtypes.end());
+    std::string label = "experts";
+    for (size_t i = 0; i < dtypes.size(); ++i) label += (i ? "+" : " ") + dtypes[i];
+    auto it = grouped_.find(label);
+    if (it == grouped_.end()) {
+        it = grouped_.emplace(label, std::make_unique<char>()).first;
+        weights_[reinterpret_cast<const cmf_backend_weight *>(it->second.get())] = WeightInfo{label, 0};
+    }
+    return reinterpret_cast<const cmf_backend_weight *>(it->second.get());
 }
 
 void BackendProfile::forget_weight(const cmf_backend_weight *w) {
@@ -175,10 +216,11 @@ const cmf_backend_weight *BackendProfile::group_of(const cmf_backend_weight *con
     return reinterpret_cast<const cmf_backend_weight *>(it->second.get());
 }
 
-void BackendProfile::record(const char *op, const cmf_backend_weight *w, double seconds) {
+void BackendProfile::record(const char *op, const cmf_backend_weight *w, double seconds, uint64_t bytes) {
     Stat &s = stats_[{static_cast<int>(phase_), op, w}];
     ++s.calls;
     s.seconds += seconds;
+    s.bytes += bytes == UINT64_MAX ? bytes_of(w) : bytes;
 }
 
 void BackendProfile::note_weight(const cmf_backend_weight *w, const cmf_tensor_view &t) {
@@ -215,6 +257,7 @@ std::string BackendProfile::to_json() const {
         if (info) r.weight = info->label, r.weight_bytes = info->bytes;
         r.stat.calls += stat.calls;
         r.stat.seconds += stat.seconds;
+        r.stat.bytes += stat.bytes;
     }
     std::vector<Row> rows;
     for (auto &[key, r] : merged) rows.push_back(std::move(r));
@@ -228,7 +271,8 @@ std::string BackendProfile::to_json() const {
                                           {"weight", r.weight},
                                           {"calls", r.stat.calls},
                                           {"seconds", r.stat.seconds},
-                                          {"weight_bytes", r.weight_bytes}});
+                                          {"weight_bytes", r.weight_bytes},
+                                          {"read_bytes", r.stat.bytes}});
     return boost::json::serialize(boost::json::object{{"ops", std::move(ops)}});
 }
 

@@ -40,16 +40,26 @@ public:
 
     void set_phase(Phase p) { phase_ = p; }
     void reset() { stats_.clear(); }
-    // {"ops":[{"phase","op","weight","calls","seconds","weight_bytes"}, ...]},
-    // sorted by phase, then by time (largest first).
+    // {"ops":[{"phase","op","weight","calls","seconds","weight_bytes",
+    // "read_bytes"}, ...]}, sorted by phase, then by time (largest first);
+    // read_bytes: the weights' payload bytes over all calls (a
+    // matmul_grouped call reads the groups it is given: the experts a token
+    // picked).
     std::string to_json() const;
 
     // Used by the shims.
     struct Stat {
         uint64_t calls = 0;
         double seconds = 0;
+        uint64_t bytes = 0;  // weight payload bytes over the calls
     };
-    void record(const char *op, const cmf_backend_weight *w, double seconds);
+    // `bytes`: UINT64_MAX = the weight's payload (0 without one).
+    void record(const char *op, const cmf_backend_weight *w, double seconds, uint64_t bytes = UINT64_MAX);
+    // The payload bytes of a bound weight (0 if unknown).
+    uint64_t bytes_of(const cmf_backend_weight *w) const;
+    // A profile key for a matmul_grouped call's weights, by their dtypes:
+    // "experts q4_block" (the groups change from token to token).
+    const cmf_backend_weight *grouped_key(const cmf_backend_weight *const *ws, uint32_t n);
     void note_weight(const cmf_backend_weight *w, const cmf_tensor_view &t);
     void note_subset(const cmf_backend_weight *w, const cmf_tensor_view &t, uint32_t axis, uint64_t n);
     void forget_weight(const cmf_backend_weight *w);
@@ -74,6 +84,7 @@ private:
     std::map<const cmf_backend_weight *, WeightInfo> weights_;
     // Keys made up for fused calls' weight lists (their addresses are the keys).
     std::map<std::vector<const cmf_backend_weight *>, std::unique_ptr<char>> groups_;
+    std::map<std::string, std::unique_ptr<char>> grouped_;
 };
 
 }  // namespace cmf::runtime

@@ -55,6 +55,8 @@ BoundModel::BoundModel(Runtime &rt, const cmf_model_source &src, const BindConfi
         throw_if_error(arch_->vt.model_info(arch_->ctx, model_, &info));
         vocab_ = info.vocab_size;
         max_context_ = info.max_context;
+        draft_ = info.draft_tokens > 0 && arch_->vt.struct_size >= offsetof(cmf_arch_vt, draft) + sizeof(void *) &&
+                 arch_->vt.draft != nullptr;
     } catch (...) {
         arch_->vt.model_free(arch_->ctx, model_);
         throw;
@@ -95,6 +97,27 @@ cmf_error *BoundModel::forward_batch(uint32_t n, cmf_arch_state *const *states, 
         profile_->set_phase(tokens > n ? BackendProfile::Phase::prefill : BackendProfile::Phase::decode);
     }
     return arch_->vt.forward_batch(arch_->ctx, model_, n, states, args);
+}
+
+void BoundModel::draft(cmf_arch_state *s, int32_t next, float *logits) {
+    if (!draft_) throw Error(CMF_ERR_UNSUPPORTED, "the model has no draft head (or it is off: model option mtp=off)");
+    throw_if_error(arch_->vt.draft(arch_->ctx, model_, s, next, logits), "arch '" + arch_->name + "' draft");
+}
+
+std::string BoundModel::route_stats(const cmf_arch_state *s) const {
+    const cmf_arch_vt &vt = arch_->vt;
+    if (vt.struct_size < offsetof(cmf_arch_vt, route_stats) + sizeof(void *) || vt.route_stats == nullptr)
+        throw Error(CMF_ERR_UNSUPPORTED, "arch plugin '" + arch_->name + "' keeps no routing statistics");
+    std::string out;
+    cmf_byte_sink sink{};
+    sink.struct_size = sizeof sink;
+    sink.user = &out;
+    sink.append = [](void *user, const void *data, size_t n) -> cmf_error * {
+        static_cast<std::string *>(user)->append(static_cast<const char *>(data), n);
+        return nullptr;
+    };
+    throw_if_error(vt.route_stats(arch_->ctx, s, &sink));
+    return out;
 }
 
 }  // namespace cmf::runtime

@@ -51,6 +51,16 @@ public:
 
     BackendProfile *profile() { return profile_.get(); }
 
+    // The model has a draft head (cmf_arch_model_info.draft_tokens and the
+    // arch's cmf_arch_vt.draft).
+    bool has_draft() const { return draft_; }
+    // The draft head's logits (vocab floats) for position n_past + 1 of `s`,
+    // given the token chosen for n_past. CMF_ERR_UNSUPPORTED without a head.
+    void draft(cmf_arch_state *s, int32_t next, float *logits);
+    // The arch's routing statistics of `s` (cmf_arch_vt.route_stats);
+    // CMF_ERR_UNSUPPORTED when the arch keeps none.
+    std::string route_stats(const cmf_arch_state *s) const;
+
 private:
     cmf_model_source src_;
     const ArchEntry *arch_ = nullptr;
@@ -61,6 +71,7 @@ private:
     cmf_arch_model *model_ = nullptr;
     uint64_t vocab_ = 0;
     uint64_t max_context_ = 0;
+    bool draft_ = false;
 };
 
 // The header's arch.arch_name (CMF_ERR_PARSE if absent or not a string).

@@ -39,6 +39,8 @@ inline cmf_generate_stats c_stats_of(const GenerateStats &st, uint64_t n_past) {
     out.decode_seconds = st.decode_seconds;
     out.prefill_tok_s = st.prefill_tok_s();
     out.decode_tok_s = st.decode_tok_s();
+    out.draft_tokens = st.draft_tokens;
+    out.draft_accepted = st.draft_accepted;
     return out;
 }
 

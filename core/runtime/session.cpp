@@ -104,8 +104,9 @@ void Session::truncate(uint64_t n_keep) {
     } catch (const Error &e) {
         if (e.code() != CMF_ERR_UNSUPPORTED || n_keep == 0) throw;
         // The state cannot drop those positions in place (a sliding-window
-        // layer's ring no longer holds the window before n_keep): rebuild
-        // it from the kept tokens.
+        // layer's ring no longer holds the window before n_keep, a gated
+        // delta net keeps one position of history): rebuild it from the
+        // kept tokens.
         const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + std::ptrdiff_t(n_keep));
         model_.state_truncate(state_, 0);
         tokens_.clear();
@@ -116,6 +117,8 @@ void Session::truncate(uint64_t n_keep) {
     }
     tokens_.resize(n_keep);
 }
+
+std::string Session::route_stats() const { return model_.route_stats(state_); }
 
 GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateConfig &cfg) {
     cancel_.store(false);
@@ -158,6 +161,16 @@ GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateC
     sampler.accept(tokens_);  // the penalties look at the whole context
     auto t1 = Clock::now();
     st.stop_reason = CMF_STOP_MAX_TOKENS;
+    if (model_.has_draft() && cfg.speculative)
+        speculative_loop(cfg, sampler, logits, st);
+    else
+        decode_loop(cfg, sampler, logits, st);
+    st.decode_seconds = seconds_since(t1);
+    return st;
+}
+
+void Session::decode_loop(const GenerateConfig &cfg, text::Sampler &sampler, std::vector<float> &logits,
+                          GenerateStats &st) {
     while (cfg.max_tokens == 0 || st.generated_tokens < cfg.max_tokens) {
         if (cancel_.load()) {
             st.stop_reason = CMF_STOP_CANCELLED;
@@ -183,8 +196,111 @@ GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateC
             break;
         }
     }
-    st.decode_seconds = seconds_since(t1);
-    return st;
+}
+
+void Session::draft(int32_t next, float *logits) {
+    model_.draft(state_, next, logits);
+}
+
+// Speculative decoding with one drafted token per step (the MTP scheme):
+// `tok`, sampled for position P = n_past, is forwarded together with the
+// draft head's guess d for P + 1 in one two-position pass. The token for
+// P + 1 is then chosen from the trunk's logits at P as plain decoding would
+// choose it (greedy: their argmax; sampling: d kept with probability
+// min(1, p(d) / q(d)), else a draw from max(0, p - q) renormalised, the
+// standard speculative sampling rule, which leaves the distribution p). If
+// it is d, the logits at P + 1 are valid too and the next token comes from
+// them: two tokens for one pass. Otherwise d's position is dropped
+// (state_truncate by one: the KV rows and the gated delta net's state go
+// back) and the chosen token is forwarded with the next step's draft.
+void Session::speculative_loop(const GenerateConfig &cfg, text::Sampler &sampler, std::vector<float> &logits,
+                               GenerateStats &st) {
+    const uint64_t V = vocab_;
+    std::vector<float> draft_logits(V), pair(2 * V);
+    std::vector<double> p, q;
+    const bool greedy = cfg.sampler.temperature < 1e-6f;
+    auto is_stop = [&](int32_t t) { return std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), t) != cfg.stop_ids.end(); };
+    auto wants_more = [&](bool go_on) { return go_on && (cfg.max_tokens == 0 || st.generated_tokens < cfg.max_tokens); };
+    if (cfg.max_tokens != 0 && st.generated_tokens >= cfg.max_tokens) return;
+    int32_t tok = sampler.sample(logits);
+    for (;;) {
+        if (cancel_.load()) {
+            st.stop_reason = CMF_STOP_CANCELLED;
+            return;
+        }
+        if (is_stop(tok)) {
+            st.stop_reason = CMF_STOP_EOS;
+            return;
+        }
+        ++st.generated_tokens;
+        bool go_on = !cfg.on_token || cfg.on_token(tok);
+        if (tokens_.size() + 1 > n_ctx_) {
+            st.stop_reason = CMF_STOP_CONTEXT_FULL;
+            return;
+        }
+        if (!wants_more(go_on) || tokens_.size() + 2 > n_ctx_) {
+            // No room (or no wish) for a second position: plain decoding.
+            const bool more = wants_more(go_on);
+            forward(std::span<const int32_t>(&tok, 1), more ? CMF_LOGITS_LAST : CMF_LOGITS_NONE, logits.data());
+            if (!go_on) st.stop_reason = CMF_STOP_CALLBACK;
+            if (!more) return;
+            tok = sampler.sample(logits);
+            continue;
+        }
+        // Draft d for P + 1 from the head's distribution q (the sampler's
+        // chain over the draft logits, the same history).
+        draft(tok, draft_logits.data());
+        int32_t d = sampler.distribution(draft_logits, q);
+        double qsum = 0;
+        if (d < 0) {
+            d = sampler.draw(q);
+            for (double x : q) qsum += x;
+        }
+        ++st.draft_tokens;
+        const int32_t both[2] = {tok, d};
+        forward(both, CMF_LOGITS_ALL, pair.data());
+        // The token of P + 1, as plain decoding picks it from the logits at P.
+        int32_t next = sampler.distribution(std::span<const float>(pair.data(), V), p);
+        if (greedy || next >= 0) {
+            if (next < 0) next = sampler.draw(p);  // (greedy always gives next >= 0)
+        } else {
+            double psum = 0;
+            for (double x : p) psum += x;
+            const double pd = p[size_t(d)] / psum, qd = qsum > 0 ? q[size_t(d)] / qsum : 1.0;
+            if (sampler.next_uniform() < std::min(1.0, pd / qd)) {
+                next = d;
+            } else {
+                // The residual max(0, p - q), renormalised by draw.
+                for (size_t i = 0; i < V; ++i) p[i] = std::max(0.0, p[i] / psum - (qsum > 0 ? q[i] / qsum : 0.0));
+                p[size_t(d)] = 0;
+                next = sampler.draw(p);
+            }
+        }
+        sampler.push(next);
+        if (next == d) {
+            ++st.draft_accepted;
+            if (is_stop(next)) {
+                truncate(tokens_.size() - 1);
+                st.stop_reason = CMF_STOP_EOS;
+                return;
+            }
+            ++st.generated_tokens;
+            go_on = !cfg.on_token || cfg.on_token(next);
+            if (!wants_more(go_on)) {
+                if (!go_on) st.stop_reason = CMF_STOP_CALLBACK;
+                return;
+            }
+            if (cancel_.load()) {
+                st.stop_reason = CMF_STOP_CANCELLED;
+                return;
+            }
+            std::copy(pair.begin() + std::ptrdiff_t(V), pair.end(), logits.begin());
+            tok = sampler.sample(logits);
+        } else {
+            truncate(tokens_.size() - 1);
+            tok = next;
+        }
+    }
 }
 
 GenerateStats bench_pp_tg(Session &s, uint32_t n_prompt, uint32_t n_gen, uint64_t seed) {

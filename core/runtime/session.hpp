@@ -39,6 +39,9 @@ struct GenerateConfig {
     // Called with each generated token (stop ids are not delivered);
     // returning false stops generation.
     std::function<bool(int32_t)> on_token;
+    // Speculative decoding with the model's draft head (an MTP head), when
+    // it has one: the same tokens greedily, the same distribution sampling.
+    bool speculative = true;
 };
 
 struct GenerateStats {
@@ -47,6 +50,10 @@ struct GenerateStats {
     uint64_t generated_tokens = 0;
     double prefill_seconds = 0;
     double decode_seconds = 0;
+    // Speculative decoding: tokens the draft head proposed, and how many of
+    // them were accepted (each saved a forward pass).
+    uint64_t draft_tokens = 0;
+    uint64_t draft_accepted = 0;
     double prefill_tok_s() const { return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0; }
     // Every generated token is forwarded once (the last one too, so the
     // context holds it), so the decode rate is generated / decode time.
@@ -65,6 +72,11 @@ public:
     uint64_t n_past() const { return tokens_.size(); }
     const std::vector<int32_t> &tokens() const { return tokens_; }
     const std::string &arch_name() const { return model_.arch_name(); }
+    // The model has a draft head (cmf_arch_model_info.draft_tokens, cmf_arch_vt.draft).
+    bool has_draft() const { return model_.has_draft(); }
+    // The draft head's logits (vocab floats) for position n_past + 1, given
+    // the token chosen for n_past (not added to the context).
+    void draft(int32_t next, float *logits);
 
     // Appends `prompt` to the context, then generates. The generated tokens
     // also stay in the context (a later call continues the conversation).
@@ -79,8 +91,13 @@ public:
     // again afterwards): a routing probe (docs/tasks-and-skills.md).
     std::vector<float> probe(std::span<const int32_t> tokens, uint64_t n_layers, uint64_t hidden_size);
 
-    // Drops everything after the first n_keep tokens (0 = reset).
+    // Drops everything after the first n_keep tokens (0 = reset). A state
+    // that cannot go back that far (recurrent layers keep one position of
+    // history) is reset and the kept tokens are forwarded again.
     void truncate(uint64_t n_keep);
+
+    // The arch's routing statistics of this session's state (cmf_arch_vt.route_stats).
+    std::string route_stats() const;
     // Thread-safe: makes the running generate() return at the next token.
     void cancel() { cancel_.store(true); }
 
@@ -89,6 +106,9 @@ public:
 
 private:
     void forward(std::span<const int32_t> tokens, int32_t mode, float *logits);
+    void decode_loop(const GenerateConfig &cfg, text::Sampler &sampler, std::vector<float> &logits, GenerateStats &st);
+    void speculative_loop(const GenerateConfig &cfg, text::Sampler &sampler, std::vector<float> &logits,
+                          GenerateStats &st);
 
     SessionConfig cfg_;
     BoundModel model_;

@@ -66,6 +66,7 @@ CMF_API void cmf_generate_options_init(cmf_generate_options *o) {
     o->repetition_penalty = d.repetition_penalty;
     o->presence_penalty = d.presence_penalty;
     o->seed = d.seed;
+    o->speculative = 1;
 }
 
 CMF_API void cmf_generate_stats_init(cmf_generate_stats *s) {
@@ -139,6 +140,7 @@ CMF_API cmf_error *cmf_session_generate(cmf_session *s, const int32_t *prompt, s
         g.max_tokens = o.max_tokens;
         g.sampler = cmf::runtime::sampler_params_of(o);
         if (o.stop_ids != nullptr) g.stop_ids.assign(o.stop_ids, o.stop_ids + o.n_stop_ids);
+        g.speculative = o.speculative != 0;
         g.on_token = cmf::runtime::token_callback_of(o);
         auto st = sess.generate(std::span<const int32_t>(prompt, n_prompt), g);
         if (stats != nullptr) copy_out(stats, cmf::runtime::c_stats_of(st, sess.n_past()));
@@ -183,6 +185,15 @@ CMF_API cmf_error *cmf_session_profile(const cmf_session *s, char **out_json) {
 
 CMF_API cmf_error *cmf_session_profile_reset(cmf_session *s) {
     return guard([&] { profile_of(s, "cmf_session_profile_reset")->reset(); });
+}
+
+CMF_API cmf_error *cmf_session_route_stats(const cmf_session *s, char **out_json) {
+    return guard([&] {
+        if (out_json == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_route_stats: NULL out_json");
+        *out_json = nullptr;
+        if (s == nullptr || !s->impl) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_route_stats: NULL session");
+        cmf::capi::give_string(s->impl->route_stats(), out_json);
+    });
 }
 
 CMF_API uint64_t cmf_session_vocab_size(const cmf_session *s) { return s && s->impl ? s->impl->vocab_size() : 0; }

@@ -49,6 +49,18 @@ public:
     // Next SplitMix64 draw as r in [0, 1) (exposed for tests).
     double next_uniform();
 
+    // Speculative decoding. The distribution sample() draws from for these
+    // logits and the current history (steps 1-6), into `prob` as weights
+    // proportional to it (not renormalised); greedy (or nothing left) puts
+    // all the weight on one id, which is returned (-1 when the draw is
+    // random). No draw, no history change.
+    int32_t distribution(std::span<const float> logits, std::vector<double> &prob);
+    // An id drawn from `prob` as sample() draws (one next_uniform, inverse
+    // CDF in id order); does not touch the history.
+    int32_t draw(std::span<const double> prob);
+    // Appends an id to the history, as sample() does with its pick.
+    void push(int32_t id);
+
 private:
     SamplerParams p_;
     uint64_t state_;

@@ -164,6 +164,66 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// "model.layers.<L>.mlp.experts.<E>.<rest>" -> L (else -1).
+long expert_layer(const std::string &name) {
+    static const std::string prefix = "model.layers.";
+    if (name.rfind(prefix, 0) != 0) return -1;
+    size_t dot = name.find('.', prefix.size());
+    if (dot == std::string::npos || name.compare(dot, 13, ".mlp.experts.") != 0) return -1;
+    return std::stol(name.substr(prefix.size(), dot - prefix.size()));
+}
+
+// The weight bytes one decode step reads: every tensor once, except the
+// embedding table (one row; all of it when it is also the head), the MTP
+// head (not run by plain decoding) and the experts, of which each MoE layer
+// reads the top_k a token picks (top_k / E of its experts' bytes, experts of
+// a layer being the same size).
+uint64_t decode_read_bytes(const cmf_model *m, uint64_t &expert_bytes_read, uint64_t &expert_bytes_all) {
+    cmf_model_info mi;
+    cmf_model_info_init(&mi);
+    check(cmf_model_get_info(m, &mi), "model");
+    uint64_t top_k = 0;
+    bool tied = false;
+    if (mi.arch_json != nullptr) {
+        const boost::json::value arch = boost::json::parse(mi.arch_json);
+        if (const auto *moe = arch.as_object().if_contains("moe"); moe && moe->is_object())
+            if (const auto *k = moe->as_object().if_contains("top_k")) top_k = k->to_number<uint64_t>();
+        if (const auto *t = arch.as_object().if_contains("tie_word_embeddings"); t && t->is_bool()) tied = t->as_bool();
+    }
+    std::map<long, std::pair<uint64_t, std::map<std::string, bool>>> experts;  // layer -> (bytes, expert ids)
+    uint64_t total = 0;
+    bool has_head = false;
+    uint64_t embed = 0;
+    for (size_t i = 0; i < cmf_tensor_count(m); ++i) {
+        cmf_tensor_info t;
+        cmf_tensor_info_init(&t);
+        check(cmf_tensor_at(m, i, &t), "model");
+        const std::string name = t.name;
+        if (name.rfind("model.mtp.", 0) == 0) continue;
+        if (name == "lm_head.weight") has_head = true;
+        if (name == "model.embed_tokens.weight") {
+            embed = t.nbytes;
+            continue;
+        }
+        if (long layer = expert_layer(name); layer >= 0) {
+            auto &[bytes, ids] = experts[layer];
+            bytes += t.nbytes;
+            const size_t at = name.find(".mlp.experts.") + 13;
+            ids[name.substr(at, name.find('.', at) - at)] = true;
+            continue;
+        }
+        total += t.nbytes;
+    }
+    if (!has_head && tied) total += embed;
+    expert_bytes_read = expert_bytes_all = 0;
+    for (const auto &[layer, e] : experts) {
+        const uint64_t n = e.second.size();
+        expert_bytes_all += e.first;
+        expert_bytes_read += n ? e.first * std::min<uint64_t>(top_k, n) / n : 0;
+    }
+    return total + expert_bytes_read;
+}
+
 }  // namespace
 
 int cmd_bench(const std::vector<std::string> &args) {
@@ -215,6 +275,10 @@ int cmd_bench(const std::vector<std::string> &args) {
         check(cmf_tensor_at(m.get(), i, &t), "model");
         weight_bytes += t.nbytes;
     }
+    uint64_t expert_read = 0, expert_all = 0;
+    const uint64_t read_bytes = decode_read_bytes(m.get(), expert_read, expert_all);
+    // Speculative decoding with the MTP head: timed as its own test.
+    const bool mtp = session_flags.mtp == "on" && model_has_mtp(m.get());
     const uint64_t vocab = cmf_session_vocab_size(s.get());
     std::vector<float> logits(vocab);
     // The session's prefill batch is n_batch (512 by default): pp up to that
@@ -258,7 +322,8 @@ int cmd_bench(const std::vector<std::string> &args) {
             check(cmf_session_eval(s.get(), &tok, 1, CMF_LOGITS_LAST, logits.data(), logits.size()), "warm-up");
         }
     }
-    std::vector<double> pp, tg;
+    std::vector<double> pp, tg, tg_mtp, tg_plain_gen;
+    uint64_t drafted = 0, accepted = 0;
     for (uint32_t r = 0; r < reps; ++r) {
         if (n_prompt) {
             start();
@@ -280,13 +345,41 @@ int cmd_bench(const std::vector<std::string> &args) {
             tg.push_back(double(n_gen) / seconds_since(t0));
             });
         }
+        if (n_gen && mtp) {
+            // The same greedy decoding through generate(), the MTP head
+            // drafting: the same tokens, fewer forward passes when drafts
+            // are accepted; and generate() from the same token without
+            // drafting, the baseline of the speed-up (the same code path,
+            // so the ratio is the drafting's alone, not the tg loop's
+            // per-token library call and argmax). Decode times exclude the
+            // one-token prompt.
+            const int32_t first = pick(rng);
+            cmf_generate_options go;
+            cmf_generate_options_init(&go);
+            go.max_tokens = n_gen;
+            go.temperature = 0;
+            go.repetition_penalty = 1.0f;
+            for (int32_t speculative : {1, 0}) {
+                start();
+                go.speculative = speculative;
+                cmf_generate_stats gs;
+                cmf_generate_stats_init(&gs);
+                timed([&] { check(cmf_session_generate(s.get(), &first, 1, &go, &gs), "tg (MTP)"); });
+                (speculative ? tg_mtp : tg_plain_gen).push_back(gs.decode_tok_s);
+                drafted += gs.draft_tokens;
+                accepted += gs.draft_accepted;
+            }
+        }
     }
     const uint64_t rss = peak_rss_bytes();
     const uint64_t pmd_mapped = file_pmd_mapped_bytes();
     const int threads = cmf_runtime_threads(rt.get());
     // As llama-bench names them: "tg128", "tg128 @ d2048".
+    // The MTP test: "tg128-mtp".
     auto label = [&](const char *name, uint32_t n) {
-        return std::string(name) + std::to_string(n) + (depth ? " @ d" + std::to_string(depth) : std::string());
+        std::string base = name, suffix;
+        if (const size_t dash = base.find('-'); dash != std::string::npos) suffix = base.substr(dash), base.resize(dash);
+        return base + std::to_string(n) + suffix + (depth ? " @ d" + std::to_string(depth) : std::string());
     };
     auto row = [&](const char *name, uint32_t n, const std::vector<double> &v) {
         Summary su = summarize(v);
@@ -306,6 +399,21 @@ int cmd_bench(const std::vector<std::string> &args) {
     boost::json::array tests;
     if (n_prompt) tests.push_back(row("pp", n_prompt, pp));
     if (n_gen) tests.push_back(row("tg", n_gen, tg));
+    const double acceptance = drafted ? double(accepted) / double(drafted) : 0.0;
+    const double speedup = tg_plain_gen.empty() || tg_mtp.empty() ? 0.0 : summarize(tg_mtp).median / summarize(tg_plain_gen).median;
+    if (!tg_mtp.empty()) {
+        boost::json::object o = row("tg-mtp", n_gen, tg_mtp);
+        o["drafted"] = drafted;
+        o["accepted"] = accepted;
+        o["acceptance"] = acceptance;
+        o["speedup"] = speedup;
+        o["plain_median_tok_s"] = summarize(tg_plain_gen).median;
+        if (!json)
+            std::printf("MTP: %llu of %llu drafts accepted (%.1f %%), decode %.2fx plain greedy generate (%.2f tok/s)\n",
+                        static_cast<unsigned long long>(accepted), static_cast<unsigned long long>(drafted),
+                        100.0 * acceptance, speedup, summarize(tg_plain_gen).median);
+        tests.push_back(std::move(o));
+    }
     // Time of the timed tests, to set the profile's backend time against.
     double pp_seconds = 0, tg_seconds = 0;
     for (double v : pp) pp_seconds += double(n_prompt) / v;
@@ -313,7 +421,8 @@ int cmd_bench(const std::vector<std::string> &args) {
     if (json) {
         boost::json::object o{{"model", model},          {"threads", threads}, {"kv_cache", session_flags.kv_cache},
                               {"reps", reps},            {"warmup", !no_warmup}, {"tests", tests},
-                              {"weight_bytes", weight_bytes}, {"rss_after_load_bytes", rss_loaded},
+                              {"weight_bytes", weight_bytes}, {"decode_read_bytes", read_bytes},
+                              {"rss_after_load_bytes", rss_loaded},
                               {"peak_rss_bytes", rss},   {"file_pmd_mapped_bytes", pmd_mapped}};
         if (session_flags.profile) {
             boost::json::array rows;
@@ -333,6 +442,13 @@ int cmd_bench(const std::vector<std::string> &args) {
         if (n_gen)
             std::printf("tg streams %.2f GB/s of weights (median tok/s x weight bytes)\n",
                         summarize(tg).median * double(weight_bytes) / 1e9);
+        if (n_gen && (expert_all > 0 || mtp)) {
+            std::printf("tg reads %.1f MiB of weights per token", double(read_bytes) / (1024.0 * 1024.0));
+            if (expert_all > 0)
+                std::printf(" (experts: %.1f of %.1f MiB, the top_k each MoE layer picks)",
+                            double(expert_read) / (1024.0 * 1024.0), double(expert_all) / (1024.0 * 1024.0));
+            std::printf(": %.2f GB/s at the median\n", summarize(tg).median * double(read_bytes) / 1e9);
+        }
         std::printf("peak RSS %.1f MiB; file pages mapped as 2 MiB pages: %.1f MiB\n", double(rss) / (1024.0 * 1024.0),
                     double(pmd_mapped) / (1024.0 * 1024.0));
         if (session_flags.profile) {

@@ -11,6 +11,7 @@ namespace cmfhost {
 int cmd_logits(const std::vector<std::string> &args) {
     CommonOptions common;
     SessionFlags session_flags("f32");
+    session_flags.mtp = "off";
     std::string model, prompt, ids_arg, out;
     bool raw = false;
     po::options_description desc("options");

@@ -14,6 +14,7 @@ namespace cmfhost {
 int cmd_ppl(const std::vector<std::string> &args) {
     CommonOptions common;
     SessionFlags session_flags("f32");
+    session_flags.mtp = "off";
     std::string model, file;
     uint64_t n_ctx = 512;
     po::options_description desc("options");
@@ -23,6 +24,7 @@ int cmd_ppl(const std::vector<std::string> &args) {
         ("ctx", po::value(&n_ctx)->default_value(512), "window length in tokens");
     add_common_options(desc, common);
     add_session_options(desc, session_flags);
+    add_route_stats_option(desc, session_flags);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
@@ -64,6 +66,7 @@ int cmd_ppl(const std::vector<std::string> &args) {
         }
     }
     const double ppl = std::exp(nll / double(count));
+    write_route_stats(s.get(), session_flags);
     std::printf("perplexity %.6f over %llu scored tokens (%zu tokens, windows of %llu)\n", ppl,
                 static_cast<unsigned long long>(count), tokens.size(), static_cast<unsigned long long>(window));
     return 0;

@@ -53,9 +53,12 @@ int32_t on_token(void *user, int32_t token) {
 }
 
 void print_stats(const cmf_generate_stats &s) {
-    std::fprintf(stderr, "\n[prompt %llu tok, generated %llu tok, prefill %.2f tok/s, decode %.2f tok/s, stop: %s]\n",
+    std::string draft;
+    if (s.draft_tokens > 0)
+        draft = ", MTP drafts accepted " + std::to_string(s.draft_accepted) + "/" + std::to_string(s.draft_tokens);
+    std::fprintf(stderr, "\n[prompt %llu tok, generated %llu tok, prefill %.2f tok/s, decode %.2f tok/s%s, stop: %s]\n",
                  static_cast<unsigned long long>(s.prompt_tokens), static_cast<unsigned long long>(s.generated_tokens),
-                 s.prefill_tok_s, s.decode_tok_s, stop_reason_name(s.stop_reason));
+                 s.prefill_tok_s, s.decode_tok_s, draft.c_str(), stop_reason_name(s.stop_reason));
 }
 
 struct Turn {
@@ -125,6 +128,7 @@ int cmd_run(const std::vector<std::string> &args) {
         ("ctx", po::value(&n_ctx)->default_value(0), "context tokens (0 = min(model max, 4096))");
     add_common_options(desc, common);
     add_session_options(desc, session_flags);
+    add_route_stats_option(desc, session_flags);
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
@@ -197,6 +201,7 @@ int cmd_run(const std::vector<std::string> &args) {
         std::fputc('\n', stdout);
         std::fflush(stdout);
         print_stats(t.stats);
+        write_route_stats(sess.get(), session_flags);
         return 0;
     }
 
@@ -242,6 +247,7 @@ int cmd_run(const std::vector<std::string> &args) {
         history.emplace_back("assistant", t.text);
     }
     if (tty) std::fputc('\n', stdout);
+    write_route_stats(sess.get(), session_flags);
     return 0;
 }
 

@@ -33,7 +33,9 @@ std::string read_key_file(const std::string &path) {
 
 int cmd_serve(const std::vector<std::string> &args) {
     CommonOptions common;
-    SessionFlags session_flags{"f16"};
+    // The batch engine does not draft: an MTP head stays unbound (mtp=off),
+    // which also lets the arch batch the slots' decode steps.
+    SessionFlags session_flags{"f16", false, "", "off", ""};
     std::string model, api_key, api_key_file, alias;
     serve::ServerOptions so;
     uint32_t parallel = 4, max_queue = 64, prefill_chunk = 128;
@@ -72,6 +74,8 @@ int cmd_serve(const std::vector<std::string> &args) {
     if (!(grace >= 0)) throw Failure("--shutdown-grace must be >= 0", 2);
     if (session_flags.kv_cache != "f32" && session_flags.kv_cache != "f16")
         throw Failure("--kv-cache must be f32 or f16, not '" + session_flags.kv_cache + "'", 2);
+    if (session_flags.mtp != "off")
+        throw Failure("serve does not decode speculatively: --mtp must be off, not '" + session_flags.mtp + "'", 2);
     so.port = static_cast<uint16_t>(port);
     so.api_key = api_key;
     so.max_body = max_body;
@@ -103,8 +107,12 @@ int cmd_serve(const std::vector<std::string> &args) {
     bo.n_ctx = n_ctx;
     bo.max_queue = max_queue;
     bo.prefill_chunk = prefill_chunk;
-    const std::string arch_options = "kv_cache=" + session_flags.kv_cache;
-    if (session_flags.kv_cache != "f32") bo.arch_options = arch_options.c_str();
+    // The arch's model options, only those that are not the default (so
+    // that defaults run with any arch plugin).
+    std::string arch_options;
+    if (session_flags.kv_cache != "f32") arch_options = "kv_cache=" + session_flags.kv_cache;
+    if (model_has_mtp(m.get())) arch_options += std::string(arch_options.empty() ? "" : ",") + "mtp=off";
+    if (!arch_options.empty()) bo.arch_options = arch_options.c_str();
     cmf_batch *b = nullptr;
     check(cmf_batch_create_for_model(cm.rt.get(), m.get(), &bo, &b), "cannot create the batch engine");
     std::unique_ptr<cmf_batch, BatchDeleter> batch(b);

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <unistd.h>
 
@@ -37,6 +39,9 @@ void add_session_options(boost::program_options::options_description &desc, Sess
                        "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")
         ("backend", po::value(&flags.backend)->default_value(""),
          "compute backend by name (cmfhost plugins lists them); default: the first one loaded")
+        ("mtp", po::value(&flags.mtp)->default_value(flags.mtp),
+         "the model's MTP head (model.mtp.*), when it has one: on = draft tokens for speculative decoding "
+         "(greedy output unchanged, sampling distribution unchanged), off = plain decoding")
         ("task", po::value(&flags.task), "run the file's task mask NAME (see `cmfhost masks`): masked neurons, heads and layers are skipped")
         ("skill", po::value(&flags.skill), "run skill ID: each tensor is read from skill.ID.<name> where the file has one")
         ("blend", po::value(&flags.blend), "soft blend of skills \"a:0.7,b:0.3\": tensors are the weighted sums (f32)")
@@ -44,17 +49,34 @@ void add_session_options(boost::program_options::options_description &desc, Sess
         ("moe-mask-cover", po::value(&flags.moe_cover)->default_value(flags.moe_cover), "share of the recorded routing the --moe-mask experts cover");
 }
 
+void add_route_stats_option(boost::program_options::options_description &desc, SessionFlags &flags) {
+    desc.add_options()("route-stats", boost::program_options::value(&flags.route_stats),
+                       "write the mixture-of-experts routing statistics to FILE: {\"<layer>\":[count per expert],...}, "
+                       "how often each expert was among a token's top-k (the CMF_MOE_STATS format expert pruning reads)");
+}
+
+bool model_has_mtp(const cmf_model *m) {
+    cmf_tensor_info ti;
+    cmf_tensor_info_init(&ti);
+    cmf_error *e = cmf_tensor(m, "model.mtp.eh_proj.weight", &ti);
+    cmf_error_free(e);
+    return e == nullptr;
+}
+
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags) {
     if (flags.kv_cache != "f32" && flags.kv_cache != "f16")
         throw Failure("--kv-cache must be f32 or f16, not '" + flags.kv_cache + "'", 2);
+    if (flags.mtp != "on" && flags.mtp != "off") throw Failure("--mtp must be on or off, not '" + flags.mtp + "'", 2);
     cmf_session_options o;
     cmf_session_options_init(&o);
     o.n_ctx = n_ctx;
     if (flags.profile) o.flags |= CMF_SESSION_PROFILE;
-    // The arch's model option (the qwen arch's kv_cache=f32|f16), passed only
-    // when it is not the default, so that f32 runs with any arch plugin.
-    const std::string arch_options = "kv_cache=" + flags.kv_cache;
-    if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
+    // The arch's model options (kv_cache=f32|f16, mtp=off), passed only when
+    // they are not the default, so that defaults run with any arch plugin.
+    std::string arch_options;
+    if (flags.kv_cache != "f32") arch_options = "kv_cache=" + flags.kv_cache;
+    if (flags.mtp == "off" && model_has_mtp(m)) arch_options += std::string(arch_options.empty() ? "" : ",") + "mtp=off";
+    if (!arch_options.empty()) o.arch_options = arch_options.c_str();
     if (!flags.backend.empty()) o.backend = flags.backend.c_str();
     if (flags.skill == "auto" || flags.blend == "auto")
         throw Failure("--skill auto and --blend auto route a prompt: this command has none", 2);
@@ -79,6 +101,34 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     cmf_session *s = nullptr;
     check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
     return SessionPtr(s);
+}
+
+void write_route_stats(cmf_session *s, const SessionFlags &flags) {
+    if (flags.route_stats.empty()) return;
+    char *json = nullptr;
+    check(cmf_session_route_stats(s, &json), "routing statistics");
+    const std::string text(json);
+    cmf_string_free(json);
+    const std::string tmp = flags.route_stats + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        out.close();
+        if (!out) {
+            std::error_code ec;
+            std::filesystem::remove(tmp, ec);
+            throw Failure("cannot write " + tmp, 1);
+        }
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, flags.route_stats, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        throw Failure("cannot write " + flags.route_stats + ": " + ec.message(), 1);
+    }
+    size_t layers = 0;
+    for (char c : text) layers += c == '[';
+    std::fprintf(stderr, "routing statistics -> %s (%zu MoE layers)\n", flags.route_stats.c_str(), layers);
 }
 
 TokenizerPtr model_tokenizer(const cmf_model *m) {

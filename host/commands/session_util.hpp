@@ -39,6 +39,9 @@ std::string resolve_model(const std::string &given);
 // at depth faster: the 0.6B q8 file decodes 13.3 -> 17.6-19.0 tok/s after
 // 2048 tokens; logits stay within 4e-4 of the f32 reference), and to f32
 // for logits and ppl, which measure the model's numbers exactly.
+// --mtp defaults to on for run and bench (the model's MTP head drafts: the
+// same greedy tokens, fewer forward passes) and to off for logits and ppl,
+// which never generate.
 struct SessionFlags {
     explicit SessionFlags(std::string kv) : kv_cache(std::move(kv)) {}
     std::string kv_cache;  // --kv-cache: the KV cache's element type, f32 or f16
@@ -49,9 +52,18 @@ struct SessionFlags {
     // is resolved by the command (it needs the prompt) before make_session.
     std::string task, skill, blend, moe_mask;
     float moe_cover = 0.9f;
+    std::string mtp = "on";     // --mtp: the MTP draft head, on or off (on: when the model has one)
+    std::string route_stats;    // --route-stats FILE (run, ppl): routing statistics written there
 };
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
+// --route-stats FILE (run and ppl).
+void add_route_stats_option(boost::program_options::options_description &desc, SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);
+// The model has an MTP head (model.mtp.* tensors).
+bool model_has_mtp(const cmf_model *m);
+// With --route-stats: the session's routing statistics (CMF_MOE_STATS
+// format) written to the file, replacing it only when complete.
+void write_route_stats(cmf_session *s, const SessionFlags &flags);
 TokenizerPtr model_tokenizer(const cmf_model *m);
 // A runtime, a model opened on it, its tokenizer and special ids: what the
 // commands that chat with a model (run, serve) start from.

@@ -32,6 +32,8 @@ except ImportError:
     print("SKIP: /usr/bin/python3 has no torch/numpy", file=sys.stderr)
     sys.exit(77)
 
+from cli_checks import check, finish, run_cmfhost  # noqa: E402
+
 cmfhost, make_model, root, work = sys.argv[1:5]
 os.makedirs(work, exist_ok=True)
 hf = os.path.join(root, "models", "austen-tiny")
@@ -40,23 +42,8 @@ from qwen3_torch import load_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 model_path = os.path.join(work, "austen.cmf")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
 def run(args, stdin=None, expect=0):
-    p = subprocess.run([cmfhost] + args, input=stdin, capture_output=True, timeout=300)
-    if expect is not None and p.returncode != expect:
-        print("command:", " ".join([cmfhost] + args))
-        print("stdout:", p.stdout.decode(errors="replace")[-2000:])
-        print("stderr:", p.stderr.decode(errors="replace")[-2000:])
-        check(False, f"exit status {p.returncode} (expected {expect}) of {' '.join(args[:1])}")
-    return p
+    return run_cmfhost(cmfhost, args, stdin, expect)
 
 
 subprocess.run([make_model, hf, model_path, "f32"], check=True)
@@ -260,6 +247,4 @@ check(p.returncode == 0 and p.stdout.decode() == expected_text and
 for c in ("run", "bench", "ppl", "logits"):
     check("usage: cmfhost " + c in run([c, "--help"]).stdout.decode(), c + " --help")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
+finish()

@@ -92,7 +92,7 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, int8_rows, 88);
     CHECK_OFFSET(cmf_codec_vt, matmul_rows_x, 96);
     CHECK(CMF_INT8_BLOCK == 32);
-    CHECK_SIZE(cmf_backend_vt, 272);
+    CHECK_SIZE(cmf_backend_vt, 320);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);
     CHECK_OFFSET(cmf_backend_vt, name, 8);
     CHECK_OFFSET(cmf_backend_vt, version, 16);
@@ -127,6 +127,12 @@ namespace {
     CHECK_OFFSET(cmf_backend_vt, group_norm, 248);
     CHECK_OFFSET(cmf_backend_vt, upsample2x, 256);
     CHECK_OFFSET(cmf_backend_vt, weight_bind_subset, 264);
+    CHECK_OFFSET(cmf_backend_vt, matmul_grouped, 272);
+    CHECK_OFFSET(cmf_backend_vt, gather_rows, 280);
+    CHECK_OFFSET(cmf_backend_vt, scatter_rows, 288);
+    CHECK_OFFSET(cmf_backend_vt, copy_rows, 296);
+    CHECK_OFFSET(cmf_backend_vt, causal_conv1d_silu, 304);
+    CHECK_OFFSET(cmf_backend_vt, gated_delta_net, 312);
     CHECK_OFFSET(cmf_arch_vt, abi_version, 4);
     CHECK_OFFSET(cmf_arch_vt, name, 8);
     CHECK_OFFSET(cmf_arch_vt, version, 16);
@@ -160,7 +166,9 @@ namespace {
     CHECK_OFFSET(cmf_arch_vt, pipeline_free, 128);
     CHECK_OFFSET(cmf_arch_vt, pipeline_info, 136);
     CHECK_OFFSET(cmf_arch_vt, text_to_image, 144);
-    CHECK_SIZE(cmf_arch_vt, 152);
+    CHECK_OFFSET(cmf_arch_vt, route_stats, 152);
+    CHECK_OFFSET(cmf_arch_vt, draft, 160);
+    CHECK_SIZE(cmf_arch_vt, 168);
     CHECK_SIZE(cmf_pipeline_info, 48);
     CHECK_OFFSET(cmf_pipeline_info, kind, 4);
     CHECK_OFFSET(cmf_pipeline_info, description, 8);
@@ -212,9 +220,10 @@ namespace {
     CHECK_OFFSET(cmf_model_source, tensor_at, 64);
     CHECK_SIZE(cmf_arch_model_params, 16);
     CHECK_OFFSET(cmf_arch_model_params, options, 8);
-    CHECK_SIZE(cmf_arch_model_info, 24);
+    CHECK_SIZE(cmf_arch_model_info, 32);
     CHECK_OFFSET(cmf_arch_model_info, vocab_size, 8);
     CHECK_OFFSET(cmf_arch_model_info, max_context, 16);
+    CHECK_OFFSET(cmf_arch_model_info, draft_tokens, 24);
     CHECK_SIZE(cmf_forward_args, 56);
     CHECK_OFFSET(cmf_forward_args, n_layers, 40);
     CHECK_OFFSET(cmf_forward_args, hidden, 48);
@@ -381,7 +390,8 @@ namespace {
     CHECK_OFFSET(cmf_session_options, n_batch, 16);
     CHECK_OFFSET(cmf_session_options, backend, 24);
     CHECK_OFFSET(cmf_session_options, arch_options, 32);
-    CHECK_SIZE(cmf_generate_options, 72);
+    CHECK_SIZE(cmf_generate_options, 80);
+    CHECK_OFFSET(cmf_generate_options, speculative, 72);
     CHECK_OFFSET(cmf_generate_options, max_tokens, 4);
     CHECK_OFFSET(cmf_generate_options, temperature, 8);
     CHECK_OFFSET(cmf_generate_options, top_k, 12);
@@ -411,7 +421,9 @@ namespace {
     CHECK_OFFSET(cmf_batch_stats, steps, 72);
     CHECK_OFFSET(cmf_batch_stats, prefill_seconds, 96);
     CHECK_OFFSET(cmf_batch_stats, last_decode_tok_s, 120);
-    CHECK_SIZE(cmf_generate_stats, 64);
+    CHECK_SIZE(cmf_generate_stats, 80);
+    CHECK_OFFSET(cmf_generate_stats, draft_tokens, 64);
+    CHECK_OFFSET(cmf_generate_stats, draft_accepted, 72);
     CHECK_OFFSET(cmf_generate_stats, stop_reason, 4);
     CHECK_OFFSET(cmf_generate_stats, prompt_tokens, 8);
     CHECK_OFFSET(cmf_generate_stats, generated_tokens, 16);
@@ -449,4 +461,9 @@ TEST_CASE("abi_layout: versions and constants") {
     CHECK(CMF_STOP_CONTEXT_FULL == 5);
     CHECK(CMF_NORM_GEMMA == 1);
     CHECK(CMF_ACT_GELU_TANH == 1);
+    CHECK(CMF_ACT_IDENTITY == 2);
+    CHECK(CMF_ACT_TANH == 3);
+    CHECK(CMF_ACT_SIGMOID == 4);
+    CHECK(CMF_ROPE_INTERLEAVED == 0);
+    CHECK(CMF_ROPE_HALF == 1);
 }

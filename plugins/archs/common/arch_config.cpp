@@ -63,8 +63,28 @@ ArchConfig parse_arch_config(const char *json, size_t len) {
     else if (auto y = a.object("yarn")) c.rope_scaling = rope::from_original_yarn(*y, c.max_position_embeddings);
     c.num_loops = a.u64("num_loops").value_or(1);
     c.loop_final_norm = a.boolean("loop_final_norm").value_or(false);
-    if (c.has_moe)
-        if (auto moe = a.object("moe")) c.moe_num_experts = moe->u64("num_experts").value_or(0);
+    if (auto moe = a.object("moe")) {
+        auto need = [&](const char *k) {
+            auto v = moe->u64(k);
+            if (!v) bad((std::string("moe.") + k).c_str(), "required key is missing");
+            return *v;
+        };
+        c.moe_num_experts = need("num_experts");
+        c.moe_top_k = need("top_k");
+        c.moe_norm_topk_prob = moe->boolean("norm_topk_prob").value_or(false);
+        if (c.moe_num_experts == 0 || c.moe_top_k == 0) bad("moe", "num_experts and top_k must be > 0");
+    }
+    if (auto lc = a.object("linear_core")) {
+        auto kind = lc->str("kind");
+        if (!kind) bad("linear_core.kind", "required string is missing");
+        c.linear_core_kind = *kind;
+    }
+    c.linear_conv_kernel = a.u64("linear_conv_kernel_dim").value_or(0);
+    c.linear_num_key_heads = a.u64("linear_num_key_heads").value_or(0);
+    c.linear_num_value_heads = a.u64("linear_num_value_heads").value_or(0);
+    c.linear_key_head_dim = a.u64("linear_key_head_dim").value_or(0);
+    c.linear_value_head_dim = a.u64("linear_value_head_dim").value_or(0);
+    if (auto mtp = a.object("mtp")) c.mtp_layers = mtp->u64("num_layers").value_or(0);
 
     auto types = a.array("layer_types");
     if (!types) bad("layer_types", "required key is missing");

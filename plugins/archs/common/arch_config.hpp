@@ -45,13 +45,23 @@ struct ArchConfig {
     // layers whose base is rope_theta (not those on rope_local_base_freq).
     rope::Scaling rope_scaling;
     bool has_moe = false;
-    uint64_t moe_num_experts = 0;  // moe.num_experts (nominal: a layer's experts are the tensors present)
     bool has_linear_core = false;
     // Looped transformer: the layer stack runs num_loops times (visit v is
     // layer v % num_layers, with its own KV cache); loop_final_norm applies
     // the final norm between passes.
     uint64_t num_loops = 1;
     bool loop_final_norm = false;
+    // arch.moe (when has_moe): experts are found by tensor presence; these
+    // bound and parametrise the routing.
+    uint64_t moe_num_experts = 0;
+    uint64_t moe_top_k = 0;
+    bool moe_norm_topk_prob = false;
+    // arch.linear_core.kind and the gated delta net geometry (0 when absent).
+    std::string linear_core_kind;
+    uint64_t linear_conv_kernel = 0, linear_num_key_heads = 0, linear_num_value_heads = 0, linear_key_head_dim = 0,
+             linear_value_head_dim = 0;
+    // arch.mtp.num_layers (0 when absent).
+    uint64_t mtp_layers = 0;
 };
 
 // Parses the arch object; throws cmf::sdk::Error(CMF_ERR_PARSE) naming the

@@ -102,4 +102,27 @@ Weight Binder::bind_subset(const std::string &short_name, std::initializer_list<
     return w;
 }
 
+Weight Binder::bind_values(const std::string &short_name, uint64_t len) {
+    const cmf_tensor_view &v = view(short_name);
+    uint64_t n = 1;
+    std::string got;
+    for (uint32_t i = 0; i < v.ndim; ++i) {
+        n *= v.shape[i];
+        got += (i ? "," : "") + std::to_string(v.shape[i]);
+    }
+    if (n != len)
+        throw Error(CMF_ERR_BOUNDS, "tensor " + prefix_ + short_name + " has shape [" + got + "], expected " +
+                                        std::to_string(len) + " values");
+    cmf_tensor_view flat = v;
+    flat.ndim = 1;
+    flat.shape[0] = len;
+    for (uint32_t i = 1; i < CMF_MAX_DIMS; ++i) flat.shape[i] = 0;
+    Weight w;
+    check(be_->weight_bind(be_ctx_, &flat, &w.w));
+    owned_.push_back(w.w);
+    w.rows = 1;
+    w.cols = len;
+    return w;
+}
+
 }  // namespace cmf::archs

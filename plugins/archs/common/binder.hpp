@@ -57,6 +57,17 @@ public:
     Weight bind_subset(const std::string &name, std::initializer_list<uint64_t> shape, uint32_t axis,
                        const std::vector<uint32_t> &idx);
 
+
+    // Binds a tensor of any rank holding `len` values as the 1-D vector of
+    // them it is row-major (a depthwise convolution's [C, 1, K] taps).
+    Weight bind_values(const std::string &name, uint64_t len);
+
+    // f(full name, view) for every tensor of the source (any prefix).
+    template <class F>
+    void each(F &&f) const {
+        for (const auto &[name, v] : index_) f(name, v);
+    }
+
 private:
     const cmf_backend_vt *be_;
     void *be_ctx_;

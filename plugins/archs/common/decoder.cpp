@@ -1,4 +1,5 @@
 #include "decoder.hpp"
+#include "decoder_parts.hpp"
 
 #include <cmf/options.hpp>
 #include <cmf/plugin.hpp>
@@ -36,36 +37,47 @@ void require_backend(const cmf_backend_vt *be, const char *fam) {
 }
 
 bool has_kv_ops(const cmf_backend_vt *be) {
-    return backend_has(be, offsetof(cmf_backend_vt, kv_write), be->kv_write) &&
-           backend_has(be, offsetof(cmf_backend_vt, attention_kv), be->attention_kv);
+    return CMF_BACKEND_HAS(be, kv_write) && CMF_BACKEND_HAS(be, attention_kv);
 }
 
 bool has_ring_attention(const cmf_backend_vt *be) {
-    return backend_has(be, offsetof(cmf_backend_vt, kv_write), be->kv_write) &&
-           backend_has(be, offsetof(cmf_backend_vt, attention_ring), be->attention_ring);
+    return CMF_BACKEND_HAS(be, kv_write) && CMF_BACKEND_HAS(be, attention_ring);
 }
 
-// Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype.
-// Unknown keys, values and a backend without the f16 cache operations are
-// errors, never ignored.
-int32_t kv_dtype_option(const cmf_backend_vt *be, const std::string &fam, const char *options) {
-    int32_t dtype = CMF_DTYPE_F32;
+// Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype;
+// mtp=on|off, the draft head (default: on when the file has one). Unknown
+// keys, values and a backend without the f16 cache operations are errors,
+// never ignored.
+struct ModelOptions {
+    int32_t kv_dtype = CMF_DTYPE_F32;
+    int mtp = -1;  // -1: when present, 0: off, 1: required
+};
+
+ModelOptions parse_model_options(const cmf_backend_vt *be, const std::string &fam, const char *options) {
+    ModelOptions o;
     for (const cmf::sdk::OptionItem &item : cmf::sdk::split_options(options)) {
         const std::string &key = item.key, &value = item.value;
+        if (key == "mtp") {
+            if (value != "on" && value != "off")
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": mtp must be on or off, not \"" + value + "\"");
+            o.mtp = value == "on";
+            continue;
+        }
         if (key != "kv_cache")
-            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": unknown model option \"" + key + "\" (known: kv_cache=f32|f16)");
+            throw Error(CMF_ERR_INVALID_ARGUMENT,
+                        fam + ": unknown model option \"" + key + "\" (known: kv_cache=f32|f16, mtp=on|off)");
         if (value == "f32") {
-            dtype = CMF_DTYPE_F32;
+            o.kv_dtype = CMF_DTYPE_F32;
         } else if (value == "f16") {
             if (!has_kv_ops(be))
                 throw Error(CMF_ERR_UNSUPPORTED, fam + ": backend '" + (be->name ? be->name : "?") +
                                                      "' has no f16 KV cache (kv_write, attention_kv)");
-            dtype = CMF_DTYPE_F16;
+            o.kv_dtype = CMF_DTYPE_F16;
         } else {
             throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": kv_cache must be f32 or f16, not \"" + value + "\"");
         }
     }
-    return dtype;
+    return o;
 }
 
 // Set bits of a mask row of n items, ascending.
@@ -100,54 +112,37 @@ void check_mask(const DecoderModel &m, const cmf_task_mask &t) {
                                                   " neurons)");
 }
 
-// Visit v of physical layer i (v == i without loops), with what `mask`
-// (or NULL) leaves of it.
-void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t v, uint64_t i,
-                 const cmf_task_mask *mask) {
+}  // namespace
+
+namespace detail {
+
+void build_layer_at(DecoderModel &m, Binder &b, const std::string &p, size_t index, Layer &L, const cmf_task_mask *mask,
+                    uint64_t visit) {
     const ArchConfig &c = m.cfg;
     const std::string fam = m.ch.family;
-    const std::string p = names.body + "layers." + std::to_string(i) + ".";
     const std::string where = b.prefix() + p;
+    const std::string name = index == SIZE_MAX ? std::string("the MTP layer") : "layer " + std::to_string(index);
     const uint64_t H = c.hidden_size, hd = c.head_dim;
-    Layer L;
-    L.choice = m.ch.layers[i];
-    L.physical = i;
     L.n_heads = uint32_t(c.num_attention_heads);
     L.n_kv_heads = uint32_t(c.num_kv_heads);
     L.q_dim = m.q_dim;
     L.kv_dim = m.kv_dim;
-    switch (c.layer_types[i]) {
-    case LayerType::FullAttention:
-    case LayerType::SlidingAttention: break;
-    case LayerType::LinearAttention:
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
-                                             " is LinearAttention (gated delta net): not implemented yet");
-    default:
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has layer type " +
-                                             c.layer_type_names[i] + ", which the " + fam + " arch does not run");
-    }
-    if (mask != nullptr && !((mask->gates[i / 8] >> (i % 8)) & 1)) {
-        // Gated off: nothing of this layer runs, so nothing of it is bound.
-        L.alive = L.attn_on = L.ffn_on = false;
-        L.kv_dim = 0;
-        m.layers.push_back(L);
-        return;
-    }
     // Live query heads, and the neurons of this visit's FFN row.
     std::vector<uint32_t> heads, neurons;
     bool all_heads = true, all_neurons = true;
     if (mask != nullptr) {
-        heads = set_bits(mask->heads + i * mask->head_row_bytes, c.num_attention_heads);
+        heads = set_bits(mask->heads + index * mask->head_row_bytes, c.num_attention_heads);
         all_heads = heads.size() == c.num_attention_heads;
-        neurons = set_bits(mask->ffn + v * mask->ffn_row_bytes, mask->ffn_bits);
+        neurons = set_bits(mask->ffn + visit * mask->ffn_row_bytes, mask->ffn_bits);
         all_neurons = neurons.size() == mask->ffn_bits;
         if (mask->experts != nullptr) {
-            const uint8_t *row = mask->experts + i * mask->expert_row_bytes;
+            const uint8_t *row = mask->experts + index * mask->expert_row_bytes;
             if (set_bits(row, mask->expert_bits).size() != mask->expert_bits)
                 L.routable_experts.assign(row, row + mask->expert_row_bytes);
         }
     }
     L.attn_on = all_heads || !heads.empty();
+    const std::string masked = fam + ": task mask '" + (mask != nullptr && mask->name ? mask->name : "") + "' keeps ";
     L.in_norm = b.bind(p + "input_layernorm.weight", {H});
     // Sandwich norms (gemma2/3): post_attention_layernorm is applied to the
     // attention's output, pre_feedforward_layernorm before the FFN.
@@ -165,82 +160,117 @@ void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t
             throw Error(CMF_ERR_MISSING_TENSOR, where + "post_feedforward_layernorm.weight is present but "
                                                         "pre_feedforward_layernorm.weight is not (sandwich norms come in pairs)");
     }
-    if (b.present(p + "linear_attn.out_proj.weight"))
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has GDN tensors");
-    const cmf_tensor_view *qv = &b.checked(p + "self_attn.q_proj.weight", {0, H});
-    if (qv->shape[0] == 2 * m.q_dim)
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
-                                             " has output-gated attention (q_proj rows = 2*heads*head_dim): not implemented yet");
-    if (qv->shape[0] != m.q_dim)
-        throw Error(CMF_ERR_BOUNDS, where + "self_attn.q_proj.weight has " + std::to_string(qv->shape[0]) +
-                                        " rows, expected num_attention_heads*head_dim = " + std::to_string(m.q_dim));
-    int biases = b.present(p + "self_attn.q_proj.bias") + b.present(p + "self_attn.k_proj.bias") +
-                 b.present(p + "self_attn.v_proj.bias");
-    if (biases != 0 && biases != 3)
-        throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q/k/v biases must be all present or all absent");
-    // With every head off the attention adds nothing, its output bias included.
-    if (L.attn_on && b.present(p + "self_attn.o_proj.bias")) L.o_bias = b.bind(p + "self_attn.o_proj.bias", {H});
-    int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
-    if (norms == 1)
-        throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q_norm and k_norm must be both present or both absent");
-    if (!L.attn_on) {
+    if (L.mixer == MixerKind::DeltaNet) {
+        if (!all_heads && L.attn_on)
+            throw Error(CMF_ERR_UNSUPPORTED, masked + "some heads of " + name +
+                                                 ", a gated delta net layer: head subsets run on attention layers");
+        if (L.attn_on) bind_delta_net(m, b, p, where, L);
         L.kv_dim = 0;
-    } else if (all_heads) {
-        L.q = b.bind(p + "self_attn.q_proj.weight", {m.q_dim, H});
-        L.k = b.bind(p + "self_attn.k_proj.weight", {m.kv_dim, H});
-        L.v = b.bind(p + "self_attn.v_proj.weight", {m.kv_dim, H});
-        L.o = b.bind(p + "self_attn.o_proj.weight", {H, m.q_dim});
-        if (biases == 3) {
-            L.q_bias = b.bind(p + "self_attn.q_proj.bias", {m.q_dim});
-            L.k_bias = b.bind(p + "self_attn.k_proj.bias", {m.kv_dim});
-            L.v_bias = b.bind(p + "self_attn.v_proj.bias", {m.kv_dim});
-        }
     } else {
-        // The live heads' rows of q (and columns of o); K/V of the groups
-        // they read. When every live group keeps the same number of heads,
-        // GQA runs on the live groups as it is; otherwise each live head
-        // gets its group's K/V rows of its own (plain multi-head attention
-        // over the live heads: a group's K/V is computed once per live head).
-        const uint64_t grp = c.num_attention_heads / c.num_kv_heads;
-        std::vector<uint32_t> live_per_group(c.num_kv_heads, 0);
-        for (uint32_t h : heads) ++live_per_group[h / grp];
-        uint32_t common = 0;
-        bool uniform = true;
-        std::vector<uint32_t> kv_heads;
-        for (uint64_t g = 0; g < c.num_kv_heads; ++g) {
-            if (live_per_group[g] == 0) continue;
-            if (common == 0) common = live_per_group[g];
-            uniform = uniform && live_per_group[g] == common;
-            kv_heads.push_back(uint32_t(g));
+        if (b.present(p + "linear_attn.out_proj.weight"))
+            throw Error(CMF_ERR_BOUNDS, fam + ": " + name + " has gated delta net tensors (linear_attn.*) but arch.layer_types "
+                                              "says it is an attention layer");
+        const uint64_t q_proj_rows = b.checked(p + "self_attn.q_proj.weight", {0, H}).shape[0];
+        // Output-gated attention (Qwen3-Next / Qwen3.5): q_proj holds
+        // [q_h | gate_h] per head, twice the rows.
+        if (q_proj_rows == 2 * m.q_dim) {
+            if (!CMF_BACKEND_HAS(m.be, gated_delta_net) || !CMF_BACKEND_HAS(m.be, copy_rows))
+                throw Error(CMF_ERR_UNSUPPORTED, fam + ": " + name + " has output-gated attention, which needs the backend's "
+                                                       "hybrid operations (copy_rows, gated_act with CMF_ACT_SIGMOID)");
+            L.mixer = MixerKind::GatedAttention;
+            if (!all_heads && L.attn_on)
+                throw Error(CMF_ERR_UNSUPPORTED, masked + "some heads of " + name +
+                                                     ", an output-gated attention layer: head subsets run on plain attention");
+        } else if (q_proj_rows != m.q_dim) {
+            throw Error(CMF_ERR_BOUNDS, where + "self_attn.q_proj.weight has " + std::to_string(q_proj_rows) +
+                                            " rows, expected num_attention_heads*head_dim = " + std::to_string(m.q_dim) +
+                                            " (or twice that, output-gated)");
         }
-        if (!uniform) {
-            kv_heads.clear();
-            for (uint32_t h : heads) kv_heads.push_back(uint32_t(h / grp));
+        int biases = b.present(p + "self_attn.q_proj.bias") + b.present(p + "self_attn.k_proj.bias") +
+                     b.present(p + "self_attn.v_proj.bias");
+        if (biases != 0 && biases != 3)
+            throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q/k/v biases must be all present or all absent");
+        if (biases == 3 && L.mixer == MixerKind::GatedAttention)
+            throw Error(CMF_ERR_UNSUPPORTED, where + "self_attn: q/k/v biases with an output-gated q_proj");
+        int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
+        if (norms == 1)
+            throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q_norm and k_norm must be both present or both absent");
+        // With every head off the attention adds nothing, its output bias included.
+        if (L.attn_on && b.present(p + "self_attn.o_proj.bias")) L.o_bias = b.bind(p + "self_attn.o_proj.bias", {H});
+        if (!L.attn_on) {
+            L.kv_dim = 0;
+        } else if (all_heads) {
+            L.q = b.bind(p + "self_attn.q_proj.weight", {q_proj_rows, H});
+            L.k = b.bind(p + "self_attn.k_proj.weight", {m.kv_dim, H});
+            L.v = b.bind(p + "self_attn.v_proj.weight", {m.kv_dim, H});
+            L.o = b.bind(p + "self_attn.o_proj.weight", {H, m.q_dim});
+            if (biases == 3) {
+                L.q_bias = b.bind(p + "self_attn.q_proj.bias", {m.q_dim});
+                L.k_bias = b.bind(p + "self_attn.k_proj.bias", {m.kv_dim});
+                L.v_bias = b.bind(p + "self_attn.v_proj.bias", {m.kv_dim});
+            }
+        } else {
+            // The live heads' rows of q (and columns of o); K/V of the groups
+            // they read. When every live group keeps the same number of heads,
+            // GQA runs on the live groups as it is; otherwise each live head
+            // gets its group's K/V rows of its own (plain multi-head attention
+            // over the live heads: a group's K/V is computed once per live head).
+            const uint64_t grp = c.num_attention_heads / c.num_kv_heads;
+            std::vector<uint32_t> live_per_group(c.num_kv_heads, 0);
+            for (uint32_t h : heads) ++live_per_group[h / grp];
+            uint32_t common = 0;
+            bool uniform = true;
+            std::vector<uint32_t> kv_heads;
+            for (uint64_t g = 0; g < c.num_kv_heads; ++g) {
+                if (live_per_group[g] == 0) continue;
+                if (common == 0) common = live_per_group[g];
+                uniform = uniform && live_per_group[g] == common;
+                kv_heads.push_back(uint32_t(g));
+            }
+            if (!uniform) {
+                kv_heads.clear();
+                for (uint32_t h : heads) kv_heads.push_back(uint32_t(h / grp));
+            }
+            const std::vector<uint32_t> q_rows = head_rows(heads, hd), kv_rows = head_rows(kv_heads, hd);
+            L.n_heads = uint32_t(heads.size());
+            L.n_kv_heads = uint32_t(kv_heads.size());
+            L.q_dim = q_rows.size();
+            L.kv_dim = kv_rows.size();
+            L.k = b.bind_subset(p + "self_attn.k_proj.weight", {m.kv_dim, H}, 0, kv_rows);
+            L.v = b.bind_subset(p + "self_attn.v_proj.weight", {m.kv_dim, H}, 0, kv_rows);
+            L.q = b.bind_subset(p + "self_attn.q_proj.weight", {m.q_dim, H}, 0, q_rows);
+            L.o = b.bind_subset(p + "self_attn.o_proj.weight", {H, m.q_dim}, 1, q_rows);
+            if (biases == 3) {
+                L.q_bias = b.bind_subset(p + "self_attn.q_proj.bias", {m.q_dim}, 0, q_rows);
+                L.k_bias = b.bind_subset(p + "self_attn.k_proj.bias", {m.kv_dim}, 0, kv_rows);
+                L.v_bias = b.bind_subset(p + "self_attn.v_proj.bias", {m.kv_dim}, 0, kv_rows);
+            }
         }
-        const std::vector<uint32_t> q_rows = head_rows(heads, hd), kv_rows = head_rows(kv_heads, hd);
-        L.n_heads = uint32_t(heads.size());
-        L.n_kv_heads = uint32_t(kv_heads.size());
-        L.q_dim = q_rows.size();
-        L.kv_dim = kv_rows.size();
-        L.k = b.bind_subset(p + "self_attn.k_proj.weight", {m.kv_dim, H}, 0, kv_rows);
-        L.v = b.bind_subset(p + "self_attn.v_proj.weight", {m.kv_dim, H}, 0, kv_rows);
-        L.q = b.bind_subset(p + "self_attn.q_proj.weight", {m.q_dim, H}, 0, q_rows);
-        L.o = b.bind_subset(p + "self_attn.o_proj.weight", {H, m.q_dim}, 1, q_rows);
-        if (biases == 3) {
-            L.q_bias = b.bind_subset(p + "self_attn.q_proj.bias", {m.q_dim}, 0, q_rows);
-            L.k_bias = b.bind_subset(p + "self_attn.k_proj.bias", {m.kv_dim}, 0, kv_rows);
-            L.v_bias = b.bind_subset(p + "self_attn.v_proj.bias", {m.kv_dim}, 0, kv_rows);
+        if (L.attn_on && norms == 2) {
+            L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
+            L.k_norm = b.bind(p + "self_attn.k_norm.weight", {hd});
         }
     }
-    if (L.attn_on && norms == 2) {
-        L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
-        L.k_norm = b.bind(p + "self_attn.k_norm.weight", {hd});
+    m.max_kv_dim = std::max(m.max_kv_dim, L.kv_dim);
+    if (b.present(p + "mlp.gate.weight")) {
+        L.ffn = FfnKind::Moe;
+        if (neurons.empty() && !all_neurons) {
+            L.ffn_on = false;
+            return;
+        }
+        if (!all_neurons)
+            throw Error(CMF_ERR_UNSUPPORTED, masked + "some FFN neurons of " + name +
+                                                 ", a mixture-of-experts layer: its experts are masked by expert rows");
+        bind_moe(m, b, p, where, L);
+        if (!L.routable_experts.empty()) {
+            uint64_t live = 0;
+            for (uint64_t e = 0; e < L.moe.experts.size(); ++e)
+                live += e < mask->expert_bits && ((L.routable_experts[e / 8] >> (e % 8)) & 1);
+            if (live == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, masked + "no expert of " + name + " routable");
+        }
+        return;
     }
-    if (b.present(p + "mlp.gate.weight"))
-        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) +
-                                             " is a mixture-of-experts layer (mlp.gate.weight): not implemented yet");
-    const cmf_tensor_view *gv = &b.checked(p + "mlp.gate_proj.weight", {0, H});
-    const uint64_t width = gv->shape[0];  // the true FFN width (spec 11), not the nominal intermediate_size
+    const uint64_t width = b.checked(p + "mlp.gate_proj.weight", {0, H}).shape[0];  // the true FFN width (spec 11), not the nominal intermediate_size
     if (mask != nullptr && width != mask->ffn_bits)
         throw Error(CMF_ERR_BOUNDS, where + "mlp.gate_proj.weight has " + std::to_string(width) +
                                         " rows but the task mask's FFN rows have " + std::to_string(mask->ffn_bits) +
@@ -259,18 +289,55 @@ void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t
         L.ffn_dim = neurons.size();
     }
     m.max_ffn = std::max(m.max_ffn, L.ffn_dim);
-    m.max_kv_dim = std::max(m.max_kv_dim, L.kv_dim);
-    m.layers.push_back(L);
+}
+
+}  // namespace detail
+
+namespace {
+
+// Visit v of physical layer i (v == i without loops), with what `mask`
+// (or NULL) leaves of it.
+void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t v, uint64_t i,
+                 const cmf_task_mask *mask) {
+    const ArchConfig &c = m.cfg;
+    const std::string fam = m.ch.family;
+    Layer L;
+    L.choice = m.ch.layers[i];
+    L.physical = i;
+    switch (c.layer_types[i]) {
+    case LayerType::FullAttention:
+    case LayerType::SlidingAttention: break;
+    case LayerType::LinearAttention:
+        if (c.linear_core_kind != "gated_delta_net")
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " is LinearAttention but arch.linear_core.kind is \"" +
+                                                 c.linear_core_kind + "\" (only gated_delta_net runs)");
+        L.mixer = MixerKind::DeltaNet;
+        break;
+    default:
+        throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + " has layer type " +
+                                             c.layer_type_names[i] + ", which the " + fam + " arch does not run");
+    }
+    if (mask != nullptr && !((mask->gates[i / 8] >> (i % 8)) & 1)) {
+        // Gated off: nothing of this layer runs, so nothing of it is bound.
+        L.alive = L.attn_on = L.ffn_on = false;
+        L.kv_dim = 0;
+        m.layers.push_back(std::move(L));
+        return;
+    }
+    detail::build_layer_at(m, b, names.body + "layers." + std::to_string(i) + ".", i, L, mask, v);
+    m.layers.push_back(std::move(L));
 }
 
 }  // namespace
 
 DecoderModel::~DecoderModel() {
+    mtp.reset();
     for (auto *w : owned) be->weight_free(be_ctx, w);
 }
 
 void Scratch::release() {
-    for (float **p : {&h, &xn, &q, &k, &v, &attn, &gate, &up, &tmp, &logits}) {
+    for (float **p : {&h, &xn, &q, &k, &v, &attn, &gate, &up, &tmp, &logits, &qg, &ogate, &router, &moe_x, &moe_g,
+                      &moe_u, &moe_y, &lin_qkv, &lin_z, &lin_a, &lin_b, &lin_conv, &lin_out}) {
         be->buffer_free(be_ctx, *p);
         *p = nullptr;
     }
@@ -279,8 +346,11 @@ void Scratch::release() {
 
 DecoderState::~DecoderState() {
     scratch.release();
-    for (float *p : k_cache) model->be->buffer_free(model->be_ctx, p);
-    for (float *p : v_cache) model->be->buffer_free(model->be_ctx, p);
+    const cmf_backend_vt *be = model->be;
+    for (float *p : k_cache) be->buffer_free(model->be_ctx, p);
+    for (float *p : v_cache) be->buffer_free(model->be_ctx, p);
+    for (RecurrentState &r : rec) detail::free_recurrent(*model, r);
+    for (float *p : {mtp_k, mtp_v, mtp_hidden}) be->buffer_free(model->be_ctx, p);
 }
 
 std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf_model_source *src,
@@ -298,14 +368,15 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     m->be_ctx = be_ctx;
     m->cfg = cfg;
     m->ch = std::move(choices);
-    m->kv_dtype = kv_dtype_option(be, fam, options);
-    m->fused_matmuls = backend_has(be, offsetof(cmf_backend_vt, matmul_multi), be->matmul_multi);
+    const ModelOptions opts = parse_model_options(be, fam, options);
+    m->kv_dtype = opts.kv_dtype;
+    m->fused_matmuls = CMF_BACKEND_HAS(be, matmul_multi);
     const ArchConfig &c = m->cfg;
     m->q_dim = c.num_attention_heads * c.head_dim;
     m->kv_dim = c.num_kv_heads * c.head_dim;
     m->rot_dim = c.rot_dim;
     m->scaled_rope = c.rope_scaling.scaled() && m->rot_dim > 0;
-    if (m->scaled_rope && !backend_has(be, offsetof(cmf_backend_vt, rope_freqs), be->rope_freqs))
+    if (m->scaled_rope && !CMF_BACKEND_HAS(be, rope_freqs))
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": arch.rope_scaling is " + rope::type_name(c.rope_scaling.type) +
                                              " but backend '" + (be->name ? be->name : "?") +
                                              "' has no rope_freqs (RoPE over a given frequency table)");
@@ -321,15 +392,18 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
                                                  "run a task mask");
         m->task = mask->name ? mask->name : "";
     }
+    m->norm_topk = c.moe_norm_topk_prob;
     Binder b(src, be, be_ctx, "", m->owned);
+    detail::advise_expert_pages(b);
     const std::string &body = names.body;
-    if (b.present(body + "mtp.eh_proj.weight") || b.present(body + "mtp.layers.0.self_attn.q_proj.weight"))
-        host->log(host->host_ctx, CMF_LOG_INFO, (fam + ": " + body + "mtp.* present; MTP drafting is not used yet").c_str());
     const uint64_t H = c.hidden_size;
     m->embed = b.bind(body + "embed_tokens.weight", {0, H});
     for (uint64_t v = 0; v < c.num_layers * c.num_loops; ++v) build_layer(*m, b, names, v, v % c.num_layers, mask);
     m->final_norm = b.bind(body + "norm.weight", {H});
-    if (names.head.empty()) return m;  // an encoder: hidden states only
+    if (names.head.empty()) {  // an encoder: hidden states only
+        if (opts.mtp == 1) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": mtp=on for a model without an output head");
+        return m;
+    }
     if (b.present(names.head))
         m->head = b.bind(names.head, {0, H});
     else if (c.tie_word_embeddings)
@@ -339,6 +413,10 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     if (m->head.rows > c.vocab_size)
         throw Error(CMF_ERR_BOUNDS, "the output head has " + std::to_string(m->head.rows) +
                                         " rows, more than arch.vocab_size " + std::to_string(c.vocab_size));
+    const bool has_mtp = b.present(body + "mtp.eh_proj.weight") || b.present(body + "mtp.layers.0.self_attn.q_proj.weight");
+    if (opts.mtp == 1 && !has_mtp)
+        throw Error(CMF_ERR_MISSING_TENSOR, fam + ": mtp=on but the model has no MTP head (" + body + "mtp.*)");
+    if (has_mtp && opts.mtp != 0) detail::bind_mtp(*m, b, body);
     return m;
 }
 
@@ -352,38 +430,49 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
     if (m.scaled_rope) s->rope.emplace(m.cfg.rope_scaling, m.cfg.rope_theta, m.rot_dim);
-    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype. A
+    // The KV cache holds K after RoPE and V, per attention layer, in
+    // m.kv_dtype; a gated delta net layer has its recurrent state instead. A
     // sliding layer's is a ring of window + chunk - 1 rows when that is
     // shorter than the context and the backend has attention_ring: a call
     // of at most `chunk` tokens then finds every key its queries see. A
     // layer whose attention does not run (a task mask) has none.
     const bool rings = has_ring_attention(m.be);
     s->chunk = m.ring_chunk();
+    s->rec.resize(m.layers.size());
+    s->route_counts.resize(m.layers.size());
+    s->last_picks.resize(m.layers.size());
     for (size_t i = 0; i < m.layers.size(); ++i) {
-        const uint64_t window = m.layers[i].choice.window;
-        const bool ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
-        const uint64_t rows = !m.layers[i].attn_on ? 0 : ring ? window + s->chunk - 1 : n_ctx;
-        float *k = nullptr, *v = nullptr;
-        if (rows > 0) {
-            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(m.layers[i]), &k));
-            s->k_cache.push_back(k);
-            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(m.layers[i]), &v));
-            s->v_cache.push_back(v);
+        const Layer &L = m.layers[i];
+        s->k_cache.push_back(nullptr);
+        s->v_cache.push_back(nullptr);
+        uint64_t rows = 0;
+        bool ring = false;
+        if (!L.attn_on) {
+            // nothing to keep: the mixer does not run
+        } else if (L.mixer == MixerKind::DeltaNet) {
+            detail::alloc_recurrent(m, s->rec[i]);
         } else {
-            s->k_cache.push_back(nullptr);
-            s->v_cache.push_back(nullptr);
+            const uint64_t window = L.choice.window;
+            ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
+            rows = ring ? window + s->chunk - 1 : n_ctx;
+            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(L), &s->k_cache.back()));
+            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(L), &s->v_cache.back()));
         }
         s->cache_rows.push_back(rows);
         s->ring.push_back(ring);
+        if (L.ffn == FfnKind::Moe) s->route_counts[i].assign(L.moe.experts.size(), 0);
     }
+    if (m.mtp) detail::alloc_mtp_state(m, *s);
     return s;
 }
 
 void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
-    const std::string fam = s.model->ch.family;
+    const DecoderModel &m = *s.model;
+    const std::string fam = m.ch.family;
     if (n_keep > s.n_past)
         throw Error(CMF_ERR_BOUNDS, fam + ": cannot keep " + std::to_string(n_keep) + " positions of " +
                                         std::to_string(s.n_past));
+    if (n_keep == s.n_past) return;
     // Attention reads only positions < n_past, so dropping is just the count,
     // as long as every ring still holds the window before n_keep: the
     // position p of row p % rows is overwritten once p + rows < n_past.
@@ -397,21 +486,60 @@ void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
                                                  "the window before position " + std::to_string(n_keep) +
                                                  " (rolled back from " + std::to_string(s.n_past) + ")");
     }
+    // The last forward call's last position is undone (a rejected draft):
+    // recurrent layers go back to the state they kept, its routing picks
+    // are uncounted.
+    const bool undo = n_keep + 1 == s.n_past && s.undo_end == s.n_past;
+    if (m.recurrent) {
+        if (n_keep == 0) {
+            for (RecurrentState &r : s.rec)
+                if (r.s[0] != nullptr) detail::reset_recurrent(m, r);
+        } else if (undo) {
+            for (RecurrentState &r : s.rec) r.cur = 1 - r.cur;
+        } else {
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": the gated delta net layers keep one position of history; going back from " +
+                                                 std::to_string(s.n_past) + " to " + std::to_string(n_keep) +
+                                                 " positions means forwarding the kept tokens again");
+        }
+    }
+    if (undo)
+        for (size_t i = 0; i < s.last_picks.size(); ++i)
+            for (int32_t e : s.last_picks[i]) --s.route_counts[i][size_t(e)];
+    for (auto &picks : s.last_picks) picks.clear();
+    s.undo_end = 0;
+    // The draft head's entry p drafted from token p + 1, which must be kept.
     s.n_past = n_keep;
+    s.tokens.resize(std::min<size_t>(s.tokens.size(), n_keep));
+    s.mtp_len = std::min(s.mtp_len, n_keep == 0 ? 0 : n_keep - 1);
 }
 
-namespace {
+std::string route_stats_json(const DecoderState &s) {
+    std::string out = "{";
+    bool first = true;
+    for (size_t i = 0; i < s.route_counts.size(); ++i) {
+        if (s.model->layers[i].ffn != FfnKind::Moe) continue;
+        out += (first ? "\"" : ",\"") + std::to_string(i) + "\":[";
+        first = false;
+        for (size_t e = 0; e < s.route_counts[i].size(); ++e)
+            out += (e ? "," : "") + std::to_string(s.route_counts[i][e]);
+        out += "]";
+    }
+    return out + "}";
+}
+
+namespace detail {
 
 void ensure_scratch(const DecoderModel &m, Scratch &sc, uint64_t n, uint64_t logit_rows) {
     auto alloc = [&](float *&p, uint64_t floats) {
         sc.be->buffer_free(sc.be_ctx, p);
         p = nullptr;
-        check(sc.be->buffer_alloc(sc.be_ctx, floats * sizeof(float), &p));
+        if (floats > 0) check(sc.be->buffer_alloc(sc.be_ctx, floats * sizeof(float), &p));
     };
     if (n > sc.capacity) {
         const uint64_t H = m.cfg.hidden_size;
+        // The draft head's eh_proj reads [enorm(e) | hnorm(h)]: 2H per token.
         alloc(sc.h, n * H);
-        alloc(sc.xn, n * H);
+        alloc(sc.xn, n * H * (m.mtp ? 2 : 1));
         alloc(sc.tmp, n * H);
         alloc(sc.q, n * m.q_dim);
         alloc(sc.attn, n * m.q_dim);
@@ -419,6 +547,27 @@ void ensure_scratch(const DecoderModel &m, Scratch &sc, uint64_t n, uint64_t log
         alloc(sc.v, n * m.max_kv_dim);
         alloc(sc.gate, n * m.max_ffn);
         alloc(sc.up, n * m.max_ffn);
+        bool gated = false;
+        for (const Layer &L : m.layers) gated |= L.mixer == MixerKind::GatedAttention;
+        if (m.mtp) gated |= m.mtp->layer.mixer == MixerKind::GatedAttention;
+        alloc(sc.qg, gated ? n * 2 * m.q_dim : 0);
+        alloc(sc.ogate, gated ? n * m.q_dim : 0);
+        // Mixture of experts: every token picks top_k experts (plus the
+        // shared expert, one row per token).
+        const uint64_t picks = n * m.max_top_k;
+        alloc(sc.router, m.max_experts ? n * (m.max_experts + 1) : 0);
+        alloc(sc.moe_x, picks * H);
+        alloc(sc.moe_g, picks * m.max_expert_width + n * m.max_shared_width);
+        alloc(sc.moe_u, picks * m.max_expert_width + n * m.max_shared_width);
+        alloc(sc.moe_y, m.max_experts ? (picks + n) * H : 0);
+        const DeltaNetDims &g = m.gdn;
+        const bool lin = m.recurrent;
+        alloc(sc.lin_qkv, lin ? n * g.conv_dim() : 0);
+        alloc(sc.lin_conv, lin ? n * g.conv_dim() : 0);
+        alloc(sc.lin_z, lin ? n * g.value_dim() : 0);
+        alloc(sc.lin_out, lin ? n * g.value_dim() : 0);
+        alloc(sc.lin_a, lin ? n * g.nv : 0);
+        alloc(sc.lin_b, lin ? n * g.nv : 0);
         sc.capacity = n;
     }
     if (logit_rows > sc.logits_rows) {
@@ -442,6 +591,13 @@ void matmuls(const DecoderModel &m, const float *x, uint64_t n,
     for (const auto &[w, y] : outs) check(m.be->matmul(m.be_ctx, w, x, n, y));
 }
 
+}  // namespace detail
+
+namespace {
+
+using detail::LayerCache;
+using detail::matmuls;
+
 // One sequence's rows in a pass: a single forward is a pass of one, a
 // forward_batch of several laid end to end in the activations.
 struct SeqRows {
@@ -454,11 +610,14 @@ struct SeqRows {
     float *logits = nullptr;  // host, logit_rows * vocab_size floats
 };
 
-// sc.tmp = attention(sc.xn) for layer li over every sequence's rows: the
-// projections, biases and q/k-norm run once over all rows; RoPE, the cache
-// write and attention per sequence, at its positions and on its own cache.
-void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t li, std::span<const SeqRows> seqs,
-                     uint64_t n) {
+// sc.tmp = attention(sc.xn) over every sequence's rows, sequence i on the
+// KV cache caches[i]: the projections, biases and q/k-norm run once over
+// all rows; RoPE, the cache write and attention per sequence, at its
+// positions and on its own cache. With an output gate
+// (MixerKind::GatedAttention) q_proj gives [q_h | gate_h] per head and the
+// attention's output is multiplied by sigmoid(gate).
+void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqRows> seqs,
+                     std::span<const LayerCache> caches, uint64_t n) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
     const ArchConfig &c = m.cfg;
@@ -466,7 +625,12 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
     const uint64_t q_dim = L.q_dim, kv_dim = L.kv_dim;
     const int32_t style = m.ch.norm_style;
     const float eps = float(c.rms_norm_eps);
-    matmuls(m, sc.xn, n, {{L.q.w, sc.q}, {L.k.w, sc.k}, {L.v.w, sc.v}});
+    const bool gated = L.mixer == MixerKind::GatedAttention;
+    matmuls(m, sc.xn, n, {{L.q.w, gated ? sc.qg : sc.q}, {L.k.w, sc.k}, {L.v.w, sc.v}});
+    if (gated) {  // de-interleave: rows of head_dim, 2*head_dim apart
+        check(be->copy_rows(bc, sc.q, hd, sc.qg, 2 * uint64_t(hd), n * nh, hd));
+        check(be->copy_rows(bc, sc.ogate, hd, sc.qg + hd, 2 * uint64_t(hd), n * nh, hd));
+    }
     if (L.q_bias) {
         check(be->add_bias(bc, sc.q, L.q_bias.w, n, q_dim));
         check(be->add_bias(bc, sc.k, L.k_bias.w, n, kv_dim));
@@ -479,8 +643,10 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
     // Row strides are this layer's widths (a task mask narrows them).
     const float scale = m.ch.attn_scale, softcap = m.ch.attn_softcap;
     const uint32_t window = L.choice.window;
-    for (const SeqRows &r : seqs) {
-        DecoderState &s = *r.s;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const SeqRows &r = seqs[i];
+        const LayerCache &lc = caches[i];
+        const DecoderState &s = *r.s;
         float *q = sc.q + r.row0 * q_dim, *k = sc.k + r.row0 * kv_dim, *v = sc.v + r.row0 * kv_dim;
         float *attn = sc.attn + r.row0 * q_dim;
         if (m.rot_dim > 0) {
@@ -494,26 +660,26 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
                 }
             }
         }
-        if (s.ring[li]) {  // rows pos % R.., split where the ring wraps
-            const uint64_t R = s.cache_rows[li], r0 = r.pos % R, n1 = std::min(r.n, R - r0);
-            for (auto [cache, src] : {std::pair{s.k_cache[li], k}, std::pair{s.v_cache[li], v}}) {
+        if (lc.ring_rows > 0) {  // rows pos % R.., split where the ring wraps
+            const uint64_t R = lc.ring_rows, r0 = r.pos % R, n1 = std::min(r.n, R - r0);
+            for (auto [cache, src] : {std::pair{lc.k, k}, std::pair{lc.v, v}}) {
                 check(be->kv_write(bc, cache, m.kv_dtype, kv_dim, r0, src, n1));
                 if (n1 < r.n) check(be->kv_write(bc, cache, m.kv_dtype, kv_dim, 0, src + n1 * kv_dim, r.n - n1));
             }
-            check(be->attention_ring(bc, q, s.k_cache[li], s.v_cache[li], m.kv_dtype, R, attn, r.n, r.pos, nh, nkv, hd,
-                                     scale, window, softcap));
+            check(be->attention_ring(bc, q, lc.k, lc.v, m.kv_dtype, R, attn, r.n, r.pos, nh, nkv, hd, scale, window,
+                                     softcap));
         } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
-            check(be->copy(bc, s.k_cache[li] + r.pos * kv_dim, k, r.n * kv_dim));
-            check(be->copy(bc, s.v_cache[li] + r.pos * kv_dim, v, r.n * kv_dim));
-            check(be->attention(bc, q, s.k_cache[li], s.v_cache[li], attn, r.n, r.pos, nh, nkv, hd, scale, window,
-                                softcap));
+            check(be->copy(bc, lc.k + r.pos * kv_dim, k, r.n * kv_dim));
+            check(be->copy(bc, lc.v + r.pos * kv_dim, v, r.n * kv_dim));
+            check(be->attention(bc, q, lc.k, lc.v, attn, r.n, r.pos, nh, nkv, hd, scale, window, softcap));
         } else {
-            check(be->kv_write(bc, s.k_cache[li], m.kv_dtype, kv_dim, r.pos, k, r.n));
-            check(be->kv_write(bc, s.v_cache[li], m.kv_dtype, kv_dim, r.pos, v, r.n));
-            check(be->attention_kv(bc, q, s.k_cache[li], s.v_cache[li], m.kv_dtype, attn, r.n, r.pos, nh, nkv, hd,
-                                   scale, window, softcap));
+            check(be->kv_write(bc, lc.k, m.kv_dtype, kv_dim, r.pos, k, r.n));
+            check(be->kv_write(bc, lc.v, m.kv_dtype, kv_dim, r.pos, v, r.n));
+            check(be->attention_kv(bc, q, lc.k, lc.v, m.kv_dtype, attn, r.n, r.pos, nh, nkv, hd, scale, window,
+                                   softcap));
         }
     }
+    if (gated) check(be->gated_act(bc, sc.ogate, sc.attn, n * q_dim, CMF_ACT_SIGMOID, sc.attn));
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
     if (L.o_bias) check(be->add_bias(bc, sc.tmp, L.o_bias.w, n, c.hidden_size));
 }
@@ -525,6 +691,41 @@ void dense_ffn(const DecoderModel &m, Scratch &sc, const Layer &L, uint64_t n) {
     matmuls(m, sc.xn, n, {{L.gate.w, sc.gate}, {L.up.w, sc.up}});
     check(be->gated_act(bc, sc.gate, sc.up, n * L.ffn_dim, m.ch.act, sc.gate));
     check(be->matmul(bc, L.down.w, sc.gate, n, sc.tmp));
+}
+
+// h += mixer(norm(h)); h += ffn(norm(h)) over every sequence's rows in sc.h.
+// The gated delta net and the mixture of experts keep per-sequence state
+// (recurrent state, routing counts) and run on a pass of one sequence
+// (decoder_forward_batch refuses models that have them).
+void run_layer_rows(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqRows> seqs,
+                    std::span<const LayerCache> caches, uint64_t n) {
+    const cmf_backend_vt *be = m.be;
+    void *bc = m.be_ctx;
+    const uint64_t H = m.cfg.hidden_size;
+    const int32_t style = m.ch.norm_style;
+    const float eps = float(m.cfg.rms_norm_eps);
+    if ((L.mixer == MixerKind::DeltaNet || L.ffn == FfnKind::Moe) && seqs.size() != 1)
+        throw Error(CMF_ERR_INTERNAL, std::string(m.ch.family) + ": a gated delta net or MoE layer in a batched pass");
+    // A task mask may leave a part out: it adds nothing, so it is skipped.
+    if (L.attn_on) {
+        check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
+        switch (L.mixer) {
+        case MixerKind::Attention:
+        case MixerKind::GatedAttention: attention_block(m, sc, L, seqs, caches, n); break;
+        case MixerKind::DeltaNet: detail::delta_net_mixer(m, *seqs[0].s, L, *caches[0].rec, n); break;
+        }
+        if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
+        check(be->add(bc, sc.h, sc.tmp, n * H));
+    }
+    if (L.ffn_on) {
+        check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
+        switch (L.ffn) {
+        case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
+        case FfnKind::Moe: detail::moe_ffn(m, *seqs[0].s, L, caches[0].counted, n); break;
+        }
+        if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
+        check(be->add(bc, sc.h, sc.tmp, n * H));
+    }
 }
 
 void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep &a) {
@@ -547,15 +748,35 @@ void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep 
         throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": the model has no output head (an encoder gives hidden states only)");
     if (a.n_layers != 0 && a.n_layers < m.layers.size() && mode != CMF_LOGITS_NONE)
         throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": logits need every layer (n_layers < num_layers gives hidden states only)");
+    if (a.n_layers != 0 && a.n_layers < m.layers.size() && m.mtp)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": a partial forward (n_layers) with the draft head on (model option mtp=off)");
 }
 
+}  // namespace
+
+namespace detail {
+
+void run_layer(const DecoderModel &m, DecoderState &s, const Layer &L, const LayerCache &c, uint64_t n, uint64_t pos) {
+    SeqRows r;
+    r.s = &s;
+    r.n = n;
+    r.pos = pos;
+    run_layer_rows(m, s.scratch, L, std::span<const SeqRows>(&r, 1), std::span<const LayerCache>(&c, 1), n);
+}
+
+}  // namespace detail
+
+namespace {
+
 // The tokens of every sequence through the layers, head and soft-cap, in
-// the scratch `sc`; `n` rows in all.
+// the scratch `sc`; `n` rows in all. The draft head's bookkeeping (the
+// final normed hidden state of every position) is for a pass of one
+// sequence (decoder_forward_batch refuses a model with a draft head).
 void forward_rows(DecoderModel &m, Scratch &sc, std::span<const SeqRows> seqs, uint64_t n, uint64_t n_layers,
                   float *hidden) {
     uint64_t logit_total = 0;
     for (const SeqRows &r : seqs) logit_total += r.logit_rows;
-    ensure_scratch(m, sc, n, logit_total);
+    detail::ensure_scratch(m, sc, n, logit_total);
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
     const ArchConfig &c = m.cfg;
@@ -563,6 +784,8 @@ void forward_rows(DecoderModel &m, Scratch &sc, std::span<const SeqRows> seqs, u
     const int32_t style = m.ch.norm_style;
     const float eps = float(c.rms_norm_eps);
 
+    // A partial forward (failing midway) leaves no undoable position.
+    for (const SeqRows &r : seqs) r.s->undo_end = 0;
     if (seqs.size() == 1) {
         check(be->embed(bc, m.embed.w, seqs[0].tokens, n, m.ch.embed_scale, sc.h));
     } else {
@@ -571,47 +794,53 @@ void forward_rows(DecoderModel &m, Scratch &sc, std::span<const SeqRows> seqs, u
         for (const SeqRows &r : seqs) tokens.insert(tokens.end(), r.tokens, r.tokens + r.n);
         check(be->embed(bc, m.embed.w, tokens.data(), n, m.ch.embed_scale, sc.h));
     }
+    std::vector<LayerCache> caches(seqs.size());
     for (size_t li = 0; li < n_layers; ++li) {
-        const Layer &L = m.layers[li];
-        if (L.attn_on) {
-            check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
-            switch (L.mixer) {
-            case MixerKind::Attention: attention_block(m, sc, L, li, seqs, n); break;
-            }
-            if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
-            check(be->add(bc, sc.h, sc.tmp, n * H));
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            DecoderState &s = *seqs[i].s;
+            caches[i] = {s.k_cache[li], s.v_cache[li], &s.rec[li], li, s.ring[li] ? s.cache_rows[li] : 0};
         }
-        if (L.ffn_on) {
-            check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
-            switch (L.ffn) {
-            case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
-            }
-            if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
-            check(be->add(bc, sc.h, sc.tmp, n * H));
-        }
+        run_layer_rows(m, sc, m.layers[li], seqs, caches, n);
         // A looped model with loop_final_norm: the final norm between passes.
         if (c.loop_final_norm && (li + 1) % m.physical_layers == 0 && li + 1 < m.layers.size())
             check(be->rms_norm(bc, sc.h, m.final_norm.w, n, H, eps, style, sc.h));
     }
     // Layers past n_layers are not run: their caches do not hold these positions.
-    for (const SeqRows &r : seqs) r.s->n_past = r.pos + r.n;
+    for (const SeqRows &r : seqs) r.s->n_past = r.s->undo_end = r.pos + r.n;
     if (hidden != nullptr) check(be->buffer_read(bc, hidden, sc.h, n * H * sizeof(float)));
+    const bool draft_rows = m.mtp && seqs.size() == 1;
+    if (draft_rows) {
+        // The draft head reads the trunk's final normed hidden state of every
+        // position (and its token): all rows go through the final norm.
+        DecoderState &s = *seqs[0].s;
+        const uint64_t pos = seqs[0].pos;
+        check(be->rms_norm(bc, sc.h, m.final_norm.w, n, H, eps, style, sc.xn));
+        check(be->copy(bc, s.mtp_hidden + pos * H, sc.xn, n * H));
+        s.tokens.resize(pos);
+        s.tokens.insert(s.tokens.end(), seqs[0].tokens, seqs[0].tokens + n);
+    }
     if (logit_total == 0) return;
     // Only the rows whose logits are wanted go through the final norm and
-    // the head: each sequence's last logit_rows rows, gathered in sc.xn,
-    // then one head matmul for all of them.
-    uint64_t out = 0;
-    for (const SeqRows &r : seqs) {
-        if (r.logit_rows == 0) continue;
-        const float *hrows = sc.h + (r.row0 + r.n - r.logit_rows) * H;
-        check(be->rms_norm(bc, hrows, m.final_norm.w, r.logit_rows, H, eps, style, sc.xn + out * H));
-        out += r.logit_rows;
+    // the head: each sequence's last logit_rows rows, gathered in sc.xn
+    // (already normed in place for the draft head), then one head matmul
+    // for all of them.
+    const float *normed = sc.xn;
+    if (draft_rows) {
+        normed = sc.xn + (n - logit_total) * H;
+    } else {
+        uint64_t out = 0;
+        for (const SeqRows &r : seqs) {
+            if (r.logit_rows == 0) continue;
+            const float *hrows = sc.h + (r.row0 + r.n - r.logit_rows) * H;
+            check(be->rms_norm(bc, hrows, m.final_norm.w, r.logit_rows, H, eps, style, sc.xn + out * H));
+            out += r.logit_rows;
+        }
     }
-    check(be->matmul(bc, m.head.w, sc.xn, logit_total, sc.logits));
+    check(be->matmul(bc, m.head.w, normed, logit_total, sc.logits));
     // Logits have vocab_size entries even when the head has fewer rows (extra = 0).
     const uint64_t V = c.vocab_size, R = m.head.rows;
     const float cap = m.ch.final_softcap;
-    out = 0;
+    uint64_t out = 0;
     for (const SeqRows &s : seqs) {
         for (uint64_t r = 0; r < s.logit_rows; ++r, ++out) {
             float *dst = s.logits + r * V;
@@ -663,12 +892,15 @@ void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> state
                                           std::to_string(steps.size()) + " steps");
     // Every layer kind must have its per-sequence step in forward_rows; a
     // new kind is refused here (also by a call of no sequences, the probe
-    // hosts make) until it has one.
+    // hosts make) until it has one. The gated delta net and the mixture of
+    // experts keep per-sequence state inside the layer (recurrent state,
+    // routing counts), the draft head its per-state hidden rows.
     for (size_t li = 0; li < m.layers.size(); ++li) {
         const Layer &L = m.layers[li];
         if (L.mixer != MixerKind::Attention || L.ffn != FfnKind::Dense)
             throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(li) + " is of a kind not batched yet");
     }
+    if (m.mtp) throw Error(CMF_ERR_UNSUPPORTED, fam + ": a model with its draft head on is not batched (model option mtp=off)");
     std::vector<SeqRows> seqs;
     seqs.reserve(states.size());
     uint64_t n = 0;
@@ -720,7 +952,7 @@ cmf_error *vt_model_create(void *ctx, const cmf_model_source *src, const cmf_bac
         if (src == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(pl->family) + ": NULL argument");
         require_backend(backend, pl->family);
         // Options are checked before the arch block and any tensor.
-        kv_dtype_option(backend, pl->family, params != nullptr ? params->options : nullptr);
+        parse_model_options(backend, pl->family, params != nullptr ? params->options : nullptr);
         ArchConfig cfg = parse_arch_config(src->arch_json, src->arch_json_len);
         DecoderChoices ch = pl->choose(cfg);
         auto m = create_decoder(pl->host, src, backend, backend_ctx, params != nullptr ? params->options : nullptr, cfg,
@@ -740,6 +972,7 @@ cmf_error *vt_model_info(void *ctx, const cmf_arch_model *model, cmf_arch_model_
         info.struct_size = sizeof info;
         info.vocab_size = m->cfg.vocab_size;
         info.max_context = m->cfg.max_position_embeddings;
+        info.draft_tokens = m->mtp ? 1 : 0;
         size_t n = std::min<size_t>(out->struct_size ? out->struct_size : sizeof info, sizeof info);
         uint32_t caller_size = out->struct_size;
         std::memcpy(out, &info, n);
@@ -812,9 +1045,29 @@ cmf_error *vt_forward_batch(void *ctx, cmf_arch_model *model, uint32_t n_seqs, c
     });
 }
 
+cmf_error *vt_route_stats(void *ctx, const cmf_arch_state *state, const cmf_byte_sink *out) {
+    ArchPlugin *pl = plugin_of(ctx);
+    return cmf::sdk::call(pl->host, [&] {
+        if (state == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(pl->family) + ": NULL argument");
+        const std::string json = route_stats_json(*reinterpret_cast<const DecoderState *>(state));
+        cmf::sdk::sink_append(out, json.data(), json.size());
+    });
+}
+
+cmf_error *vt_draft(void *ctx, cmf_arch_model *model, cmf_arch_state *state, int32_t next_token, float *logits) {
+    ArchPlugin *pl = plugin_of(ctx);
+    return cmf::sdk::call(pl->host, [&] {
+        if (model == nullptr || state == nullptr || logits == nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(pl->family) + " draft: NULL argument");
+        decoder_draft(*reinterpret_cast<DecoderModel *>(model), *reinterpret_cast<DecoderState *>(state), next_token, logits);
+    });
+}
+
 }  // namespace
 
 void set_decoder_run_members(cmf_arch_vt &vt) {
+    vt.route_stats = vt_route_stats;
+    vt.draft = vt_draft;
     vt.model_create = vt_model_create;
     vt.model_free = vt_model_free;
     vt.model_info = vt_model_info;

@@ -14,10 +14,12 @@
 // their own RoPE base.
 //
 // What a layer computes is read from its tensors (spec 2), not from the
-// arch name: q/k/v biases, q/k-norm, sandwich norms. The layer is described
-// by a mixer kind and an FFN kind so new layer types slot in as new kinds
-// (MoE FFN, gated delta net mixer, output-gated attention); today those are
-// refused with CMF_ERR_UNSUPPORTED naming the tensor or key.
+// arch name: q/k/v biases, q/k-norm, sandwich norms, the output gate of
+// attention (q_proj of twice the rows), a mixture-of-experts FFN
+// (mlp.gate.weight). A layer is a mixer kind (attention, output-gated
+// attention, gated delta net: delta_net_mixer.cpp) and an FFN kind (dense,
+// mixture of experts: moe_ffn.cpp). A model with model.mtp.* tensors (under
+// DecoderNames.body) gets a draft head for speculative decoding (mtp_head.cpp).
 //
 // A task mask (cmf_task_mask of the model source) is applied when the
 // layers are bound: a layer gated off is skipped, the live heads' and
@@ -69,8 +71,32 @@ struct DecoderChoices {
     std::vector<LayerChoice> layers;
 };
 
-enum class MixerKind { Attention };
-enum class FfnKind { Dense };
+// Attention, attention with a sigmoid output gate (q_proj rows hold
+// [q_h | gate_h] per head), or a gated delta net (linear attention).
+enum class MixerKind { Attention, GatedAttention, DeltaNet };
+// A dense gated FFN, or a mixture of experts.
+enum class FfnKind { Dense, Moe };
+
+struct Expert {
+    Weight gate, up, down;
+    uint64_t width = 0;  // gate_proj rows
+};
+
+struct MoeWeights {
+    Weight router;               // mlp.gate.weight [E, H]
+    std::vector<Expert> experts;  // 0..E-1, found by presence
+    Expert shared;               // mlp.shared_expert.* (absent: width 0)
+    Weight shared_gate;          // mlp.shared_expert_gate.weight [1, H], sigmoid-gated
+    uint32_t top_k = 0;          // arch.moe.top_k, at most the experts present
+};
+
+struct DeltaNetWeights {
+    Weight qkv, z, b, a;   // in_proj_*
+    Weight conv;           // conv1d taps as one vector of conv_dim * kernel (Binder::bind_values)
+    Weight a_log, dt_bias;
+    Weight norm;           // the gated RMSNorm's [dv] weight (x^*w)
+    Weight out;            // out_proj
+};
 
 struct Layer {
     MixerKind mixer = MixerKind::Attention;
@@ -99,6 +125,24 @@ struct Layer {
     Weight q_norm, k_norm;          // both or none
     Weight gate, up, down;
     uint64_t ffn_dim = 0;
+    MoeWeights moe;       // FfnKind::Moe
+    DeltaNetWeights gdn;  // MixerKind::DeltaNet
+};
+
+// The gated delta net geometry (arch.linear_*).
+struct DeltaNetDims {
+    uint32_t nk = 0, nv = 0, dk = 0, dv = 0, kernel = 0;
+    uint64_t conv_dim() const { return 2 * uint64_t(nk) * dk + uint64_t(nv) * dv; }
+    uint64_t value_dim() const { return uint64_t(nv) * dv; }
+    uint64_t state_floats() const { return uint64_t(nv) * dk * dv; }
+};
+
+// The multi-token-prediction head (model.mtp.*): e = embed(t_{p+1}),
+// x = eh_proj [enorm(e) | hnorm(h_p)], one decoder layer at position p
+// (its own KV cache), norm, the shared head: the draft for t_{p+2}.
+struct MtpHead {
+    Weight enorm, hnorm, eh_proj, norm;
+    Layer layer;
 };
 
 struct DecoderModel {
@@ -123,6 +167,12 @@ struct DecoderModel {
     bool scaled_rope = false;
     Weight embed, final_norm, head;  // head: none for an encoder (DecoderNames.head "")
     std::vector<Layer> layers;
+    // Mixture of experts: renormalise the top-k weights (arch.moe.norm_topk_prob).
+    bool norm_topk = false;
+    uint64_t max_experts = 0, max_expert_width = 0, max_shared_width = 0, max_top_k = 0;
+    DeltaNetDims gdn;
+    bool recurrent = false;  // some layer is a gated delta net
+    std::unique_ptr<MtpHead> mtp;  // model option mtp (on when the file has the head)
     std::vector<cmf_backend_weight *> owned;
     // Tokens per forward chunk when sliding layers keep rings: the largest
     // window (a prompt of a window's length runs in one call).
@@ -145,8 +195,25 @@ struct Scratch {
     uint64_t capacity = 0;  // tokens
     float *h = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *gate = nullptr,
           *up = nullptr, *tmp = nullptr, *logits = nullptr;
+    // Output-gated attention: q_proj's output and the gate heads.
+    float *qg = nullptr, *ogate = nullptr;
+    // Mixture of experts: router logits (and the shared expert's gate), the
+    // gathered inputs, the experts' gate/up/act, their outputs.
+    float *router = nullptr, *moe_x = nullptr, *moe_g = nullptr, *moe_u = nullptr, *moe_y = nullptr;
+    // Gated delta net: projections, convolved qkv, the rule's output.
+    float *lin_qkv = nullptr, *lin_z = nullptr, *lin_a = nullptr, *lin_b = nullptr, *lin_conv = nullptr,
+          *lin_out = nullptr;
     uint64_t logits_rows = 0;
     void release();
+};
+
+// One gated delta net layer's state: the short convolution's last inputs
+// and the recurrent state, two of each: [cur] is the state after every
+// position, [1 - cur] after all but the last one (the one-position rollback).
+struct RecurrentState {
+    float *conv[2] = {nullptr, nullptr};  // [kernel - 1][conv_dim]
+    float *s[2] = {nullptr, nullptr};     // [nv][dk][dv]
+    int cur = 0;
 };
 
 struct DecoderState {
@@ -160,6 +227,21 @@ struct DecoderState {
     std::vector<bool> ring;
     uint64_t chunk = 0;  // tokens per forward chunk (rings hold window + chunk - 1 rows)
     Scratch scratch;
+    // Per layer (empty for attention layers): gated delta net state.
+    std::vector<RecurrentState> rec;
+    // n_past right after the last forward call (0 after a truncate): its
+    // last position may be rolled back by one.
+    uint64_t undo_end = 0;
+    // Per MoE layer (empty for dense ones): times each expert was picked,
+    // and the last forwarded token's picks (uncounted by a rollback).
+    std::vector<std::vector<uint64_t>> route_counts;
+    std::vector<std::vector<int32_t>> last_picks;
+    // The draft head (DecoderModel::mtp): its KV cache, the trunk's final
+    // normed hidden state and token of every position, and how many
+    // positions its cache holds.
+    float *mtp_k = nullptr, *mtp_v = nullptr, *mtp_hidden = nullptr;
+    std::vector<int32_t> tokens;
+    uint64_t mtp_len = 0;
     // The scaled RoPE table HF's rotary embedding holds, per state as a
     // freshly loaded HF model holds it (dynamic NTK changes it as sequences
     // grow: rope::Dynamic); unset without scaling.
@@ -182,7 +264,7 @@ struct DecoderNames {
 };
 
 // Binds the tensors of `src` on the backend. `options` are the model
-// options ("kv_cache=f32|f16"). Throws cmf::sdk::Error.
+// options ("kv_cache=f32|f16,mtp=on|off"). Throws cmf::sdk::Error.
 std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf_model_source *src,
                                              const cmf_backend_vt *be, void *be_ctx, const char *options,
                                              const ArchConfig &cfg, DecoderChoices choices,
@@ -191,8 +273,17 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
 std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_ctx);
 
 // Keep the first n_keep positions. A sliding layer's ring may no longer hold
-// the window before n_keep: then CMF_ERR_UNSUPPORTED (the caller recomputes).
+// the window before n_keep, and gated delta net layers keep one position of
+// history (the last forward call's last token): then CMF_ERR_UNSUPPORTED
+// (the caller recomputes).
 void truncate_decoder_state(DecoderState &s, uint64_t n_keep);
+
+// The routing counts as compact JSON {"<layer>":[counts],...} (MoE layers only).
+std::string route_stats_json(const DecoderState &s);
+
+// The draft head's logits for position n_past + 1 given the token chosen for
+// n_past (cmf_arch_vt.draft). CMF_ERR_UNSUPPORTED without a draft head.
+void decoder_draft(DecoderModel &m, DecoderState &s, int32_t next_token, float *logits);
 
 struct DecoderStep {
     const int32_t *tokens = nullptr;  // host memory

@@ -1,7 +1,9 @@
-// The qwen architecture plugin: qwen2 (q/k/v biases) and qwen3 (q/k-norm)
-// dense decoders on the shared decoder (../common/decoder.hpp) with the
-// qwen choices (choices.hpp), and the converter hooks of every Qwen family
-// (hf_import.cpp).
+// The qwen architecture plugin: every Qwen family on the shared decoder
+// (../common/decoder.hpp) with the qwen choices (choices.hpp) -- qwen2
+// (q/k/v biases), qwen3 (q/k-norm), the mixture-of-experts qwen2_moe /
+// qwen3_moe, the hybrids qwen3_next / qwen3_5 / qwen3_5_moe (gated delta
+// net and output-gated attention layers, MTP draft heads) -- and their
+// converter hooks (hf_import.cpp).
 #include "hf_import.hpp"
 #include "choices.hpp"
 
@@ -41,9 +43,8 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.abi_version = CMF_PLUGIN_ABI_VERSION;
     vt.name = "qwen";
     vt.version = CMF_QWEN_VERSION;
-    vt.arch_names = "qwen2,qwen3";
-    // Runs the dense families; converts every Qwen family (MoE and hybrid
-    // files convert now and run once their forward passes land).
+    // Runs and converts every Qwen family: dense, MoE and the hybrids.
+    vt.arch_names = cmf::archs::qwen::kModelTypes;
     vt.hf_model_types = cmf::archs::qwen::kModelTypes;
     vt.import_config = vt_import_config;
     vt.import_tensor = vt_import_tensor;

@@ -48,6 +48,9 @@ struct Backend {
     std::string description;
     cmf_backend_vt vt;
     bool int8_gemm = true;
+    // Prefill of the gated delta rule in the chunked (WY) form; the
+    // environment's CMF_CPU_DELTA_CHUNKED=0 keeps the recurrence (A/B runs).
+    bool delta_chunked = true;
 };
 
 inline Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }

@@ -19,6 +19,7 @@
 //    gemm_i8.hpp instead (matmul_int8 below), unless kInt8Gemm is false or
 //    the environment sets CMF_CPU_INT8_GEMM=0 (A/B benchmarks).
 #include "backend.hpp"
+#include "delta_net.hpp"
 #include "gemm_i8.hpp"
 #include "kernels.hpp"
 
@@ -530,25 +531,52 @@ cmf_error *matmul_op(void *ctx, const cmf_backend_weight *w, const float *x, uin
     return job.error;
 }
 
-// Decode's fused matmuls: the weights' rows laid end to end form one loop.
-constexpr uint32_t kMaxMulti = 8;
-
+// Decode's fused matmuls: the rows of several weights (each with its own x,
+// or one x for all) laid end to end form one parallel loop, each chunk cut
+// at the weights' boundaries. Every row is computed by the same kernel it
+// gets from a single matmul, so the results equal separate calls bit for bit.
 struct MultiJob {
-    MatmulJob jobs[kMaxMulti];
-    cmf_range_fn fns[kMaxMulti];
-    uint64_t row_end[kMaxMulti];  // rows of weights 0..i together
-    uint32_t n;
+    std::vector<MatmulJob> jobs;
+    std::vector<cmf_range_fn> fns;
+    std::vector<uint64_t> row_end;  // rows of weights 0..i together
 };
 
 void matmul_chunk_multi(void *user, uint64_t r0, uint64_t r1) {
     auto *m = static_cast<MultiJob *>(user);
-    uint64_t start = 0;
-    for (uint32_t i = 0; i < m->n && r0 < r1; start = m->row_end[i++]) {
-        if (r0 >= m->row_end[i]) continue;
-        const uint64_t e = std::min(r1, m->row_end[i]);
+    // The weight holding r0 (chunks are contiguous: find it once).
+    size_t i = size_t(std::upper_bound(m->row_end.begin(), m->row_end.end(), r0) - m->row_end.begin());
+    for (; i < m->jobs.size() && r0 < r1; ++i) {
+        const uint64_t start = i == 0 ? 0 : m->row_end[i - 1], e = std::min(r1, m->row_end[i]);
         m->fns[i](&m->jobs[i], r0 - start, e - start);
         r0 = e;
     }
+}
+
+// Runs the decode-size jobs of `m` (jobs and fns set) as one loop; returns
+// the first error.
+cmf_error *run_multi(Backend *be, MultiJob &m) {
+    uint64_t rows = 0, cols = 1;
+    m.row_end.resize(m.jobs.size());
+    for (size_t i = 0; i < m.jobs.size(); ++i) {
+        m.row_end[i] = rows += m.jobs[i].w->rows;
+        cols = std::max(cols, m.jobs[i].w->cols);
+    }
+    if (rows > 0)
+        be->host->parallel_for(be->host->host_ctx, 0, rows, decode_grain(be, rows, cols), matmul_chunk_multi, &m);
+    cmf_error *first = nullptr;
+    for (MatmulJob &j : m.jobs) {
+        if (j.error == nullptr) continue;
+        if (first == nullptr) first = j.error;
+        else be->host->error_free(j.error);
+    }
+    return first;
+}
+
+// Whether a matmul of n_batch rows over w takes a GEMM path (prefill) rather
+// than the decode row loop.
+bool takes_gemm(const cmf_backend_weight *w, uint64_t n_batch) {
+    const bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
+    return (w->int8 && n_batch >= kGemmMinBatchCodec) || n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch);
 }
 
 cmf_error *matmul_multi(void *ctx, const cmf_backend_weight *const *ws, uint32_t n_weights, const float *x,
@@ -569,30 +597,56 @@ cmf_error *matmul_multi(void *ctx, const cmf_backend_weight *const *ws, uint32_t
     bool mapped = false;
     for (uint32_t i = 0; i < n_weights; ++i) mapped = mapped || !ws[i]->x_map.empty();
     // Prefill's GEMMs are long loops already (and pack x per weight layout):
-    // one call each. So are more weights than the fused job holds, and
-    // column subsets (each maps x its own way).
-    if (n_batch >= kGemmMinBatch || n_weights > kMaxMulti || mapped) {
+    // one call each. So are column subsets (each maps x its own way).
+    if (n_batch >= kGemmMinBatch || mapped) {
         for (uint32_t i = 0; i < n_weights; ++i)
             if (cmf_error *e = matmul_op(ctx, ws[i], x, n_batch, ys[i])) return e;
         return nullptr;
     }
-    MultiJob m{};
-    m.n = n_weights;
+    thread_local MultiJob m;
+    m.jobs.clear();
+    m.fns.clear();
     const uint64_t x_id = next_x_id();  // one x: the codecs quantize it once for all weights
-    uint64_t rows = 0;
     for (uint32_t i = 0; i < n_weights; ++i) {
-        m.jobs[i] = MatmulJob{ws[i], x, n_batch, ys[i], be->host, nullptr, nullptr, nullptr, nullptr, x_id};
-        m.fns[i] = row_loop(m.jobs[i]);
-        m.row_end[i] = rows += ws[i]->rows;
+        m.jobs.push_back(MatmulJob{ws[i], x, n_batch, ys[i], be->host, nullptr, nullptr, nullptr, nullptr, x_id});
+        m.fns.push_back(row_loop(m.jobs.back()));
     }
-    be->host->parallel_for(be->host->host_ctx, 0, rows, decode_grain(be, rows, ws[0]->cols), matmul_chunk_multi, &m);
-    cmf_error *first = nullptr;
-    for (uint32_t i = 0; i < n_weights; ++i) {
-        if (m.jobs[i].error == nullptr) continue;
-        if (first == nullptr) first = m.jobs[i].error;
-        else be->host->error_free(m.jobs[i].error);
+    return run_multi(be, m);
+}
+
+cmf_error *matmul_grouped(void *ctx, uint32_t n_groups, const cmf_backend_weight *const *ws, const float *const *xs,
+                          const uint64_t *n_rows, float *const *ys) {
+    Backend *be = as_backend(ctx);
+    if (n_groups == 0) return nullptr;
+    if (ws == nullptr || xs == nullptr || n_rows == nullptr || ys == nullptr)
+        return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_grouped: NULL argument");
+    for (uint32_t g = 0; g < n_groups; ++g) {
+        if (n_rows[g] == 0) continue;
+        if (ws[g] == nullptr || xs[g] == nullptr || ys[g] == nullptr)
+            return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_grouped: NULL weight, input or output");
+        if (ws[g]->view.ndim != 2)
+            return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul_grouped: a weight is not 2-D");
     }
-    return first;
+    // Large groups (an expert's tokens in prefill) run one GEMM each; the
+    // small ones one row loop together, the groups that share an x (a
+    // decode token's experts) sharing one activation id.
+    thread_local MultiJob m;
+    m.jobs.clear();
+    m.fns.clear();
+    for (uint32_t g = 0; g < n_groups; ++g) {
+        if (n_rows[g] == 0) continue;
+        if (takes_gemm(ws[g], n_rows[g]) || !ws[g]->x_map.empty()) {
+            if (cmf_error *e = matmul_op(ctx, ws[g], xs[g], n_rows[g], ys[g])) return e;
+            continue;
+        }
+        uint64_t x_id = 0;
+        for (const MatmulJob &j : m.jobs)
+            if (j.x == xs[g] && j.n_batch == n_rows[g] && j.w->cols == ws[g]->cols) x_id = j.x_id;
+        if (x_id == 0) x_id = next_x_id();
+        m.jobs.push_back(MatmulJob{ws[g], xs[g], n_rows[g], ys[g], be->host, nullptr, nullptr, nullptr, nullptr, x_id});
+        m.fns.push_back(row_loop(m.jobs.back()));
+    }
+    return run_multi(be, m);
 }
 
 // ---- buffers ------------------------------------------------------------------
@@ -1061,7 +1115,17 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
                           scale, window, softcap);
         return;
     }
-    // Decode (few tokens): split-K. Each token's key range is cut into
+    if (n_tokens > 1) {
+        // A few queries: each as its own one-query call. How a query's keys
+        // are split below depends on the call's query count, and a
+        // speculative two-token pass must give the bits two one-token steps
+        // give (greedy output with a draft head equals plain greedy).
+        for (uint64_t t = 0; t < n_tokens; ++t)
+            attention_rows(be, q + t * qd, k_cache, v_cache, ring, out + t * qd, 1, pos0 + t, n_heads, n_kv_heads,
+                           head_dim, scale, window, softcap);
+        return;
+    }
+    // Decode (one token): split-K. The token's key range is cut into
     // `splits` runs; a work item takes one run for every head, reading
     // the cache rows front to back (a row holds all KV heads, so this is
     // one sequential stream: per head, the slices are 4 KiB apart and
@@ -1221,11 +1285,13 @@ cmf_error *kv_write(void *ctx, float *cache, int32_t dtype, uint64_t row_len, ui
 cmf_error *gated_act(void *ctx, const float *gate, const float *up, uint64_t n, int32_t act, float *out) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
-        if (act != CMF_ACT_SILU && act != CMF_ACT_GELU_TANH)
+        if (act != CMF_ACT_SILU && act != CMF_ACT_GELU_TANH && act != CMF_ACT_SIGMOID)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "gated_act: unknown activation " + std::to_string(act));
         parallel(be, n, 8192, [&](uint64_t i0, uint64_t i1) {
             if (act == CMF_ACT_SILU)
                 cmf::cpu::kernels().silu_mul(gate + i0, up + i0, i1 - i0, out + i0);
+            else if (act == CMF_ACT_SIGMOID)
+                cmf::cpu::kernels().sigmoid_mul(gate + i0, up + i0, i1 - i0, out + i0);
             else
                 for (uint64_t i = i0; i < i1; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
         });
@@ -1247,6 +1313,159 @@ cmf_error *add_bias(void *ctx, float *y, const cmf_backend_weight *b, uint64_t n
         const float *bv = vector_of(b, dim, "add_bias");
         for (uint64_t r = 0; r < n_rows; ++r)
             for (uint64_t j = 0; j < dim; ++j) y[r * dim + j] += bv[j];
+    });
+}
+
+// ---- mixture of experts: rows gathered, weighted rows summed -----------------
+
+cmf_error *gather_rows(void *ctx, const float *src, uint64_t dim, const int32_t *rows, uint64_t n, float *dst) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (n == 0) return;
+        if (src == nullptr || rows == nullptr || dst == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "gather_rows: NULL argument");
+        for (uint64_t i = 0; i < n; ++i)
+            if (rows[i] < 0) throw Error(CMF_ERR_BOUNDS, "gather_rows: negative row index " + std::to_string(rows[i]));
+        parallel(be, n, std::max<uint64_t>(1, 16384 / std::max<uint64_t>(1, dim)), [&](uint64_t i0, uint64_t i1) {
+            for (uint64_t i = i0; i < i1; ++i)
+                std::memcpy(dst + i * dim, src + uint64_t(rows[i]) * dim, dim * sizeof(float));
+        });
+    });
+}
+
+cmf_error *scatter_rows(void *ctx, const float *x, uint64_t n, uint64_t dim, const int32_t *rows, const float *weights,
+                        float *out, uint64_t n_out) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (n_out == 0) return;
+        if (out == nullptr || (n > 0 && (x == nullptr || rows == nullptr || weights == nullptr)))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "scatter_rows: NULL argument");
+        // The sources of each output row, in increasing i (a counting sort);
+        // the calling thread's buffers, read by the workers through pointers.
+        thread_local std::vector<uint64_t> first_v, order_v;
+        std::vector<uint64_t> &first = first_v, &order = order_v;
+        first.assign(n_out + 1, 0);
+        for (uint64_t i = 0; i < n; ++i) {
+            if (rows[i] < 0 || uint64_t(rows[i]) >= n_out)
+                throw Error(CMF_ERR_BOUNDS, "scatter_rows: row " + std::to_string(rows[i]) + " outside the " +
+                                                std::to_string(n_out) + " output rows");
+            ++first[uint64_t(rows[i]) + 1];
+        }
+        for (uint64_t r = 0; r < n_out; ++r) first[r + 1] += first[r];
+        order.resize(n);
+        {
+            thread_local std::vector<uint64_t> fill;
+            fill.assign(first.begin(), first.end() - 1);
+            for (uint64_t i = 0; i < n; ++i) order[fill[uint64_t(rows[i])]++] = i;
+        }
+        const uint64_t *fp = first.data(), *op = order.data();
+        parallel(be, n_out, std::max<uint64_t>(1, 8192 / std::max<uint64_t>(1, dim)), [&](uint64_t r0, uint64_t r1) {
+            for (uint64_t r = r0; r < r1; ++r) {
+                float *o = out + r * dim;
+                std::fill(o, o + dim, 0.0f);
+                for (uint64_t k = fp[r]; k < fp[r + 1]; ++k) {
+                    const uint64_t i = op[k];
+                    const float w = weights[i], *xi = x + i * dim;
+                    for (uint64_t j = 0; j < dim; ++j) o[j] += w * xi[j];
+                }
+            }
+        });
+    });
+}
+
+// ---- hybrids: strided copies, the short convolution, the gated delta rule ----
+
+cmf_error *copy_rows(void *ctx, float *dst, uint64_t ld_dst, const float *src, uint64_t ld_src, uint64_t n_rows,
+                     uint64_t row_len) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (n_rows == 0 || row_len == 0) return;
+        if (dst == nullptr || src == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "copy_rows: NULL argument");
+        if (row_len > ld_dst || row_len > ld_src)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "copy_rows: row_len exceeds a row stride");
+        parallel(be, n_rows, std::max<uint64_t>(1, 16384 / row_len), [&](uint64_t r0, uint64_t r1) {
+            for (uint64_t r = r0; r < r1; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, row_len * sizeof(float));
+        });
+    });
+}
+
+cmf_error *causal_conv1d_silu(void *ctx, const float *x, uint64_t n_tokens, uint64_t channels,
+                              const cmf_backend_weight *w, uint32_t kernel, float *state, float *state_out, float *out) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (kernel < 1) throw Error(CMF_ERR_INVALID_ARGUMENT, "causal_conv1d_silu: kernel must be >= 1");
+        const float *wv = vector_of(w, channels * kernel, "causal_conv1d_silu");
+        if (n_tokens == 0) return;
+        if (x == nullptr || out == nullptr || (kernel > 1 && (state == nullptr || state_out == nullptr)))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "causal_conv1d_silu: NULL argument");
+        const uint64_t K = kernel, hist = K - 1, C = channels;
+        // u[t] = the input stream: the state's rows, then x.
+        auto u = [&](uint64_t t) { return t < hist ? state + t * C : x + (t - hist) * C; };
+        const auto &k = cmf::cpu::kernels();
+        // Channel blocks; tokens inside, so a block's taps stay in L1.
+        constexpr uint64_t kBlock = 256;
+        parallel(be, (C + kBlock - 1) / kBlock, 1, [&](uint64_t b0, uint64_t b1) {
+            for (uint64_t b = b0; b < b1; ++b) {
+                const uint64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+                for (uint64_t t = 0; t < n_tokens; ++t) {
+                    float *o = out + t * C;
+                    for (uint64_t c = c0; c < c1; ++c) o[c] = 0.0f;
+                    for (uint64_t j = 0; j < K; ++j) {
+                        const float *ur = u(t + j);
+                        for (uint64_t c = c0; c < c1; ++c) o[c] += wv[c * K + j] * ur[c];
+                    }
+                    k.silu(o + c0, c1 - c0, o + c0);
+                }
+            }
+        });
+        if (hist == 0) return;
+        // state_out = u[n .. n + hist), then state = u[n - 1 .. n - 1 + hist)
+        // (in place, front to back: row r reads row r + n - 1 >= r).
+        for (uint64_t r = 0; r < hist; ++r) std::memcpy(state_out + r * C, u(n_tokens + r), C * sizeof(float));
+        if (n_tokens > 1)
+            for (uint64_t r = 0; r < hist; ++r) std::memmove(state + r * C, u(n_tokens - 1 + r), C * sizeof(float));
+    });
+}
+
+// The chunked (WY) form takes over from this many tokens; below it, and for
+// a call's last token (written to state_out), the recurrence.
+constexpr uint64_t kDeltaChunkMin = 16;
+
+cmf_error *gated_delta_net(void *ctx, const float *qkv, uint64_t n_tokens, uint32_t nk, uint32_t nv, uint32_t dk,
+                           uint32_t dv, const float *a, const float *b, const cmf_backend_weight *a_log,
+                           const cmf_backend_weight *dt_bias, float *state, float *state_out, float *out) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        namespace gdn = cmf::cpu::gdn;
+        if (nk == 0 || nv == 0 || dk == 0 || dv == 0 || nv % nk != 0)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "gated_delta_net: heads and dims must be > 0, nv a multiple of nk");
+        const float *alog = vector_of(a_log, nv, "gated_delta_net (a_log)");
+        const float *dtb = vector_of(dt_bias, nv, "gated_delta_net (dt_bias)");
+        if (n_tokens == 0) return;
+        if (qkv == nullptr || a == nullptr || b == nullptr || state == nullptr || state_out == nullptr || out == nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "gated_delta_net: NULL argument");
+        const gdn::Dims d{nk, nv, dk, dv};
+        const uint64_t kd = uint64_t(nk) * dk, sz = uint64_t(dk) * dv;
+        // The calling thread's buffers (it waits for the loops); the workers
+        // see them through these pointers, not as their own thread_locals.
+        thread_local std::vector<float> qv, kv, bv, gv;
+        qv.resize(n_tokens * kd), kv.resize(n_tokens * kd), bv.resize(n_tokens * nv), gv.resize(n_tokens * nv);
+        float *q = qv.data(), *k = kv.data(), *beta = bv.data(), *g = gv.data();
+        parallel(be, n_tokens, 4, [&](uint64_t t0, uint64_t t1) {
+            gdn::prepare(d, qkv, t0, t1, a, b, alog, dtb, q, k, beta, g);
+        });
+        const gdn::Head in{q, k, qkv, beta, g, out, uint64_t(nv) * dv};
+        const uint64_t head = n_tokens - 1;  // tokens advancing `state` in place
+        const bool chunked = be->delta_chunked && head >= kDeltaChunkMin;
+        parallel(be, nv, 1, [&](uint64_t h0, uint64_t h1) {
+            for (uint64_t h = h0; h < h1; ++h) {
+                float *S = state + h * sz;
+                if (chunked)
+                    gdn::chunked(d, uint32_t(h), in, head, S);
+                else
+                    gdn::recurrent(d, uint32_t(h), in, head, S);
+                gdn::step(d, uint32_t(h), in, head, S, state_out + h * sz);
+            }
+        });
     });
 }
 
@@ -1300,6 +1519,8 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     be->int8_gemm = kInt8Gemm;
     if (const char *env = std::getenv("CMF_CPU_INT8_GEMM"); env != nullptr && std::strcmp(env, "0") == 0)
         be->int8_gemm = false;
+    if (const char *env = std::getenv("CMF_CPU_DELTA_CHUNKED"); env != nullptr && std::strcmp(env, "0") == 0)
+        be->delta_chunked = false;
     be->description = std::string("x86-64 CPU, kernels: ") + cmf::cpu::kernels().isa;
     cmf_backend_vt &vt = be->vt;
     vt = cmf_backend_vt{};
@@ -1331,6 +1552,12 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     cmf::cpu::set_image_ops(vt);
     vt.rope_freqs = rope_freqs;
     vt.weight_bind_subset = weight_bind_subset;
+    vt.matmul_grouped = matmul_grouped;
+    vt.gather_rows = gather_rows;
+    vt.scatter_rows = scatter_rows;
+    vt.copy_rows = copy_rows;
+    vt.causal_conv1d_silu = causal_conv1d_silu;
+    vt.gated_delta_net = gated_delta_net;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();
     return nullptr;

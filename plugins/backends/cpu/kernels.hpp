@@ -119,6 +119,7 @@ struct Kernels {
     HeadsAxpyFn heads_axpy;
     HeadsAxpyF16Fn heads_axpy_f16;
     SiluFn silu;
+    SiluMulFn sigmoid_mul;  // out[i] = u[i] / (1 + exp(-g[i])): a sigmoid gate
 };
 
 // The best kernels this CPU runs (portable only when native kernels are off).
