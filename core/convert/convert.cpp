@@ -425,8 +425,7 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
             r.outs.push_back(std::move(o));
         }
     }
-    bool has_experts = false;
-    for (const auto &o : r.outs) has_experts = has_experts || o.p.name.find(".mlp.experts.") != std::string::npos;
+    const bool has_experts = std::any_of(r.outs.begin(), r.outs.end(), [](const OutTensor &o) { return is_routed_expert(o.p.name); });
     for (auto &o : r.outs) {
         DtypeChoice c = policy.choose(o.p.name, o.p.shape, has_experts);
         o.p.dtype = c.dtype;

@@ -149,6 +149,7 @@ GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateC
 
     text::Sampler sampler(cfg.sampler);
     sampler.accept(tokens_);  // the penalties look at the whole context
+    sampler.set_stop_ids(cfg.stop_ids);  // one stop rule: the sampler's, as for cmf_sampler users
     auto t1 = Clock::now();
     st.stop_reason = CMF_STOP_MAX_TOKENS;
     while (cfg.max_tokens == 0 || st.generated_tokens < cfg.max_tokens) {
@@ -157,7 +158,7 @@ GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateC
             break;
         }
         int32_t tok = sampler.sample(logits);  // also appends tok to the sampler's history
-        if (std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), tok) != cfg.stop_ids.end()) {
+        if (sampler.is_stop(tok)) {
             st.stop_reason = CMF_STOP_EOS;
             break;
         }
