@@ -24,6 +24,8 @@ std::string take_message(cmf_error *e) {
 
 std::string tensor_label(const TensorRec &t) { return "tensor '" + t.name + "'"; }
 
+}  // namespace
+
 // Step 9 (COMPAT §1.3): the directory, record by record.
 std::vector<TensorRec> decode_directory(const uint8_t *d, uint64_t len) {
     if (len < 16) parse_fail("directory: " + std::to_string(len) + " bytes, shorter than its 16-byte head");
@@ -61,6 +63,8 @@ std::vector<TensorRec> decode_directory(const uint8_t *d, uint64_t len) {
     }
     return out;
 }
+
+namespace {
 
 // Step 10: bounds of one payload, then its size and structure via the codec.
 void check_tensor_bounds(const TensorRec &t, uint64_t data_len) {
@@ -107,9 +111,6 @@ void check_tensor_payload(Runtime &rt, const TensorRec &t) {
         }
     }
 }
-
-namespace {
-
 
 void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vector<MaskRec> &masks,
                   std::string &default_task, MaskLayout &layout) {
@@ -215,8 +216,6 @@ void decode_index(const uint8_t *s, uint64_t len, std::vector<IndexEntry> &out) 
         out.push_back(std::move(e));
     }
 }
-
-}  // namespace
 
 static bool tail_bits_zero(const uint8_t *row, uint64_t row_bytes, uint64_t dim) {
     if (dim % 8 == 0 || row_bytes == 0) return true;

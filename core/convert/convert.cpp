@@ -372,23 +372,68 @@ struct Planned {
     std::vector<OutTensor> outs;
 };
 
+// config.json text -> the arch plugin that converts its model_type and the
+// header's `arch` block it makes of it.
+struct ImportedConfig {
+    const ArchEntry *arch;
+    std::string arch_json;
+};
+ImportedConfig import_config(Runtime &rt, const std::string &cfg_text, const std::string &cfg_name) {
+    dom::parser cfg_parser;
+    dom::object config = parse_object(cfg_parser, cfg_text, cfg_name);
+    std::string_view mt;
+    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, cfg_name + ": no \"model_type\" string");
+    const ArchEntry *arch = rt.arch_for_hf_model_type(std::string(mt));
+    if (!arch || !arch->vt.import_config || !arch->vt.import_tensor)
+        throw Error(CMF_ERR_UNSUPPORTED, cfg_name + ": model_type \"" + std::string(mt) +
+                                             "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
+    StringSink arch_json;
+    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text.data(), cfg_text.size(), &arch_json.sink), cfg_name);
+    return {arch, std::move(arch_json.s)};
+}
+
+// Every source tensor through the arch plugin's plan, a dtype for each
+// output, outputs in canonical order. `label` names the checkpoint in the
+// "no convertible tensors" error.
+std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<const SourceTensor *> &tensors,
+                                    const QuantPolicy &policy, const std::string &label) {
+    std::vector<OutTensor> outs;
+    std::map<std::string, std::string> produced_by;
+    for (const SourceTensor *t : tensors) {
+        if (t->shape.size() > CMF_MAX_DIMS)
+            throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
+        StringSink plan;
+        throw_if_error(ic.arch->vt.import_tensor(ic.arch->ctx, ic.arch_json.data(), ic.arch_json.size(), t->name.c_str(),
+                                                 static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
+                       t->file);
+        for (OutTensor &o : parse_plan(plan.s, *t)) {
+            auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
+            if (!fresh)
+                throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
+                                               "\" already produced");
+            outs.push_back(std::move(o));
+        }
+    }
+    const bool has_experts = std::any_of(outs.begin(), outs.end(), [](const OutTensor &o) { return is_routed_expert(o.p.name); });
+    for (auto &o : outs) {
+        DtypeChoice c = policy.choose(o.p.name, o.p.shape, has_experts);
+        o.p.dtype = c.dtype;
+        o.p.options = std::move(c.options);
+    }
+    if (outs.empty()) throw Error(CMF_ERR_PARSE, label + ": the checkpoint holds no convertible tensors");
+    std::stable_sort(outs.begin(), outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
+    return outs;
+}
+
 Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     Planned r;
     const fs::path dir(opts.model_dir);
     const fs::path cfg_path = dir / "config.json";
     auto cfg_text = read_file_if_exists(cfg_path);
     if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
+    const ImportedConfig ic = import_config(rt, *cfg_text, cfg_path.string());
     dom::parser cfg_parser;
     dom::object config = parse_object(cfg_parser, *cfg_text, cfg_path.string());
-    std::string_view mt;
-    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, cfg_path.string() + ": no \"model_type\" string");
-    const ArchEntry *arch = rt.arch_for_hf_model_type(std::string(mt));
-    if (!arch || !arch->vt.import_config || !arch->vt.import_tensor)
-        throw Error(CMF_ERR_UNSUPPORTED, cfg_path.string() + ": model_type \"" + std::string(mt) +
-                                             "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
-
-    StringSink arch_json;
-    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text->data(), cfg_text->size(), &arch_json.sink), cfg_path.string());
     const QuantPolicy policy(opts.quant, opts.quant_map);
 
     // Header (COMPAT §13.1 key order); section_hashes is the writer's.
@@ -396,7 +441,7 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     h.begin_object();
     h.key("format").string("cmf");
     h.key("version").u64(2);
-    h.key("arch").raw(arch_json.s);
+    h.key("arch").raw(ic.arch_json);
     h.key("quant_type").string(header_quant_type(policy.base()));
     h.key("provenance").begin_object();
     h.key("source_model").string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
@@ -409,35 +454,21 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     else rt.log(CMF_LOG_WARN, (dir / "tokenizer.json").string() + " not found: the file will have no vocab section");
 
     r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
-    std::map<std::string, std::string> produced_by;
-    for (const SourceTensor *t : r.ckpt->tensors()) {
-        if (t->shape.size() > CMF_MAX_DIMS)
-            throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
-        StringSink plan;
-        throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
-                                              static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
-                       t->file);
-        for (OutTensor &o : parse_plan(plan.s, *t)) {
-            auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
-            if (!fresh)
-                throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
-                                               "\" already produced");
-            r.outs.push_back(std::move(o));
-        }
-    }
-    const bool has_experts = std::any_of(r.outs.begin(), r.outs.end(), [](const OutTensor &o) { return is_routed_expert(o.p.name); });
-    for (auto &o : r.outs) {
-        DtypeChoice c = policy.choose(o.p.name, o.p.shape, has_experts);
-        o.p.dtype = c.dtype;
-        o.p.options = std::move(c.options);
-    }
-    if (r.outs.empty()) throw Error(CMF_ERR_PARSE, opts.model_dir + ": the checkpoint holds no convertible tensors");
-    std::stable_sort(r.outs.begin(), r.outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
+    r.outs = plan_tensors(ic, r.ckpt->tensors(), policy, opts.model_dir);
     for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
     return r;
 }
 
 }  // namespace
+
+ImportPlan plan_import(Runtime &rt, const std::string &config_json, const std::string &config_name,
+                       const std::vector<const SourceTensor *> &tensors, const QuantPolicy &policy) {
+    const ImportedConfig ic = import_config(rt, config_json, config_name);
+    ImportPlan r;
+    for (const OutTensor &o : plan_tensors(ic, tensors, policy, config_name)) r.tensors.push_back(o.p);
+    r.arch_json = ic.arch_json;
+    return r;
+}
 
 bool canonical_less(const std::string &a, const std::string &b) {
     int ga = group_of(a), gb = group_of(b);

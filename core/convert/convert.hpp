@@ -122,6 +122,20 @@ ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts);
 // The whole conversion into `sink`. On error calls sink.abort() and rethrows.
 ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink);
 
+struct SourceTensor;
+
+// What plan_conversion makes of config.json text and source tensors once
+// it has read them, without touching files: the header's `arch` block (by
+// the arch plugin of config.json's model_type) and every output tensor
+// (the plugin's plan, a dtype by `policy`, canonical order). `config_name`
+// names config.json in messages. Throws cmf::Error like plan_conversion.
+struct ImportPlan {
+    std::string arch_json;
+    std::vector<PlannedTensor> tensors;
+};
+ImportPlan plan_import(Runtime &rt, const std::string &config_json, const std::string &config_name,
+                       const std::vector<const SourceTensor *> &tensors, const QuantPolicy &policy);
+
 // Canonical output order (docs/convert.md): embed, final norm, lm_head,
 // layers by index (experts role-contiguous: all gate_proj, then up_proj,
 // then down_proj, experts in numeric order), MTP, the rest; numbers compare

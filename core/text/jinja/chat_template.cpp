@@ -24,7 +24,7 @@ ChatTemplate::ChatTemplate(std::string_view source) : t_(std::make_unique<JinjaT
 
 ChatTemplate::~ChatTemplate() = default;
 
-std::string ChatTemplate::render(std::string_view context_json, int64_t now_unix) const {
+std::string ChatTemplate::render(std::string_view context_json, int64_t now_unix, const RenderLimits &limits) const {
     using namespace jinja;
     simdjson::dom::parser parser;
     simdjson::padded_string padded(context_json);
@@ -32,7 +32,7 @@ std::string ChatTemplate::render(std::string_view context_json, int64_t now_unix
     if (auto err = parser.parse(padded).get(doc))
         throw Error(CMF_ERR_PARSE, std::string("chat context: not valid JSON: ") + simdjson::error_message(err));
     if (!doc.is_object()) throw Error(CMF_ERR_PARSE, "chat context: expected a JSON object (messages, tools, ...)");
-    Renderer r(now_unix);
+    Renderer r(now_unix, limits);
     Value ctx = from_json(doc);
     for (auto &kv : ctx.dict->items) r.scopes_[0][kv.first] = kv.second;
     r.scopes_.emplace_back();  // template-level assignments

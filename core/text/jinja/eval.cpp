@@ -1,7 +1,9 @@
 #include "text/jinja/renderer.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <optional>
 
@@ -16,6 +18,13 @@ Value Renderer::lookup(const std::string &name) const {
 }
 
 void Renderer::exec(const Node &n, std::string &out) {
+    Budget::Nest nest(budget_, n.line);
+    budget_.charge(1, n.line);
+    exec_node(n, out);
+    check_bytes(out.size(), n.line);
+}
+
+void Renderer::exec_node(const Node &n, std::string &out) {
     switch (n.kind) {
     case NK::Body:
         for (auto &k : n.kids) exec(*k, out);
@@ -105,6 +114,7 @@ Value Renderer::make_macro(const Node &n, const Node *, bool is_caller) {
     auto c = std::make_shared<Callable>();
     const Node *np = &n;
     c->fn = [this, np, is_caller](CallArgs &args, int line) -> Value {
+        Budget::Nest nest(budget_, line);
         if (++depth_ > 200) fail(line, "macro recursion too deep");
         scopes_.emplace_back();
         size_t used_pos = 0;
@@ -143,6 +153,7 @@ void Renderer::exec_for(const Node &n, std::string &out) {
     Value seq = eval(*n.a);
     Array items;
     if (seq.kind == Value::Dict) {
+        budget_.charge(seq.dict->items.size(), n.line);
         for (auto &kv : seq.dict->items) items.push_back(Value::str(kv.first));
     } else
         items = iterate(seq, n.line);
@@ -204,6 +215,31 @@ void Renderer::exec_for(const Node &n, std::string &out) {
 }
 
 Value Renderer::eval(const Node &n) {
+    Budget::Nest nest(budget_, n.line);
+    budget_.charge(1, n.line);
+    Value v = eval_node(n);
+    switch (n.kind) {
+    case NK::Binary:
+    case NK::Concat:
+    case NK::Filter:
+    case NK::Call:
+    case NK::Slice:
+    case NK::ListLit:
+    case NK::DictLit:
+        // A new value: building it cost about its size (lookups, indexing
+        // and literals are free: they share what exists).
+        budget_.charge(size_units(v), n.line);
+        if (v.kind == Value::Str) check_bytes(v.s.size(), n.line);
+        break;
+    default:
+        // Lists and dicts are shared, strings are copied.
+        if (v.kind == Value::Str) budget_.charge(v.s.size() / 64, n.line);
+        break;
+    }
+    return v;
+}
+
+Value Renderer::eval_node(const Node &n) {
     switch (n.kind) {
     case NK::Literal: return n.lit;
     case NK::Name: {
@@ -224,7 +260,10 @@ Value Renderer::eval(const Node &n) {
         Value v = eval(*n.a);
         if (!v.is_num()) fail(n.line, std::string("bad operand type for unary ") + n.name + ": '" + type_name(v) + "'");
         if (n.name == "+") return v;
-        return v.kind == Value::Float ? Value::number(-v.f) : Value::integer(-(v.kind == Value::Int ? v.i : v.b));
+        if (v.kind == Value::Float) return Value::number(-v.f);
+        const int64_t x = v.kind == Value::Int ? v.i : v.b;
+        if (x == INT64_MIN) fail(n.line, "integer overflow in -" + std::to_string(x) + " (Python's integers are unbounded, ours 64-bit)");
+        return Value::integer(-x);
     }
     case NK::Not: return Value::boolean(!truthy(eval(*n.a)));
     case NK::And: {
@@ -259,6 +298,7 @@ Value Renderer::eval(const Node &n) {
 }
 
 Value Renderer::binary(const std::string &op, const Value &l, const Value &r, int line) {
+    budget_.charge(size_units(l) + size_units(r), line);
     if (op == "==") return Value::boolean(values_equal(l, r));
     if (op == "!=") return Value::boolean(!values_equal(l, r));
     if (op == "<") return Value::boolean(compare(l, r, line) < 0);
@@ -281,6 +321,12 @@ Value Renderer::binary(const std::string &op, const Value &l, const Value &r, in
         const Value &s = l.kind == Value::Str ? l : r;
         int64_t n = l.kind == Value::Int ? l.i : r.i;
         std::string o;
+        if (n > 0 && !s.s.empty()) {
+            if (uint64_t(n) > UINT64_MAX / s.s.size()) check_bytes(UINT64_MAX, line);
+            check_bytes(uint64_t(n) * s.s.size(), line);
+            budget_.charge(uint64_t(n) * s.s.size() / 64 + uint64_t(n), line);
+            o.reserve(size_t(n) * s.s.size());
+        }
         for (int64_t k = 0; k < n; ++k) o += s.s;
         return Value::str(o);
     }
@@ -289,9 +335,15 @@ Value Renderer::binary(const std::string &op, const Value &l, const Value &r, in
     bool ints = l.kind != Value::Float && r.kind != Value::Float;
     int64_t li = l.kind == Value::Int ? l.i : l.b, ri = r.kind == Value::Int ? r.i : r.b;
     double ld = l.as_double(), rd = r.as_double();
-    if (op == "+") return ints ? Value::integer(li + ri) : Value::number(ld + rd);
-    if (op == "-") return ints ? Value::integer(li - ri) : Value::number(ld - rd);
-    if (op == "*") return ints ? Value::integer(li * ri) : Value::number(ld * rd);
+    // Python's integers are unbounded; ours are 64-bit and say so instead of wrapping.
+    auto overflow = [&]() -> Value {
+        fail(line, "integer overflow in " + std::to_string(li) + " " + op + " " + std::to_string(ri) +
+                       " (Python's integers are unbounded, ours 64-bit)");
+    };
+    int64_t res;
+    if (op == "+") return !ints ? Value::number(ld + rd) : __builtin_add_overflow(li, ri, &res) ? overflow() : Value::integer(res);
+    if (op == "-") return !ints ? Value::number(ld - rd) : __builtin_sub_overflow(li, ri, &res) ? overflow() : Value::integer(res);
+    if (op == "*") return !ints ? Value::number(ld * rd) : __builtin_mul_overflow(li, ri, &res) ? overflow() : Value::integer(res);
     if (op == "/") {
         if (rd == 0) fail(line, "division by zero");
         return Value::number(ld / rd);
@@ -299,6 +351,7 @@ Value Renderer::binary(const std::string &op, const Value &l, const Value &r, in
     if (op == "//" || op == "%") {
         if (rd == 0) fail(line, "integer division or modulo by zero");
         if (ints) {
+            if (li == INT64_MIN && ri == -1) overflow();
             int64_t q = li / ri, m = li % ri;
             if (m != 0 && ((m < 0) != (ri < 0))) {
                 --q;
@@ -309,7 +362,16 @@ Value Renderer::binary(const std::string &op, const Value &l, const Value &r, in
         double q = std::floor(ld / rd);
         return Value::number(op == "//" ? q : ld - q * rd);
     }
-    if (op == "**") return ints && ri >= 0 ? Value::integer(int64_t(std::llround(std::pow(ld, rd)))) : Value::number(std::pow(ld, rd));
+    if (op == "**") {
+        if (!ints || ri < 0) return Value::number(std::pow(ld, rd));
+        // Exact by repeated squaring (pow in doubles loses digits past 2^53).
+        int64_t acc = 1, base = li;
+        for (int64_t e = ri; e > 0; e >>= 1) {
+            if ((e & 1) && __builtin_mul_overflow(acc, base, &acc)) overflow();
+            if (e > 1 && __builtin_mul_overflow(base, base, &base)) overflow();
+        }
+        return Value::integer(acc);
+    }
     fail(line, "unknown operator " + op);
 }
 
@@ -343,8 +405,12 @@ Value Renderer::get_attr(const Value &obj, const std::string &name, int line) {
     }
     if (obj.is_undef()) undefined_error(obj, line);
     if (obj.kind == Value::Str || obj.kind == Value::List) {
-        if (!name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
-            return get_item(obj, Value::integer(std::stoll(name)), line);
+        if (!name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+            int64_t k = 0;
+            auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), k);
+            if (ec != std::errc() || end != name.data() + name.size()) return Value::undefined(name);
+            return get_item(obj, Value::integer(k), line);
+        }
         return method(obj, name, line);
     }
     return Value::undefined(name);
@@ -457,7 +523,7 @@ Value Renderer::builtin(const std::string &name) {
             return Value::str(std::string(buf, n));
         });
     if (name == "range")
-        return func([](CallArgs &a, int line) -> Value {
+        return func([this](CallArgs &a, int line) -> Value {
             int64_t b = 0, e = 0, s = 1;
             for (auto &x : a.pos)
                 if (x.kind != Value::Int) fail(line, "range() needs integers");
@@ -470,9 +536,11 @@ Value Renderer::builtin(const std::string &name) {
                 fail(line, "range() needs arguments");
             if (s == 0) fail(line, "range() step must not be zero");
             Array out;
-            for (int64_t k = b; s > 0 ? k < e : k > e; k += s) {
+            for (int64_t k = b; s > 0 ? k < e : k > e;) {
                 out.push_back(Value::integer(k));
                 if (out.size() > 1000000) fail(line, "range() too large");
+                budget_.charge(1, line);
+                if (__builtin_add_overflow(k, s, &k)) break;  // past INT64_MAX/MIN: beyond e too
             }
             return Value::array(std::move(out));
         });

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace cmf::text::jinja {
 
 Value Renderer::call_filter(const Node &n, const Value &v) {
+    budget_.charge(1 + size_units(v), n.line);
     CallArgs a = eval_args(n);
     const std::string &f = n.name;
     int line = n.line;
@@ -58,7 +60,7 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
     if (f == "replace") {
         if (a.pos.size() < 2) fail(line, "replace needs two arguments");
         int64_t count = a.pos.size() > 2 && a.pos[2].kind == Value::Int ? a.pos[2].i : -1;
-        return Value::str(replace_str(to_str(v), to_str(a.pos[0]), to_str(a.pos[1]), count));
+        return Value::str(replace_str(to_str(v), to_str(a.pos[0]), to_str(a.pos[1]), count, line));
     }
     if (f == "join") {
         const Value *sep = a.get(0, "d");
@@ -67,8 +69,10 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
         bool first = true;
         for (auto &x : iterate(v, line)) {
             Value item = attr ? get_attr_path(x, to_str(*attr), line) : x;
-            o += (first ? "" : (sep ? to_str(*sep) : "")) + to_str(item);
+            o += (first ? "" : (sep ? to_str(*sep) : "")) + to_str(item, line);
             first = false;
+            check_bytes(o.size(), line);
+            budget_.charge(o.size() / 4096, line);
         }
         return Value::str(o);
     }
@@ -99,6 +103,7 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
         Array out;
         for (auto &kv : v.dict->items) out.push_back(Value::array({Value::str(kv.first), kv.second}));
         std::stable_sort(out.begin(), out.end(), [&](const Value &x, const Value &y) {
+            budget_.charge(1 + ((*x.list)[0].s.size() + (*y.list)[0].s.size()) / 64, line);
             return lowercase((*x.list)[0].s) < lowercase((*y.list)[0].s);
         });
         return Value::array(std::move(out));
@@ -169,7 +174,10 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
         const Value *attr = a.get(2, "attribute");
         std::stable_sort(items.begin(), items.end(), [&](const Value &x, const Value &y) {
             Value kx = attr ? get_attr_path(x, to_str(*attr), line) : x, ky = attr ? get_attr_path(y, to_str(*attr), line) : y;
-            if (kx.kind == Value::Str && ky.kind == Value::Str) return lowercase(kx.s) < lowercase(ky.s);
+            if (kx.kind == Value::Str && ky.kind == Value::Str) {
+                budget_.charge((kx.s.size() + ky.s.size()) / 64, line);
+                return lowercase(kx.s) < lowercase(ky.s);
+            }
             return compare(kx, ky, line) < 0;
         });
         if (rev && truthy(*rev)) std::reverse(items.begin(), items.end());
@@ -177,7 +185,12 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
     }
     if (f == "int") {
         if (v.kind == Value::Int) return v;
-        if (v.kind == Value::Float) return Value::integer(int64_t(v.f));
+        if (v.kind == Value::Float) {
+            if (std::isnan(v.f)) return a.pos.empty() ? Value::integer(0) : a.pos[0];  // jinja2: ValueError -> the default
+            if (!(v.f >= -9223372036854775808.0 && v.f < 9223372036854775808.0))
+                fail(line, "int of " + float_repr(v.f) + " does not fit in 64 bits");
+            return Value::integer(int64_t(v.f));
+        }
         if (v.kind == Value::Bool) return Value::integer(v.b);
         if (v.kind == Value::Str) {
             try {
@@ -200,7 +213,10 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
         return a.pos.empty() ? Value::number(0) : a.pos[0];
     }
     if (f == "abs") {
-        if (v.kind == Value::Int) return Value::integer(v.i < 0 ? -v.i : v.i);
+        if (v.kind == Value::Int) {
+            if (v.i == INT64_MIN) fail(line, "abs of " + std::to_string(v.i) + " does not fit in 64 bits");
+            return Value::integer(v.i < 0 ? -v.i : v.i);
+        }
         if (v.kind == Value::Float) return Value::number(std::fabs(v.f));
         fail(line, "abs needs a number");
     }
@@ -214,7 +230,8 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
         const Value *w = a.get(0, "width");
         const Value *first = a.get(1, "first");
         const Value *blank = a.get(2, "blank");
-        std::string pad = w ? (w->kind == Value::Int ? std::string(size_t(w->i), ' ') : to_str(*w)) : "    ";
+        if (w && w->kind == Value::Int) check_bytes(uint64_t(std::max<int64_t>(w->i, 0)), line);
+        std::string pad = w ? (w->kind == Value::Int ? std::string(size_t(std::max<int64_t>(w->i, 0)), ' ') : to_str(*w)) : "    ";
         std::string s = to_str(v), out;
         size_t p = 0;
         bool first_line = true;
@@ -223,6 +240,8 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
             std::string ln = s.substr(p, q == std::string::npos ? std::string::npos : q - p);
             bool add = (!first_line || (first && truthy(*first))) && (!ln.empty() || (blank && truthy(*blank)));
             out += (add ? pad : "") + ln;
+            check_bytes(out.size(), line);
+            budget_.charge(1 + (pad.size() + ln.size()) / 64, line);
             if (q == std::string::npos) break;
             out += '\n';
             p = q + 1;

@@ -8,6 +8,9 @@
 namespace cmf::text::jinja {
 
 Value Renderer::method(const Value &obj, const std::string &name, int line) {
+    // Each call looks its method up anew, so this charges the scan of the
+    // receiver every string/list method makes.
+    budget_.charge(1 + size_units(obj), line);
     Value self = obj;
     auto arg_str = [line, name](const CallArgs &a, size_t k, const char *kw) -> std::optional<std::string> {
         const Value *v = a.get(k, kw);
@@ -118,7 +121,7 @@ Value Renderer::method(const Value &obj, const std::string &name, int line) {
                 if (a.pos.size() < 2 || a.pos[0].kind != Value::Str || a.pos[1].kind != Value::Str)
                     fail(ln, "replace() takes two strings");
                 int64_t count = a.pos.size() > 2 && a.pos[2].kind == Value::Int ? a.pos[2].i : -1;
-                return Value::str(replace_str(s, a.pos[0].s, a.pos[1].s, count));
+                return Value::str(replace_str(s, a.pos[0].s, a.pos[1].s, count, ln));
             });
         if (name == "find" || name == "rfind" || name == "count" || name == "index")
             return func([s, name](CallArgs &a, int ln) -> Value {
@@ -145,6 +148,8 @@ Value Renderer::method(const Value &obj, const std::string &name, int line) {
                 for (auto &x : iterate(a.pos[0], ln)) {
                     if (x.kind != Value::Str) fail(ln, "join() expects strings");
                     o += (first ? "" : s) + x.s;
+                    check_bytes(o.size(), ln);
+                    charge(o.size() / 4096, ln);
                     first = false;
                 }
                 return Value::str(o);
@@ -249,7 +254,7 @@ Value Renderer::method(const Value &obj, const std::string &name, int line) {
     return Value::undefined(name);
 }
 
-std::string replace_str(const std::string &s, const std::string &from, const std::string &to, int64_t count) {
+std::string replace_str(const std::string &s, const std::string &from, const std::string &to, int64_t count, int line) {
     if (from.empty()) {
         std::string o;
         int64_t n = 0;
@@ -259,6 +264,8 @@ std::string replace_str(const std::string &s, const std::string &from, const std
                 ++n;
             }
             o += c;
+            check_bytes(o.size(), line);
+            charge(1 + to.size() / 64, line);
         }
         if (count < 0 || n < count) o += to;
         return o;
@@ -270,6 +277,8 @@ std::string replace_str(const std::string &s, const std::string &from, const std
         size_t q = s.find(from, p);
         if (q == std::string::npos || (count >= 0 && n >= count)) break;
         o += s.substr(p, q - p) + to;
+        check_bytes(o.size(), line);
+        charge(1 + to.size() / 64, line);
         p = q + from.size();
         ++n;
     }

@@ -1,6 +1,8 @@
 #include "text/jinja/parser.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 
 namespace cmf::text::jinja {
 
@@ -398,12 +400,16 @@ private:
         }
         if (t.type == Tok::Int) {
             auto n = mk(NK::Literal, t.line);
-            n->lit = Value::integer(std::stoll(t.text));
+            int64_t v = 0;
+            auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+            if (ec != std::errc() || end != t.text.data() + t.text.size())
+                fail(t.line, "integer literal " + t.text + " does not fit in 64 bits");
+            n->lit = Value::integer(v);
             return n;
         }
         if (t.type == Tok::Float) {
             auto n = mk(NK::Literal, t.line);
-            n->lit = Value::number(std::stod(t.text));
+            n->lit = Value::number(std::strtod(t.text.c_str(), nullptr));  // 1e999 is inf, as in Python
             return n;
         }
         if (t.type == Tok::Name) {

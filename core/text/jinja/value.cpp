@@ -15,6 +15,56 @@ void fail(int line, const std::string &msg) {
     throw Error(CMF_ERR_TEMPLATE, "chat template line " + std::to_string(line) + ": " + msg);
 }
 
+namespace {
+
+thread_local Budget *current_budget = nullptr;
+
+// Outside a render (tests of the value functions) the default limits hold.
+int depth_limit() { return current_budget ? current_budget->limits().depth : RenderLimits{}.depth; }
+
+void check_value_depth(int depth, int line) {
+    if (depth > depth_limit())
+        fail(line, "a value nested deeper than " + std::to_string(depth_limit()) + " levels (does a namespace contain itself?)");
+}
+
+}  // namespace
+
+Budget::Budget(const RenderLimits &limits) : l_(limits), prev_(current_budget) { current_budget = this; }
+Budget::~Budget() { current_budget = prev_; }
+Budget *Budget::current() { return current_budget; }
+
+void Budget::charge(uint64_t units, int line) {
+    used_ += units;
+    if (used_ > l_.steps)
+        fail(line, "the template did more than " + std::to_string(l_.steps) + " steps of work (an endless or runaway loop?)");
+}
+
+Budget::Nest::Nest(Budget &b, int line) : b_(b) {
+    if (++b_.depth_ > b_.l_.depth) {
+        --b_.depth_;
+        fail(line, "statements, expressions and macro calls nested deeper than " + std::to_string(b_.l_.depth) +
+                       " levels (runaway recursion?)");
+    }
+}
+
+void charge(uint64_t units, int line) {
+    if (current_budget) current_budget->charge(units, line);
+}
+
+void check_bytes(uint64_t n, int line) {
+    const uint64_t limit = current_budget ? current_budget->limits().bytes : RenderLimits{}.bytes;
+    if (n > limit) fail(line, "a string of " + std::to_string(n) + " bytes, over the limit of " + std::to_string(limit));
+}
+
+uint64_t size_units(const Value &v) {
+    switch (v.kind) {
+    case Value::Str: return v.s.size() / 64;
+    case Value::List: return v.list->size();
+    case Value::Dict: return v.dict->items.size();
+    default: return 0;
+    }
+}
+
 bool truthy(const Value &v) {
     switch (v.kind) {
     case Value::Undefined:
@@ -91,47 +141,84 @@ std::string py_str_repr(const std::string &s) {
     return out + q;
 }
 
-std::string to_str(const Value &v) {
+namespace {
+
+void repr_into(const Value &v, std::string &out, int depth, int line);
+
+void str_into(const Value &v, std::string &out, int depth, int line) {
     switch (v.kind) {
-    case Value::Undefined: return "";
-    case Value::None: return "None";
-    case Value::Bool: return v.b ? "True" : "False";
-    case Value::Int: return std::to_string(v.i);
-    case Value::Float: return float_repr(v.f);
-    case Value::Str: return v.s;
-    default: return repr(v);
+    case Value::Undefined: return;
+    case Value::None: out += "None"; return;
+    case Value::Bool: out += v.b ? "True" : "False"; return;
+    case Value::Int: out += std::to_string(v.i); return;
+    case Value::Float: out += float_repr(v.f); return;
+    case Value::Str: out += v.s; return;
+    default: repr_into(v, out, depth, line); return;
     }
 }
-std::string repr(const Value &v) {
+
+// Appends as it walks, so a list holding the same big list many times fails
+// at the byte limit instead of being built first.
+void repr_into(const Value &v, std::string &out, int depth, int line) {
+    check_value_depth(depth, line);
+    charge(1, line);
     switch (v.kind) {
-    case Value::Str: return py_str_repr(v.s);
-    case Value::List: {
-        std::string o = "[";
-        for (size_t k = 0; k < v.list->size(); ++k) o += (k ? ", " : "") + repr((*v.list)[k]);
-        return o + "]";
-    }
+    case Value::Str: out += py_str_repr(v.s); break;
+    case Value::List:
+        out += '[';
+        for (size_t k = 0; k < v.list->size(); ++k) {
+            if (k) out += ", ";
+            repr_into((*v.list)[k], out, depth + 1, line);
+        }
+        out += ']';
+        break;
     case Value::Dict: {
-        if (v.dict->is_namespace) return "<Namespace>";
-        std::string o = "{";
+        if (v.dict->is_namespace) {
+            out += "<Namespace>";
+            break;
+        }
+        out += '{';
         bool first = true;
         for (auto &kv : v.dict->items) {
-            o += (first ? "" : ", ") + py_str_repr(kv.first) + ": " + repr(kv.second);
+            out += (first ? "" : ", ") + py_str_repr(kv.first) + ": ";
+            repr_into(kv.second, out, depth + 1, line);
             first = false;
         }
-        return o + "}";
+        out += '}';
+        break;
     }
-    case Value::Func: return "<function>";
-    default: return to_str(v);
+    case Value::Func: out += "<function>"; break;
+    default: str_into(v, out, depth, line); break;
     }
+    check_bytes(out.size(), line);
+}
+
+}  // namespace
+
+std::string to_str(const Value &v, int line) {
+    if (v.kind == Value::Str) return v.s;
+    std::string out;
+    str_into(v, out, 0, line);
+    return out;
+}
+
+std::string repr(const Value &v, int line) {
+    std::string out;
+    repr_into(v, out, 0, line);
+    return out;
 }
 
 // json.dumps(x, ensure_ascii=False, indent=indent, separators=..., sort_keys=...)
 void to_json(const Value &v, std::string &out, int indent, int depth, const std::string &item_sep,
              const std::string &key_sep, bool sort_keys, int line) {
+    check_value_depth(depth, line);
+    charge(1, line);
+    check_bytes(out.size(), line);
     auto newline = [&](int d) {
         if (indent < 0) return;
+        check_bytes(out.size() + uint64_t(indent) * uint64_t(d), line);
         out += '\n';
-        out.append(size_t(indent * d), ' ');
+        out.append(size_t(indent) * size_t(d), ' ');
     };
     switch (v.kind) {
     case Value::Undefined: fail(line, "Object of type Undefined is not JSON serializable");
@@ -224,7 +311,11 @@ std::vector<std::string> chars_of(const std::string &s) {
     return out;
 }
 
-bool values_equal(const Value &a, const Value &b) {
+namespace {
+
+bool equal_at(const Value &a, const Value &b, int depth, int line) {
+    check_value_depth(depth, line);
+    charge(1, line);
     if (a.is_num() && b.is_num()) {
         if (a.kind != Value::Float && b.kind != Value::Float) return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
         return a.as_double() == b.as_double();
@@ -233,17 +324,18 @@ bool values_equal(const Value &a, const Value &b) {
     switch (a.kind) {
     case Value::Undefined:
     case Value::None: return true;
-    case Value::Str: return a.s == b.s;
+    case Value::Str: charge(a.s.size() / 64, line); return a.s == b.s;
     case Value::List:
         if (a.list->size() != b.list->size()) return false;
         for (size_t k = 0; k < a.list->size(); ++k)
-            if (!values_equal((*a.list)[k], (*b.list)[k])) return false;
+            if (!equal_at((*a.list)[k], (*b.list)[k], depth + 1, line)) return false;
         return true;
     case Value::Dict: {
         if (a.dict->items.size() != b.dict->items.size()) return false;
         for (auto &kv : a.dict->items) {
+            charge(b.dict->items.size(), line);  // find() is a linear scan
             Value *o = b.dict->find(kv.first);
-            if (!o || !values_equal(kv.second, *o)) return false;
+            if (!o || !equal_at(kv.second, *o, depth + 1, line)) return false;
         }
         return true;
     }
@@ -252,15 +344,20 @@ bool values_equal(const Value &a, const Value &b) {
     }
 }
 
-int compare(const Value &a, const Value &b, int line) {
+int compare_at(const Value &a, const Value &b, int depth, int line) {
+    check_value_depth(depth, line);
+    charge(1, line);
     if (a.is_num() && b.is_num()) {
         double x = a.as_double(), y = b.as_double();
         return x < y ? -1 : x > y ? 1 : 0;
     }
-    if (a.kind == Value::Str && b.kind == Value::Str) return a.s < b.s ? -1 : a.s > b.s ? 1 : 0;
+    if (a.kind == Value::Str && b.kind == Value::Str) {
+        charge(std::min(a.s.size(), b.s.size()) / 64, line);
+        return a.s < b.s ? -1 : a.s > b.s ? 1 : 0;
+    }
     if (a.kind == Value::List && b.kind == Value::List) {
         for (size_t k = 0; k < std::min(a.list->size(), b.list->size()); ++k) {
-            int c = compare((*a.list)[k], (*b.list)[k], line);
+            int c = compare_at((*a.list)[k], (*b.list)[k], depth + 1, line);
             if (c) return c;
         }
         return a.list->size() < b.list->size() ? -1 : a.list->size() > b.list->size() ? 1 : 0;
@@ -268,8 +365,15 @@ int compare(const Value &a, const Value &b, int line) {
     fail(line, std::string("'<' not supported between instances of '") + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
+}  // namespace
+
+bool values_equal(const Value &a, const Value &b, int line) { return equal_at(a, b, 0, line); }
+
+int compare(const Value &a, const Value &b, int line) { return compare_at(a, b, 0, line); }
+
 // Items a for-loop or filter iterates: list items, dict keys, string chars.
 Array iterate(const Value &v, int line) {
+    charge(v.kind == Value::Str ? v.s.size() : size_units(v), line);  // a string: one item per character
     switch (v.kind) {
     case Value::Undefined: return {};
     case Value::List: return *v.list;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "common/error.hpp"
+#include "text/jinja.hpp"
 
 #include <simdjson.h>
 
@@ -20,6 +21,45 @@ namespace cmf::text::jinja {
 
 // Every template error: cmf::Error(CMF_ERR_TEMPLATE) naming the line.
 [[noreturn]] void fail(int line, const std::string &msg);
+
+// The work budget of the render running on this thread (RenderLimits). The
+// renderer charges statements and expressions as it runs them, and the
+// value functions below charge what they walk, so every loop and recursion
+// a template can drive ends, at the latest, at a limit with a clear error.
+// A render is single-threaded, so "this thread's render" is the one whose
+// Budget was constructed last on the thread and not yet destroyed.
+class Budget {
+public:
+    explicit Budget(const RenderLimits &limits);
+    ~Budget();
+    Budget(const Budget &) = delete;
+    Budget &operator=(const Budget &) = delete;
+    static Budget *current();  // nullptr outside a render
+    const RenderLimits &limits() const { return l_; }
+    void charge(uint64_t units, int line);
+    // One level of run-time nesting: a statement, expression or macro call.
+    class Nest {
+    public:
+        Nest(Budget &b, int line);
+        ~Nest() { --b_.depth_; }
+        Nest(const Nest &) = delete;
+        Nest &operator=(const Nest &) = delete;
+
+    private:
+        Budget &b_;
+    };
+
+private:
+    RenderLimits l_;
+    uint64_t used_ = 0;
+    int depth_ = 0;
+    Budget *prev_;
+};
+// Charges the current render's budget (nothing outside a render).
+void charge(uint64_t units, int line);
+// Fails when a string of `n` bytes would be longer than the current
+// render's limit.
+void check_bytes(uint64_t n, int line);
 
 struct Value;
 using Array = std::vector<Value>;
@@ -117,22 +157,26 @@ struct Callable {
     std::function<Value(CallArgs &, int line)> fn;
 };
 
+// What walking a value costs: a string's length in 64-byte units, the
+// items of a list or dict.
+uint64_t size_units(const Value &v);
 bool truthy(const Value &v);
 // Python's type name, for error messages.
 const char *type_name(const Value &v);
 // Python's repr of a float (shortest round-trip, always with '.' or 'e').
 std::string float_repr(double d);
 std::string py_str_repr(const std::string &s);
-// Python's str(): what {{ x }} prints.
-std::string to_str(const Value &v);
-std::string repr(const Value &v);
+// Python's str(): what {{ x }} prints. `line` is for errors of nested
+// containers (too deep, too long).
+std::string to_str(const Value &v, int line = 0);
+std::string repr(const Value &v, int line = 0);
 // json.dumps(x, ensure_ascii=False, indent=indent, separators=..., sort_keys=...)
 void to_json(const Value &v, std::string &out, int indent, int depth, const std::string &item_sep,
              const std::string &key_sep, bool sort_keys, int line);
 Value from_json(simdjson::dom::element e);
 // Code points of a UTF-8 string, for Python's per-character indexing.
 std::vector<std::string> chars_of(const std::string &s);
-bool values_equal(const Value &a, const Value &b);
+bool values_equal(const Value &a, const Value &b, int line = 0);
 // -1, 0, 1 as Python's <; other types than numbers, strings, lists fail.
 int compare(const Value &a, const Value &b, int line);
 // Items a for-loop or filter iterates: list items, dict keys, string chars.
