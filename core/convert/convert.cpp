@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "convert/safetensors.hpp"
 #include "plugin_host/runtime.hpp"
+#include "text/tokenizer.hpp"
 
 #include <cmf/json_writer.hpp>
 
@@ -421,6 +422,27 @@ std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<
         o.p.options = std::move(c.options);
     }
     if (outs.empty()) throw Error(CMF_ERR_PARSE, label + ": the checkpoint holds no convertible tensors");
+    // A config announcing more layers than the checkpoint has would convert
+    // into a file no arch can load: every announced layer must have tensors.
+    dom::parser arch_parser;
+    dom::element arch;
+    uint64_t layers = 0;
+    if (!arch_parser.parse(ic.arch_json).get(arch) && !arch["num_layers"].get_uint64().get(layers)) {
+        std::vector<bool> seen(std::min<uint64_t>(layers, 1u << 20));
+        for (const OutTensor &o : outs) {
+            const std::string &n = o.p.name;
+            if (n.rfind("model.layers.", 0) != 0) continue;
+            uint64_t i = 0;
+            size_t k = 13;
+            for (; k < n.size() && n[k] >= '0' && n[k] <= '9' && i < (1u << 20); ++k) i = i * 10 + uint64_t(n[k] - '0');
+            if (k > 13 && i < seen.size()) seen[i] = true;
+        }
+        for (uint64_t i = 0; i < seen.size(); ++i)
+            if (!seen[i])
+                throw Error(CMF_ERR_MISSING_TENSOR, label + ": the config announces " + std::to_string(layers) +
+                                                        " layers but the checkpoint has no tensor of layer " +
+                                                        std::to_string(i) + " (model.layers." + std::to_string(i) + ".*)");
+    }
     std::stable_sort(outs.begin(), outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
     return outs;
 }
@@ -450,8 +472,18 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     h.key("tokenizer_config").raw(tokenizer_config_json(dir, config));
     h.end_object();
     r.plan.header_json = h.take();
-    if (auto v = read_file_if_exists(dir / "tokenizer.json")) r.plan.vocab_bytes = std::move(*v);
-    else rt.log(CMF_LOG_WARN, (dir / "tokenizer.json").string() + " not found: the file will have no vocab section");
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) {
+        // The vocab section is what `cmfhost run` tokenizes with: a
+        // tokenizer it cannot load fails here, before hours of converting.
+        try {
+            (void)text::Tokenizer::from_json(*v);
+        } catch (const Error &e) {
+            std::string_view what = e.what();
+            if (what.rfind("tokenizer.json: ", 0) == 0) what.remove_prefix(16);
+            throw Error(e.code(), (dir / "tokenizer.json").string() + ": " + std::string(what));
+        }
+        r.plan.vocab_bytes = std::move(*v);
+    } else rt.log(CMF_LOG_WARN, (dir / "tokenizer.json").string() + " not found: the file will have no vocab section");
 
     r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
     r.outs = plan_tensors(ic, r.ckpt->tensors(), policy, opts.model_dir);

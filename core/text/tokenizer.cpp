@@ -947,8 +947,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
     int32_t max_id = -1;
     for (auto kv : vocab) {
         int64_t id;
-        if (kv.value.get_int64().get(id) || id < 0 || id > INT32_MAX)
+        if (kv.value.get_int64().get(id) || id < 0)
             parse_error("model.vocab: id of '" + std::string(kv.key) + "' is not a non-negative integer");
+        if (id > kMaxTokenId)
+            parse_error("model.vocab: id " + std::to_string(id) + " of '" + std::string(kv.key) + "' is above " +
+                        std::to_string(kMaxTokenId) + ", the largest this tokenizer takes");
         bpe.vocab.emplace(std::string(kv.key), int32_t(id));
         max_id = std::max(max_id, int32_t(id));
     }
@@ -1029,7 +1032,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
             AddedToken t;
             t.content = str_field(o, "content", ctx);
             int64_t id = int_field(o, "id", ctx);
-            if (id < 0 || id > INT32_MAX) parse_error(ctx + ": id out of range");
+            if (id < 0 || id > kMaxTokenId)
+                parse_error(ctx + ": id " + std::to_string(id) + " outside 0.." + std::to_string(kMaxTokenId));
             t.id = int32_t(id);
             t.special = bool_or(o, "special", false, ctx);
             t.lstrip = bool_or(o, "lstrip", false, ctx);
