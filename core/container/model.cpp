@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <tuple>
 
 namespace cmf::container {
 
@@ -385,6 +386,16 @@ void Model::open(Model &m, Runtime &rt, const std::string &path, uint32_t flags)
                            (s.header.shard ? " (it says " + std::to_string(s.header.shard->no) + " of " +
                                                  std::to_string(s.header.shard->count) + ")"
                                            : " (it has none)"));
+            // Nothing in the format ties shards together but {no, count}; a
+            // shard of another conversion still verifies alone. Every shard
+            // of one conversion carries the same arch, quant_type and
+            // provenance, so a difference there gives such a shard away.
+            const Header &h1 = m.shards_[0].header;
+            for (auto [key, a, b] : {std::tuple{"arch", &h1.arch_json, &s.header.arch_json},
+                                     std::tuple{"quant_type", &h1.quant_type, &s.header.quant_type},
+                                     std::tuple{"provenance", &h1.provenance_json, &s.header.provenance_json}})
+                if (*a != *b)
+                    parse_fail("shard '" + name + "' belongs to another model: its header's " + key + " differs from shard 1's");
             m.shards_.push_back(std::move(s));
         }
     } else {
