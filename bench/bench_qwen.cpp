@@ -283,9 +283,9 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     std::printf("  weight bytes streamed: median %.2f GB/s wall, best %.2f (%llu matrices of %.2f MB in rotation)\n",
                 double(bytes.size()) / secs[secs.size() / 2] / 1e9, double(bytes.size()) / secs.front() / 1e9,
                 (unsigned long long)matrices, double(bytes.size()) / 1e6);
-    // The Intel VM of sessions 8-9 reports a 300 MiB L3: a rotation below
-    // that streams partly from cache, not memory (session 8's 177 MB
-    // rotation read up to 33 GB/s against a 25 GB/s memory).
+    // The Intel VM of docs/performance.md reports a 300 MiB L3: a rotation
+    // below that streams partly from cache, not memory (a 177 MB rotation
+    // read up to 33 GB/s there against a 25 GB/s memory, 2026-12-01).
     const uint64_t l3 = last_level_cache_bytes();
     if (l3 != 0 && double(matrices) * double(bytes.size()) < 2.0 * double(l3))
         std::printf("  note: the rotation (%.0f MB) is under twice the last-level cache (%.0f MB): partly cache-resident; "

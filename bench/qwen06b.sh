@@ -13,9 +13,9 @@
 #      of those shares is decode's share of the read bandwidth. The
 #      bandwidth of this shared VM drifts by 20 % over minutes, so a tg run
 #      compared with a read a minute away said 82 % in one run and 88 % in
-#      the next (session 10).
+#      the next (2026-12-01, before 6b62301).
 # usage: [DTYPES="f16 q8 q4tp q4"] [PP=512] [TG=128] [REPS=3] [ROUNDS=5] [THREADS=2] bench/qwen06b.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
-# Takes 3-5 minutes on the 2-core machine once the checkpoint exists (session 11). Run it on an idle machine.
+# Takes 3-5 minutes on the 2-core machine once the checkpoint exists (2026-12-01). Run it on an idle machine.
 set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

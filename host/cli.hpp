@@ -53,7 +53,7 @@ struct Command {
 int cmd_plugins(const std::vector<std::string> &args);
 int cmd_tokenize(const std::vector<std::string> &args);
 int cmd_detokenize(const std::vector<std::string> &args);
-// container (issue 3)
+// container
 int cmd_info(const std::vector<std::string> &args);
 int cmd_verify(const std::vector<std::string> &args);
 int cmd_sign(const std::vector<std::string> &args);
@@ -63,11 +63,11 @@ int cmd_tensor(const std::vector<std::string> &args);
 int cmd_masks(const std::vector<std::string> &args);
 int cmd_render(const std::vector<std::string> &args);
 
-// convert (issues 4/6)
+// convert
 int cmd_convert(const std::vector<std::string> &args);
 int cmd_requant(const std::vector<std::string> &args);
 
-// running models (issue 7)
+// running models
 int cmd_run(const std::vector<std::string> &args);
 int cmd_bench(const std::vector<std::string> &args);
 int cmd_ppl(const std::vector<std::string> &args);

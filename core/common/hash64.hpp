@@ -1,5 +1,5 @@
 // hash64: the 64-bit hash CMF v2 puts on every tensor, the header and the
-// directory (spec §8, COMPAT §2.1). Not a cryptographic hash.
+// directory (spec §8). Not a cryptographic hash.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// Byte-level constants and helpers of the CMF v2 container (spec §1, §3;
-// COMPAT §1, §3): envelope layout, little-endian access, checked arithmetic.
+// Byte-level constants and helpers of the CMF v2 container (spec §1, §3,
+// §4): envelope layout, little-endian access, checked arithmetic.
 #pragma once
 
 #include "common/error.hpp"

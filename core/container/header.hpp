@@ -1,4 +1,4 @@
-// The JSON header of a CMF v2 file (spec §2, COMPAT §13), parsed with
+// The JSON header of a CMF v2 file (spec §2), parsed with
 // simdjson into the typed fields libcmf needs. Unknown keys are ignored;
 // a required key that is missing or mistyped, or an unknown enum spelling,
 // is a Parse error (the original deserializes into typed structs).

@@ -145,7 +145,7 @@ void emit(std::string &out, const bj::value &v, const Schema *schema, Num num) {
     }
 }
 
-// The typed structs of the original's header, keys in declaration order (COMPAT §13.2).
+// The typed structs of the original's header, keys in declaration order.
 const Schema &header_schema() {
     static const Schema yarn{{{"factor", Pres::Always, Num::F64},
                               {"original_max_position_embeddings", Pres::Always},

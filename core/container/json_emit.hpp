@@ -1,4 +1,4 @@
-// JSON text exactly as the original's W1 writer spells it (COMPAT §13.1):
+// JSON text exactly as the original's W1 writer spells it (docs/container.md):
 // serde_json compact output of typed Rust structs. Boost.JSON holds the value
 // tree, but its serializer cannot be used for the text: it spells 10000.0 as
 // "1E4" and 1e-6 as "1E-6", sorts nothing, and knows nothing of f32 fields,
@@ -29,6 +29,6 @@ std::string emit_header(const boost::json::value &header);
 }  // namespace cmf::container::json
 
 namespace cmf::container::json {
-// A mask's "quality" object (COMPAT §7.2 key order, f32 value fields).
+// A mask's "quality" object (the original's key order, f32 value fields).
 std::string emit_mask_quality(const boost::json::value &quality);
 }  // namespace cmf::container::json

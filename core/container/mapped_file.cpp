@@ -39,7 +39,7 @@ MappedFile::MappedFile(const std::string &path, bool allow_mmap) : path_(path) {
             // PMDs (ext4/xfs large folios; a no-op elsewhere, and advice
             // only, so a failure is ignored). Decode streams every weight
             // each token; with 4 KiB pages the TLB misses cost about 10 %
-            // (0.6B f16, 2 threads, session 5: 13.7 vs 15.5 tok/s). The
+            // (0.6B f16, 2 threads, 2026-11-30: 13.7 vs 15.5 tok/s). The
             // price is that a touched weight maps its whole 2 MiB.
             if (st.st_size >= (off_t(2) << 20)) ::madvise(p, size_t(st.st_size), MADV_HUGEPAGE);
             data_ = static_cast<const uint8_t *>(p);

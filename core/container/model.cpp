@@ -27,7 +27,7 @@ std::string tensor_label(const TensorRec &t) { return "tensor '" + t.name + "'";
 
 }  // namespace
 
-// Step 9 (COMPAT §1.3): the directory, record by record.
+// Step 9 of open() (docs/container.md): the directory, record by record.
 std::vector<TensorRec> decode_directory(const uint8_t *d, uint64_t len) {
     if (len < 16) parse_fail("directory: " + std::to_string(len) + " bytes, shorter than its 16-byte head");
     uint64_t count = rd64(d), pool_off = rd64(d + 8), rec_bytes, rec_end;

@@ -1,6 +1,7 @@
 // An opened CMF v2 model: one file or the merged shards of a sharded model.
 // Opening validates everything the original's open() validates, in its
-// order (COMPAT §1.3), plus the stricter checks COMPAT §8 recommends; tensor
+// order (docs/container.md), plus stricter checks where the original silently
+// truncates or skips (overruns, out-of-range indices, nonzero tail bits); tensor
 // payloads are never read here (except by a codec's structural validate()).
 #pragma once
 
@@ -28,7 +29,7 @@ struct TensorRec {
     const uint8_t *data = nullptr;  // inside the shard's mapping
 };
 
-// Sizes of one mask blob, derived from header.arch (COMPAT §7.3).
+// Sizes of one mask blob, derived from header.arch (spec §5).
 struct MaskLayout {
     uint64_t ffn_row_bytes = 0, head_row_bytes = 0, gate_bytes = 0, expert_row_bytes = 0;
     uint64_t physical_layers = 0, visits = 0;  // visits = layers * max(num_loops, 1)
@@ -95,7 +96,7 @@ private:
     std::string header_text_;
 };
 
-// One file alone, fully validated (steps 1-14 of COMPAT §1.3). Masks and the
+// One file alone, fully validated (steps 1-14 of open(), docs/container.md). Masks and the
 // sparse index are decoded into `masks`/`index` when not NULL.
 Shard open_shard(Runtime &rt, const std::string &path, bool allow_mmap, std::vector<MaskRec> *masks,
                  std::string *default_task, MaskLayout *layout, std::vector<IndexEntry> *index);

@@ -146,7 +146,8 @@ std::string sign_file(const std::string &file, const std::string &key_path) {
         EVP_DigestSign(ctx.get(), sig, &sig_len, digest.data(), digest.size()) != 1 || sig_len != 64)
         sig_fail("Ed25519 signing failed");
     const std::string pub = public_hex(k.get());
-    // COMPAT §12: pretty JSON, 2-space indent, sorted keys, no trailing newline.
+    // As the original writes .sig files: pretty JSON, 2-space indent, sorted
+    // keys, no trailing newline.
     std::string json = "{\n  \"alg\": \"ed25519-sha256\",\n  \"pubkey\": \"" + pub + "\",\n  \"sha256\": \"" +
                        to_hex(digest.data(), 32) + "\",\n  \"sig\": \"" + to_hex(sig, 64) + "\"\n}";
     write_new_file(file + ".sig", json, 0644, false);

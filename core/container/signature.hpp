@@ -1,4 +1,4 @@
-// Detached Ed25519 signatures (spec §8.2, COMPAT §12) with OpenSSL 3.
+// Detached Ed25519 signatures (spec §8.2) with OpenSSL 3.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// W2, the streaming writer (COMPAT §3.4): what `cortiq convert` uses, so
+// W2, the original's streaming writer (docs/container.md): what `cortiq convert` uses, so
 // that converting a model never holds more than one tensor in memory.
 #include "common/hash64.hpp"
 #include "container/json_emit.hpp"
@@ -132,7 +132,7 @@ void StreamWriter::finish() {
         if (shard_max_bytes_ > 0) set_shard(header, i + 1, count);
         std::vector<const PendingTensor *> ptrs;
         for (auto &t : p.tensors) ptrs.push_back(&t);
-        // W2 never sets SKILL_FILE (COMPAT §1.2 table).
+        // The original's W2 never sets SKILL_FILE.
         Tail tail = build_tail(header, ptrs, first ? &masks_ : nullptr, default_task,
                                first && vocab_ ? &*vocab_ : nullptr, false);
         // After the last payload: masks, vocab, index, packed.

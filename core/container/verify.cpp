@@ -1,4 +1,4 @@
-// cmf_verify (COMPAT §1.4, per shard) and the signature entry points.
+// cmf_verify (spec §8, §8.1: the hash chain of every shard) and the signature entry points.
 #include "common/hash64.hpp"
 #include "common/c_api_util.hpp"
 #include "container/model.hpp"

@@ -32,7 +32,7 @@ struct FilePlan {
     const std::vector<uint8_t> *vocab = nullptr;      // null: absent
 };
 
-// One complete W1 file (COMPAT §3.2), written to a temp file and renamed.
+// One complete W1 file (layout in docs/container.md), written to a temp file and renamed.
 void write_w1(const std::string &path, FilePlan &plan) {
     // 1. payload layout
     std::vector<uint64_t> offs;
@@ -271,7 +271,7 @@ void compact(Runtime &rt, const std::string &in, const std::string &out_path) {
     Model m;
     Model::open(m, rt, in, 0);
     bj::value header = parse_json_object(m.header_text(), "header JSON");
-    header.as_object().erase("shard");  // the output is one file (COMPAT §10 note)
+    header.as_object().erase("shard");  // the output is one file (spec §10)
     header.as_object().erase("section_hashes");
     std::optional<std::string> task;
     if (!m.masks().empty()) task = m.default_task();

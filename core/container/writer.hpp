@@ -1,6 +1,6 @@
-// The two writers of the original (COMPAT §3): W1 (Writer: the whole file
+// The two writers of the original (docs/container.md): W1 (Writer: the whole file
 // laid out at finish, from borrowed payloads; also in-place append growth,
-// COMPAT §9.5, and compaction) and W2 (StreamWriter: each payload written
+// spec §9, and compaction) and W2 (StreamWriter: each payload written
 // to the file when it is added, header and directory written into a
 // reserved gap at finish, so memory stays bounded by one tensor). Both set
 // the directory, masks + sparse index, section_hashes, feature bits and
@@ -101,7 +101,7 @@ private:
 
 namespace parts { class TempFile; class Out; }
 
-// W2 (COMPAT §3.4). The reserved gap is
+// W2, as the original's streaming writer. The reserved gap is
 // max(align(3·(128 + 16 + N·158 + 2^20), 4096), 2^20) with
 // N = 2·max(source_tensor_count, 4096) — 7 032 832 bytes up to 4096 source
 // tensors, room for tens of thousands of directory records. Sharded output

@@ -1,6 +1,6 @@
 // Pieces shared by the two writers of this folder: W1 (writer.cpp, the
-// whole file laid out at finish, COMPAT §3.2) and W2 (stream_writer.cpp,
-// payloads written as they come, COMPAT §3.4). Internal to core/container.
+// whole file laid out at finish) and W2 (stream_writer.cpp,
+// payloads written as they come); docs/container.md describes both. Internal to core/container.
 #pragma once
 
 #include "container/format.hpp"
@@ -91,7 +91,7 @@ std::vector<uint8_t> build_directory(const std::vector<const PendingTensor *> &t
 
 // Everything a file carries after its payloads, and the header describing
 // it: masks + sparse index (from one catalog), vocab, section_hashes set as
-// COMPAT §2.3 says, the header text, and the feature bits W1 and W2 set.
+// the original sets them (spec §8.1), the header text, and the feature bits W1 and W2 set.
 struct Tail {
     std::vector<uint8_t> masks, index;
     const std::vector<uint8_t> *vocab = nullptr;  // null: absent
@@ -108,7 +108,8 @@ Tail build_tail(boost::json::value &header, const std::vector<const PendingTenso
 Envelope envelope_for(const Tail &tail, const std::vector<uint8_t> &dir, uint64_t data_off, uint64_t data_len);
 
 // Data-relative offset of the next payload of `nbytes` after `cursor`
-// (64-byte rule, 4096 for payloads >= 16 KiB: COMPAT §3.2, §3.3).
+// (64-byte rule of spec §4; the original's writers page-align payloads
+// >= 16 KiB to 4096).
 inline uint64_t place_payload(uint64_t cursor, uint64_t nbytes) {
     return align_up(cursor, nbytes >= kLargeTensor ? kPageTensorAlign : kTensorAlign);
 }

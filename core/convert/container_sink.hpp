@@ -1,5 +1,5 @@
 // The TensorSink that writes a .cmf file through the container's W2
-// streaming writer (COMPAT §3.4): header from the pipeline (the writer
+// streaming writer (docs/container.md): header from the pipeline (the writer
 // appends section_hashes), each payload written to the file as it arrives
 // (nothing is kept: memory stays bounded by the tensors in flight), the
 // vocab section; sharded when shard_max_bytes > 0. The file appears only at

@@ -268,7 +268,7 @@ bool natural_less(const std::string &a, const std::string &b) {
     return a.size() - i < b.size() - j;
 }
 
-// ---- chat bundle (COMPAT §6) --------------------------------------------------
+// ---- chat bundle (spec §6.1) ------------------------------------------------
 
 void write_id_list(json::Writer &w, dom::element e, const std::string &where, bool &ok) {
     uint64_t v;
@@ -458,7 +458,7 @@ Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
     dom::object config = parse_object(cfg_parser, *cfg_text, cfg_path.string());
     const QuantPolicy policy(opts.quant, opts.quant_map);
 
-    // Header (COMPAT §13.1 key order); section_hashes is the writer's.
+    // Header in the original converter's key order; section_hashes is the writer's.
     json::Writer h;
     h.begin_object();
     h.key("format").string("cmf");

@@ -9,7 +9,7 @@
 // batches bounded by a memory budget), handed to the sink in order.
 // The chat bundle (tokenizer.json, tokenizer_config.json,
 // chat_template.jinja, generation_config.json) gives the vocab section and
-// header.tokenizer_config (COMPAT §6).
+// header.tokenizer_config (spec §6.1).
 #pragma once
 
 #include "convert/dtype_policy.hpp"
@@ -27,7 +27,7 @@ class Runtime;
 namespace cmf::convert {
 
 // Where converted tensors go. The container writer implements it (W2
-// semantics, COMPAT §3.4: payloads in push order, header and directory
+// semantics, docs/container.md: payloads in push order, header and directory
 // written at the end); tests implement it in memory. Calls come from one
 // thread, in this order: begin, (add | mark)*, finish — or abort after any
 // of them when the conversion fails.

@@ -43,7 +43,7 @@ bool ends_with(const std::string &s, const char *suffix) {
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-// Tensors the original keeps in f16 whatever --quant says (COMPAT §5.13):
+// Tensors the original keeps in f16 whatever --quant says:
 // small gates and routers whose precision matters more than their size.
 bool on_f16_list(const std::string &n) {
     for (const char *s : {".linear_attn.in_proj_a.weight", ".linear_attn.in_proj_b.weight", ".mlp.gate.weight",

@@ -1,5 +1,5 @@
 // Which CMF dtype (and encoder options) each converted or requantized
-// tensor gets: the original converter's policy (COMPAT §5.13, §14). The one
+// tensor gets: the original converter's policy (docs/convert.md). The one
 // policy of the project: `cmfhost convert`, `cmf_convert` and `requant` use it.
 #pragma once
 
@@ -17,7 +17,7 @@ namespace cmf::convert {
 // with error diffusion), q1s, q1t.
 // Throws cmf::Error(CMF_ERR_INVALID_ARGUMENT) listing the valid names.
 int32_t quant_dtype_from_name(const std::string &name);
-// Header `quant_type` for a --quant choice (COMPAT §5.13).
+// Header `quant_type` for a --quant choice, as the original converter names it.
 const char *header_quant_type(int32_t dtype);
 using cmf::dtype_name;  // common/dtype_name.hpp
 

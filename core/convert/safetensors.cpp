@@ -2,7 +2,7 @@
 
 #include "common/error.hpp"
 
-// f16/bf16 decoding exactly as the codecs (COMPAT §4): header-only, shared.
+// f16/bf16 decoding exactly as the codecs (the original's rules, docs/dtypes.md): header-only, shared.
 #include "half.hpp"
 
 #include <simdjson.h>

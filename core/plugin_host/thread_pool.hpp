@@ -6,7 +6,7 @@
 // tbb::parallel_for, though. A q4 decode step of the 0.6B shape makes ~140
 // loops of 25-180 us, and a tbb::parallel_for costs ~2.2 us to fork and join
 // on the 2-core VM, ~5.7 us when its worker has gone to sleep
-// (docs/performance.md, session 10). So the arena's workers run "server"
+// (docs/performance.md, 2026-12-01 10:35). So the arena's workers run "server"
 // tasks that stay in a spin loop while loops keep coming, claim chunks of the
 // published loop (one contiguous block per thread first, then the others'
 // leftovers), and go back to TBB (which parks them) after ~1 ms without work.

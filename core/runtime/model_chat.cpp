@@ -1,4 +1,4 @@
-// C entry points that read a model's chat bundle (COMPAT §6): its tokenizer
+// C entry points that read a model's chat bundle (spec §6.1): its tokenizer
 // (vocab section), special ids and chat rendering (header.tokenizer_config).
 #include "common/error.hpp"
 #include "common/c_api_util.hpp"

@@ -1,4 +1,4 @@
-// Token sampler with the upstream chain order (ARCHS.md §6.1):
+// Token sampler with the original implementation's chain order:
 //   1. suppressed ids -> -inf; repetition penalty once per distinct token of
 //      the history (logit > 0: / penalty, else * penalty); presence penalty
 //      (subtract once per distinct seen token);

@@ -1,5 +1,5 @@
 // A Hugging Face `tokenizer.json` (BPE models) loaded into memory: encode text
-// to ids and decode ids to text with HF's semantics (ARCHS.md §6.2).
+// to ids and decode ids to text with the semantics of HF's `tokenizers` library.
 //
 // Pipeline of encode: split on added tokens -> normalizer -> pre-tokenizer ->
 // BPE per pre-token word (cached) -> post-processor (only with

@@ -1,5 +1,5 @@
 // f16 and bf16 conversions exactly as the original implementation does them
-// (COMPAT §4). Note the f32 -> f16 encoder is not IEEE: normal results round
+// (docs/dtypes.md). Note the f32 -> f16 encoder is not IEEE: normal results round
 // half-to-even, but subnormal results round half-up (2^-25 -> 0x0001), and
 // overflow goes straight to Inf. Files in the wild were written this way.
 #pragma once
@@ -69,7 +69,7 @@ inline float f16_to_f32(uint16_t h) noexcept {
 }
 
 // bf16: round-to-nearest-even on the top half; NaN keeps its top half with
-// the quiet bit set (COMPAT §5.1).
+// the quiet bit set, as the writer of the original's test fixtures does.
 inline uint16_t f32_to_bf16(float f) noexcept {
     uint32_t x = f32_bits(f);
     if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);

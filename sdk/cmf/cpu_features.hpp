@@ -57,7 +57,8 @@ inline int isa_cap_from_env(const char *name) {
 // stream this many bytes ahead of the loads. The best distance depends on
 // the memory system more than on the kernel, so it is chosen per CPU
 // vendor. Measured with cmfhost bench (tg64, the 0.6B-shaped files, 2
-// threads; docs/performance.md, "Session 8" and "q4 prefetch 3 KiB"):
+// threads; docs/performance.md, history, 2026-12-01 04:40 and
+// 2026-11-30 18:54):
 //  - AMD (EPYC Zen 3 VM): 1 KiB for the light streams (f16/bf16/f32 rows,
 //    q8 codes); 512 B and 2 KiB were slower. q4 3 KiB (1 KiB: -5-15 %).
 //  - Intel (Xeon with AVX-512 VM): 1 KiB left a quarter of the bandwidth

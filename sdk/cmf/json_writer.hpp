@@ -1,5 +1,5 @@
 // cmf/json_writer.hpp — a small streaming JSON writer with the original's
-// spelling (COMPAT §13.1): compact, keys in the order written, UTF-8 kept
+// spelling (serde_json's, as its W1 writer emits headers): compact, keys in the order written, UTF-8 kept
 // as is, and floats in serde_json's shortest round-trip form, with f32 and
 // f64 spelled differently ("1e-6", "10000.0", "9.797959").
 //

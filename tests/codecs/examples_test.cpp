@@ -1,5 +1,7 @@
-// The worked examples of COMPAT §4–§5, byte for byte (encode) and value for
-// value where the text gives decoded numbers (decode).
+// The original's worked examples (docs/dtypes.md, "Worked examples"): for
+// each dtype, the bytes the original's encoder writes for the small inputs
+// A-D below, checked byte for byte (encode) and value for value where
+// decoded numbers are known (decode); plus the f16 primitives.
 #include "codec_test_util.hpp"
 
 #include "dtypes/common.hpp"
@@ -20,7 +22,7 @@ std::vector<uint8_t> unhex(const std::string &s) {
     return v;
 }
 
-// Test inputs of COMPAT §5.0.
+// The example inputs A-D (every value exact in f32).
 std::vector<float> input_a() {
     std::vector<float> v;
     for (int i = 0; i < 32; ++i) v.push_back(static_cast<float>((i * i) % 37 - 18) / 16.0f);
@@ -61,14 +63,14 @@ TEST_CASE("examples: test inputs are exact") {
     CHECK(input_c()[3 * 32 + 0] == static_cast<float>(9 % 37 - 18) / 16.0f * 16.0f);
 }
 
-TEST_CASE("examples: f32, bf16, f16 (§5.1)") {
+TEST_CASE("examples: f32, bf16, f16") {
     check_encode(CMF_DTYPE_F32, {2}, {1.0f, -2.5f}, "00 00 80 3f 00 00 20 c0");
     check_encode(CMF_DTYPE_BF16, {2}, {1.0f, -2.5f}, "80 3f 20 c0");
     std::vector<uint8_t> f16 = encode(CMF_DTYPE_F16, {32}, input_a().data());
     CHECK(hex(std::vector<uint8_t>(f16.begin(), f16.begin() + 16)) == "80 bc 40 bc 00 bb 80 b8 00 b0 00 37 80 3c 00 b6");
 }
 
-TEST_CASE("examples: q8_row B (§5.2)") {
+TEST_CASE("examples: q8_row B") {
     std::string want =
         "81 88 9d c0 f2 31 7f d6 40 b2 38 c8 6a 15 cf 96 71 55 47 47 55 71 96 cf 15 6a c8 38 b2 40 d6 7f "
         "cd 4c b4 33 9a 19 81 00 7f e7 66 cd 4c b4 33 9a 19 81 00 7f e7 66 cd 4c b4 33 9a 19 81 00 7f e7 "
@@ -78,7 +80,7 @@ TEST_CASE("examples: q8_row B (§5.2)") {
     CHECK(d[0] == -127.0f * cmf::codecs::f16_to_f32(0x2089));
 }
 
-TEST_CASE("examples: q4_block (§5.3)") {
+TEST_CASE("examples: q4_block") {
     std::vector<float> src = input_a();
     for (int i = 0; i < 8; ++i) src.push_back(static_cast<float>(i - 4) / 8.0f);
     std::string want =
@@ -92,14 +94,14 @@ TEST_CASE("examples: q4_block (§5.3)") {
     CHECK(d[32] == -7.0f * cmf::codecs::f16_to_f32(0x2c92));
 }
 
-TEST_CASE("examples: q4_tiled A and D (§5.4)") {
+TEST_CASE("examples: q4_tiled A and D") {
     check_encode(CMF_DTYPE_Q4_TILED, {1, 32}, input_a(), "25 31 11 53 b7 6f 4b 5b 9e 25 de cc ed 52 e9 b5 b4 f6");
     check_encode(CMF_DTYPE_Q4_TILED, {2, 64}, input_d(),
                  "b7 2d 33 64 b8 61 2b 29 5a ae 36 e1 ee 1e 63 ea a5 92 | 49 34 b2 16 8c 46 33 43 86 1c b6 92 a2 e4 6a 13 ee ee | "
                  "6e 29 72 3c 29 4a 8d 14 ce ab cb 1e 84 4d 2a 39 7c e2 | 12 30 9b 77 77 b9 2e c7 93 a2 d4 48 e1 bc ba ec 41 d8");
 }
 
-TEST_CASE("examples: q8_2f B (§5.5)") {
+TEST_CASE("examples: q8_2f B") {
     std::string want =
         "81 81 81 81 8e 7f 7f 81 7e 81 7e 81 7f 7b 81 81 7f 7e 7f 7e 7f 7f 81 82 7b 7f 82 7f 82 7f 84 7f "
         "f8 0d f1 10 81 0a ec 00 27 fa 23 ee 0e bb 14 ed 04 e3 00 23 fa 12 f7 1e bb 09 dd 09 e0 00 3a fc "
@@ -125,7 +127,7 @@ const char *kVbitRoC =
     "3c e0 7f 2d fe ca a4 8e 86 8e a4 ca fe 2d 7f e0 3c bb 34 d1 69 0f d9 9d 70 52 43 43 52 70 9d d9";
 }  // namespace
 
-TEST_CASE("examples: vbit and vbit_ro C (§5.6, §5.7)") {
+TEST_CASE("examples: vbit and vbit_ro C") {
     check_encode(CMF_DTYPE_VBIT, {4, 32}, input_c(), kVbitC);
     check_encode(CMF_DTYPE_VBIT_RO, {4, 32}, input_c(), kVbitRoC);
     // mean_bits is stored as truncated thousandths: 4.2509 behaves like 4.25.
@@ -140,7 +142,7 @@ TEST_CASE("examples: vbit and vbit_ro C (§5.6, §5.7)") {
     CHECK(decode(CMF_DTYPE_VBIT, {4, 32}, unhex(kVbitC)) == decode(CMF_DTYPE_VBIT_RO, {4, 32}, unhex(kVbitRoC)));
 }
 
-TEST_CASE("examples: q1 and q1p B (§5.8)") {
+TEST_CASE("examples: q1 and q1p B") {
     std::string q1 = "5c 39 60 35 3f ab | 60 29 aa 55 ad 6a";
     check_encode(CMF_DTYPE_Q1, {2, 32}, input_b(), q1);
     check_encode(CMF_DTYPE_Q1, {2, 32}, input_b(), "5c 39 60 35 3f ab | 60 29 8a 5d b8 62", "error_diffusion=1");
@@ -149,7 +151,7 @@ TEST_CASE("examples: q1 and q1p B (§5.8)") {
     CHECK(d[5] == cmf::codecs::f16_to_f32(0x395c));
 }
 
-TEST_CASE("examples: q1s B keep 0.05 (§5.9)") {
+TEST_CASE("examples: q1s B keep 0.05") {
     std::string want =
         "fc 38 60 35 3f ab | 60 29 8a 5d b8 62 | 03 00 00 00 | 00 00 00 00 80 bc | 06 00 00 00 80 3c | 1f 00 00 00 80 3c";
     check_encode(CMF_DTYPE_Q1S, {2, 32}, input_b(), want, "keep=0.05");
@@ -160,7 +162,7 @@ TEST_CASE("examples: q1s B keep 0.05 (§5.9)") {
     CHECK(d[1] == -cmf::codecs::f16_to_f32(0x38fc));
 }
 
-TEST_CASE("examples: q1t B (§5.10)") {
+TEST_CASE("examples: q1t B") {
     check_encode(CMF_DTYPE_Q1T, {2, 32}, input_b(),
                  "c7 39 50 d3 b2 7a 4c 97 05 | f5 2a d4 21 97 65 d2 3d 01 | 00 00 00 00 00 00 00 00 00 00 00 00");
     std::string ovl =
@@ -172,7 +174,7 @@ TEST_CASE("examples: q1t B (§5.10)") {
     for (int i = 0; i < 8; ++i) CHECK(d[i] == doctest::Approx(want[i]).epsilon(1e-6));
 }
 
-TEST_CASE("examples: q4tp D and degenerate A (§5.11)") {
+TEST_CASE("examples: q4tp D and degenerate A") {
     std::string nib =
         "33 64 b8 61 2b 29 5a ae 36 e1 ee 1e 63 ea a5 92 | b2 05 8c 46 23 43 86 0c b5 92 a2 e4 6a 13 ef fe | "
         "73 3c 29 4a 8d 14 cd aa ca 1d 84 4d 2a 39 7c e3 | 9b 67 76 b9 2e c7 a2 a1 e3 48 e0 bc ba ec 40 e8 | ";
@@ -186,13 +188,13 @@ TEST_CASE("examples: q4tp D and degenerate A (§5.11)") {
     CHECK(std::fabs(d[0]) / 5.0f == doctest::Approx(0.0893508).epsilon(1e-5));  // nibble 3 -> -5
 }
 
-TEST_CASE("examples: q2tp D (§5.12)") {
+TEST_CASE("examples: q2tp D") {
     check_encode(CMF_DTYPE_Q2TP, {2, 64}, input_d(),
                  "50 4a 22 b6 c5 3f e5 89 | 18 5a 40 29 89 d8 06 ff | 24 62 1b ab 3a 79 22 c6 | 5a a5 d3 88 2c bc fa e0 | "
                  "0d bd 16 2a | ad c0 bd 28 | a1 03 | e1 03");
 }
 
-TEST_CASE("examples: glibc exp2f/log2f at f16 arguments (§4)") {
+TEST_CASE("examples: glibc exp2f/log2f at f16 arguments") {
     using cmf::codecs::exp2f_f16;
     using cmf::codecs::log2f_f16;
     CHECK(bits(exp2f_f16(0xc4ea)) == 0x3d07db36u);
@@ -209,7 +211,7 @@ TEST_CASE("examples: glibc exp2f/log2f at f16 arguments (§4)") {
     CHECK(log_diff == 0);
 }
 
-TEST_CASE("examples: f16 scale floor and non-finite inputs (§4)") {
+TEST_CASE("examples: f16 scale floor and non-finite inputs") {
     using namespace cmf::codecs;
     CHECK(f16_scale(0.0f) == 6.103515625e-05f);
     CHECK(f16_scale(std::nanf("")) == 6.103515625e-05f);

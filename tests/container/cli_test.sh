@@ -1,5 +1,6 @@
 #!/bin/sh
-# cmfhost container commands on the COMPAT 3.6 sample (written by container_tests).
+# cmfhost container commands on the original's 4490-byte sample file
+# (written by container_tests).
 # usage: cli_test.sh CMFHOST CONTAINER_TESTS
 set -eu
 host=$1 tests=$2

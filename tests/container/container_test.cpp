@@ -104,7 +104,7 @@ std::string open_and_verify(const fs::path &p) {
     return probs.empty() ? "" : probs.front();
 }
 
-// ---- the COMPAT §3.6 sample ------------------------------------------------
+// ---- the original's 4490-byte worked example file ---------------------------------------
 const char *kSampleHeader =
     R"({"format":"cmf","version":2,"arch":{"arch_name":"tiny-test","hidden_size":8,"intermediate_size":16,)"
     R"("num_layers":2,"num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":10,)"
@@ -154,7 +154,7 @@ fs::path sample_path() {
 
 }  // namespace
 
-TEST_CASE("container: the COMPAT 3.6 sample is written byte for byte") {
+TEST_CASE("container: the original's 4490-byte sample is written byte for byte") {
     Bytes b = read_all(sample_path());
     CHECK(b.size() == 4490);
     CHECK(sha256_hex(b) == kSampleSha);
@@ -493,7 +493,7 @@ TEST_CASE("container: the W2 streaming writer lays out the sample behind a 7 032
     REQUIRE(write_sample(p, 0, true, CMF_WRITER_STREAM) == nullptr);
     CHECK(open_and_verify(p) == "");
     const Bytes w1 = read_all(sample_path()), w2 = read_all(p);
-    const size_t gap = 7032832;  // COMPAT §3.4, up to 4096 source tensors
+    const size_t gap = 7032832;  // the original W2's gap, up to 4096 source tensors
     REQUIRE(w2.size() == w1.size() - 4096 + gap);
     // Same header and directory (offsets are data-relative), same data,
     // masks, vocab and index; only the envelope's offsets and the gap differ.

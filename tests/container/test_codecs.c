@@ -1,5 +1,5 @@
-/* Test-only codecs for container tests on a branch where the real codecs
- * plugin only has f32/f16/bf16: q4_tiled (11, fixed size, with a reference
+/* Test-only codecs, so the container tests do not depend on the real
+ * codecs plugin: q4_tiled (11, fixed size, with a reference
  * decoder) and q1s (13, variable size, validate() requires >= 4 bytes).
  * Loaded explicitly by the tests; if the real codecs plugin already
  * registered these ids, this plugin is refused and the real ones are used. */

@@ -1,6 +1,7 @@
 // The arch plugins' converter hooks, called directly: HF config -> arch
-// block per family (expected blocks written from COMPAT §13.2-13.3 and
-// ARCHS §1.1 / §7.2), and tensor plans (renames, fused splits, experts).
+// block per family (expected blocks written by hand from the original
+// converter's rules, docs/convert.md, for the tiny configs of
+// tests/models/gen_tiny_models.py), and tensor plans (renames, fused splits, experts).
 #include <doctest/doctest.h>
 
 #include "gemma/hf_import.hpp"
@@ -33,21 +34,21 @@ std::string plan(const std::string &arch, const std::string &name, Shape s, bool
 }  // namespace
 
 TEST_CASE("hf import: config -> arch block per family") {
-    SUBCASE("qwen2 (T1): tied, implicit head_dim") {
+    SUBCASE("qwen2: tied, implicit head_dim") {
         CHECK(qwen::import_config(config_of("qwen2")) ==
               std::string(R"({"arch_name":"qwen2","hidden_size":64,"intermediate_size":128,"num_layers":2,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":16,"vocab_size":128,"layer_types":["FullAttention","FullAttention"],)"
                           R"("rms_norm_eps":1e-6,"norm_style":"qwen","rope_theta":10000.0,"tie_word_embeddings":true,)"
                           R"("partial_rotary_factor":1.0,"max_position_embeddings":256,)") + kNoLinear + "}");
     }
-    SUBCASE("qwen3 (T2): explicit head_dim, untied") {
+    SUBCASE("qwen3: explicit head_dim, untied") {
         CHECK(qwen::import_config(config_of("qwen3")) ==
               std::string(R"({"arch_name":"qwen3","hidden_size":64,"intermediate_size":128,"num_layers":2,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":32,"vocab_size":128,"layer_types":["FullAttention","FullAttention"],)"
                           R"("rms_norm_eps":1e-6,"norm_style":"qwen","rope_theta":1000000.0,"tie_word_embeddings":false,)"
                           R"("partial_rotary_factor":1.0,"max_position_embeddings":256,)") + kNoLinear + "}");
     }
-    SUBCASE("qwen2_moe (T3): shared expert, no renorm") {
+    SUBCASE("qwen2_moe: shared expert, no renorm") {
         CHECK(qwen::import_config(config_of("qwen2_moe")) ==
               std::string(R"({"arch_name":"qwen2_moe","hidden_size":64,"intermediate_size":96,"num_layers":4,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":16,"vocab_size":128,"layer_types":["FullAttention","FullAttention","FullAttention","FullAttention"],)"
@@ -55,7 +56,7 @@ TEST_CASE("hf import: config -> arch block per family") {
                           R"("partial_rotary_factor":1.0,"moe":{"num_experts":8,"top_k":2,"moe_intermediate_size":48,"norm_topk_prob":false,)"
                           R"("shared_expert_intermediate_size":80},"max_position_embeddings":256,)") + kNoLinear + "}");
     }
-    SUBCASE("qwen3_moe (T4)") {
+    SUBCASE("qwen3_moe") {
         CHECK(qwen::import_config(config_of("qwen3_moe")) ==
               std::string(R"({"arch_name":"qwen3_moe","hidden_size":64,"intermediate_size":96,"num_layers":4,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":16,"vocab_size":128,"layer_types":["FullAttention","FullAttention","FullAttention","FullAttention"],)"
@@ -63,7 +64,7 @@ TEST_CASE("hf import: config -> arch block per family") {
                           R"("partial_rotary_factor":1.0,"moe":{"num_experts":8,"top_k":2,"moe_intermediate_size":48,"norm_topk_prob":true},)"
                           R"("max_position_embeddings":256,)") + kNoLinear + "}");
     }
-    SUBCASE("qwen3_next (T5): the ARCHS §1.1 example, in declaration order") {
+    SUBCASE("qwen3_next: the full arch block, in declaration order") {
         CHECK(qwen::import_config(config_of("qwen3_next")) ==
               R"({"arch_name":"qwen3_next","hidden_size":64,"intermediate_size":96,"num_layers":4,"num_attention_heads":4,)"
               R"("num_kv_heads":2,"head_dim":16,"vocab_size":128,"layer_types":["LinearAttention","FullAttention","LinearAttention","FullAttention"],)"
@@ -72,7 +73,7 @@ TEST_CASE("hf import: config -> arch block per family") {
               R"("linear_core":{"kind":"gated_delta_net","num_heads":6,"value_head_dim":8},"max_position_embeddings":256,)"
               R"("linear_conv_kernel_dim":4,"linear_num_key_heads":2,"linear_num_value_heads":6,"linear_key_head_dim":16,"linear_value_head_dim":8})");
     }
-    SUBCASE("qwen3_5 wrapper (T6 + MTP): text_config, rope_parameters, mtp block") {
+    SUBCASE("qwen3_5 wrapper + MTP: text_config, rope_parameters, mtp block") {
         CHECK(qwen::import_config(config_of("qwen3_5")) ==
               R"({"arch_name":"qwen3_5","hidden_size":64,"intermediate_size":128,"num_layers":4,"num_attention_heads":4,)"
               R"("num_kv_heads":2,"head_dim":32,"vocab_size":128,"layer_types":["LinearAttention","LinearAttention","LinearAttention","FullAttention"],)"
@@ -81,7 +82,7 @@ TEST_CASE("hf import: config -> arch block per family") {
               R"("linear_core":{"kind":"gated_delta_net","num_heads":6,"value_head_dim":16},"max_position_embeddings":256,)"
               R"("linear_conv_kernel_dim":4,"linear_num_key_heads":2,"linear_num_value_heads":6,"linear_key_head_dim":16,"linear_value_head_dim":16})");
     }
-    SUBCASE("gemma (T7): sqrt(96) multiplier as f32, gelu_tanh, tied by default") {
+    SUBCASE("gemma: sqrt(96) multiplier as f32, gelu_tanh, tied by default") {
         CHECK(gemma::import_config(config_of("gemma")) ==
               std::string(R"({"arch_name":"gemma","hidden_size":96,"intermediate_size":192,"num_layers":2,"num_attention_heads":4,)"
                           R"("num_kv_heads":1,"head_dim":32,"vocab_size":128,"layer_types":["FullAttention","FullAttention"],)"
@@ -89,7 +90,7 @@ TEST_CASE("hf import: config -> arch block per family") {
                           R"("partial_rotary_factor":1.0,"hidden_act":"gelu_tanh","embed_multiplier":9.797959,"max_position_embeddings":256,)") +
                   kNoLinear + "}");
     }
-    SUBCASE("gemma2 (T8): the ARCHS §1.1 Gemma extras") {
+    SUBCASE("gemma2: the Gemma extras") {
         CHECK(gemma::import_config(config_of("gemma2")) ==
               std::string(R"({"arch_name":"gemma2","hidden_size":64,"intermediate_size":128,"num_layers":4,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":32,"vocab_size":128,"layer_types":["FullAttention","FullAttention","FullAttention","FullAttention"],)"
@@ -98,7 +99,7 @@ TEST_CASE("hf import: config -> arch block per family") {
                           R"("sliding_window":4,"sliding_window_pattern":2,"final_logit_softcapping":2.0,"attn_logit_softcapping":1.0,)"
                           R"("max_position_embeddings":256,)") + kNoLinear + "}");
     }
-    SUBCASE("gemma3 wrapper (T9): text_config, sliding tags, local base, null softcaps omitted") {
+    SUBCASE("gemma3 wrapper: text_config, sliding tags, local base, null softcaps omitted") {
         CHECK(gemma::import_config(config_of("gemma3")) ==
               std::string(R"({"arch_name":"gemma3","hidden_size":64,"intermediate_size":128,"num_layers":6,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":32,"vocab_size":128,"layer_types":["SlidingAttention","SlidingAttention","FullAttention",)"
@@ -151,7 +152,7 @@ TEST_CASE("hf import: tensor plans") {
         CHECK(plan(moe, "model.layers.0.mlp.experts.7.down_proj.weight", {64, 48}) ==
               R"([{"name":"model.layers.0.mlp.experts.7.down_proj.weight","shape":[64,48]}])");
     }
-    SUBCASE("qwen3_next fused GDN projections split by key-head group (ARCHS §2.4.2)") {
+    SUBCASE("qwen3_next fused GDN projections split by key-head group") {
         // nk 2, nv 6 (rep 3), dk 16, dv 8: group width 2*16 + 2*3*8 = 80.
         CHECK(plan(next, "model.layers.0.linear_attn.in_proj_qkvz.weight", {160, 64}) ==
               R"([{"name":"model.layers.0.linear_attn.in_proj_qkv.weight","shape":[112,64],"rows":[[0,16],[80,16],[16,16],[96,16],[32,24],[112,24]]},)"

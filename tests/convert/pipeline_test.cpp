@@ -422,7 +422,7 @@ TEST_CASE("convert: dtype policy and decoding bounds for f16/bf16") {
             }
         }
     }
-    SUBCASE("policy details (COMPAT §5.13)") {
+    SUBCASE("policy details (the original converter's)") {
         using V = std::vector<uint64_t>;
         QuantPolicy p("q4tp");
         CHECK(p.choose("model.layers.0.mlp.up_proj.weight", {64, 64}).dtype == CMF_DTYPE_Q4TP);

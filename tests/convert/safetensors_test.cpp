@@ -205,7 +205,7 @@ TEST_CASE("safetensors: checkpoint directories, single file and index") {
     }
 }
 
-TEST_CASE("json_writer: floats are spelled as serde_json does (COMPAT §13.1)") {
+TEST_CASE("json_writer: floats are spelled as serde_json does") {
     using cmf::json::spell_float;
     CHECK(spell_float(1e-6, false) == "1e-6");
     CHECK(spell_float(1e-5, false) == "0.00001");

@@ -5,14 +5,15 @@ Usage: gen_tiny_models.py OUT_DIR [--stamp FILE] [--only NAME ...]
 
 Each OUT_DIR/<name>/ holds config.json, model.safetensors (or shards plus
 model.safetensors.index.json), tokenizer.json, tokenizer_config.json and,
-for some, generation_config.json / chat_template.jinja. Configs follow
-ARCHS.md §7.2 (T1-T9) with small additions (MTP heads, wrappers, fused
-banks). Weights are seeded (random.Random(seed)): the same bytes every run.
+for some, generation_config.json / chat_template.jinja. Configs (MODELS
+below) are one or more tiny models per supported family, each exercising
+its features (biases, q/k-norm, MoE, hybrids, Gemma extras), with additions
+(MTP heads, wrappers, fused banks). Weights are seeded (random.Random(seed)): the same bytes every run.
 
 Pure standard library on purpose: safetensors is written by hand (8-byte
 length, JSON header, raw little-endian data), so the fixtures need neither
 torch nor numpy. The tokenizer is a small byte-level BPE built here
-(ARCHS §7.2's stub: printable ASCII, Ġ/Ċ, a few merges, <|endoftext|> 126,
+(printable ASCII, Ġ/Ċ, a few merges, <|endoftext|> 126,
 <pad> 127).
 
 Side files for tests (not part of a HF checkpoint): expected_rows.json in
@@ -200,7 +201,9 @@ def gdn(w, p, c, fused=False):
 
 
 def fused_gdn_rows(c):
-    """Source row of each output row, per ARCHS §2.4.2 (independent of the C++ plan)."""
+    """Source row of each output row, as HF's modeling_qwen3_next.py
+    fix_query_key_value_ordering reads the fused layout (independent of the
+    C++ plan)."""
     nk, nv = c['linear_num_key_heads'], c['linear_num_value_heads']
     dk, dv = c['linear_key_head_dim'], c['linear_value_head_dim']
     rep = nv // nk

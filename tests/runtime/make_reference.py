@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference for the qwen arch parity test (tests/runtime/).
 
-Writes, for each tiny config of ARCHS 7.2 (plus an untied qwen2 whose head
+Writes, for each tiny qwen config of tests/models/gen_tiny_models.py (plus an untied qwen2 whose head
 has fewer rows than vocab_size), a directory with:
   index.json   {"arch": <CMF header arch block>, "tensors": [{name, shape, offset}],
                 "prompt": [64 ids], "greedy": [32 ids], "positions": P, "vocab": V}
@@ -12,7 +12,7 @@ has fewer rows than vocab_size), a directory with:
                parity cases, which convert it with cmf_convert as a user would
 
 The forward pass is written from the HF modeling semantics of Qwen2/Qwen3
-(ARCHS 1.4-1.9, 2.1-2.2): RMSNorm x^*w with the mean of squares in f32,
+(modeling_qwen2.py, modeling_qwen3.py): RMSNorm x^*w with the mean of squares in f32,
 half-split RoPE with inv_freq and angles in f32, eager attention with
 repeat_kv GQA and a causal mask, SwiGLU, tied or untied head. transformers
 is not a Debian package, so the model is restated here instead of imported.

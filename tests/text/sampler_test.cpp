@@ -1,4 +1,5 @@
-// Sampler: the chain of ARCHS.md §6.1 on small hand-computed logits.
+// Sampler: the original implementation's chain (docs/text.md) on small
+// hand-computed logits.
 #include <doctest/doctest.h>
 
 #include "text/sampler.hpp"

@@ -162,7 +162,7 @@ namespace {
     CHECK_OFFSET(cmf_forward_args, pos, 16);
     CHECK_OFFSET(cmf_forward_args, logits_mode, 24);
     CHECK_OFFSET(cmf_forward_args, logits, 32);
-    // container (issue 3)
+    // container
     CHECK_SIZE(cmf_model_info, 232);
     CHECK_OFFSET(cmf_model_info, required_features, 12);
     CHECK_OFFSET(cmf_model_info, header_off, 16);
@@ -237,7 +237,7 @@ namespace {
     CHECK_OFFSET(cmf_mask_spec, blob, 64);
     CHECK_OFFSET(cmf_mask_spec, blob_len, 72);
 
-    // convert (issues 4/6)
+    // convert
     CHECK_SIZE(cmf_convert_options, 64);
     CHECK_OFFSET(cmf_convert_options, flags, 4);
     CHECK_OFFSET(cmf_convert_options, model_dir, 8);
@@ -257,7 +257,7 @@ namespace {
     CHECK_OFFSET(cmf_requant_options, progress, 48);
     CHECK_OFFSET(cmf_requant_options, progress_user, 56);
 
-    // session (issue 7)
+    // session
     CHECK_SIZE(cmf_session_options, 40);
     CHECK_OFFSET(cmf_session_options, n_threads, 4);
     CHECK_OFFSET(cmf_session_options, n_ctx, 8);
@@ -286,7 +286,7 @@ namespace {
     CHECK_OFFSET(cmf_generate_stats, decode_seconds, 40);
     CHECK_OFFSET(cmf_generate_stats, prefill_tok_s, 48);
     CHECK_OFFSET(cmf_generate_stats, decode_tok_s, 56);
-    // running an opened model (issue 7, CLI end)
+    // running an opened model
     CHECK_SIZE(cmf_model_special_ids, 88);
     CHECK_OFFSET(cmf_model_special_ids, bos_id, 4);
     CHECK_OFFSET(cmf_model_special_ids, pad_id, 8);

@@ -1,4 +1,4 @@
-// f16/bf16 conversions against the original's rules (COMPAT §4, §5.1).
+// f16/bf16 conversions against the original's rules (docs/dtypes.md).
 #include <doctest/doctest.h>
 
 #include "half.hpp"
@@ -12,7 +12,7 @@ namespace {
 float bits(uint32_t u) { return f32_from_bits(u); }
 }  // namespace
 
-TEST_CASE("f32 -> f16: the COMPAT §4 check values") {
+TEST_CASE("f32 -> f16: the original's check values") {
     CHECK(f32_to_f16(1e-4f) == 0x068e);
     CHECK(f32_to_f16(0.1f) == 0x2e66);
     CHECK(f32_to_f16(-2.5f) == 0xc100);

@@ -1,4 +1,4 @@
-// hash64 against the test vectors of COMPAT §2.2.
+// hash64 against test vectors computed with the original's algorithm (spec §8).
 #include <doctest/doctest.h>
 
 #include "common/hash64.hpp"
@@ -13,7 +13,7 @@ namespace {
 uint64_t h(const std::string &s) { return hash64(s.data(), s.size()); }
 }  // namespace
 
-TEST_CASE("hash64: COMPAT §2.2 vectors") {
+TEST_CASE("hash64: the original's test vectors") {
     CHECK(h("") == 0x0000000000000000ull);
     CHECK(h("CMF") == 0xb59aa39a074033ecull);
     CHECK(h("0123456789abcdef") == 0x30d401310062ea9full);

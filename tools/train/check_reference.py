@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tools/train/check_reference.py models/austen-tiny
 
-The numpy forward is written from /work/shared/spec/ARCHS.md (sections 1.4-2.2) in f64,
+The numpy forward is written from Hugging Face's modeling_qwen3 semantics in f64,
 loop-per-head attention, no KV cache -- it shares no model code with
 qwen3_torch.py. Prints the largest logit difference against the torch model over
 prompt+generated tokens and whether numpy greedy decoding (full recompute each step)

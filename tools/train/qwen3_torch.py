@@ -1,6 +1,6 @@
 """Plain-torch Qwen3 (dense) decoder with HF Qwen3ForCausalLM semantics.
 
-Mirrors transformers' modeling_qwen3 (and /work/shared/spec/ARCHS.md §1-§2.2):
+Mirrors transformers' modeling_qwen3:
   h = embed(t)
   per layer:  h += o_proj(attn(input_layernorm(h)))
               h += down(silu(gate(x)) * up(x)),  x = post_attention_layernorm(h)

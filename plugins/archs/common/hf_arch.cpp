@@ -150,7 +150,7 @@ std::string build_arch_json(std::string_view text) {
     double rope_theta = 10000.0;
     if (auto v = tc.num("rope_theta")) rope_theta = *v;
     else if (rope_params && rope_params->num("rope_theta")) rope_theta = *rope_params->num("rope_theta");
-    float partial = hybrid ? 0.25f : 1.0f;  // HF's hybrid configs default to 0.25 (ARCHS §1.1)
+    float partial = hybrid ? 0.25f : 1.0f;  // HF's Qwen3NextConfig / Qwen3_5TextConfig default to 0.25
     if (auto v = tc.num("partial_rotary_factor")) partial = static_cast<float>(*v);
     else if (rope_params && rope_params->num("partial_rotary_factor")) partial = static_cast<float>(*rope_params->num("partial_rotary_factor"));
 
@@ -158,7 +158,9 @@ std::string build_arch_json(std::string_view text) {
     if (auto v = top.boolean("tie_word_embeddings")) tie = *v;
     else if (auto v2 = tc.boolean("tie_word_embeddings")) tie = *v2;
 
-    // A top-level rope_scaling is served at the native window (ARCHS §1.1, §1.6).
+    // A top-level rope_scaling is served at the native window, as the original
+    // converter does: max_position_embeddings = original_max_position_embeddings,
+    // no scaling applied.
     uint64_t max_position = *max_pos;
     if (auto rs = tc.object("rope_scaling")) {
         std::string kind = rs->str("rope_type").value_or(rs->str("type").value_or(""));
@@ -365,7 +367,7 @@ std::string canonical_name(const ArchView &, const std::string &n) {
     if (auto r = strip("model.language_model.", "model.")) x = *r;
     else if (auto r2 = strip("language_model.model.", "model.")) x = *r2;
     else if (auto r3 = strip("language_model.lm_head.", "lm_head.")) x = *r3;
-    // MTP spellings (Qwen3-Next / Qwen3.5) -> model.mtp.* (ARCHS §1.2).
+    // MTP spellings (Qwen3-Next / Qwen3.5) -> model.mtp.*, the original converter's names.
     if (starts_with(x, "mtp.")) {
         if (x == "mtp.fc.weight") return "model.mtp.eh_proj.weight";
         if (x == "mtp.pre_fc_norm_embedding.weight") return "model.mtp.enorm.weight";

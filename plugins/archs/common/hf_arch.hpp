@@ -1,5 +1,5 @@
 // Shared by the arch plugins' converter hooks: HF config.json -> CMF header
-// `arch` block (ARCHS §1.1, COMPAT §13.2-13.3) and the per-tensor plan
+// `arch` block (spec §2, as the original converter fills it; docs/convert.md) and the per-tensor plan
 // machinery (docs/convert.md). The family plugins (qwen/, gemma/) decide
 // which model types they accept and add their own tensor rules.
 //
@@ -19,7 +19,7 @@
 namespace cmf::archs {
 
 // HF config.json -> the `arch` JSON object, spelled as the original
-// converter writes it (key order of COMPAT §13.2, serde float spelling).
+// converter writes it (its struct declaration order, serde float spelling).
 std::string build_arch_json(std::string_view hf_config_json);
 
 // The parts of an `arch` block the tensor planner checks shapes against.

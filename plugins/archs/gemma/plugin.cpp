@@ -1,6 +1,6 @@
 // The gemma arch plugin: registers the Gemma family's converter hooks.
-// The run members (model/state/forward) are left NULL here; the forward
-// pass lands in this same vtable when the lead merges the runtime branch.
+// The run members (model/state/forward) are NULL: this plugin converts
+// Gemma-family checkpoints; it does not run them.
 #include "hf_import.hpp"
 
 #include <cmf/cmf_plugin.h>

@@ -33,7 +33,7 @@ bool ends_with(const std::string &s, const char *suffix) {
 }
 
 // qwen3_next stores the GDN input projections fused and grouped by key head
-// (ARCHS §2.4.2); CMF stores the split Qwen3.5 layout. Pure row selections.
+// (HF modeling_qwen3_next.py, fix_query_key_value_ordering); CMF stores the split Qwen3.5 layout. Pure row selections.
 std::vector<PlanEntry> split_fused_gdn(const ArchView &a, const std::string &name, const Shape &s) {
     const uint64_t nk = a.lin_nk, nv = a.lin_nv, dk = a.lin_dk, dv = a.lin_dv, H = a.hidden;
     if (!nk || !nv || nv % nk) throw Error(CMF_ERR_BOUNDS, "tensor \"" + name + "\" is a fused GDN projection but the config's linear_* geometry is missing");

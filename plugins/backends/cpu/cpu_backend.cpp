@@ -493,7 +493,8 @@ const float *vector_of(Backend *be, const cmf_backend_weight *w, uint64_t dim, c
     return w->vec.data();
 }
 
-// Sum of squares in double (ARCHS 1.5: f64 or pairwise f32) as eight
+// Sum of squares in double (at least as accurate as HF's f32 mean, whatever
+// the summation order) as eight
 // independent partial sums, which the compiler keeps in vector registers:
 // one running sum waits on each add's latency, and that made a decode
 // step's rms_norm calls (qwen3's per-head q/k norms: 2 x 16 rows of 128 per

@@ -89,7 +89,7 @@ void matmul_portable(const float *w, uint64_t cols, const float *x, uint64_t ldx
 // IEEE binary16 from binary32, round to nearest even everywhere, as F16C's
 // vcvtps2ph does (so both ISAs store the same cache bits). codecs'
 // f32_to_f16 is not this: it rounds subnormal halves up, as the original
-// implementation's scale encoder does (COMPAT), which a KV cache need not copy.
+// implementation's scale encoder does (docs/dtypes.md), which a KV cache need not copy.
 uint16_t f32_to_f16_rne(float f) {
     uint32_t x;
     std::memcpy(&x, &f, 4);
@@ -242,7 +242,7 @@ AVX2 void axpy_wide_avx2(float a, const T *x, float *y, uint64_t n) {
 // the slice, a tree per 4 heads and a scalar transpose of the scores in the
 // caller): decode attention at depth 512 on the 0.6B q4 file, 2 threads,
 // 8 alternating rounds, mean 235 -> 209 us per layer (docs/performance.md,
-// session 9).
+// 2026-12-01 08:25).
 // Accumulator (head, key) depends only on that pair, and lane i of the tree
 // holds key i's sum whatever the other keys hold: missing keys of a short
 // block are zeros and a key's score is the same in any block.
@@ -503,10 +503,10 @@ inline float h16_scalar(uint16_t h) {
 // The hardware prefetcher alone leaves bandwidth unused (and stops at 4 KiB
 // page boundaries), so the stream is also prefetched kPrefetchAhead bytes
 // ahead, a distance chosen per CPU (cmf/cpu_features.hpp). Measured on the
-// 0.6B f16 file's bytes (2 threads, /tmp matvec harness, session 4, EPYC
+// 0.6B f16 file's bytes (2 threads, /tmp matvec harness, 2026-11-30, EPYC
 // Zen 3): four interleaved row streams (the previous form, 8 KiB ahead)
 // 14.8-16.9 GB/s; one stream 16.8-18.9 without prefetch, 20.3-23.4 with
-// 1 KiB ahead (512 B and 2 KiB: lower). On the Intel VM of session 8, the
+// 1 KiB ahead (512 B and 2 KiB: lower). On the Intel VM (2026-12-01), the
 // same harness: 1 KiB 18.0-18.7 GB/s, 4 KiB 22.1-23.3.
 const long kPrefetchAhead = cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light);
 template <bool Bf16>

@@ -1,5 +1,5 @@
 // Numeric primitives and byte helpers shared by the quantized dtypes. Every
-// rule here is pinned by COMPAT §4: the original's NaN-ignoring max, the f16
+// rule here is pinned by the original's bytes (docs/dtypes.md): its NaN-ignoring max, the f16
 // scale floor, RNE then a saturating cast, and the exp2f/log2f values glibc
 // gives at f16 arguments. This file is compiled with -ffp-contract=off (see
 // meson.build): the original never fuses a multiply and an add.
@@ -59,7 +59,8 @@ inline int32_t rne_clamp(float x, int32_t lo, int32_t hi) noexcept { return sat_
 // Rust f32::round: half away from zero.
 inline float round_half_away(float x) noexcept { return std::round(x); }
 
-// glibc-exact exp2f/log2f at f16 arguments (COMPAT §4 recipe + exception tables).
+// glibc-exact exp2f/log2f at f16 arguments (double exp2/log2 rounded to f32, plus the tables of the f16
+// arguments where glibc is one ulp off).
 float exp2f_f16(uint16_t h) noexcept;
 float log2f_f16(uint16_t h) noexcept;
 

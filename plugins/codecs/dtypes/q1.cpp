@@ -1,5 +1,5 @@
 // q1 (12), q1s (13), q1t (14): binary and ternary codes per 32-group with an
-// f16 scale (COMPAT §5.8–§5.10). q1s appends an exact outlier list, q1t a
+// f16 scale (spec §3.2; docs/dtypes.md). q1s appends an exact outlier list, q1t a
 // per-row outlier overlay. Groups are taken over the flattened tensor, as the
 // original's decoder does; its encoders need 2-D with cols % 32 == 0.
 #include "dtypes/all.hpp"

@@ -1,5 +1,5 @@
 // q4_block (4) and q4_tiled (11): 4-bit codes per 32-element group with an f16
-// scale (COMPAT §5.3, §5.4). Both flatten the tensor into groups of 32 (the
+// scale (spec §3.2; docs/dtypes.md). Both flatten the tensor into groups of 32 (the
 // last zero-padded); q4_block stores all nibble blocks then all scales,
 // q4_tiled interleaves [f16 scale][16 B nibbles] per group.
 #include "dtypes/all.hpp"

@@ -1,4 +1,4 @@
-// q8_row (3) and q8_2f (9): int8 codes with f16 row scales (COMPAT §5.2, §5.5).
+// q8_row (3) and q8_2f (9): int8 codes with f16 row scales (spec §3.2; docs/dtypes.md).
 #include "dtypes/all.hpp"
 #include "dtypes/common.hpp"
 #include "kernels/kernels.hpp"

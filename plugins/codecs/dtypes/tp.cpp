@@ -1,6 +1,7 @@
 // q4tp (15) and q2tp (16): 4-/2-bit codes whose group scales come from a per-row
-// geometric ladder (f16 lo, f16 step) indexed by a 5-bit code (COMPAT §5.11,
-// §5.12). Layout: weight chunks (16 B / 8 B per (row, group)) | per row
+// geometric ladder (f16 lo, f16 step) indexed by a 5-bit code (spec §3.2 for
+// q4tp; q2tp, which the original writes although the spec text omits it, in
+// docs/dtypes.md). Layout: weight chunks (16 B / 8 B per (row, group)) | per row
 // (f16 lo, f16 step) | per row ceil(5*gpr/8) bytes of 5-bit codes, LSB-first.
 #include "dtypes/all.hpp"
 #include "dtypes/common.hpp"

@@ -1,5 +1,5 @@
 // vbit (8) and vbit_ro (10): per-row bit widths in {3,4,5,6,8}, f16 scales per
-// (row, 32-group), codes packed MSB-first per row (COMPAT §5.6, §5.7).
+// (row, 32-group), codes packed MSB-first per row (spec §3.2; docs/dtypes.md).
 // vbit_ro adds a u32 row-offset table so rows can be addressed directly.
 //
 // Width allocation calls the platform log2f on arbitrary f32 row maxima; the
@@ -65,7 +65,8 @@ VbitView view_of(const cmf_tensor_view &t, const char *dtype) {
     return v;
 }
 
-// Per-row widths from the row maxima (COMPAT §5.6).
+// Per-row widths from the row maxima, as the original converter allocates them
+// (docs/dtypes.md).
 std::vector<uint8_t> allocate_widths(const float *src, Matrix m, float mean_bits_opt) {
     float clamped = mean_bits_opt < 3.0f ? 3.0f : (mean_bits_opt > 8.0f ? 8.0f : mean_bits_opt);
     int32_t thousandths = static_cast<int32_t>(clamped * 1000.0f);  // truncation, as stored upstream

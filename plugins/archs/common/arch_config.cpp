@@ -1,10 +1,10 @@
-#include "config.hpp"
+#include "arch_config.hpp"
 
 #include <cmf/plugin.hpp>
 
 #include <simdjson.h>
 
-namespace cmf::qwen {
+namespace cmf::archs {
 
 namespace {
 
@@ -64,14 +64,14 @@ bool get_bool(element obj, const char *key, bool fallback) {
 
 }  // namespace
 
-Config parse_config(const char *json, size_t len) {
+ArchConfig parse_arch_config(const char *json, size_t len) {
     if (json == nullptr || len == 0) throw Error(CMF_ERR_PARSE, "arch: the header has no arch object");
     simdjson::dom::parser parser;
     element root;
     if (auto err = parser.parse(simdjson::padded_string(json, len)).get(root))
         throw Error(CMF_ERR_PARSE, std::string("arch: invalid JSON: ") + simdjson::error_message(err));
     if (!root.is_object()) throw Error(CMF_ERR_PARSE, "arch: must be a JSON object");
-    Config c;
+    ArchConfig c;
     c.arch_name = get_string(root, "arch_name", "", true);
     c.hidden_size = get_uint(root, "hidden_size");
     c.intermediate_size = get_uint(root, "intermediate_size");
@@ -92,6 +92,12 @@ Config parse_config(const char *json, size_t len) {
     if (act != "silu" && act != "gelu_tanh") bad("hidden_act", "unknown activation \"" + act + "\"");
     c.gelu_tanh = act == "gelu_tanh";
     c.embed_multiplier = get_number(root, "embed_multiplier", 1.0);
+    c.query_pre_attn_scalar = get_number(root, "query_pre_attn_scalar", 0);
+    c.sliding_window = has(root, "sliding_window") ? get_uint(root, "sliding_window") : 0;
+    c.sliding_window_pattern = has(root, "sliding_window_pattern") ? get_uint(root, "sliding_window_pattern") : 0;
+    c.rope_local_base_freq = get_number(root, "rope_local_base_freq", 0);
+    c.attn_logit_softcapping = get_number(root, "attn_logit_softcapping", 0);
+    c.final_logit_softcapping = get_number(root, "final_logit_softcapping", 0);
     c.has_yarn = has(root, "yarn");
     c.has_moe = has(root, "moe");
     c.has_linear_core = has(root, "linear_core");
@@ -120,8 +126,15 @@ Config parse_config(const char *json, size_t len) {
                                std::to_string(c.num_layers) + " layers");
     if (!(c.rms_norm_eps >= 0)) bad("rms_norm_eps", "must be >= 0");
     if (!(c.rope_theta > 0)) bad("rope_theta", "must be > 0");
+    for (auto [key, v] : {std::pair{"query_pre_attn_scalar", c.query_pre_attn_scalar},
+                          std::pair{"rope_local_base_freq", c.rope_local_base_freq},
+                          std::pair{"attn_logit_softcapping", c.attn_logit_softcapping},
+                          std::pair{"final_logit_softcapping", c.final_logit_softcapping}})
+        if (has(root, key) && !(v > 0)) bad(key, "must be > 0");
+    if (has(root, "sliding_window") && c.sliding_window == 0) bad("sliding_window", "must be > 0");
+    if (has(root, "sliding_window_pattern") && c.sliding_window_pattern == 0) bad("sliding_window_pattern", "must be > 0");
     if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1)) bad("partial_rotary_factor", "must be in (0, 1]");
     return c;
 }
 
-}  // namespace cmf::qwen
+}  // namespace cmf::archs

@@ -1,15 +1,17 @@
-// The header `arch` block as the qwen family reads it (COMPAT 13.2, ARCHS 1.1).
+// The header `arch` block as the decoder families (qwen, gemma) read it: the
+// keys the converter writes (docs/convert.md), typed and checked. Which of
+// them a family honours, and what it refuses, is the family's choice.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace cmf::qwen {
+namespace cmf::archs {
 
 enum class LayerType { FullAttention, SlidingAttention, LinearAttention, Other };
 
-struct Config {
+struct ArchConfig {
     std::string arch_name;
     uint64_t hidden_size = 0;
     uint64_t intermediate_size = 0;  // nominal: a layer's width is its gate_proj rows
@@ -28,6 +30,13 @@ struct Config {
     uint64_t max_position_embeddings = 0;
     bool gelu_tanh = false;  // hidden_act "gelu_tanh" (else silu)
     double embed_multiplier = 1.0;
+    // Gemma's keys (0 when absent).
+    double query_pre_attn_scalar = 0;
+    uint64_t sliding_window = 0;
+    uint64_t sliding_window_pattern = 0;
+    double rope_local_base_freq = 0;
+    double attn_logit_softcapping = 0;
+    double final_logit_softcapping = 0;
     bool has_yarn = false;
     bool has_moe = false;
     bool has_linear_core = false;
@@ -35,6 +44,6 @@ struct Config {
 
 // Parses the arch object; throws cmf::sdk::Error(CMF_ERR_PARSE) naming the
 // key on a missing required key or a wrong type.
-Config parse_config(const char *json, size_t len);
+ArchConfig parse_arch_config(const char *json, size_t len);
 
-}  // namespace cmf::qwen
+}  // namespace cmf::archs
