@@ -8,11 +8,55 @@
 
 #include <simdjson.h>
 
+#include <string_view>
+#include <unordered_map>
+
 namespace cmf::text {
 
 const char *const kChatmlTemplate =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+namespace jinja {
+namespace {
+
+// The render context as template values. Linear in the document: an
+// object's keys are placed through a map (json.loads keeps a repeated key's
+// last value at its first position, as Object::set does).
+Value from_json(simdjson::dom::element e) {
+    using simdjson::dom::element_type;
+    switch (e.type()) {
+    case element_type::ARRAY: {
+        Value v = Value::array();
+        simdjson::dom::array arr;
+        if (e.get(arr)) return v;
+        for (simdjson::dom::element x : arr) v.list->push_back(from_json(x));
+        return v;
+    }
+    case element_type::OBJECT: {
+        Value v = Value::object();
+        simdjson::dom::object obj;
+        if (e.get(obj)) return v;
+        std::unordered_map<std::string_view, size_t> at;
+        for (auto kv : obj) {
+            auto [it, fresh] = at.emplace(kv.key, v.dict->items.size());
+            if (fresh) v.dict->items.emplace_back(std::string(kv.key), from_json(kv.value));
+            else v.dict->items[it->second].second = from_json(kv.value);
+        }
+        return v;
+    }
+    case element_type::INT64: return Value::integer(e.get_int64().value_unsafe());
+    case element_type::UINT64: return Value::number(double(e.get_uint64().value_unsafe()));
+    case element_type::DOUBLE: return Value::number(e.get_double().value_unsafe());
+    case element_type::STRING: return Value::str(std::string(e.get_string().value_unsafe()));
+    case element_type::BOOL: return Value::boolean(e.get_bool().value_unsafe());
+    case element_type::NULL_VALUE: return Value::none();
+    }
+    return Value::none();
+}
+
+}  // namespace
+}  // namespace jinja
 
 struct JinjaTemplate {
     jinja::NodeP root;

@@ -299,8 +299,8 @@ Value Renderer::eval_node(const Node &n) {
 
 Value Renderer::binary(const std::string &op, const Value &l, const Value &r, int line) {
     budget_.charge(size_units(l) + size_units(r), line);
-    if (op == "==") return Value::boolean(values_equal(l, r));
-    if (op == "!=") return Value::boolean(!values_equal(l, r));
+    if (op == "==") return Value::boolean(values_equal(l, r, line));
+    if (op == "!=") return Value::boolean(!values_equal(l, r, line));
     if (op == "<") return Value::boolean(compare(l, r, line) < 0);
     if (op == "<=") return Value::boolean(compare(l, r, line) <= 0);
     if (op == ">") return Value::boolean(compare(l, r, line) > 0);
@@ -320,15 +320,18 @@ Value Renderer::binary(const std::string &op, const Value &l, const Value &r, in
     if (op == "*" && ((l.kind == Value::Str && r.kind == Value::Int) || (l.kind == Value::Int && r.kind == Value::Str))) {
         const Value &s = l.kind == Value::Str ? l : r;
         int64_t n = l.kind == Value::Int ? l.i : r.i;
+        if (n <= 0 || s.s.empty()) return Value::str("");
+        if (uint64_t(n) > UINT64_MAX / s.s.size()) check_bytes(UINT64_MAX, line);
+        const uint64_t total = uint64_t(n) * s.s.size();
+        check_bytes(total, line);
+        budget_.charge(total / 64, line);
+        // By doubling: log2(n) copies, not n appends.
         std::string o;
-        if (n > 0 && !s.s.empty()) {
-            if (uint64_t(n) > UINT64_MAX / s.s.size()) check_bytes(UINT64_MAX, line);
-            check_bytes(uint64_t(n) * s.s.size(), line);
-            budget_.charge(uint64_t(n) * s.s.size() / 64 + uint64_t(n), line);
-            o.reserve(size_t(n) * s.s.size());
-        }
-        for (int64_t k = 0; k < n; ++k) o += s.s;
-        return Value::str(o);
+        o.reserve(size_t(total));
+        o = s.s;
+        while (o.size() * 2 <= total) o.append(o);
+        o.append(o, 0, size_t(total - o.size()));
+        return Value::str(std::move(o));
     }
     if (!l.is_num() || !r.is_num())
         fail(line, std::string("unsupported operand type(s) for ") + op + ": '" + type_name(l) + "' and '" + type_name(r) + "'");
@@ -382,7 +385,7 @@ bool Renderer::contains(const Value &hay, const Value &needle, int line) {
         return hay.s.find(needle.s) != std::string::npos;
     case Value::List:
         for (auto &x : *hay.list)
-            if (values_equal(x, needle)) return true;
+            if (values_equal(x, needle, line)) return true;
         return false;
     case Value::Dict: return needle.kind == Value::Str && hay.dict->find(needle.s) != nullptr;
     case Value::Undefined: return false;

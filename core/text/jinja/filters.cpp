@@ -163,7 +163,7 @@ Value Renderer::call_filter(const Node &n, const Value &v) {
         Array out;
         for (auto &x : iterate(v, line)) {
             bool seen = false;
-            for (auto &y : out) seen = seen || values_equal(x, y);
+            for (auto &y : out) seen = seen || values_equal(x, y, line);
             if (!seen) out.push_back(x);
         }
         return Value::array(std::move(out));
@@ -321,8 +321,8 @@ bool Renderer::run_test(const Node &n, const Value &v) {
         if (v.kind != Value::Int || d.kind != Value::Int || d.i == 0) fail(n.line, "divisibleby needs non-zero integers");
         return v.i % d.i == 0;
     }
-    if (t == "eq" || t == "equalto" || t == "==") return values_equal(v, arg(0));
-    if (t == "ne" || t == "!=") return !values_equal(v, arg(0));
+    if (t == "eq" || t == "equalto" || t == "==") return values_equal(v, arg(0), n.line);
+    if (t == "ne" || t == "!=") return !values_equal(v, arg(0), n.line);
     if (t == "lt" || t == "lessthan" || t == "<") return compare(v, arg(0), n.line) < 0;
     if (t == "le" || t == "<=") return compare(v, arg(0), n.line) <= 0;
     if (t == "gt" || t == "greaterthan" || t == ">") return compare(v, arg(0), n.line) > 0;
@@ -333,7 +333,7 @@ bool Renderer::run_test(const Node &n, const Value &v) {
         if (v.kind != o.kind) return false;
         if (v.kind == Value::List) return v.list == o.list;
         if (v.kind == Value::Dict) return v.dict == o.dict;
-        return values_equal(v, o);
+        return values_equal(v, o, n.line);
     }
     if (t == "lower" || t == "upper") {
         if (v.kind != Value::Str) return false;

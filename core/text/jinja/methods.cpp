@@ -243,7 +243,7 @@ Value Renderer::method(const Value &obj, const std::string &name, int line) {
                 if (a.pos.empty()) fail(ln, name + "() takes an argument");
                 int64_t n = 0;
                 for (size_t k = 0; k < self.list->size(); ++k)
-                    if (values_equal((*self.list)[k], a.pos[0])) {
+                    if (values_equal((*self.list)[k], a.pos[0], ln)) {
                         if (name == "index") return Value::integer(int64_t(k));
                         ++n;
                     }

@@ -11,13 +11,16 @@
 
 namespace cmf::text::jinja {
 
+namespace {
+thread_local Budget *current_budget = nullptr;
+}  // namespace
+
 void fail(int line, const std::string &msg) {
+    if (line == 0 && current_budget) line = current_budget->line();
     throw Error(CMF_ERR_TEMPLATE, "chat template line " + std::to_string(line) + ": " + msg);
 }
 
 namespace {
-
-thread_local Budget *current_budget = nullptr;
 
 // Outside a render (tests of the value functions) the default limits hold.
 int depth_limit() { return current_budget ? current_budget->limits().depth : RenderLimits{}.depth; }
@@ -39,9 +42,11 @@ void Budget::charge(uint64_t units, int line) {
         fail(line, "the template did more than " + std::to_string(l_.steps) + " steps of work (an endless or runaway loop?)");
 }
 
-Budget::Nest::Nest(Budget &b, int line) : b_(b) {
+Budget::Nest::Nest(Budget &b, int line) : b_(b), outer_line_(b.line_) {
+    b_.line_ = line;
     if (++b_.depth_ > b_.l_.depth) {
         --b_.depth_;
+        b_.line_ = outer_line_;
         fail(line, "statements, expressions and macro calls nested deeper than " + std::to_string(b_.l_.depth) +
                        " levels (runaway recursion?)");
     }
@@ -270,33 +275,6 @@ void to_json(const Value &v, std::string &out, int indent, int depth, const std:
     }
     case Value::Func: fail(line, "Object of type function is not JSON serializable");
     }
-}
-
-Value from_json(simdjson::dom::element e) {
-    using simdjson::dom::element_type;
-    switch (e.type()) {
-    case element_type::ARRAY: {
-        Value v = Value::array();
-        simdjson::dom::array arr;
-        if (e.get(arr)) return v;
-        for (simdjson::dom::element x : arr) v.list->push_back(from_json(x));
-        return v;
-    }
-    case element_type::OBJECT: {
-        Value v = Value::object();
-        simdjson::dom::object obj;
-        if (e.get(obj)) return v;
-        for (auto kv : obj) v.dict->set(std::string(kv.key), from_json(kv.value));
-        return v;
-    }
-    case element_type::INT64: return Value::integer(e.get_int64().value_unsafe());
-    case element_type::UINT64: return Value::number(double(e.get_uint64().value_unsafe()));
-    case element_type::DOUBLE: return Value::number(e.get_double().value_unsafe());
-    case element_type::STRING: return Value::str(std::string(e.get_string().value_unsafe()));
-    case element_type::BOOL: return Value::boolean(e.get_bool().value_unsafe());
-    case element_type::NULL_VALUE: return Value::none();
-    }
-    return Value::none();
 }
 
 // Code points of a UTF-8 string, for Python's per-character indexing.

@@ -7,8 +7,6 @@
 #include "common/error.hpp"
 #include "text/jinja.hpp"
 
-#include <simdjson.h>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,7 +17,8 @@
 
 namespace cmf::text::jinja {
 
-// Every template error: cmf::Error(CMF_ERR_TEMPLATE) naming the line.
+// Every template error: cmf::Error(CMF_ERR_TEMPLATE) naming the line (0:
+// the line the current render is running).
 [[noreturn]] void fail(int line, const std::string &msg);
 
 // The work budget of the render running on this thread (RenderLimits). The
@@ -37,22 +36,29 @@ public:
     static Budget *current();  // nullptr outside a render
     const RenderLimits &limits() const { return l_; }
     void charge(uint64_t units, int line);
+    // The template line being run, for errors raised where no line is known.
+    int line() const { return line_; }
     // One level of run-time nesting: a statement, expression or macro call.
     class Nest {
     public:
         Nest(Budget &b, int line);
-        ~Nest() { --b_.depth_; }
+        ~Nest() {
+            --b_.depth_;
+            b_.line_ = outer_line_;
+        }
         Nest(const Nest &) = delete;
         Nest &operator=(const Nest &) = delete;
 
     private:
         Budget &b_;
+        int outer_line_;
     };
 
 private:
     RenderLimits l_;
     uint64_t used_ = 0;
     int depth_ = 0;
+    int line_ = 0;
     Budget *prev_;
 };
 // Charges the current render's budget (nothing outside a render).
@@ -173,7 +179,6 @@ std::string repr(const Value &v, int line = 0);
 // json.dumps(x, ensure_ascii=False, indent=indent, separators=..., sort_keys=...)
 void to_json(const Value &v, std::string &out, int indent, int depth, const std::string &item_sep,
              const std::string &key_sep, bool sort_keys, int line);
-Value from_json(simdjson::dom::element e);
 // Code points of a UTF-8 string, for Python's per-character indexing.
 std::vector<std::string> chars_of(const std::string &s);
 bool values_equal(const Value &a, const Value &b, int line = 0);
