@@ -40,7 +40,6 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export TMPDIR="$work"  # fuzz_open writes its input there
-export LD_PRELOAD="$asan_rt"
 export CMF_PLUGIN_PATH="$build/plugins/codecs:$build/plugins/archs/qwen:$build/plugins/archs"
 export CMF_FUZZ_PLUGIN="$build/tests/container/cmf-test-container-codecs.so"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
@@ -51,7 +50,8 @@ mkdir -p "$corpus"
 if [ -z "$(ls -A "$corpus")" ]; then
   case "$target" in
     open) cp "$src"/seeds/open/* "$corpus/" ;;
-    codecs) CMF_FUZZ_WRITE_SEEDS="$corpus" CMF_FUZZ_FIXTURES="$root/tests/fixtures/upstream/sample.f32dir" "$bin" || exit 1 ;;
+    codecs) LD_PRELOAD="$asan_rt" CMF_FUZZ_WRITE_SEEDS="$corpus" \
+              CMF_FUZZ_FIXTURES="$root/tests/fixtures/upstream/sample.f32dir" "$bin" || exit 1 ;;
     *) /usr/bin/python3 "$src/make_seeds.py" "$root" "$work/seeds" "$target" || exit 1
        cp "$work/seeds/$target"/* "$corpus/" ;;
   esac
@@ -65,7 +65,8 @@ artifacts="$build/meson-logs/fuzz-$target-"
 mkdir -p "$build/meson-logs"
 touch "$work/start"
 
-"$bin" -max_total_time="$secs" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+# Only the fuzzer gets the ASan runtime preloaded (not python or the shell).
+LD_PRELOAD="$asan_rt" "$bin" -max_total_time="$secs" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$artifacts" "$@" "$corpus"
 rc=$?
 echo "run.sh: $target: corpus $seeds inputs -> $(ls "$corpus" | wc -l)" >&2
