@@ -622,50 +622,32 @@ def _(d):
                         {'ASAN_OPTIONS': os.environ.get('ASAN_OPTIONS', '') + ':handle_segv=0'})
 
 
-@row('plugin', 'vtable struct_size 8', 'plugins (CMF_PLUGIN_PATH=cmf-test-vt-too-small.so)', 0, "BUILD/tests/cmf-test-vt-too-small.so: init failed: codec 'test-dtype': vtable struct_size 8 is smaller than the v1 minimum 64",
-     'nothing; the plugin is listed as refused, the others work')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-vt-too-small.so'))
-
-
-@row('plugin', 'vtable struct_size 2^31 - 1', 'plugins (CMF_PLUGIN_PATH=cmf-test-vt-huge.so)', 0, 'codec    test-dtype   dtype 200                          1    BUILD/tests/cmf-test-vt-huge.so',
-     'nothing; loaded: the host reads only the members it knows')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-vt-huge.so'))
-
-
-@row('plugin', 'a NULL required member (dequantize_rows)', 'plugins (CMF_PLUGIN_PATH=cmf-test-null-required.so)', 0,
-     "BUILD/tests/cmf-test-null-required.so: init failed: codec 'test-dtype': expected_size and dequantize_rows are required", 'nothing; refused')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-null-required.so'))
-
-
-@row('plugin', 'a backend with NULL operations', 'plugins (CMF_PLUGIN_PATH=cmf-test-backend-null-ops.so)', 0, "BUILD/tests/cmf-test-backend-null-ops.so: init failed: backend 'hollow': required operations are NULL: weight_bind, weight_free, matmul, buffer_alloc, buffer_free, buffer_write, buffer_read, copy, rms_norm, rope, attention, gated_act, add, add_bias, embed",
-     'nothing; refused')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-backend-null-ops.so'))
-
-
-@row('plugin', 'a name that is not UTF-8', 'plugins (CMF_PLUGIN_PATH=cmf-test-bad-name.so)', 0, 'BUILD/tests/cmf-test-bad-name.so: init failed: codec name has byte 0xff at 3 (must be UTF-8 without control characters)',
-     'nothing; refused')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-bad-name.so'))
-
-
-@row('plugin', 'a 300-byte name', 'plugins (CMF_PLUGIN_PATH=cmf-test-long-name.so)', 0, 'BUILD/tests/cmf-test-long-name.so: init failed: codec name is 300 bytes long (at most 256)', 'nothing; refused')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-long-name.so'))
-
-
-@row('plugin', 'a NULL vtable', 'plugins (CMF_PLUGIN_PATH=cmf-test-null-vtable.so)', 0, 'BUILD/tests/cmf-test-null-vtable.so: init failed: register_codec: NULL argument', 'nothing; refused')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-null-vtable.so'))
-
-
-@row('plugin', 'init asks cmf_plugin_in_progress() who is loading', 'plugins (CMF_PLUGIN_PATH=cmf-test-reports-in-progress.so)',
-     0, 'BUILD/tests/cmf-test-reports-in-progress.so: init failed: BUILD/tests/cmf-test-reports-in-progress.so', 'nothing; refused with its own path')
-def _(d):
-    return plugins_with(os.path.join(BAD_PLUGINS, 'cmf-test-reports-in-progress.so'))
+# Plugins whose init hands the host a broken vtable (tests/plugins/bad_plugins.c):
+# each is refused, named, and the others keep working; `cmfhost plugins` lists it.
+BROKEN_PLUGINS = [
+    ('vtable struct_size 8', 'vt-too-small',
+     "init failed: codec 'test-dtype': vtable struct_size 8 is smaller than the v1 minimum 64",
+     'nothing; the plugin is listed as refused, the others work'),
+    ('vtable struct_size 2^31 - 1', 'vt-huge', None, 'nothing; loaded: the host reads only the members it knows'),
+    ('a NULL required member (dequantize_rows)', 'null-required',
+     "init failed: codec 'test-dtype': expected_size and dequantize_rows are required", 'nothing; refused'),
+    ('a backend with NULL operations', 'backend-null-ops',
+     "init failed: backend 'hollow': required operations are NULL: weight_bind, weight_free, matmul, buffer_alloc, "
+     'buffer_free, buffer_write, buffer_read, copy, rms_norm, rope, attention, gated_act, add, add_bias, embed',
+     'nothing; refused'),
+    ('a name that is not UTF-8', 'bad-name',
+     'init failed: codec name has byte 0xff at 3 (must be UTF-8 without control characters)', 'nothing; refused'),
+    ('a 300-byte name', 'long-name', 'init failed: codec name is 300 bytes long (at most 256)', 'nothing; refused'),
+    ('a NULL vtable', 'null-vtable', 'init failed: register_codec: NULL argument', 'nothing; refused'),
+    ('init asks cmf_plugin_in_progress() who is loading', 'reports-in-progress',
+     'init failed: BUILD/tests/cmf-test-reports-in-progress.so', 'nothing; refused with its own path'),
+]
+for case, kind, refusal, left in BROKEN_PLUGINS:
+    file = 'cmf-test-%s.so' % kind
+    said = ('BUILD/tests/%s: %s' % (file, refusal) if refusal else
+            'codec    test-dtype   dtype 200                          1    BUILD/tests/%s' % file)
+    row('plugin', case, 'plugins (CMF_PLUGIN_PATH=%s)' % file, 0, said, left)(
+        lambda d, file=file: plugins_with(os.path.join(BAD_PLUGINS, file)))
 
 
 def main():
