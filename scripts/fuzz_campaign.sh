@@ -39,7 +39,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
 fi
 nice -n 19 meson compile -C "$build" $(printf 'fuzz_%s ' "${targets[@]}") \
-  cmf-test-container-codecs cmf-codecs cmf-arch-qwen cmf-arch-gemma >/dev/null || exit 1
+  cmf-test-container-codecs cmf-codecs cmf-arch-qwen cmf-arch-gemma tiny_models >/dev/null || exit 1
 
 status=0
 echo "| target | executions | exec/s | time | corpus | peak RSS | result |"

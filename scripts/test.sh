@@ -28,7 +28,7 @@ if command -v clang++ >/dev/null 2>&1; then
       -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
   fi
   meson compile -C build-fuzz fuzz_open fuzz_tokenizer fuzz_chat fuzz_convert fuzz_sections fuzz_codecs \
-    cmf-test-container-codecs cmf-codecs cmf-arch-qwen cmf-arch-gemma || exit 1
+    cmf-test-container-codecs cmf-codecs cmf-arch-qwen cmf-arch-gemma tiny_models || exit 1
   meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs || status=1
 else
   echo "test.sh: clang++ not found, fuzz run skipped (scripts/setup.sh --tests installs clang)" >&2

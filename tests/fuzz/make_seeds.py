@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Write the seed corpora of the fuzz targets from files the tests already use.
 
-Usage: make_seeds.py SOURCE_ROOT OUT_DIR [TARGET]
+Usage: make_seeds.py SOURCE_ROOT OUT_DIR [TARGET [TINY_MODELS_DIR]]
 
 Writes OUT_DIR/<target>/ for tokenizer, chat, convert and sections, or only
-for TARGET (open's
+for TARGET; TINY_MODELS_DIR is the build's tests/convert/tiny_models when
+it exists (else the tiny checkpoints are generated here) (open's
 seeds are files in tests/fuzz/seeds/open; codecs writes its own from the
 upstream fixtures, see fuzz_codecs.cpp). Inputs of two documents are joined
 with a NUL byte, as the targets split them (fuzz_util.hpp):
@@ -32,6 +33,7 @@ import tempfile
 
 root, out = sys.argv[1], sys.argv[2]
 only = sys.argv[3] if len(sys.argv) > 3 else None
+prebuilt_tiny = sys.argv[4] if len(sys.argv) > 4 and os.path.isdir(sys.argv[4]) else None
 
 
 def wanted(target):
@@ -143,9 +145,12 @@ def sections_seeds():
 
 
 if wanted('tokenizer') or wanted('convert'):
-    with tempfile.TemporaryDirectory() as tiny:
-        subprocess.run([sys.executable, os.path.join(root, 'tests/models/gen_tiny_models.py'), tiny],
-                       check=True, stdout=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = prebuilt_tiny
+        if not tiny:
+            tiny = tmp
+            subprocess.run([sys.executable, os.path.join(root, 'tests/models/gen_tiny_models.py'), tiny],
+                           check=True, stdout=subprocess.DEVNULL)
         if wanted('tokenizer'):
             tokenizer_seeds(tiny)
         if wanted('convert'):

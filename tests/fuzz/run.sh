@@ -52,7 +52,7 @@ if [ -z "$(ls -A "$corpus")" ]; then
     open) cp "$src"/seeds/open/* "$corpus/" ;;
     codecs) LD_PRELOAD="$asan_rt" CMF_FUZZ_WRITE_SEEDS="$corpus" \
               CMF_FUZZ_FIXTURES="$root/tests/fixtures/upstream/sample.f32dir" "$bin" || exit 1 ;;
-    *) /usr/bin/python3 "$src/make_seeds.py" "$root" "$work/seeds" "$target" || exit 1
+    *) /usr/bin/python3 "$src/make_seeds.py" "$root" "$work/seeds" "$target" "$build/tests/convert/tiny_models" || exit 1
        cp "$work/seeds/$target"/* "$corpus/" ;;
   esac
 fi
