@@ -450,6 +450,7 @@ struct StripDec : Decoder {
     std::string content;
     size_t start = 0, stop = 0;
     void apply(std::vector<std::string> &toks, bool) const override {
+        if (content.empty()) return;  // nothing to strip (and each loop would never advance)
         for (auto &t : toks) {
             size_t b = 0, e = t.size();
             for (size_t i = 0; i < start && t.compare(b, content.size(), content) == 0 && b + content.size() <= e; ++i)
@@ -504,8 +505,10 @@ std::unique_ptr<Decoder> make_decoder(element e, const std::string &ctx) {
     if (type == "Strip") {
         auto d = std::make_unique<StripDec>();
         d->content = str_field(o, "content", c);
-        d->start = size_t(int_field(o, "start", c));
-        d->stop = size_t(int_field(o, "stop", c));
+        const int64_t start = int_field(o, "start", c), stop = int_field(o, "stop", c);
+        if (start < 0 || stop < 0) parse_error(c + ": start and stop must be >= 0");
+        d->start = size_t(start);
+        d->stop = size_t(stop);
         return d;
     }
     if (type == "Replace") {
