@@ -1,11 +1,11 @@
-// Converter throughput and memory: writes a synthetic qwen3 checkpoint
+// Converter throughput and memory: writes a synthetic qwen3 (or gemma3) checkpoint
 // (BF16 safetensors, random weights) once, then converts it — into a real
 // .cmf through the W2 streaming writer with --output, else into a sink that
 // only counts bytes. Reports wall time, source MB/s and peak RSS next to
 // the largest tensor's f32 size (what the pipeline would hold if it
 // converted that tensor whole).
 //
-//   convert_bench [--shape small|0.6b] [--hidden 1024] [--layers 8] [--threads N] [--quant f16]
+//   convert_bench [--shape small|0.6b|gemma3-1b] [--hidden 1024] [--layers 8] [--threads N] [--quant f16]
 //                 [--dir /tmp/...] [--output F.cmf] [--checkpoint-only 1]
 //                 [--chunk-elements N] [--budget-mib M]
 // --chunk-elements / --budget-mib: ConvertOptions.chunk_elements and
@@ -14,6 +14,9 @@
 // --shape 0.6b: Qwen3-0.6B (hidden 1024, 28 layers, 16/8 heads of 128,
 // FFN 3072, vocab 151936, tied head): a 1.19 GB BF16 checkpoint (--layers
 // changes the depth, e.g. 56 for a 2.1 GB one with the same largest tensor).
+// --shape gemma3-1b: Gemma3-1B (gemma3_text: hidden 1152, 26 layers, 4/1
+// heads of 256, FFN 6912, vocab 262144, tied head, sandwich norms, q/k-norm,
+// window 512 on 5 of every 6 layers): a 2.0 GB BF16 checkpoint.
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
 #include "plugin_host/runtime.hpp"
@@ -46,15 +49,21 @@ struct NullSink : cmf::convert::TensorSink {
 struct Shape {
     uint64_t H, L, V, I, heads, kv_heads, head_dim;
     bool tied;
+    bool gemma3 = false;
 };
 
 void write_checkpoint(const fs::path &dir, const Shape &sh) {
     const uint64_t H = sh.H, L = sh.L, V = sh.V, I = sh.I, D = sh.head_dim;
     fs::create_directories(dir);
-    std::ofstream(dir / "config.json") << "{\"model_type\":\"qwen3\",\"hidden_size\":" << H << ",\"intermediate_size\":" << I
-                                       << ",\"num_hidden_layers\":" << L << ",\"num_attention_heads\":" << sh.heads
-                                       << ",\"num_key_value_heads\":" << sh.kv_heads << ",\"head_dim\":" << D << ",\"vocab_size\":" << V
-                                       << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000,"
+    std::ofstream(dir / "config.json") << "{\"model_type\":\"" << (sh.gemma3 ? "gemma3_text" : "qwen3") << "\",\"hidden_size\":" << H
+                                       << ",\"intermediate_size\":" << I << ",\"num_hidden_layers\":" << L
+                                       << ",\"num_attention_heads\":" << sh.heads << ",\"num_key_value_heads\":" << sh.kv_heads
+                                       << ",\"head_dim\":" << D << ",\"vocab_size\":" << V
+                                       << (sh.gemma3 ? ",\"max_position_embeddings\":32768" : ",\"max_position_embeddings\":4096")
+                                       << ",\"rms_norm_eps\":1e-6,\"rope_theta\":1000000,"
+                                       << (sh.gemma3 ? "\"query_pre_attn_scalar\":256,\"sliding_window\":512,\"sliding_window_pattern\":6,"
+                                                       "\"rope_local_base_freq\":10000,\"hidden_activation\":\"gelu_pytorch_tanh\","
+                                                     : "")
                                        << "\"tie_word_embeddings\":" << (sh.tied ? "true" : "false") << "}";
     std::vector<std::pair<std::string, std::vector<uint64_t>>> ts = {{"model.embed_tokens.weight", {V, H}}, {"model.norm.weight", {H}}};
     if (!sh.tied) ts.push_back({"lm_head.weight", {V, H}});
@@ -62,6 +71,10 @@ void write_checkpoint(const fs::path &dir, const Shape &sh) {
         std::string p = "model.layers." + std::to_string(l) + ".";
         ts.push_back({p + "input_layernorm.weight", {H}});
         ts.push_back({p + "post_attention_layernorm.weight", {H}});
+        if (sh.gemma3) {
+            ts.push_back({p + "pre_feedforward_layernorm.weight", {H}});
+            ts.push_back({p + "post_feedforward_layernorm.weight", {H}});
+        }
         ts.push_back({p + "self_attn.q_proj.weight", {sh.heads * D, H}});
         ts.push_back({p + "self_attn.k_proj.weight", {sh.kv_heads * D, H}});
         ts.push_back({p + "self_attn.v_proj.weight", {sh.kv_heads * D, H}});
@@ -110,9 +123,9 @@ int main(int argc, char **argv) {
     bool checkpoint_only = false;
     uint64_t chunk_elements = 0, budget_mib = 0;
     if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-        std::printf("convert_bench [--shape small|0.6b] [--hidden H] [--layers L] [--threads N] [--quant Q]\n"
+        std::printf("convert_bench [--shape small|0.6b|gemma3-1b] [--hidden H] [--layers L] [--threads N] [--quant Q]\n"
                     "              [--dir DIR] [--output F.cmf] [--checkpoint-only 1] [--chunk-elements N] [--budget-mib M]\n"
-                    "Converts a synthetic BF16 qwen3 checkpoint (written once to --dir); see bench/convert_bench.cpp.\n");
+                    "Converts a synthetic BF16 qwen3 or gemma3 checkpoint (written once to --dir); see bench/convert_bench.cpp.\n");
         return 0;
     }
     std::string quant = "f16", dir = (fs::temp_directory_path() / "cmf_convert_bench").string(), output, shape = "small";
@@ -135,8 +148,9 @@ int main(int argc, char **argv) {
     }
     Shape sh{H, L, 32000, 3 * H, H / 64, H / 256, 64, false};
     if (shape == "0.6b") sh = Shape{1024, layers_flag ? layers_flag : 28, 151936, 3072, 16, 8, 128, true};
+    else if (shape == "gemma3-1b") sh = Shape{1152, layers_flag ? layers_flag : 26, 262144, 6912, 4, 1, 256, true, true};
     else if (shape != "small") {
-        std::fprintf(stderr, "convert_bench: --shape small|0.6b\n");
+        std::fprintf(stderr, "convert_bench: --shape small|0.6b|gemma3-1b\n");
         return 2;
     }
     const uint64_t V = sh.V;

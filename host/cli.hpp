@@ -66,11 +66,17 @@ int cmd_render(const std::vector<std::string> &args);
 // convert
 int cmd_convert(const std::vector<std::string> &args);
 int cmd_requant(const std::vector<std::string> &args);
+int cmd_import_gguf(const std::vector<std::string> &args);
+// the original's file tools
+int cmd_diff(const std::vector<std::string> &args);
+int cmd_dequant(const std::vector<std::string> &args);
+int cmd_patch_tensor(const std::vector<std::string> &args);
 
 // running models
 int cmd_run(const std::vector<std::string> &args);
 int cmd_bench(const std::vector<std::string> &args);
 int cmd_ppl(const std::vector<std::string> &args);
 int cmd_logits(const std::vector<std::string> &args);
+int cmd_serve(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

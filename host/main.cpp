@@ -61,11 +61,16 @@ const Command kCommands[] = {
     {"render", "render a chat template (tokenizer_config.json) over a conversation", cmfhost::cmd_render},
 
     {"convert", "convert a Hugging Face checkpoint directory to .cmf", cmfhost::cmd_convert},
-    {"requant", "re-encode the tensors of a .cmf to another dtype", cmfhost::cmd_requant},
+    {"requant", "re-encode the tensors of a .cmf to another dtype (to a new file, or in place)", cmfhost::cmd_requant},
+    {"import-gguf", "import a llama.cpp GGUF file (qwen2/3, qwen2/3 MoE, gemma 1-3) as .cmf", cmfhost::cmd_import_gguf},
+    {"diff", "compare two .cmf files: header, tensors by hash (shared/new/removed/changed), skills", cmfhost::cmd_diff},
+    {"dequant", "dequantize tensors to raw f32/bf16 files (one, or every tensor of a prefix)", cmfhost::cmd_dequant},
+    {"patch-tensor", "replace tensors' values from raw f32 files, in place or into a new file", cmfhost::cmd_patch_tensor},
     {"run", "generate: one prompt (-p) or an interactive chat", cmfhost::cmd_run},
     {"bench", "prompt-processing and generation speed (pp/tg), peak RSS", cmfhost::cmd_bench},
     {"ppl", "perplexity of a text file", cmfhost::cmd_ppl},
     {"logits", "f32 logits of every prompt position to a file", cmfhost::cmd_logits},
+    {"serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", cmfhost::cmd_serve},
 };
 
 void print_help() {

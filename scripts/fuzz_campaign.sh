@@ -10,7 +10,7 @@
 #                 -Dfuzz=true; faster per input than CI's -O0 build-fuzz)
 #   --runs N      inputs per target (default 10000000)
 #   --max-time S  seconds per target at most (default 0: no limit)
-#   TARGET        open tokenizer chat convert sections codecs (default: all)
+#   TARGET        open tokenizer chat convert sections codecs gguf (default: all)
 # Corpora: DIR/fuzz-corpus/TARGET; logs: DIR/meson-logs/campaign-TARGET.log;
 # findings: DIR/meson-logs/fuzz-TARGET-{crash,leak,timeout,oom}-*.
 # Exit status 1 if any target found something.
@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(open tokenizer chat convert sections codecs)
+[ ${#targets[@]} -gt 0 ] || targets=(open tokenizer chat convert sections codecs gguf)
 
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ LDFLAGS=-shared-libasan meson setup "$build" -Dbuildtype=plain -Doptimization=2 \

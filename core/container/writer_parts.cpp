@@ -32,6 +32,10 @@ std::string dir_of(const std::string &path) {
     return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
 }
 
+std::string mask_meta(const std::string &default_task, const std::vector<PendingMask> &masks,
+                      const std::vector<uint64_t> &blob_offs);
+}  // namespace
+
 void fsync_dir(const std::string &path) {
     int d = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (d >= 0) {
@@ -39,10 +43,6 @@ void fsync_dir(const std::string &path) {
         ::close(d);
     }
 }
-
-std::string mask_meta(const std::string &default_task, const std::vector<PendingMask> &masks,
-                      const std::vector<uint64_t> &blob_offs);
-}  // namespace
 
 void crash_point(const char *p) {
     if (write_crash_hook) write_crash_hook(p);

@@ -19,6 +19,8 @@ namespace cmf { class Runtime; }
 namespace cmf::container::parts {
 
 void crash_point(const char *point);
+// fsync the directory holding `path` (best effort), after a rename or unlink in it.
+void fsync_dir(const std::string &path);
 [[noreturn]] void io_fail(const std::string &what, const std::string &path, int err);
 
 // Buffered sequential writes to an fd, tracking the file position.

@@ -2,12 +2,15 @@
 
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
+#include "convert/gguf.hpp"
 #include "convert/safetensors.hpp"
+#include "convert/sentencepiece.hpp"
 #include "plugin_host/runtime.hpp"
 #include "text/tokenizer.hpp"
 
 #include <cmf/json_writer.hpp>
 
+#include <boost/json.hpp>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -182,13 +185,13 @@ Slab slab_of(const OutTensor &o) {
     return {base, 1, product(slab)};
 }
 
-void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, const SafetensorsFile *release) {
+void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, bool release) {
     const SourceTensor &t = *o.src;
     const auto [base, rows, cols] = slab_of(o);
     std::vector<std::pair<uint64_t, uint64_t>> segs;  // element runs of the source slab
     if (o.rows.empty()) segs.emplace_back(0, rows * cols);
     for (auto [first, count] : o.rows) segs.emplace_back(first * cols, count * cols);
-    const uint64_t esize = source_dtype_size(t.dtype), piece = uint64_t(4) << 20;  // elements
+    const uint64_t piece = uint64_t(4) << 20;  // elements
     uint64_t seg_start = 0;  // output index of the current run's first element
     for (auto [src_first, len] : segs) {
         const uint64_t lo = std::max(begin, seg_start), hi = std::min(end, seg_start + len);
@@ -196,14 +199,14 @@ void gather_range(const OutTensor &o, uint64_t begin, uint64_t end, float *dst, 
             const uint64_t k = std::min(piece, hi - at);
             const uint64_t from = base + src_first + (at - seg_start);
             read_f32(t, from, k, dst + (at - begin));
-            if (release && o.rows.empty()) release->release_range(t, from * esize, (from + k) * esize);
+            if (release && o.rows.empty()) release_elements(t, from, k);
         }
         seg_start += len;
     }
 }
 
 // Materialize one whole output tensor as f32.
-void gather_f32(const OutTensor &o, std::vector<float> &dst, const SafetensorsFile *release) {
+void gather_f32(const OutTensor &o, std::vector<float> &dst, bool release) {
     dst.resize(o.elements);
     if (!o.transpose) return gather_range(o, 0, o.elements, dst.data(), release);
     // Transposed slab [rows, cols] -> [cols, rows]; selected rows are source columns.
@@ -285,6 +288,93 @@ void write_id_list(json::Writer &w, dom::element e, const std::string &where, bo
         w.end_array();
         ok = true;
     }
+}
+
+// tokenizer_config.json's bos/eos policy: add_bos_token (default true) and
+// add_eos_token (default false), as LlamaTokenizer(Fast) and
+// GemmaTokenizer(Fast) default them, spelled by bos_token / eos_token.
+struct BosEosPolicy {
+    bool add_bos = true, add_eos = false;
+    std::string bos = "<bos>", eos = "<eos>";
+    std::string tokenizer_class;
+};
+
+BosEosPolicy read_bos_eos_policy(const fs::path &dir) {
+    BosEosPolicy r;
+    auto tc = read_file_if_exists(dir / "tokenizer_config.json");
+    if (!tc) return r;
+    dom::parser p;
+    dom::object o = parse_object(p, *tc, (dir / "tokenizer_config.json").string());
+    bool b;
+    if (!o["add_bos_token"].get_bool().get(b)) r.add_bos = b;
+    if (!o["add_eos_token"].get_bool().get(b)) r.add_eos = b;
+    auto piece = [&](const char *key, std::string &out) {
+        std::string_view sv;
+        dom::object obj;
+        if (!o[key].get_string().get(sv)) out = std::string(sv);
+        else if (!o[key].get_object().get(obj) && !obj["content"].get_string().get(sv)) out = std::string(sv);
+    };
+    piece("bos_token", r.bos);
+    piece("eos_token", r.eos);
+    std::string_view cls;
+    if (!o["tokenizer_class"].get_string().get(cls)) r.tokenizer_class = std::string(cls);
+    return r;
+}
+
+// A tokenizer.model's tokenizer.json in the form HF's converter writes for
+// Gemma, its post-processor per the bos/eos policy.
+std::string sentencepiece_tokenizer_json(const fs::path &dir, const std::string &model_bytes) {
+    const BosEosPolicy pol = read_bos_eos_policy(dir);
+    HfBpeOptions opts;
+    if (pol.add_bos) opts.bos_piece = pol.bos;
+    if (pol.add_eos) opts.eos_piece = pol.eos;
+    opts.extra_special = {"<start_of_turn>", "<end_of_turn>"};
+    try {
+        return hf_tokenizer_json_from_sentencepiece(parse_sentencepiece(model_bytes), opts);
+    } catch (const Error &e) {
+        throw Error(e.code(), (dir / "tokenizer.model").string() + ": " + e.message());
+    }
+}
+
+// HF's LlamaTokenizerFast and GemmaTokenizerFast rebuild tokenizer.json's
+// post-processor from tokenizer_config's add_bos_token / add_eos_token when
+// they load (update_post_processor), so for those classes the config, not
+// the file, decides whether <bos> is prepended. The file is kept verbatim
+// unless its post-processor differs from the one the config implies.
+std::string follow_bos_eos_policy(Runtime &rt, const fs::path &dir, std::string tokenizer_json) {
+    const BosEosPolicy pol = read_bos_eos_policy(dir);
+    std::string cls = pol.tokenizer_class;
+    if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0) cls.resize(cls.size() - 4);
+    if (cls != "LlamaTokenizer" && cls != "GemmaTokenizer") return tokenizer_json;
+    const std::string where = (dir / "tokenizer.json").string();
+    boost::system::error_code ec;
+    boost::json::value doc = boost::json::parse(tokenizer_json, ec);
+    if (ec || !doc.is_object()) throw Error(CMF_ERR_PARSE, where + ": not a JSON object");
+    boost::json::object &o = doc.as_object();
+    // A piece's id: an added token's, else the model vocabulary's.
+    auto id_of = [&](const std::string &piece) -> uint64_t {
+        if (auto *added = o.if_contains("added_tokens"); added && added->is_array())
+            for (const auto &t : added->as_array())
+                if (t.is_object() && t.as_object().if_contains("content") && t.at("content") == piece.c_str() &&
+                    t.as_object().if_contains("id") && t.at("id").is_int64())
+                    return uint64_t(t.at("id").as_int64());
+        if (auto *model = o.if_contains("model"); model && model->is_object())
+            if (auto *vocab = model->as_object().if_contains("vocab"); vocab && vocab->is_object())
+                if (auto *id = vocab->as_object().if_contains(piece); id && id->is_int64()) return uint64_t(id->as_int64());
+        throw Error(CMF_ERR_PARSE, (dir / "tokenizer_config.json").string() + ": add_" +
+                                       (piece == pol.bos ? "bos" : "eos") + "_token is true but \"" + piece +
+                                       "\" is not a token of " + where);
+    };
+    const std::string bos = pol.add_bos ? pol.bos : "", eos = pol.add_eos ? pol.eos : "";
+    boost::json::value want = boost::json::parse(
+        bos_eos_post_processor_json(bos, bos.empty() ? 0 : id_of(bos), eos, eos.empty() ? 0 : id_of(eos)));
+    const boost::json::value *have = o.if_contains("post_processor");
+    if (have != nullptr && *have == want) return tokenizer_json;
+    o["post_processor"] = std::move(want);
+    rt.log(CMF_LOG_INFO, where + ": post-processor rebuilt from tokenizer_config.json (add_bos_token " +
+                             (pol.add_bos ? "true" : "false") + ", add_eos_token " + (pol.add_eos ? "true" : "false") +
+                             "), as " + pol.tokenizer_class + " does when it loads");
+    return boost::json::serialize(doc);
 }
 
 std::string tokenizer_config_json(const fs::path &dir, dom::object config) {
@@ -369,9 +459,33 @@ private:
 
 struct Planned {
     ConvertPlan plan;
-    std::unique_ptr<Checkpoint> ckpt;
     std::vector<OutTensor> outs;
 };
+
+// --quant keep: each tensor gets the CMF dtype nearest to how its source
+// stores it (docs/convert.md "keep").
+std::string nearest_quant(const SourceTensor &t) {
+    switch (t.dtype) {
+    case SourceDtype::F32: return "f32";
+    case SourceDtype::F16: return "f16";
+    case SourceDtype::BF16: return "bf16";
+    case SourceDtype::Ggml: break;
+    }
+    return gguf::nearest_quant(t.ggml_type);
+}
+
+// The arch plugin that converts a config's model_type.
+const ArchEntry *arch_for_config(Runtime &rt, const std::string &config_json, const std::string &label) {
+    dom::parser cfg_parser;
+    dom::object config = parse_object(cfg_parser, config_json, label);
+    std::string_view mt;
+    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, label + ": no \"model_type\" string");
+    const ArchEntry *arch = rt.arch_for_hf_model_type(std::string(mt));
+    if (!arch || !arch->vt.import_config || !arch->vt.import_tensor)
+        throw Error(CMF_ERR_UNSUPPORTED, label + ": model_type \"" + std::string(mt) +
+                                             "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
+    return arch;
+}
 
 // config.json text -> the arch plugin that converts its model_type and the
 // header's `arch` block it makes of it.
@@ -380,24 +494,19 @@ struct ImportedConfig {
     std::string arch_json;
 };
 ImportedConfig import_config(Runtime &rt, const std::string &cfg_text, const std::string &cfg_name) {
-    dom::parser cfg_parser;
-    dom::object config = parse_object(cfg_parser, cfg_text, cfg_name);
-    std::string_view mt;
-    if (config["model_type"].get_string().get(mt)) throw Error(CMF_ERR_PARSE, cfg_name + ": no \"model_type\" string");
-    const ArchEntry *arch = rt.arch_for_hf_model_type(std::string(mt));
-    if (!arch || !arch->vt.import_config || !arch->vt.import_tensor)
-        throw Error(CMF_ERR_UNSUPPORTED, cfg_name + ": model_type \"" + std::string(mt) +
-                                             "\" is not converted by any loaded arch plugin (is cmf-arch-*.so on the plugin path?)");
+    const ArchEntry *arch = arch_for_config(rt, cfg_text, cfg_name);
     StringSink arch_json;
     throw_if_error(arch->vt.import_config(arch->ctx, cfg_text.data(), cfg_text.size(), &arch_json.sink), cfg_name);
     return {arch, std::move(arch_json.s)};
 }
 
 // Every source tensor through the arch plugin's plan, a dtype for each
-// output, outputs in canonical order. `label` names the checkpoint in the
-// "no convertible tensors" error.
+// output by the policy `policy_for` gives it, outputs in canonical order.
+// Source tensors the arch does not convert are added to `dropped`. `label`
+// names the model in messages.
 std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<const SourceTensor *> &tensors,
-                                    const QuantPolicy &policy, const std::string &label) {
+                                    const std::function<const QuantPolicy &(const OutTensor &)> &policy_for,
+                                    const std::string &label, std::vector<std::string> &dropped) {
     std::vector<OutTensor> outs;
     std::map<std::string, std::string> produced_by;
     for (const SourceTensor *t : tensors) {
@@ -407,7 +516,9 @@ std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<
         throw_if_error(ic.arch->vt.import_tensor(ic.arch->ctx, ic.arch_json.data(), ic.arch_json.size(), t->name.c_str(),
                                                  static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
                        t->file);
-        for (OutTensor &o : parse_plan(plan.s, *t)) {
+        std::vector<OutTensor> planned = parse_plan(plan.s, *t);
+        if (planned.empty()) dropped.push_back(t->name);
+        for (OutTensor &o : planned) {
             auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
             if (!fresh)
                 throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
@@ -417,11 +528,11 @@ std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<
     }
     const bool has_experts = std::any_of(outs.begin(), outs.end(), [](const OutTensor &o) { return is_routed_expert(o.p.name); });
     for (auto &o : outs) {
-        DtypeChoice c = policy.choose(o.p.name, o.p.shape, has_experts);
+        DtypeChoice c = policy_for(o).choose(o.p.name, o.p.shape, has_experts);
         o.p.dtype = c.dtype;
         o.p.options = std::move(c.options);
     }
-    if (outs.empty()) throw Error(CMF_ERR_PARSE, label + ": the checkpoint holds no convertible tensors");
+    if (outs.empty()) throw Error(CMF_ERR_PARSE, label + ": the model holds no convertible tensors");
     // A config announcing more layers than the checkpoint has would convert
     // into a file no arch can load: every announced layer must have tensors.
     dom::parser arch_parser;
@@ -447,47 +558,61 @@ std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<
     return outs;
 }
 
-Planned make_plan(Runtime &rt, const ConvertOptions &opts) {
+Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opts) {
     Planned r;
-    const fs::path dir(opts.model_dir);
-    const fs::path cfg_path = dir / "config.json";
-    auto cfg_text = read_file_if_exists(cfg_path);
-    if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
-    const ImportedConfig ic = import_config(rt, *cfg_text, cfg_path.string());
-    dom::parser cfg_parser;
-    dom::object config = parse_object(cfg_parser, *cfg_text, cfg_path.string());
-    const QuantPolicy policy(opts.quant, opts.quant_map);
+    const ImportedConfig ic = import_config(rt, src.config_json, src.config_label);
+    const bool keep = opts.quant == "keep";
+    std::optional<QuantPolicy> policy;
+    if (!keep) policy.emplace(opts.quant, opts.quant_map);
+    std::map<std::string, QuantPolicy> keep_policies;  // nearest quant name -> its policy
+    auto policy_for = [&](const OutTensor &o) -> const QuantPolicy & {
+        if (!keep) return *policy;
+        const std::string q = nearest_quant(*o.src);
+        auto it = keep_policies.find(q);
+        if (it == keep_policies.end()) it = keep_policies.emplace(q, QuantPolicy(q, opts.quant_map)).first;
+        return it->second;
+    };
+    std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
+    r.outs = plan_tensors(ic, src.tensors, policy_for, src.config_label, dropped);
+    if (!dropped.empty()) {
+        // Said once, with examples: a multimodal checkpoint converts as its
+        // text model only, and the user should know the rest was left out.
+        std::string names;
+        for (size_t i = 0; i < dropped.size() && i < 3; ++i) names += (i ? ", " : "") + dropped[i];
+        rt.log(CMF_LOG_WARN, "not converted: " + std::to_string(dropped.size()) + " tensor" +
+                                 (dropped.size() == 1 ? "" : "s") + " the " + ic.arch->name +
+                                 " arch does not run (vision towers and projectors of multimodal checkpoints, "
+                                 "computed buffers), e.g. " + names + (dropped.size() > 3 ? ", ..." : ""));
+    }
+    std::map<int32_t, uint64_t> elements_by_dtype;  // of 2-D outputs: what the header's quant_type names under keep
+    for (const auto &o : r.outs)
+        if (o.p.shape.size() == 2) elements_by_dtype[o.p.dtype] += o.elements;
+    for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
 
+    int32_t bulk = policy ? policy->base() : CMF_DTYPE_F16;
+    if (keep) {
+        uint64_t most = 0;
+        for (auto [d, n] : elements_by_dtype)
+            if (n > most) {
+                most = n;
+                bulk = d;
+            }
+    }
     // Header in the original converter's key order; section_hashes is the writer's.
     json::Writer h;
     h.begin_object();
     h.key("format").string("cmf");
     h.key("version").u64(2);
     h.key("arch").raw(ic.arch_json);
-    h.key("quant_type").string(header_quant_type(policy.base()));
+    h.key("quant_type").string(header_quant_type(bulk));
     h.key("provenance").begin_object();
-    h.key("source_model").string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
+    h.key(src.provenance_source_key).string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
     h.key("tool").string(opts.tool);
     h.end_object();
-    h.key("tokenizer_config").raw(tokenizer_config_json(dir, config));
+    h.key("tokenizer_config").raw(src.tokenizer_config_json);
     h.end_object();
     r.plan.header_json = h.take();
-    if (auto v = read_file_if_exists(dir / "tokenizer.json")) {
-        // The vocab section is what `cmfhost run` tokenizes with: a
-        // tokenizer it cannot load fails here, before hours of converting.
-        try {
-            (void)text::Tokenizer::from_json(*v);
-        } catch (const Error &e) {
-            std::string_view what = e.what();
-            if (what.rfind("tokenizer.json: ", 0) == 0) what.remove_prefix(16);
-            throw Error(e.code(), (dir / "tokenizer.json").string() + ": " + std::string(what));
-        }
-        r.plan.vocab_bytes = std::move(*v);
-    } else rt.log(CMF_LOG_WARN, (dir / "tokenizer.json").string() + " not found: the file will have no vocab section");
-
-    r.ckpt = std::make_unique<Checkpoint>(opts.model_dir);
-    r.outs = plan_tensors(ic, r.ckpt->tensors(), policy, opts.model_dir);
-    for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
+    r.plan.vocab_bytes = src.vocab_bytes;
     return r;
 }
 
@@ -497,7 +622,9 @@ ImportPlan plan_import(Runtime &rt, const std::string &config_json, const std::s
                        const std::vector<const SourceTensor *> &tensors, const QuantPolicy &policy) {
     const ImportedConfig ic = import_config(rt, config_json, config_name);
     ImportPlan r;
-    for (const OutTensor &o : plan_tensors(ic, tensors, policy, config_name)) r.tensors.push_back(o.p);
+    std::vector<std::string> dropped;
+    for (const OutTensor &o : plan_tensors(ic, tensors, [&](const OutTensor &) -> const QuantPolicy & { return policy; }, config_name, dropped))
+        r.tensors.push_back(o.p);
     r.arch_json = ic.arch_json;
     return r;
 }
@@ -508,7 +635,46 @@ bool canonical_less(const std::string &a, const std::string &b) {
     return natural_less(order_key(a), order_key(b));
 }
 
-ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) { return make_plan(rt, opts).plan; }
+SourceModel load_checkpoint(Runtime &rt, const std::string &model_dir) {
+    SourceModel m;
+    const fs::path dir(model_dir);
+    const fs::path cfg_path = dir / "config.json";
+    auto cfg_text = read_file_if_exists(cfg_path);
+    if (!cfg_text) throw Error(CMF_ERR_FILE_NOT_FOUND, cfg_path.string() + ": not found (expected a Hugging Face checkpoint directory)");
+    m.config_json = std::move(*cfg_text);
+    m.config_label = cfg_path.string();
+    arch_for_config(rt, m.config_json, m.config_label);  // an unknown model_type fails before any tensor is read
+    dom::parser parser;
+    m.tokenizer_config_json = tokenizer_config_json(dir, parse_object(parser, m.config_json, m.config_label));
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) {
+        m.vocab_bytes = follow_bos_eos_policy(rt, dir, std::move(*v));
+        // The vocab section is what `cmfhost run` tokenizes with: a
+        // tokenizer it cannot load fails here, before hours of converting.
+        try {
+            (void)text::Tokenizer::from_json(m.vocab_bytes);
+        } catch (const Error &e) {
+            std::string_view what = e.what();
+            if (what.rfind("tokenizer.json: ", 0) == 0) what.remove_prefix(16);
+            throw Error(e.code(), (dir / "tokenizer.json").string() + ": " + std::string(what));
+        }
+    }
+    else if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
+        m.vocab_bytes = sentencepiece_tokenizer_json(dir, *spm);
+        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
+    } else
+        rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
+                                 ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
+                                 "(logits --ids and bench work on token ids)");
+    auto ckpt = std::make_shared<Checkpoint>(model_dir);
+    m.tensors = ckpt->tensors();
+    m.keep = ckpt;
+    return m;
+}
+
+ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts) {
+    SourceModel src = load_checkpoint(rt, opts.model_dir);
+    return make_plan(rt, src, opts).plan;
+}
 
 namespace {
 
@@ -517,7 +683,7 @@ struct Unit {
     const OutTensor *o;
     uint64_t r0, r1;
     uint32_t sections;  // 0: whole tensor through quantize; else quantize_rows' section count
-    const SafetensorsFile *release;  // last reader of its source: drop pages while reading
+    bool release;  // last reader of its source: drop pages while reading
     std::vector<std::vector<uint8_t>> bytes;  // per section (one for a whole tensor)
     cmf_error *err = nullptr;
     uint64_t rows() const { return o->p.shape.empty() ? 1 : o->p.shape[0]; }
@@ -590,8 +756,19 @@ void TensorSink::end_tensor() {
 }
 
 ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink) {
+    std::optional<SourceModel> src;
     try {
-        Planned pl = make_plan(rt, opts);
+        src.emplace(load_checkpoint(rt, opts.model_dir));
+    } catch (...) {
+        sink.abort();
+        throw;
+    }
+    return convert_source(rt, *src, opts, sink);
+}
+
+ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOptions &opts, TensorSink &sink) {
+    try {
+        Planned pl = make_plan(rt, src, opts);
         auto &outs = pl.outs;
         // Every dtype must have an encoder before anything is written.
         for (const auto &o : outs) {
@@ -601,18 +778,19 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
                                                        " but no loaded codec plugin can encode it");
         }
         ConvertStats st;
-        st.source_tensors = pl.ckpt->tensors().size();
+        st.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
         st.tensors = outs.size();
         uint64_t total_in = 0;
-        for (const auto &o : outs) total_in += o.elements * source_dtype_size(o.src->dtype);
+        for (const auto &o : outs) total_in += source_bytes(*o.src, o.elements);
         // Last output index reading each source tensor: its pages are
         // released once that output is written.
         std::map<const SourceTensor *, size_t> last_use;
         for (size_t i = 0; i < outs.size(); ++i) last_use[outs[i].src] = i;
         // Each source file's last use, for the sink's milestones.
-        std::map<const SafetensorsFile *, size_t> file_last;
+        std::map<const SourceFile *, size_t> file_last;
         for (auto [t, i] : last_use) {
-            auto &slot = file_last[&pl.ckpt->file_of(*t)];
+            if (!t->owner) continue;
+            auto &slot = file_last[t->owner];
             slot = std::max(slot, i);
         }
 
@@ -625,7 +803,7 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
         for (size_t i = 0; i < outs.size(); ++i) {
             const OutTensor &o = outs[i];
             const CodecEntry *c = rt.codec(o.p.dtype);
-            const SafetensorsFile *rel = last_use[o.src] == i ? &pl.ckpt->file_of(*o.src) : nullptr;
+            const bool rel = last_use[o.src] == i;
             const uint64_t rows = o.p.shape.empty() ? 1 : o.p.shape[0];
             if (const uint32_t sections = row_sections(*c, o, chunk, payload_size[i])) {
                 const uint64_t cols = o.elements / rows;
@@ -684,12 +862,12 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
                 }
                 for (const auto &b : u.bytes) st.output_bytes += b.size();
                 std::vector<std::vector<uint8_t>>().swap(u.bytes);
-                const uint64_t in = u.f32_bytes() / 4 * source_dtype_size(o.src->dtype);
+                const uint64_t in = source_bytes(*o.src, u.f32_bytes() / 4);
                 st.source_bytes += in;
                 done_bytes += in;
                 const bool tensor_done = u.last();
                 if (tensor_done) {
-                    if (last_use[o.src] == idx) pl.ckpt->file_of(*o.src).release(*o.src);
+                    if (last_use[o.src] == idx) release_elements(*o.src, 0, o.src->elements);
                     for (auto &[f, last] : file_last)
                         if (last == idx) sink.mark(f->path());
                 }

@@ -13,9 +13,11 @@
 #pragma once
 
 #include "convert/dtype_policy.hpp"
+#include "convert/source_tensor.hpp"
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,7 +75,10 @@ private:
 
 struct ConvertOptions {
     std::string model_dir;
-    std::string quant = "q8";       // --quant
+    // --quant; "keep": each tensor gets the CMF dtype nearest to how its
+    // source stores it (F32 -> f32, F16 -> f16, BF16 -> bf16, GGUF types
+    // per gguf::nearest_quant), the usual policy applied on top.
+    std::string quant = "q8";
     std::string quant_map;          // --quant-map "pattern=quant,..."
     std::string source_name;        // provenance.source_model ("" = model_dir)
     std::string tool = "cmfhost convert";
@@ -115,12 +120,34 @@ struct ConvertPlan {
     std::vector<PlannedTensor> tensors;  // in output order
 };
 
+// A model to convert, whatever it was read from: the Hugging Face
+// config.json it amounts to, the header's tokenizer_config block, the vocab
+// section and its tensors under Hugging Face names and shapes. `keep` owns
+// what the tensors point into.
+struct SourceModel {
+    std::string config_json;
+    std::string config_label;           // where config_json came from, for messages
+    std::string tokenizer_config_json;  // header.tokenizer_config (a JSON object)
+    std::string vocab_bytes;            // tokenizer.json ("" = no vocab section)
+    std::vector<const SourceTensor *> tensors;
+    uint64_t source_tensor_count = 0;   // tensors in the source file(s) (0 = tensors.size())
+    std::string provenance_source_key = "source_model";
+    std::shared_ptr<void> keep;
+};
+
+// A Hugging Face checkpoint directory as a SourceModel (config.json, the
+// safetensors files, the chat bundle: docs/convert.md).
+SourceModel load_checkpoint(Runtime &rt, const std::string &model_dir);
+
 // Read config and chat bundle, ask the arch plugin, plan every tensor.
 // Throws cmf::Error naming the file/tensor on bad input.
 ConvertPlan plan_conversion(Runtime &rt, const ConvertOptions &opts);
 
-// The whole conversion into `sink`. On error calls sink.abort() and rethrows.
+// The whole conversion of opts.model_dir into `sink`. On error calls
+// sink.abort() and rethrows.
 ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorSink &sink);
+// The same pipeline over any source (a GGUF file: convert/gguf_import.hpp).
+ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOptions &opts, TensorSink &sink);
 
 struct SourceTensor;
 

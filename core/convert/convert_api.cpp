@@ -3,6 +3,8 @@
 #include "common/c_api_util.hpp"
 #include "convert/container_sink.hpp"
 #include "convert/convert.hpp"
+#include "convert/gguf_import.hpp"
+#include "convert/patch.hpp"
 #include "convert/requant.hpp"
 #include "plugin_host/runtime.hpp"
 
@@ -59,18 +61,86 @@ CMF_API cmf_error *cmf_requant(cmf_runtime *rt, const cmf_requant_options *opts)
     return guard([&] {
         if (!rt || !opts) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_requant: NULL argument");
         cmf_requant_options o = cmf::capi::copy_in(opts, cmf_requant_options_init);
-        if (!o.input || !o.output || !o.quant) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_requant: input, output and quant are required");
+        if (o.flags & ~CMF_REQUANT_IN_PLACE) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_requant: unknown flags");
+        const bool in_place = o.flags & CMF_REQUANT_IN_PLACE;
+        if (!o.input || !o.quant || in_place == (o.output != nullptr))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_requant: input, quant and either output or CMF_REQUANT_IN_PLACE are required");
         std::error_code ec;
-        if (std::filesystem::exists(o.output, ec) && std::filesystem::equivalent(o.input, o.output, ec))
+        if (o.output && std::filesystem::exists(o.output, ec) && std::filesystem::equivalent(o.input, o.output, ec))
             throw Error(CMF_ERR_INVALID_ARGUMENT, std::string("cmf_requant: output \"") + o.output + "\" is the input file");
         cmf::convert::RequantOptions r;
         r.input = o.input;
-        r.output = o.output;
+        r.in_place = in_place;
+        if (o.output) r.output = o.output;
         r.quant = o.quant;
         if (o.only) r.only = o.only;
         r.shard_max_bytes = o.shard_max_bytes;
         r.on_progress = progress_fn(o.progress, o.progress_user);
         cmf::convert::requant(*rt, r);
+    });
+}
+
+CMF_API void cmf_import_gguf_options_init(cmf_import_gguf_options *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+CMF_API cmf_error *cmf_import_gguf(cmf_runtime *rt, const cmf_import_gguf_options *opts) {
+    return guard([&] {
+        if (!rt || !opts) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_import_gguf: NULL argument");
+        cmf_import_gguf_options o = cmf::capi::copy_in(opts, cmf_import_gguf_options_init);
+        if (!o.gguf || !*o.gguf) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_import_gguf: no GGUF file given");
+        if (!o.output || !*o.output) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_import_gguf: no output path given");
+        cmf::convert::ConvertOptions c;
+        c.model_dir = o.gguf;
+        c.quant = o.quant && *o.quant ? o.quant : "keep";
+        if (o.quant_map) c.quant_map = o.quant_map;
+        c.tool = "cmfhost import-gguf";
+        // Fail on a bad --quant / --quant-map before reading the file.
+        if (c.quant != "keep") cmf::convert::QuantPolicy check(c.quant, c.quant_map);
+        else cmf::convert::QuantPolicy check("f16", c.quant_map);
+        c.on_progress = progress_fn(o.progress, o.progress_user);
+        cmf::convert::ContainerSink sink(*rt, o.output, o.shard_max_bytes);
+        cmf::convert::SourceModel src;
+        try {
+            src = cmf::convert::load_gguf(*rt, o.gguf);
+        } catch (...) {
+            sink.abort();
+            throw;
+        }
+        cmf::convert::convert_source(*rt, src, c, sink);
+    });
+}
+
+CMF_API void cmf_patch_tensor_init(cmf_patch_tensor *p) {
+    if (!p) return;
+    std::memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+}
+
+CMF_API void cmf_patch_options_init(cmf_patch_options *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+CMF_API cmf_error *cmf_patch_tensors(cmf_runtime *rt, const cmf_patch_options *opts, const cmf_patch_tensor *patches, size_t n_patches) {
+    return guard([&] {
+        if (!rt || !opts || (n_patches && !patches)) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_patch_tensors: NULL argument");
+        cmf_patch_options o = cmf::capi::copy_in(opts, cmf_patch_options_init);
+        if (!o.model || !*o.model) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_patch_tensors: no model given");
+        cmf::convert::PatchOptions p;
+        p.model = o.model;
+        if (o.output) p.output = o.output;
+        if (o.dtype) p.dtype = o.dtype;
+        std::vector<cmf::convert::PatchValues> values;
+        for (size_t i = 0; i < n_patches; ++i) {
+            cmf_patch_tensor t = cmf::capi::copy_in(&patches[i], cmf_patch_tensor_init);
+            if (!t.name || (t.count && !t.values)) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_patch_tensors: patch " + std::to_string(i) + " lacks a name or values");
+            values.push_back({t.name, t.values, t.count});
+        }
+        cmf::convert::patch_tensors(*rt, p, values);
     });
 }
 

@@ -88,6 +88,8 @@ bool pattern_matches(const std::string &pat, const std::string &name) {
 
 bool is_routed_expert(const std::string &name) { return contains(name, ".experts."); }
 
+DtypeChoice quant_choice(const std::string &name) { return choice_of(name); }
+
 bool name_matches(const std::string &pattern, const std::string &name) { return pattern_matches(pattern, name); }
 
 int32_t quant_dtype_from_name(const std::string &name) { return quant_entry(name).dtype; }

@@ -36,6 +36,9 @@ struct DtypeChoice {
 // model for QuantPolicy::choose's `model_has_experts`.
 bool is_routed_expert(const std::string &name);
 
+// A --quant name's dtype and encoder options, as is (no policy).
+DtypeChoice quant_choice(const std::string &name);
+
 class QuantPolicy {
 public:
     // `quant`: the --quant name; `quant_map`: "pattern=name,pattern=name"

@@ -8,13 +8,19 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace cmf { class Runtime; }
 
 namespace cmf::convert {
 
 struct RequantOptions {
-    std::string input, output;
+    std::string input, output;  // output "" with in_place
+    // Rewrite the input itself, tensor by tensor, each new payload in the
+    // old one's slot (container/in_place.hpp: journaled, crash-safe). Every
+    // re-encoded payload must fit its slot, which is checked for all of them
+    // before the first write; the header (quant_type too) stays as it is.
+    bool in_place = false;
     std::string quant;          // --quant name
     std::string only;           // glob (name_matches); "" = every tensor
     uint64_t shard_max_bytes = 0;
@@ -26,5 +32,9 @@ struct RequantStats {
 };
 
 RequantStats requant(Runtime &rt, const RequantOptions &opts);
+
+// Encode f32 values as `dtype` through its codec (cmf::Error naming the tensor on failure).
+std::vector<uint8_t> encode_tensor(Runtime &rt, const std::string &name, int32_t dtype, const std::string &options, uint32_t ndim,
+                                   const uint64_t *shape, const float *values);
 
 }  // namespace cmf::convert

@@ -2,9 +2,6 @@
 
 #include "common/error.hpp"
 
-// f16/bf16 decoding exactly as the codecs (the original's rules, docs/dtypes.md): header-only, shared.
-#include "half.hpp"
-
 #include <simdjson.h>
 
 #include <algorithm>
@@ -21,17 +18,6 @@
 namespace cmf::convert {
 
 namespace fs = std::filesystem;
-
-const char *source_dtype_name(SourceDtype d) noexcept {
-    switch (d) {
-    case SourceDtype::F32: return "F32";
-    case SourceDtype::F16: return "F16";
-    case SourceDtype::BF16: return "BF16";
-    }
-    return "?";
-}
-
-size_t source_dtype_size(SourceDtype d) noexcept { return d == SourceDtype::F32 ? 4 : 2; }
 
 namespace {
 
@@ -137,6 +123,7 @@ void SafetensorsFile::parse(const uint8_t *bytes) {
         SourceTensor t;
         t.name = name;
         t.file = path;
+        t.owner = this;
         if (dtype == "F32") t.dtype = SourceDtype::F32;
         else if (dtype == "F16") t.dtype = SourceDtype::F16;
         else if (dtype == "BF16") t.dtype = SourceDtype::BF16;
@@ -167,7 +154,7 @@ void SafetensorsFile::parse(const uint8_t *bytes) {
         if (e > data_len)
             fail(CMF_ERR_BOUNDS, path, where + "data ends at byte " + std::to_string(e) + " of the data region but the file holds only " +
                                            std::to_string(data_len) + " (truncated file?)");
-        const uint64_t want = n * source_dtype_size(t.dtype);
+        const uint64_t want = n * (t.dtype == SourceDtype::F32 ? 4 : 2);
         if (e - b != want)
             fail(CMF_ERR_BOUNDS, path, where + "holds " + std::to_string(e - b) + " bytes but shape x " + std::string(dtype) + " needs " + std::to_string(want));
         t.data = data + b;
@@ -196,17 +183,7 @@ const SourceTensor *SafetensorsFile::find(const std::string &name) const {
     return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
-void SafetensorsFile::release_range(const SourceTensor &t, uint64_t from, uint64_t to) const {
-    to = std::min(to, t.nbytes);
-    if (!map_ || from >= to) return;
-    const long page = ::sysconf(_SC_PAGESIZE);
-    auto begin = reinterpret_cast<uintptr_t>(t.data) + from;
-    auto end = reinterpret_cast<uintptr_t>(t.data) + to;
-    auto base = reinterpret_cast<uintptr_t>(map_);
-    begin = base + (begin - base + page - 1) / page * page;  // only whole pages of this tensor
-    end = base + (end - base) / page * page;
-    if (end > begin) ::madvise(reinterpret_cast<void *>(begin), end - begin, MADV_DONTNEED);
-}
+void SafetensorsFile::release_bytes(const uint8_t *from, const uint8_t *to) const { release_mapped_pages(map_, from, to); }
 
 Checkpoint::Checkpoint(const std::string &dir) : dir_(dir) {
     std::error_code ec;
@@ -270,30 +247,6 @@ const SafetensorsFile &Checkpoint::file_of(const SourceTensor &t) const {
     auto it = by_name_.find(t.name);
     if (it == by_name_.end()) throw Error(CMF_ERR_INTERNAL, "tensor not in checkpoint: " + t.name);
     return *files_[it->second.second];
-}
-
-void read_f32(const SourceTensor &t, uint64_t first, uint64_t count, float *dst) {
-    if (first > t.elements || count > t.elements - first)
-        throw Error(CMF_ERR_INTERNAL, t.file + ": tensor \"" + t.name + "\": element range out of bounds");
-    switch (t.dtype) {
-    case SourceDtype::F32:
-        std::memcpy(dst, t.data + first * 4, count * 4);  // the source may be unaligned
-        break;
-    case SourceDtype::F16:
-        for (uint64_t i = 0; i < count; ++i) {
-            uint16_t h;
-            std::memcpy(&h, t.data + (first + i) * 2, 2);
-            dst[i] = codecs::f16_to_f32(h);
-        }
-        break;
-    case SourceDtype::BF16:
-        for (uint64_t i = 0; i < count; ++i) {
-            uint16_t h;
-            std::memcpy(&h, t.data + (first + i) * 2, 2);
-            dst[i] = codecs::bf16_to_f32(h);
-        }
-        break;
-    }
 }
 
 }  // namespace cmf::convert

@@ -9,6 +9,8 @@
 // cmf::Error naming the file and, where it applies, the tensor.
 #pragma once
 
+#include "convert/source_tensor.hpp"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,27 +19,13 @@
 
 namespace cmf::convert {
 
-// The source dtypes the converter reads (others are refused by name).
-enum class SourceDtype : uint8_t { F32, F16, BF16 };
-const char *source_dtype_name(SourceDtype d) noexcept;
-size_t source_dtype_size(SourceDtype d) noexcept;
-
 // Refuse headers larger than this (the reference safetensors crate uses the
 // same 100 MB cap): a corrupt length must not make us map or parse gigabytes.
 inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
-struct SourceTensor {
-    std::string name;
-    SourceDtype dtype = SourceDtype::F32;
-    std::vector<uint64_t> shape;
-    const uint8_t *data = nullptr;  // into the file mapping (may be unaligned)
-    uint64_t nbytes = 0;
-    uint64_t elements = 0;
-    std::string file;  // path of the file holding it, for messages
-};
-
-// One mapped .safetensors file.
-class SafetensorsFile {
+// One mapped .safetensors file (F32, F16 and BF16 tensors; others are
+// refused by name).
+class SafetensorsFile : public SourceFile {
 public:
     // Maps and validates the whole header. Throws cmf::Error.
     explicit SafetensorsFile(const std::string &path);
@@ -46,22 +34,19 @@ public:
     // nothing). Used by the fuzz target, and by anything that holds a
     // checkpoint in memory.
     SafetensorsFile(const std::string &name, const uint8_t *bytes, uint64_t size);
-    ~SafetensorsFile();
+    ~SafetensorsFile() override;
     SafetensorsFile(const SafetensorsFile &) = delete;
     SafetensorsFile &operator=(const SafetensorsFile &) = delete;
 
-    const std::string &path() const { return path_; }
+    const std::string &path() const override { return path_; }
     // Tensors sorted by name (byte order, as the original reads them).
     const std::vector<SourceTensor> &tensors() const { return tensors_; }
     const SourceTensor *find(const std::string &name) const;
     const std::map<std::string, std::string> &metadata() const { return metadata_; }
     // Tell the kernel a tensor's pages are no longer needed (bounds the
     // converter's resident set to the tensors in flight).
-    void release(const SourceTensor &t) const { release_range(t, 0, t.nbytes); }
-    // The same for bytes [begin, end) of a tensor (whole pages only). The
-    // mapping is private and never written, so a later read of a released
-    // page just maps it again from the file.
-    void release_range(const SourceTensor &t, uint64_t begin, uint64_t end) const;
+    void release(const SourceTensor &t) const { release_bytes(t.data, t.data + t.nbytes); }
+    void release_bytes(const uint8_t *from, const uint8_t *to) const override;
 
 private:
     void parse(const uint8_t *bytes);  // the header of size_ bytes at `bytes`
@@ -93,8 +78,5 @@ private:
     std::vector<const SourceTensor *> all_;
     std::map<std::string, std::pair<const SourceTensor *, size_t>> by_name_;
 };
-
-// Convert `count` elements starting at element `first` of a source tensor to f32.
-void read_f32(const SourceTensor &t, uint64_t first, uint64_t count, float *dst);
 
 }  // namespace cmf::convert

@@ -51,7 +51,7 @@ struct Shim<Member, Name> {
 
 #define CMF_PROFILE_OPS(X)                                                                                            \
     X(matmul) X(buffer_alloc) X(buffer_free) X(buffer_write) X(buffer_read) X(copy) X(rms_norm) X(rope) X(attention) \
-        X(gated_act) X(add) X(add_bias) X(embed) X(kv_write) X(attention_kv)
+        X(gated_act) X(add) X(add_bias) X(embed) X(kv_write) X(attention_kv) X(attention_ring)
 #define CMF_PROFILE_NAME(op) constexpr char k_##op[] = #op;
 CMF_PROFILE_OPS(CMF_PROFILE_NAME)
 #undef CMF_PROFILE_NAME

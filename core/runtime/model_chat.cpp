@@ -145,7 +145,9 @@ CMF_API cmf_error *cmf_model_tokenizer(const cmf_model *m, cmf_tokenizer **out) 
     return guard([&] {
         if (m == nullptr || out == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_model_tokenizer: NULL argument");
         auto t = vocab_tokenizer(m);
-        if (!t) throw Error(CMF_ERR_NOT_FOUND, "the model file has no vocab section (no tokenizer.json was packed into it)");
+        if (!t) throw Error(CMF_ERR_NOT_FOUND, "the model file has no tokenizer (no vocab section: its checkpoint had no "
+                                           "tokenizer.json or tokenizer.model), so text cannot be encoded; "
+                                           "logits --ids and bench work on token ids");
         *out = t.release();
     });
 }
@@ -164,11 +166,17 @@ CMF_API cmf_error *cmf_model_get_special_ids(const cmf_model *m, cmf_model_speci
         if (out->struct_size < sizeof(uint32_t))  // before the work, not only at the copy
             throw Error(CMF_ERR_INVALID_ARGUMENT, "struct_size not set (call cmf_model_special_ids_init)");
         ChatBundle b = read_bundle(m);
-        if (b.eos.empty()) {
-            // ChatML fallback: the usual stop tokens, if the vocabulary has them.
-            if (auto t = vocab_tokenizer(m))
+        if (auto t = vocab_tokenizer(m)) {
+            if (b.eos.empty()) {
+                // ChatML fallback: the usual stop tokens, if the vocabulary has them.
                 for (const char *p : {"<|im_end|>", "<|endoftext|>"})
                     if (int32_t id = token_id(t.get(), p); id >= 0) b.eos.push_back(id);
+            }
+            // Gemma's chat template ends every turn with <end_of_turn>, and
+            // not every checkpoint lists it among its eos ids (Gemma 1).
+            if (int32_t id = token_id(t.get(), "<end_of_turn>");
+                id >= 0 && std::find(b.eos.begin(), b.eos.end(), id) == b.eos.end())
+                b.eos.push_back(id);
         }
         if (b.eos.size() > CMF_MAX_EOS_IDS)
             throw Error(CMF_ERR_UNSUPPORTED, "header.tokenizer_config.eos_token_ids: " + std::to_string(b.eos.size()) +

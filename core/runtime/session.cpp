@@ -1,9 +1,6 @@
 #include "runtime/session.hpp"
 
 #include "common/error.hpp"
-#include "plugin_host/runtime.hpp"
-
-#include <simdjson.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,61 +14,21 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
-std::string arch_name_of(const char *arch_json, size_t len) {
-    if (arch_json == nullptr || len == 0) throw Error(CMF_ERR_PARSE, "the model has no arch object");
-    simdjson::dom::parser parser;
-    simdjson::dom::element root;
-    if (auto err = parser.parse(simdjson::padded_string(arch_json, len)).get(root))
-        throw Error(CMF_ERR_PARSE, std::string("arch: invalid JSON: ") + simdjson::error_message(err));
-    std::string_view name;
-    if (root["arch_name"].get_string().get(name) != simdjson::SUCCESS)
-        throw Error(CMF_ERR_PARSE, "arch.arch_name: required string is missing");
-    return std::string(name);
+namespace {
+BindConfig bind_config(const SessionConfig &cfg) {
+    if (cfg.n_batch == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "session: n_batch must be > 0");
+    return BindConfig{cfg.backend, cfg.arch_options, cfg.profile};
+}
+}  // namespace
+
+Session::Session(Runtime &rt, const cmf_model_source &src, const SessionConfig &cfg)
+    : cfg_(cfg), model_(rt, src, bind_config(cfg)) {
+    vocab_ = model_.vocab_size();
+    n_ctx_ = cfg_.n_ctx ? cfg_.n_ctx : model_.default_n_ctx();
+    state_ = model_.state_create(n_ctx_);
 }
 
-Session::Session(Runtime &rt, const cmf_model_source &src, const SessionConfig &cfg) : rt_(rt), src_(src), cfg_(cfg) {
-    if (cfg_.n_batch == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "session: n_batch must be > 0");
-    arch_name_ = arch_name_of(src.arch_json, src.arch_json_len);
-    arch_ = rt.arch_for(arch_name_);
-    if (arch_ == nullptr)
-        throw Error(CMF_ERR_UNSUPPORTED, "no arch plugin runs arch_name \"" + arch_name_ + "\"");
-    if (!arch_->vt.model_create || !arch_->vt.model_free || !arch_->vt.model_info || !arch_->vt.state_create ||
-        !arch_->vt.state_free || !arch_->vt.state_truncate || !arch_->vt.forward)
-        throw Error(CMF_ERR_UNSUPPORTED, "arch plugin '" + arch_->name + "' cannot run models (converter only)");
-    const BackendEntry *be = rt.backend(cfg_.backend);
-    if (be == nullptr)
-        throw Error(CMF_ERR_NOT_FOUND, cfg_.backend.empty() ? std::string("no compute backend is loaded")
-                                                            : "no backend named \"" + cfg_.backend + "\"");
-    cmf_arch_model_params params{};
-    params.struct_size = sizeof params;
-    params.options = cfg_.arch_options.empty() ? nullptr : cfg_.arch_options.c_str();
-    const cmf_backend_vt *be_vt = &be->vt;
-    void *be_ctx = be->ctx;
-    if (cfg_.profile) {
-        profile_ = std::make_unique<BackendProfile>(be->vt, be->ctx);
-        be_vt = profile_->vt();
-        be_ctx = profile_->ctx();
-    }
-    throw_if_error(arch_->vt.model_create(arch_->ctx, &src_, be_vt, be_ctx, &params, &model_),
-                   "arch '" + arch_->name + "'");
-    try {
-        cmf_arch_model_info info{};
-        info.struct_size = sizeof info;
-        throw_if_error(arch_->vt.model_info(arch_->ctx, model_, &info));
-        vocab_ = info.vocab_size;
-        n_ctx_ = cfg_.n_ctx;
-        if (n_ctx_ == 0) n_ctx_ = info.max_context ? std::min<uint64_t>(info.max_context, 4096) : 4096;
-        throw_if_error(arch_->vt.state_create(arch_->ctx, model_, n_ctx_, &state_));
-    } catch (...) {
-        arch_->vt.model_free(arch_->ctx, model_);
-        throw;
-    }
-}
-
-Session::~Session() {
-    arch_->vt.state_free(arch_->ctx, state_);
-    arch_->vt.model_free(arch_->ctx, model_);
-}
+Session::~Session() { model_.state_free(state_); }
 
 void Session::forward(std::span<const int32_t> tokens, int32_t mode, float *logits) {
     cmf_forward_args a{};
@@ -81,8 +38,7 @@ void Session::forward(std::span<const int32_t> tokens, int32_t mode, float *logi
     a.pos = tokens_.size();
     a.logits_mode = mode;
     a.logits = logits;
-    if (profile_) profile_->set_phase(tokens.size() > 1 ? BackendProfile::Phase::prefill : BackendProfile::Phase::decode);
-    throw_if_error(arch_->vt.forward(arch_->ctx, model_, state_, &a));
+    model_.forward(state_, a);
     tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
 }
 
@@ -106,7 +62,21 @@ void Session::truncate(uint64_t n_keep) {
     if (n_keep > tokens_.size())
         throw Error(CMF_ERR_BOUNDS, "truncate: " + std::to_string(n_keep) + " > " + std::to_string(tokens_.size()) +
                                         " tokens in the context");
-    throw_if_error(arch_->vt.state_truncate(arch_->ctx, state_, n_keep));
+    try {
+        model_.state_truncate(state_, n_keep);
+    } catch (const Error &e) {
+        if (e.code() != CMF_ERR_UNSUPPORTED || n_keep == 0) throw;
+        // The state cannot drop those positions in place (a sliding-window
+        // layer's ring no longer holds the window before n_keep): rebuild
+        // it from the kept tokens.
+        const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + std::ptrdiff_t(n_keep));
+        model_.state_truncate(state_, 0);
+        tokens_.clear();
+        for (size_t i = 0; i < keep.size(); i += cfg_.n_batch)
+            forward(std::span<const int32_t>(keep).subspan(i, std::min<size_t>(cfg_.n_batch, keep.size() - i)),
+                    CMF_LOGITS_NONE, nullptr);
+        return;
+    }
     tokens_.resize(n_keep);
 }
 

@@ -8,7 +8,7 @@
 // session (bound weights reference the views).
 #pragma once
 
-#include "runtime/backend_profile.hpp"
+#include "runtime/bound_model.hpp"
 #include "text/sampler.hpp"
 
 #include <cmf/cmf.h>
@@ -21,12 +21,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-namespace cmf {
-class Runtime;
-struct ArchEntry;
-struct BackendEntry;
-}  // namespace cmf
 
 namespace cmf::runtime {
 
@@ -70,7 +64,7 @@ public:
     uint64_t n_ctx() const { return n_ctx_; }
     uint64_t n_past() const { return tokens_.size(); }
     const std::vector<int32_t> &tokens() const { return tokens_; }
-    const std::string &arch_name() const { return arch_name_; }
+    const std::string &arch_name() const { return model_.arch_name(); }
 
     // Appends `prompt` to the context, then generates. The generated tokens
     // also stay in the context (a later call continues the conversation).
@@ -86,20 +80,13 @@ public:
     void cancel() { cancel_.store(true); }
 
     // The backend profile (SessionConfig::profile), or nullptr.
-    BackendProfile *profile() { return profile_.get(); }
+    BackendProfile *profile() { return model_.profile(); }
 
 private:
     void forward(std::span<const int32_t> tokens, int32_t mode, float *logits);
 
-    Runtime &rt_;
-    cmf_model_source src_;
     SessionConfig cfg_;
-    const ArchEntry *arch_ = nullptr;
-    std::string arch_name_;
-    // Stands between the arch and the backend when profiling; declared
-    // before model_ so it outlives the weights the model frees through it.
-    std::unique_ptr<BackendProfile> profile_;
-    cmf_arch_model *model_ = nullptr;
+    BoundModel model_;
     cmf_arch_state *state_ = nullptr;
     uint64_t vocab_ = 0;
     uint64_t n_ctx_ = 0;
@@ -115,8 +102,5 @@ GenerateStats bench_pp_tg(Session &s, uint32_t n_prompt, uint32_t n_gen, uint64_
 // Perplexity of `tokens` (exp of the mean negative log-likelihood of tokens
 // 1..n-1) evaluated from an empty context in windows of at most n_ctx.
 double perplexity(Session &s, std::span<const int32_t> tokens);
-
-// The header's arch.arch_name (CMF_ERR_PARSE if absent or not a string).
-std::string arch_name_of(const char *arch_json, size_t len);
 
 }  // namespace cmf::runtime

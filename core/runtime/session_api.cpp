@@ -3,6 +3,7 @@
 #include "common/c_api_util.hpp"
 #include "plugin_host/runtime.hpp"
 #include "runtime/container_source.hpp"
+#include "runtime/generate_options.hpp"
 #include "runtime/session.hpp"
 
 #include <cmf/cmf.h>
@@ -123,33 +124,11 @@ CMF_API cmf_error *cmf_session_generate(cmf_session *s, const int32_t *prompt, s
         cmf_generate_options o = copy_in(opts, cmf_generate_options_init);
         cmf::runtime::GenerateConfig g;
         g.max_tokens = o.max_tokens;
-        g.sampler.temperature = o.temperature;
-        g.sampler.top_k = o.top_k;
-        g.sampler.top_p = o.top_p;
-        g.sampler.min_p = o.min_p;
-        g.sampler.repetition_penalty = o.repetition_penalty;
-        g.sampler.presence_penalty = o.presence_penalty;
-        g.sampler.seed = o.seed;
+        g.sampler = cmf::runtime::sampler_params_of(o);
         if (o.stop_ids != nullptr) g.stop_ids.assign(o.stop_ids, o.stop_ids + o.n_stop_ids);
-        if (o.on_token != nullptr) {
-            cmf_token_fn fn = o.on_token;
-            void *user = o.user;
-            g.on_token = [fn, user](int32_t t) { return fn(user, t) == 0; };
-        }
+        g.on_token = cmf::runtime::token_callback_of(o);
         auto st = sess.generate(std::span<const int32_t>(prompt, n_prompt), g);
-        if (stats != nullptr) {
-            cmf_generate_stats out;
-            cmf_generate_stats_init(&out);
-            out.stop_reason = st.stop_reason;
-            out.prompt_tokens = st.prompt_tokens;
-            out.generated_tokens = st.generated_tokens;
-            out.n_past = sess.n_past();
-            out.prefill_seconds = st.prefill_seconds;
-            out.decode_seconds = st.decode_seconds;
-            out.prefill_tok_s = st.prefill_tok_s();
-            out.decode_tok_s = st.decode_tok_s();
-            copy_out(stats, out);
-        }
+        if (stats != nullptr) copy_out(stats, cmf::runtime::c_stats_of(st, sess.n_past()));
     });
 }
 

@@ -9,18 +9,35 @@ namespace cmfhost {
 
 int cmd_info(const std::vector<std::string> &args) {
     CommonOptions common;
-    std::string path;
+    std::string path, prefix;
     bool json = false;
     po::options_description desc("options");
     add_common_options(desc, common);
     desc.add_options()("model", po::value(&path)->required(), "CMF file (any shard of a sharded model)")
-        ("json", po::bool_switch(&json), "print JSON instead of text");
+        ("json", po::bool_switch(&json), "print JSON instead of text")
+        ("tensors", po::value(&prefix),
+         "only the tensors whose name starts with PREFIX (\"\" for all), one 'name<TAB>dtype<TAB>shape<TAB>bytes' row each "
+         "as the original tool prints them, then '# N tensors, B bytes (G GiB)'");
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
-    if (!parse_args("info", "MODEL [--json]", args, desc, pos, vm)) return 0;
+    if (!parse_args("info", "MODEL [--json] [--tensors PREFIX]", args, desc, pos, vm)) return 0;
     RuntimePtr rt = make_runtime(common);
     ModelPtr m = open_model(rt.get(), path);
+    if (vm.count("tensors")) {
+        uint64_t total = 0, n = 0;
+        for (size_t k = 0; k < cmf_tensor_count(m.get()); ++k) {
+            cmf_tensor_info t;
+            cmf_tensor_info_init(&t);
+            check(cmf_tensor_at(m.get(), k, &t));
+            if (std::string_view(t.name).rfind(prefix, 0) != 0) continue;
+            std::printf("%s\t%s\t%s\t%llu\n", t.name, debug_dtype_name(t.dtype), debug_shape(t).c_str(), (unsigned long long)t.nbytes);
+            total += t.nbytes;
+            ++n;
+        }
+        std::printf("# %llu tensors, %llu bytes (%.2f GiB)\n", (unsigned long long)n, (unsigned long long)total, double(total) / double(1u << 30));
+        return 0;
+    }
     cmf_model_info i;
     cmf_model_info_init(&i);
     check(cmf_model_get_info(m.get(), &i));

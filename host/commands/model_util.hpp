@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace cmfhost {
 
@@ -27,6 +28,21 @@ inline const char *dtype_name(int32_t d) {
     static const char *names[] = {"f32",  "f16",     "bf16",  "q8_row",   "q4_block", "mix8_4", "u8",  "q4_col", "vbit",
                                   "q8_2f", "vbit_ro", "q4_tiled", "q1", "q1s", "q1t", "q4tp", "q2tp"};
     return (d >= 0 && d <= 16) ? names[d] : "?";
+}
+
+// The original tool's spelling of a dtype (its Rust enum's Debug form), as
+// `info --tensors`, `diff` and `dequant` print it: Q8Row, Q4TiledP, ...
+inline const char *debug_dtype_name(int32_t d) {
+    static const char *names[] = {"F32", "F16",   "Bf16",   "Q8Row", "Q4Block", "Mix84",   "U8",       "Q4Col",   "Vbit",
+                                  "Q8_2f", "VbitRo", "Q4Tiled", "Q1", "Q1S",    "Q1T",     "Q4TiledP", "Q2TiledP"};
+    return (d >= 0 && d <= 16) ? names[d] : "?";
+}
+
+// "[1024, 2048]", as the original prints a shape.
+inline std::string debug_shape(const cmf_tensor_info &t) {
+    std::string s = "[";
+    for (uint32_t k = 0; k < t.ndim; ++k) s += (k ? ", " : "") + std::to_string(t.shape[k]);
+    return s + "]";
 }
 
 inline std::string shape_str(const cmf_tensor_info &t) {

@@ -133,13 +133,11 @@ int cmd_run(const std::vector<std::string> &args) {
     if (raw && vm.count("system")) throw Failure("--system applies to chat, not --raw", 2);
 
     model = resolve_model(model);
-    auto rt = make_runtime(common);
-    auto m = open_model(rt.get(), model);
-    auto tok = model_tokenizer(m.get());
-    cmf_model_special_ids sp;
-    cmf_model_special_ids_init(&sp);
-    check(cmf_model_get_special_ids(m.get(), &sp), "special ids");
-    auto sess = make_session(rt.get(), m.get(), n_ctx, session_flags);
+    ChatModel cm = open_chat_model(common, model);
+    auto &m = cm.model;
+    auto &tok = cm.tok;
+    const cmf_model_special_ids &sp = cm.special;
+    auto sess = make_session(cm.rt.get(), m.get(), n_ctx, session_flags);
     cmf_detokenizer *d = nullptr;
     check(cmf_detokenizer_create(tok.get(), CMF_DECODE_SKIP_SPECIAL, &d), "detokenizer");
     DetokenizerPtr detok(d);

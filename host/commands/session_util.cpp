@@ -57,6 +57,16 @@ TokenizerPtr model_tokenizer(const cmf_model *m) {
     return TokenizerPtr(t);
 }
 
+ChatModel open_chat_model(const CommonOptions &common, const std::string &path) {
+    ChatModel c;
+    c.rt = make_runtime(common);
+    c.model = open_model(c.rt.get(), path);
+    c.tok = model_tokenizer(c.model.get());
+    cmf_model_special_ids_init(&c.special);
+    check(cmf_model_get_special_ids(c.model.get(), &c.special), "special ids");
+    return c;
+}
+
 std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags) {
     int32_t *ids = nullptr;
     size_t n = 0;

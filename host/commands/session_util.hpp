@@ -45,6 +45,15 @@ struct SessionFlags {
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);
 TokenizerPtr model_tokenizer(const cmf_model *m);
+// A runtime, a model opened on it, its tokenizer and special ids: what the
+// commands that chat with a model (run, serve) start from.
+struct ChatModel {
+    RuntimePtr rt;
+    ModelPtr model;
+    TokenizerPtr tok;
+    cmf_model_special_ids special{};
+};
+ChatModel open_chat_model(const CommonOptions &common, const std::string &path);
 std::vector<int32_t> encode(const cmf_tokenizer *t, const std::string &text, uint32_t flags);
 // "1,2,3" -> ids (Failure on anything else).
 std::vector<int32_t> parse_ids(const std::string &s);

@@ -833,3 +833,96 @@ TEST_CASE("container: the W2 writer takes a payload in pieces and checks their t
     CHECK(std::memcmp(t.data, payload.data(), 30) == 0);
     cmf_close(m);
 }
+
+// ---- in-place rewrites (requant --in-place, patch-tensor) ------------------
+
+#include "container/in_place.hpp"
+
+namespace {
+// The sample's first f16 tensor (any bits are a valid f16 payload): its
+// record index, dtype and payload bytes.
+struct First {
+    uint64_t record;
+    int32_t dtype;
+    Bytes payload;
+};
+First first_tensor(const fs::path &p) {
+    cmf_model *m = nullptr;
+    REQUIRE(open_code(p, nullptr, &m) == 0);
+    for (size_t i = 0; i < cmf_tensor_count(m); ++i) {
+        cmf_tensor_info t;
+        cmf_tensor_info_init(&t);
+        REQUIRE(cmf_tensor_at(m, i, &t) == nullptr);
+        if (t.dtype != CMF_DTYPE_F16) continue;
+        First f{i, t.dtype, Bytes(static_cast<const uint8_t *>(t.data), static_cast<const uint8_t *>(t.data) + t.nbytes)};
+        cmf_close(m);
+        return f;
+    }
+    cmf_close(m);
+    FAIL("the sample has no f16 tensor");
+    return {};
+}
+}  // namespace
+
+TEST_CASE("container: an in-place rewrite leaves the old or the new file at every crash point") {
+    const fs::path p = tmpdir() / "inplace.cmf";
+    const First old = first_tensor(sample_path());
+    Bytes next = old.payload;
+    for (auto &b : next) b ^= 0x11;  // same size, same dtype, other bytes
+    const std::vector<cmf::container::SlotPatch> patch{{old.record, old.dtype, next}};
+    const std::string journal = cmf::container::journal_path(p.string());
+
+    // Before the journal is renamed into place: the file is untouched and
+    // the partial journal is dropped by the next open.
+    fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+    run_and_kill_at("in-place-journal-written", [&] { cmf::container::rewrite_in_place(p.string(), patch); });
+    CHECK(read_all(p) == read_all(sample_path()));
+    CHECK(fs::exists(journal + ".tmp"));
+    CHECK(open_and_verify(p) == "");
+    CHECK_FALSE(fs::exists(journal + ".tmp"));
+    CHECK(first_tensor(p).payload == old.payload);
+
+    // After it: whatever part of the file was written, the next open
+    // replays the journal and the file is the new one, hashes clean.
+    for (const char *point : {"in-place-journal-committed", "in-place-first-write", "in-place-applied"}) {
+        INFO(point);
+        fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+        run_and_kill_at(point, [&] { cmf::container::rewrite_in_place(p.string(), patch); });
+        CHECK(fs::exists(journal));
+        CHECK(open_and_verify(p) == "");
+        CHECK_FALSE(fs::exists(journal));
+        CHECK(first_tensor(p).payload == next);
+        CHECK(fs::file_size(p) == fs::file_size(sample_path()));
+    }
+
+    // A journal that does not belong to the file is refused, never applied.
+    fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+    run_and_kill_at("in-place-journal-committed", [&] { cmf::container::rewrite_in_place(p.string(), patch); });
+    const fs::path other = tmpdir() / "inplace-other.cmf";
+    fs::copy_file(sample_path(), other, fs::copy_options::overwrite_existing);
+    {
+        Bytes b = read_all(other);
+        b.push_back(0);  // another size
+        write_all(other, b);
+    }
+    fs::rename(journal, cmf::container::journal_path(other.string()));
+    std::string msg;
+    CHECK(open_code(other, &msg) == CMF_ERR_PARSE);
+    CHECK(msg.find("does not belong") != std::string::npos);
+    fs::remove(cmf::container::journal_path(other.string()));
+
+    // Undisturbed: new payload, new record, new directory hash, same length.
+    fs::copy_file(sample_path(), p, fs::copy_options::overwrite_existing);
+    cmf::container::rewrite_in_place(p.string(), patch);
+    CHECK(open_and_verify(p) == "");
+    CHECK(first_tensor(p).payload == next);
+    CHECK_FALSE(fs::exists(journal));
+    // A payload larger than its slot is refused before anything is written.
+    Bytes big(old.payload.size() + 1, 0);
+    const Bytes before = read_all(p);
+    CHECK_THROWS_WITH_AS(cmf::container::rewrite_in_place(p.string(), {{old.record, old.dtype, big}}), doctest::Contains("does not fit its"),
+                         cmf::Error);
+    CHECK_THROWS_WITH_AS(cmf::container::rewrite_in_place(p.string(), {{999, old.dtype, next}}), doctest::Contains("outside the directory"),
+                         cmf::Error);
+    CHECK(read_all(p) == before);
+}

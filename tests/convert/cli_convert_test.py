@@ -150,6 +150,18 @@ def main():
                         want = expected_dtype(t['name'], t['shape'], 'q8' if '.mlp.' in t['name'] else 'f16')
                         if t['dtype_id'] != want:
                             fail('requant --only mlp.*: %s dtype %d, want %d' % (t['name'], t['dtype_id'], want))
+        # The multimodal gemma3 wrapper converts as its text model; the
+        # vision tower and projector are left out, and the user is told.
+        g3 = os.path.join(tmp, 'gemma3-wrapper.cmf')
+        p = run('convert', '--model', os.path.join(MODELS, 'gemma3'), '--output', g3, '--quant', 'q8')
+        if p.returncode == 0:
+            if 'not converted: 2 tensors' not in p.stderr or 'vision_tower.' not in p.stderr:
+                fail('gemma3 wrapper: convert does not say the vision tower was left out: %s' % p.stderr)
+            names = [t['name'] for t in json.loads(run('info', g3, '--json').stdout)['tensors']]
+            if any('vision' in n or 'multi_modal' in n for n in names):
+                fail('gemma3 wrapper: vision tensors in the file')
+            if 'model.layers.0.self_attn.q_norm.weight' not in names:
+                fail('gemma3 wrapper: the text stack was not renamed to model.*: %s' % names[:5])
         # Sharded output.
         sh = os.path.join(tmp, 'sharded.cmf')
         if run('convert', '--model', os.path.join(MODELS, 'qwen3'), '--output', sh, '--quant', 'f16',

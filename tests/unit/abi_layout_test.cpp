@@ -91,7 +91,7 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, int8_rows, 88);
     CHECK_OFFSET(cmf_codec_vt, matmul_rows_x, 96);
     CHECK(CMF_INT8_BLOCK == 32);
-    CHECK_SIZE(cmf_backend_vt, 176);
+    CHECK_SIZE(cmf_backend_vt, 184);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);
     CHECK_OFFSET(cmf_backend_vt, name, 8);
     CHECK_OFFSET(cmf_backend_vt, version, 16);
@@ -114,6 +114,7 @@ namespace {
     CHECK_OFFSET(cmf_backend_vt, kv_write, 152);
     CHECK_OFFSET(cmf_backend_vt, attention_kv, 160);
     CHECK_OFFSET(cmf_backend_vt, matmul_multi, 168);
+    CHECK_OFFSET(cmf_backend_vt, attention_ring, 176);
     CHECK_OFFSET(cmf_arch_vt, abi_version, 4);
     CHECK_OFFSET(cmf_arch_vt, name, 8);
     CHECK_OFFSET(cmf_arch_vt, version, 16);
@@ -142,6 +143,8 @@ namespace {
     CHECK_OFFSET(cmf_arch_vt, state_free, 88);
     CHECK_OFFSET(cmf_arch_vt, state_truncate, 96);
     CHECK_OFFSET(cmf_arch_vt, forward, 104);
+    CHECK_OFFSET(cmf_arch_vt, forward_batch, 112);
+    CHECK_SIZE(cmf_arch_vt, 120);
     CHECK_SIZE(cmf_model_source, 72);
     CHECK_OFFSET(cmf_model_source, user, 8);
     CHECK_OFFSET(cmf_model_source, arch_json, 16);
@@ -256,6 +259,28 @@ namespace {
     CHECK_OFFSET(cmf_requant_options, shard_max_bytes, 40);
     CHECK_OFFSET(cmf_requant_options, progress, 48);
     CHECK_OFFSET(cmf_requant_options, progress_user, 56);
+    CHECK(CMF_REQUANT_IN_PLACE == 0x1u);
+
+    // GGUF import, tensor patches
+    CHECK_SIZE(cmf_import_gguf_options, 64);
+    CHECK_OFFSET(cmf_import_gguf_options, flags, 4);
+    CHECK_OFFSET(cmf_import_gguf_options, gguf, 8);
+    CHECK_OFFSET(cmf_import_gguf_options, output, 16);
+    CHECK_OFFSET(cmf_import_gguf_options, quant, 24);
+    CHECK_OFFSET(cmf_import_gguf_options, quant_map, 32);
+    CHECK_OFFSET(cmf_import_gguf_options, shard_max_bytes, 40);
+    CHECK_OFFSET(cmf_import_gguf_options, progress, 48);
+    CHECK_OFFSET(cmf_import_gguf_options, progress_user, 56);
+    CHECK_SIZE(cmf_patch_tensor, 32);
+    CHECK_OFFSET(cmf_patch_tensor, reserved0, 4);
+    CHECK_OFFSET(cmf_patch_tensor, name, 8);
+    CHECK_OFFSET(cmf_patch_tensor, values, 16);
+    CHECK_OFFSET(cmf_patch_tensor, count, 24);
+    CHECK_SIZE(cmf_patch_options, 32);
+    CHECK_OFFSET(cmf_patch_options, flags, 4);
+    CHECK_OFFSET(cmf_patch_options, model, 8);
+    CHECK_OFFSET(cmf_patch_options, output, 16);
+    CHECK_OFFSET(cmf_patch_options, dtype, 24);
 
     // session
     CHECK_SIZE(cmf_session_options, 40);
@@ -277,6 +302,23 @@ namespace {
     CHECK_OFFSET(cmf_generate_options, n_stop_ids, 48);
     CHECK_OFFSET(cmf_generate_options, on_token, 56);
     CHECK_OFFSET(cmf_generate_options, user, 64);
+    CHECK_SIZE(cmf_batch_options, 40);
+    CHECK_OFFSET(cmf_batch_options, n_slots, 4);
+    CHECK_OFFSET(cmf_batch_options, n_ctx, 8);
+    CHECK_OFFSET(cmf_batch_options, prefill_chunk, 16);
+    CHECK_OFFSET(cmf_batch_options, max_queue, 20);
+    CHECK_OFFSET(cmf_batch_options, backend, 24);
+    CHECK_OFFSET(cmf_batch_options, arch_options, 32);
+    CHECK_SIZE(cmf_batch_stats, 128);
+    CHECK_OFFSET(cmf_batch_stats, n_slots, 4);
+    CHECK_OFFSET(cmf_batch_stats, n_ctx, 8);
+    CHECK_OFFSET(cmf_batch_stats, requests, 16);
+    CHECK_OFFSET(cmf_batch_stats, rejected, 48);
+    CHECK_OFFSET(cmf_batch_stats, active, 56);
+    CHECK_OFFSET(cmf_batch_stats, batched, 68);
+    CHECK_OFFSET(cmf_batch_stats, steps, 72);
+    CHECK_OFFSET(cmf_batch_stats, prefill_seconds, 96);
+    CHECK_OFFSET(cmf_batch_stats, last_decode_tok_s, 120);
     CHECK_SIZE(cmf_generate_stats, 64);
     CHECK_OFFSET(cmf_generate_stats, stop_reason, 4);
     CHECK_OFFSET(cmf_generate_stats, prompt_tokens, 8);
@@ -307,6 +349,7 @@ TEST_CASE("abi_layout: versions and constants") {
     CHECK(CMF_ERR_BOUNDS == 9);
     CHECK(CMF_ERR_PARSE == 10);
     CHECK(CMF_ERR_INTERNAL == 19);
+    CHECK(CMF_ERR_BUSY == 20);
     CHECK(CMF_DTYPE_Q4TP == 15);
     CHECK(CMF_DTYPE_Q2TP == 16);
     CHECK(CMF_FEATURES_SUPPORTED == 0x67u);

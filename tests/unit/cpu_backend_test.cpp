@@ -651,12 +651,13 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
     // a KV head and an odd last head: MHA with 5 heads (head_dim 32),
     // groups of 3 (head_dim 48), and groups of 3 at head_dim 128 (the
     // widest attention kernels, whose value pass pairs the heads of a group).
+    // The last is the blocked path deep in a windowed context (its ring wraps).
     for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f},
                               AttnCase{16, 61, 20, 30, 0.0f}, AttnCase{40, 1, 300, 0, 0.0f},
                               AttnCase{64, 2, 100, 50, 1.5f}, AttnCase{40, 1, 77, 0, 0.0f, 3, 1},
                               AttnCase{16, 1, 5, 0, 0.0f, 8, 4}, AttnCase{8, 1, 40, 10, 1.5f, 6, 3},
                               AttnCase{32, 1, 90, 0, 0.0f, 5, 5}, AttnCase{48, 2, 64, 0, 0.0f, 6, 2},
-                              AttnCase{128, 1, 70, 0, 0.0f, 9, 3}}) {
+                              AttnCase{128, 1, 70, 0, 0.0f, 9, 3}, AttnCase{16, 30, 50, 12, 1.5f}}) {
         CAPTURE(ac.n);
         CAPTURE(ac.pos0);
         const uint32_t nh = ac.nh, nkv = ac.nkv, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
@@ -665,12 +666,37 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
         // attention (f32 cache), then attention_kv over f32 and f16 caches
         // written by kv_write in two calls (the cached rows, then the new
         // ones). The f16 case's reference is computed on the f16 values.
-        for (int32_t kv : {-1, CMF_DTYPE_F32, CMF_DTYPE_F16}) {
+        // With a window, also attention_ring over rings of the fewest rows
+        // the call allows and of a few more (f32 and f16), every position
+        // written at row p % ring in order, so the ring holds only the last
+        // ring_rows positions (the rest were overwritten).
+        const uint32_t first = pos0 + 1 > win ? pos0 + 1 - win : 0;
+        std::vector<std::pair<int32_t, uint32_t>> caches = {{-1, 0}, {CMF_DTYPE_F32, 0}, {CMF_DTYPE_F16, 0}};
+        if (win > 0)
+            for (int32_t d : {CMF_DTYPE_F32, CMF_DTYPE_F16})
+                for (uint32_t extra : {0u, 5u}) caches.emplace_back(d, rows - first + extra);
+        for (const auto &[kv, ring] : caches) {
             CAPTURE(kv);
+            CAPTURE(ring);
             const size_t elem = kv == CMF_DTYPE_F16 ? 2 : 4, row = size_t(nkv) * hd;
             std::vector<float> kbuf((rows * row * elem + 3) / 4, -1.0f), vbuf = kbuf;
             std::vector<float> out(n * nh * hd);
-            if (kv < 0) {
+            if (ring > 0) {
+                for (uint32_t p = 0; p < rows; ++p) {
+                    REQUIRE(vt.kv_write(c, kbuf.data(), kv, row, p % ring, kc.data() + p * row, 1) == nullptr);
+                    REQUIRE(vt.kv_write(c, vbuf.data(), kv, row, p % ring, vc.data() + p * row, 1) == nullptr);
+                }
+                REQUIRE(vt.attention_ring(c, qa.data(), kbuf.data(), vbuf.data(), kv, ring, out.data(), n, pos0, nh, nkv, hd,
+                                          scale, win, cap) == nullptr);
+                if (ring == rows - first) {  // one row short is refused, not read past
+                    std::vector<float> o2(out.size());
+                    cmf_error *er = vt.attention_ring(c, qa.data(), kbuf.data(), vbuf.data(), kv, ring - 1, o2.data(), n,
+                                                      pos0, nh, nkv, hd, scale, win, cap);
+                    REQUIRE(er != nullptr);
+                    CHECK(cmf_error_code(er) == CMF_ERR_BOUNDS);
+                    cmf_error_free(er);
+                }
+            } else if (kv < 0) {
                 REQUIRE(vt.attention(c, qa.data(), kc.data(), vc.data(), out.data(), n, pos0, nh, nkv, hd, scale, win, cap) == nullptr);
             } else {
                 for (auto [r0, r1] : {std::pair<uint32_t, uint32_t>{0, pos0}, std::pair<uint32_t, uint32_t>{pos0, rows}}) {
@@ -684,8 +710,10 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
             if (kv == CMF_DTYPE_F16) {
                 const auto *kh = reinterpret_cast<const uint16_t *>(kbuf.data()), *vh = reinterpret_cast<const uint16_t *>(vbuf.data());
                 for (size_t i = 0; i < kref.size(); ++i) {
-                    kref[i] = cmf::codecs::f16_to_f32(kh[i]);
-                    vref[i] = cmf::codecs::f16_to_f32(vh[i]);
+                    const size_t p = i / row, at = ring > 0 ? (p % ring) * row + i % row : i;  // where position p is
+                    if (ring > 0 && p + ring < rows) continue;                             // overwritten in the ring
+                    kref[i] = cmf::codecs::f16_to_f32(kh[at]);
+                    vref[i] = cmf::codecs::f16_to_f32(vh[at]);
                     REQUIRE(std::fabs(kref[i] - kc[i]) <= std::fabs(kc[i]) * 0x1p-11f + 0x1p-25f);  // rounded, not garbage
                 }
             }

@@ -28,7 +28,7 @@ struct ArchConfig {
     double partial_rotary_factor = 1.0;
     bool tie_word_embeddings = false;
     uint64_t max_position_embeddings = 0;
-    bool gelu_tanh = false;  // hidden_act "gelu_tanh" (else silu)
+    std::string hidden_act = "silu";  // as written: "silu", "gelu_tanh", or what the source config said
     double embed_multiplier = 1.0;
     // Gemma's keys (0 when absent).
     double query_pre_attn_scalar = 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 #include <unordered_map>
 
@@ -98,6 +99,11 @@ void require_backend(const cmf_backend_vt *be, const char *fam) {
 bool has_kv_ops(const cmf_backend_vt *be) {
     return backend_has(be, offsetof(cmf_backend_vt, kv_write), be->kv_write) &&
            backend_has(be, offsetof(cmf_backend_vt, attention_kv), be->attention_kv);
+}
+
+bool has_ring_attention(const cmf_backend_vt *be) {
+    return backend_has(be, offsetof(cmf_backend_vt, kv_write), be->kv_write) &&
+           backend_has(be, offsetof(cmf_backend_vt, attention_ring), be->attention_ring);
 }
 
 // Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype.
@@ -267,16 +273,23 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->n_ctx = n_ctx;
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
-    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype.
+    // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype. A
+    // sliding layer's is a ring of window + chunk - 1 rows when that is
+    // shorter than the context and the backend has attention_ring: a call
+    // of at most `chunk` tokens then finds every key its queries see.
+    const bool rings = has_ring_attention(m.be);
+    s->chunk = m.ring_chunk();
     for (size_t i = 0; i < m.layers.size(); ++i) {
-        const uint64_t rows = n_ctx;
+        const uint64_t window = m.layers[i].choice.window;
+        const bool ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
+        const uint64_t rows = ring ? window + s->chunk - 1 : n_ctx;
         float *k = nullptr, *v = nullptr;
         check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &k));
         s->k_cache.push_back(k);
         check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(), &v));
         s->v_cache.push_back(v);
         s->cache_rows.push_back(rows);
-        s->ring.push_back(false);
+        s->ring.push_back(ring);
     }
     return s;
 }
@@ -286,7 +299,19 @@ void truncate_decoder_state(DecoderState &s, uint64_t n_keep) {
     if (n_keep > s.n_past)
         throw Error(CMF_ERR_BOUNDS, fam + ": cannot keep " + std::to_string(n_keep) + " positions of " +
                                         std::to_string(s.n_past));
-    // Attention reads only rows < n_past, so dropping is just the count.
+    // Attention reads only positions < n_past, so dropping is just the count,
+    // as long as every ring still holds the window before n_keep: the
+    // position p of row p % rows is overwritten once p + rows < n_past.
+    for (size_t i = 0; i < s.ring.size() && n_keep > 0; ++i) {
+        if (!s.ring[i]) continue;
+        const uint64_t window = s.model->layers[i].choice.window;
+        const uint64_t first = n_keep > window ? n_keep - window : 0;  // the oldest position the next query needs
+        if (first + s.cache_rows[i] < s.n_past)
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(i) + "'s sliding-window cache keeps " +
+                                                 std::to_string(s.cache_rows[i]) + " positions and no longer holds " +
+                                                 "the window before position " + std::to_string(n_keep) +
+                                                 " (rolled back from " + std::to_string(s.n_past) + ")");
+    }
     s.n_past = n_keep;
 }
 
@@ -332,11 +357,25 @@ void matmuls(const DecoderModel &m, const float *x, uint64_t n,
     for (const auto &[w, y] : outs) check(m.be->matmul(m.be_ctx, w, x, n, y));
 }
 
-// sc.tmp = attention(sc.xn) for layer li.
-void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, size_t li, uint64_t n, uint64_t pos) {
+// One sequence's rows in a pass: a single forward is a pass of one, a
+// forward_batch of several laid end to end in the activations.
+struct SeqRows {
+    DecoderState *s = nullptr;
+    const int32_t *tokens = nullptr;
+    uint64_t n = 0;           // tokens
+    uint64_t pos = 0;         // position of tokens[0] (= s->n_past)
+    uint64_t row0 = 0;        // first row in the pass's activations
+    uint64_t logit_rows = 0;  // 0, 1 (the last token) or n
+    float *logits = nullptr;  // host, logit_rows * vocab_size floats
+};
+
+// sc.tmp = attention(sc.xn) for layer li over every sequence's rows: the
+// projections, biases and q/k-norm run once over all rows; RoPE, the cache
+// write and attention per sequence, at its positions and on its own cache.
+void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t li, std::span<const SeqRows> seqs,
+                     uint64_t n) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
-    Scratch &sc = s.scratch;
     const ArchConfig &c = m.cfg;
     const uint32_t nh = uint32_t(c.num_attention_heads), nkv = uint32_t(c.num_kv_heads), hd = uint32_t(c.head_dim);
     const int32_t style = m.ch.norm_style;
@@ -351,22 +390,35 @@ void attention_block(const DecoderModel &m, DecoderState &s, const Layer &L, siz
         check(be->rms_norm(bc, sc.q, L.q_norm.w, n * nh, hd, eps, style, sc.q));
         check(be->rms_norm(bc, sc.k, L.k_norm.w, n * nkv, hd, eps, style, sc.k));
     }
-    if (m.rot_dim > 0) {
-        check(be->rope(bc, sc.q, n, m.q_dim, nh, hd, m.rot_dim, pos, L.choice.rope_theta));
-        check(be->rope(bc, sc.k, n, m.kv_dim, nkv, hd, m.rot_dim, pos, L.choice.rope_theta));
-    }
     const float scale = m.ch.attn_scale, softcap = m.ch.attn_softcap;
     const uint32_t window = L.choice.window;
-    if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
-        check(be->copy(bc, s.k_cache[li] + pos * m.kv_dim, sc.k, n * m.kv_dim));
-        check(be->copy(bc, s.v_cache[li] + pos * m.kv_dim, sc.v, n * m.kv_dim));
-        check(be->attention(bc, sc.q, s.k_cache[li], s.v_cache[li], sc.attn, n, pos, nh, nkv, hd, scale, window,
-                            softcap));
-    } else {
-        check(be->kv_write(bc, s.k_cache[li], m.kv_dtype, m.kv_dim, pos, sc.k, n));
-        check(be->kv_write(bc, s.v_cache[li], m.kv_dtype, m.kv_dim, pos, sc.v, n));
-        check(be->attention_kv(bc, sc.q, s.k_cache[li], s.v_cache[li], m.kv_dtype, sc.attn, n, pos, nh, nkv, hd,
-                               scale, window, softcap));
+    for (const SeqRows &r : seqs) {
+        DecoderState &s = *r.s;
+        float *q = sc.q + r.row0 * m.q_dim, *k = sc.k + r.row0 * m.kv_dim, *v = sc.v + r.row0 * m.kv_dim;
+        float *attn = sc.attn + r.row0 * m.q_dim;
+        if (m.rot_dim > 0) {
+            check(be->rope(bc, q, r.n, m.q_dim, nh, hd, m.rot_dim, r.pos, L.choice.rope_theta));
+            check(be->rope(bc, k, r.n, m.kv_dim, nkv, hd, m.rot_dim, r.pos, L.choice.rope_theta));
+        }
+        if (s.ring[li]) {  // rows pos % R.., split where the ring wraps
+            const uint64_t R = s.cache_rows[li], r0 = r.pos % R, n1 = std::min(r.n, R - r0);
+            for (auto [cache, src] : {std::pair{s.k_cache[li], k}, std::pair{s.v_cache[li], v}}) {
+                check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, r0, src, n1));
+                if (n1 < r.n) check(be->kv_write(bc, cache, m.kv_dtype, m.kv_dim, 0, src + n1 * m.kv_dim, r.n - n1));
+            }
+            check(be->attention_ring(bc, q, s.k_cache[li], s.v_cache[li], m.kv_dtype, R, attn, r.n, r.pos, nh, nkv, hd,
+                                     scale, window, softcap));
+        } else if (m.kv_dtype == CMF_DTYPE_F32) {  // any backend: plain copies and attention
+            check(be->copy(bc, s.k_cache[li] + r.pos * m.kv_dim, k, r.n * m.kv_dim));
+            check(be->copy(bc, s.v_cache[li] + r.pos * m.kv_dim, v, r.n * m.kv_dim));
+            check(be->attention(bc, q, s.k_cache[li], s.v_cache[li], attn, r.n, r.pos, nh, nkv, hd, scale, window,
+                                softcap));
+        } else {
+            check(be->kv_write(bc, s.k_cache[li], m.kv_dtype, m.kv_dim, r.pos, k, r.n));
+            check(be->kv_write(bc, s.v_cache[li], m.kv_dtype, m.kv_dim, r.pos, v, r.n));
+            check(be->attention_kv(bc, q, s.k_cache[li], s.v_cache[li], m.kv_dtype, attn, r.n, r.pos, nh, nkv, hd,
+                                   scale, window, softcap));
+        }
     }
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
 }
@@ -400,11 +452,13 @@ void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep 
         throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": logits need every layer (n_layers < num_layers gives hidden states only)");
 }
 
-// One chunk of tokens through the layers, head and soft-cap.
-void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint64_t n, uint64_t pos,
-                   uint64_t logit_rows, float *logits, uint64_t n_layers, float *hidden) {
-    ensure_scratch(m, s.scratch, n, logit_rows);
-    Scratch &sc = s.scratch;
+// The tokens of every sequence through the layers, head and soft-cap, in
+// the scratch `sc`; `n` rows in all.
+void forward_rows(DecoderModel &m, Scratch &sc, std::span<const SeqRows> seqs, uint64_t n, uint64_t n_layers,
+                  float *hidden) {
+    uint64_t logit_total = 0;
+    for (const SeqRows &r : seqs) logit_total += r.logit_rows;
+    ensure_scratch(m, sc, n, logit_total);
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
     const ArchConfig &c = m.cfg;
@@ -412,12 +466,19 @@ void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint
     const int32_t style = m.ch.norm_style;
     const float eps = float(c.rms_norm_eps);
 
-    check(be->embed(bc, m.embed.w, tokens, n, m.ch.embed_scale, sc.h));
+    if (seqs.size() == 1) {
+        check(be->embed(bc, m.embed.w, seqs[0].tokens, n, m.ch.embed_scale, sc.h));
+    } else {
+        std::vector<int32_t> tokens;
+        tokens.reserve(n);
+        for (const SeqRows &r : seqs) tokens.insert(tokens.end(), r.tokens, r.tokens + r.n);
+        check(be->embed(bc, m.embed.w, tokens.data(), n, m.ch.embed_scale, sc.h));
+    }
     for (size_t li = 0; li < n_layers; ++li) {
         const Layer &L = m.layers[li];
         check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
         switch (L.mixer) {
-        case MixerKind::Attention: attention_block(m, s, L, li, n, pos); break;
+        case MixerKind::Attention: attention_block(m, sc, L, li, seqs, n); break;
         }
         if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
         check(be->add(bc, sc.h, sc.tmp, n * H));
@@ -429,35 +490,113 @@ void forward_chunk(DecoderModel &m, DecoderState &s, const int32_t *tokens, uint
         check(be->add(bc, sc.h, sc.tmp, n * H));
     }
     // Layers past n_layers are not run: their caches do not hold these positions.
-    s.n_past = pos + n;
+    for (const SeqRows &r : seqs) r.s->n_past = r.pos + r.n;
     if (hidden != nullptr) check(be->buffer_read(bc, hidden, sc.h, n * H * sizeof(float)));
-    if (logit_rows == 0) return;
-    // Only the rows whose logits are wanted go through the final norm and head.
-    const float *hrows = sc.h + (n - logit_rows) * H;
-    check(be->rms_norm(bc, hrows, m.final_norm.w, logit_rows, H, eps, style, sc.xn));
-    check(be->matmul(bc, m.head.w, sc.xn, logit_rows, sc.logits));
+    if (logit_total == 0) return;
+    // Only the rows whose logits are wanted go through the final norm and
+    // the head: each sequence's last logit_rows rows, gathered in sc.xn,
+    // then one head matmul for all of them.
+    uint64_t out = 0;
+    for (const SeqRows &r : seqs) {
+        if (r.logit_rows == 0) continue;
+        const float *hrows = sc.h + (r.row0 + r.n - r.logit_rows) * H;
+        check(be->rms_norm(bc, hrows, m.final_norm.w, r.logit_rows, H, eps, style, sc.xn + out * H));
+        out += r.logit_rows;
+    }
+    check(be->matmul(bc, m.head.w, sc.xn, logit_total, sc.logits));
     // Logits have vocab_size entries even when the head has fewer rows (extra = 0).
     const uint64_t V = c.vocab_size, R = m.head.rows;
     const float cap = m.ch.final_softcap;
-    for (uint64_t r = 0; r < logit_rows; ++r) {
-        float *dst = logits + r * V;
-        check(be->buffer_read(bc, dst, sc.logits + r * R, R * sizeof(float)));
-        if (cap > 0)  // as HF: divide, tanh, multiply, in f32
-            for (uint64_t j = 0; j < R; ++j) dst[j] = std::tanh(dst[j] / cap) * cap;
-        std::fill(dst + R, dst + V, 0.0f);
+    out = 0;
+    for (const SeqRows &s : seqs) {
+        for (uint64_t r = 0; r < s.logit_rows; ++r, ++out) {
+            float *dst = s.logits + r * V;
+            check(be->buffer_read(bc, dst, sc.logits + out * R, R * sizeof(float)));
+            if (cap > 0)  // as HF: divide, tanh, multiply, in f32
+                for (uint64_t j = 0; j < R; ++j) dst[j] = std::tanh(dst[j] / cap) * cap;
+            std::fill(dst + R, dst + V, 0.0f);
+        }
     }
+}
+
+uint64_t logit_rows_of(int32_t mode, uint64_t n) {
+    return mode == CMF_LOGITS_ALL ? n : mode == CMF_LOGITS_LAST ? 1 : 0;
 }
 
 }  // namespace
 
 void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     check_step(m, s, a);
-    const uint64_t n = a.n_tokens, pos = a.pos;
+    const uint64_t n = a.n_tokens;
     if (n == 0) return;
     const uint64_t n_layers = a.n_layers == 0 ? m.layers.size() : a.n_layers;
     const int32_t mode = a.logits_mode;
-    const uint64_t logit_rows = mode == CMF_LOGITS_ALL ? n : mode == CMF_LOGITS_LAST ? 1 : 0;
-    forward_chunk(m, s, a.tokens, n, pos, logit_rows, a.logits, n_layers, a.hidden);
+    // Rings hold the keys of at most s.chunk new tokens: longer calls run in chunks.
+    const uint64_t chunk = std::find(s.ring.begin(), s.ring.end(), true) != s.ring.end() ? s.chunk : n;
+    const uint64_t H = m.cfg.hidden_size, V = m.cfg.vocab_size;
+    for (uint64_t c0 = 0; c0 < n; c0 += chunk) {
+        const uint64_t cn = std::min(chunk, n - c0);
+        const bool last = c0 + cn == n;
+        SeqRows r;
+        r.s = &s;
+        r.tokens = a.tokens + c0;
+        r.n = cn;
+        r.pos = a.pos + c0;
+        r.logit_rows = mode == CMF_LOGITS_ALL ? cn : (mode == CMF_LOGITS_LAST && last) ? 1 : 0;
+        r.logits = mode == CMF_LOGITS_ALL ? a.logits + c0 * V : a.logits;
+        forward_rows(m, s.scratch, std::span<const SeqRows>(&r, 1), cn, n_layers,
+                     a.hidden != nullptr ? a.hidden + c0 * H : nullptr);
+    }
+}
+
+void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> states, std::span<const DecoderStep> steps) {
+    const std::string fam = std::string(m.ch.family) + " forward_batch";
+    if (states.size() != steps.size())
+        throw Error(CMF_ERR_INTERNAL, fam + ": " + std::to_string(states.size()) + " states for " +
+                                          std::to_string(steps.size()) + " steps");
+    // Every layer kind must have its per-sequence step in forward_rows; a
+    // new kind is refused here (also by a call of no sequences, the probe
+    // hosts make) until it has one.
+    for (size_t li = 0; li < m.layers.size(); ++li) {
+        const Layer &L = m.layers[li];
+        if (L.mixer != MixerKind::Attention || L.ffn != FfnKind::Dense)
+            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(li) + " is of a kind not batched yet");
+    }
+    std::vector<SeqRows> seqs;
+    seqs.reserve(states.size());
+    uint64_t n = 0;
+    for (size_t i = 0; i < states.size(); ++i) {
+        DecoderState *s = states[i];
+        const DecoderStep &a = steps[i];
+        if (s == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL state " + std::to_string(i));
+        if (s->model != &m) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": state " + std::to_string(i) + " belongs to another model");
+        for (size_t j = 0; j < i; ++j)
+            if (states[j] == s)
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": states " + std::to_string(j) + " and " + std::to_string(i) +
+                                                          " are the same state");
+        if (a.n_layers != 0 || a.hidden != nullptr)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": hidden states and partial layer stacks are for single forwards");
+        check_step(m, *s, a);
+        // A sliding layer's ring holds the keys of at most s->chunk new
+        // tokens; a single forward splits longer calls, a batched pass does not.
+        if (a.n_tokens > s->chunk && std::find(s->ring.begin(), s->ring.end(), true) != s->ring.end())
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": sequence " + std::to_string(i) + " has " +
+                                                      std::to_string(a.n_tokens) + " tokens; with sliding-window rings a "
+                                                      "batched pass takes at most " + std::to_string(s->chunk) + " per sequence");
+        if (a.n_tokens == 0) continue;
+        SeqRows r;
+        r.s = s;
+        r.tokens = a.tokens;
+        r.n = a.n_tokens;
+        r.pos = a.pos;
+        r.row0 = n;
+        r.logit_rows = logit_rows_of(a.logits_mode, a.n_tokens);
+        r.logits = a.logits;
+        seqs.push_back(r);
+        n += a.n_tokens;
+    }
+    if (seqs.empty()) return;
+    forward_rows(m, states[0]->scratch, seqs, n, m.layers.size(), nullptr);
 }
 
 // ---- the cmf_arch_vt run members ----------------------------------------------
@@ -534,6 +673,33 @@ cmf_error *vt_forward(void *ctx, cmf_arch_model *model, cmf_arch_state *state, c
     });
 }
 
+cmf_error *vt_forward_batch(void *ctx, cmf_arch_model *model, uint32_t n_seqs, cmf_arch_state *const *states,
+                            const cmf_forward_args *const *args) {
+    ArchPlugin *pl = plugin_of(ctx);
+    return cmf::sdk::call(pl->host, [&] {
+        const std::string fam = std::string(pl->family) + " forward_batch";
+        if (model == nullptr || (n_seqs != 0 && (states == nullptr || args == nullptr)))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL argument");
+        std::vector<DecoderState *> ss(n_seqs);
+        std::vector<DecoderStep> steps(n_seqs);
+        for (uint32_t i = 0; i < n_seqs; ++i) {
+            const cmf_forward_args *a = args[i];
+            if (a == nullptr || states[i] == nullptr)
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL state or args for sequence " + std::to_string(i));
+            if (a->struct_size < offsetof(cmf_forward_args, logits) + sizeof(float *))
+                throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": args " + std::to_string(i) + " has struct_size " +
+                                                          std::to_string(a->struct_size));
+            ss[i] = reinterpret_cast<DecoderState *>(states[i]);
+            steps[i].tokens = a->tokens;
+            steps[i].n_tokens = a->n_tokens;
+            steps[i].pos = a->pos;
+            steps[i].logits_mode = a->logits_mode;
+            steps[i].logits = a->logits;
+        }
+        decoder_forward_batch(*reinterpret_cast<DecoderModel *>(model), ss, steps);
+    });
+}
+
 }  // namespace
 
 void set_decoder_run_members(cmf_arch_vt &vt) {
@@ -544,6 +710,7 @@ void set_decoder_run_members(cmf_arch_vt &vt) {
     vt.state_free = vt_state_free;
     vt.state_truncate = vt_state_truncate;
     vt.forward = vt_forward;
+    vt.forward_batch = vt_forward_batch;
 }
 
 }  // namespace cmf::archs

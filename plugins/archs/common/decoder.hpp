@@ -29,8 +29,10 @@
 
 #include <cmf/cmf_plugin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,13 @@ struct DecoderModel {
     Weight embed, final_norm, head;
     std::vector<Layer> layers;
     std::vector<cmf_backend_weight *> owned;
+    // Tokens per forward chunk when sliding layers keep rings: the largest
+    // window (a prompt of a window's length runs in one call).
+    uint64_t ring_chunk() const {
+        uint64_t w = 0;
+        for (const Layer &l : layers) w = std::max<uint64_t>(w, l.choice.window);
+        return std::max<uint64_t>(w, 1);
+    }
 
     DecoderModel() = default;
     DecoderModel(const DecoderModel &) = delete;
@@ -122,6 +131,7 @@ struct DecoderState {
     std::vector<float *> k_cache, v_cache;
     std::vector<uint64_t> cache_rows;
     std::vector<bool> ring;
+    uint64_t chunk = 0;  // tokens per forward chunk (rings hold window + chunk - 1 rows)
     Scratch scratch;
 
     DecoderState() = default;
@@ -151,7 +161,9 @@ struct DecoderStep {
     int32_t logits_mode = CMF_LOGITS_NONE;
     float *logits = nullptr;          // host, per logits_mode
     // Run only the first n_layers layers (0: all). With fewer than all, no
-    // logits: the output is `hidden`.
+    // logits: the output is `hidden`, and the layers not run keep nothing of
+    // these positions, so the state serves only later calls with the same
+    // n_layers (an encoder truncates it to 0 per prompt).
     uint64_t n_layers = 0;
     // Host memory for n_tokens * hidden_size floats, or NULL: the residual
     // stream after the layers run (before the final norm). HF's
@@ -160,6 +172,14 @@ struct DecoderStep {
 };
 
 void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &step);
+
+// steps[i] on states[i], all in one pass (cmf_arch_vt.forward_batch): the
+// matmuls and element-wise operations over every sequence's tokens laid end
+// to end, attention per sequence on its own cache. States are distinct
+// states of `m`; the pass runs in the first state's scratch. Steps give all
+// layers and no hidden states. A layer kind without a per-sequence step
+// here is CMF_ERR_UNSUPPORTED.
+void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> states, std::span<const DecoderStep> steps);
 
 // ---- the cmf_arch_vt run members over this decoder ----
 // A family plugin's state begins with ArchPlugin; `choose` decides the

@@ -1,7 +1,8 @@
-// The gemma arch plugin: registers the Gemma family's converter hooks.
-// The run members (model/state/forward) are NULL: this plugin converts
-// Gemma-family checkpoints; it does not run them.
+// The gemma architecture plugin: gemma, gemma2 and gemma3 (text) on the
+// shared decoder (../common/decoder.hpp) with the Gemma choices
+// (choices.hpp), and their converter hooks (hf_import.cpp).
 #include "hf_import.hpp"
+#include "choices.hpp"
 
 #include <cmf/cmf_plugin.h>
 #include <cmf/plugin.hpp>
@@ -10,12 +11,7 @@
 
 namespace {
 
-struct PluginState {
-    const cmf_host_api *host;
-    cmf_arch_vt vt;
-};
-
-const cmf_host_api *host_of(void *ctx) { return static_cast<PluginState *>(ctx)->host; }
+const cmf_host_api *host_of(void *ctx) { return static_cast<cmf::archs::ArchPlugin *>(ctx)->host; }
 
 cmf_error *vt_import_config(void *ctx, const char *json, size_t len, const cmf_byte_sink *out) {
     return cmf::archs::import_config_hook(host_of(ctx), json, len, out, cmf::archs::gemma::import_config);
@@ -33,9 +29,11 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
                                                             cmf_registrar *reg, void **plugin_state) {
     if (*abi_version < 1) return host->error_create(CMF_ERR_PLUGIN, "gemma arch plugin needs plugin ABI >= 1");
     *abi_version = CMF_PLUGIN_ABI_VERSION;
-    auto state = std::make_unique<PluginState>();
-    state->host = host;
-    cmf_arch_vt &vt = state->vt;
+    auto pl = std::make_unique<cmf::archs::ArchPlugin>();
+    pl->host = host;
+    pl->family = "gemma";
+    pl->choose = cmf::archs::gemma::choices;
+    cmf_arch_vt &vt = pl->vt;
     vt = cmf_arch_vt{};
     vt.struct_size = sizeof(cmf_arch_vt);
     vt.abi_version = CMF_PLUGIN_ABI_VERSION;
@@ -45,9 +43,12 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.hf_model_types = cmf::archs::gemma::kModelTypes;
     vt.import_config = vt_import_config;
     vt.import_tensor = vt_import_tensor;
-    if (cmf_error *e = host->register_arch(reg, &vt, state.get())) return e;
-    *plugin_state = state.release();
+    cmf::archs::set_decoder_run_members(vt);
+    if (cmf_error *e = host->register_arch(reg, &vt, pl.get())) return e;
+    *plugin_state = pl.release();
     return nullptr;
 }
 
-extern "C" CMF_PLUGIN_EXPORT void cmf_plugin_fini_v1(void *plugin_state) { delete static_cast<PluginState *>(plugin_state); }
+extern "C" CMF_PLUGIN_EXPORT void cmf_plugin_fini_v1(void *plugin_state) {
+    delete static_cast<cmf::archs::ArchPlugin *>(plugin_state);
+}

@@ -1,42 +1,16 @@
 // The qwen architecture plugin: qwen2 (q/k/v biases) and qwen3 (q/k-norm)
-// dense decoders on the shared decoder (../common/decoder.hpp), and the
-// converter hooks of every Qwen family (hf_import.cpp).
-//
-// The qwen choices: norms x^*w (or x^*(1+w) when the file says
-// norm_style "gemma"), SwiGLU (or the file's hidden_act), attention scale
-// 1/sqrt(head_dim), one RoPE base, full causal attention in every layer.
+// dense decoders on the shared decoder (../common/decoder.hpp) with the
+// qwen choices (choices.hpp), and the converter hooks of every Qwen family
+// (hf_import.cpp).
 #include "hf_import.hpp"
-#include "../common/decoder.hpp"
+#include "choices.hpp"
 
 #include <cmf/cmf_plugin.h>
 #include <cmf/plugin.hpp>
 
-#include <cmath>
 #include <memory>
 
 namespace {
-
-using cmf::archs::ArchConfig;
-using cmf::archs::DecoderChoices;
-using cmf::archs::LayerType;
-using cmf::sdk::Error;
-
-DecoderChoices qwen_choices(const ArchConfig &c) {
-    if (c.has_yarn) throw Error(CMF_ERR_UNSUPPORTED, "qwen: arch.yarn RoPE scaling is not implemented yet");
-    DecoderChoices ch;
-    ch.family = "qwen";
-    ch.norm_style = c.gemma_norm ? CMF_NORM_GEMMA : CMF_NORM_QWEN;
-    ch.act = c.gelu_tanh ? CMF_ACT_GELU_TANH : CMF_ACT_SILU;
-    ch.embed_scale = float(c.embed_multiplier);
-    ch.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
-    for (uint64_t i = 0; i < c.num_layers; ++i) {
-        if (c.layer_types[i] == LayerType::SlidingAttention)
-            throw Error(CMF_ERR_UNSUPPORTED, "qwen: layer " + std::to_string(i) +
-                                                 " is SlidingAttention, which the qwen arch does not run");
-        ch.layers.push_back({0, float(c.rope_theta)});
-    }
-    return ch;
-}
 
 // Converter hooks: the HF config -> arch block mapping and tensor plans
 // (hf_import.cpp, shared machinery in ../common).
@@ -60,7 +34,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     auto pl = std::make_unique<cmf::archs::ArchPlugin>();
     pl->host = host;
     pl->family = "qwen";
-    pl->choose = qwen_choices;
+    pl->choose = cmf::archs::qwen::choices;
     cmf_arch_vt &vt = pl->vt;
     vt = cmf_arch_vt{};
     vt.struct_size = sizeof vt;

@@ -638,13 +638,37 @@ const float *kv_rows_f32(const cmf::cpu::Kernels &k, const T *src, uint64_t ld, 
     }
 }
 
+// Rows of the cache holding positions [p, p + n_rows) of one head (offset
+// `head` elements into each row) as f32: position j is row j, or row
+// j % ring in a ring of `ring` rows (ring > 0). Consecutive rows go through
+// kv_rows_f32; a run that wraps around the ring is gathered into tmp.
 template <class T>
-void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v_cache, float *out,
+const float *kv_positions_f32(const cmf::cpu::Kernels &k, const T *cache, uint64_t kvd, uint64_t head, uint64_t ring,
+                              uint64_t p, uint64_t n_rows, uint64_t cols, std::vector<float> &tmp, uint64_t *ld_out) {
+    const uint64_t r = ring ? p % ring : p;
+    if (ring == 0 || r + n_rows <= ring) return kv_rows_f32(k, cache + r * kvd + head, kvd, n_rows, cols, tmp, ld_out);
+    tmp.resize(n_rows * cols);
+    for (uint64_t j = 0; j < n_rows; ++j) {
+        const T *src = cache + ((p + j) % ring) * kvd + head;
+        if constexpr (std::is_same_v<T, float>)
+            std::memcpy(tmp.data() + j * cols, src, cols * sizeof(float));
+        else
+            k.convert_f16(src, cols, tmp.data() + j * cols);
+    }
+    *ld_out = cols;
+    return tmp.data();
+}
+
+template <class T>
+void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v_cache, uint64_t ring, float *out,
                        uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
                        uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
     using cmf::cpu::kGemmRows;
     const auto &k = cmf::cpu::kernels();
-    const uint64_t n_keys = pos0 + n_tokens, hd = head_dim;
+    // Keys from kbase on are packed: the first position any query sees (a
+    // window hides the older ones; a ring no longer holds them).
+    const uint64_t kbase = (window > 0 && pos0 + 1 > window) ? pos0 + 1 - window : 0;
+    const uint64_t n_keys = pos0 + n_tokens - kbase, hd = head_dim;
     const uint32_t n_kv = n_heads / group;
     // K of one KV head as GEMM "weights": rows = keys, cols = head dims;
     // V^T: rows = head dims, cols = keys.
@@ -662,8 +686,8 @@ void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v
             const uint64_t kvh = i / key_panels, j0 = (i % key_panels) * kGemmRows;
             const uint64_t nj = std::min(kGemmRows, n_keys - j0);
             uint64_t ldk = 0, ldv = 0;
-            const float *kr = kv_rows_f32(k, k_cache + j0 * kvd + kvh * hd, kvd, nj, hd, k_tmp, &ldk);
-            const float *vr = kv_rows_f32(k, v_cache + j0 * kvd + kvh * hd, kvd, nj, hd, v_tmp, &ldv);
+            const float *kr = kv_positions_f32(k, k_cache, kvd, kvh * hd, ring, kbase + j0, nj, hd, k_tmp, &ldk);
+            const float *vr = kv_positions_f32(k, v_cache, kvd, kvh * hd, ring, kbase + j0, nj, hd, v_tmp, &ldv);
             k.pack_w(kr, ldk, nj, hd, kp + kvh * k_stride + j0 * hd);
             float *vdst = vp + kvh * v_stride;
             for (uint64_t p = 0; p < d_panels; ++p) {
@@ -685,9 +709,11 @@ void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v
             const uint64_t kvh = h / group;
             const uint64_t p_last = pos0 + t1 - 1;  // the last query's position
             const uint64_t p_first = pos0 + t0;
-            uint64_t j0 = (window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0;
-            j0 -= j0 % kGemmRows;  // whole packed panels; the extra keys are masked
-            const uint64_t n = p_last + 1 - j0;  // keys any query of the block sees
+            // Packed key index of the block's first key (a position minus kbase),
+            // down to whole packed panels; the extra keys are masked.
+            uint64_t j0 = ((window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0) - kbase;
+            j0 -= j0 % kGemmRows;
+            const uint64_t n = p_last + 1 - kbase - j0;  // keys any query of the block sees
             const uint64_t nq = t1 - t0, qblocks = cmf::cpu::gemm_x_blocks(nq);
             qp.resize(cmf::cpu::packed_x_floats(nq, hd));
             scores.resize(nq * n);
@@ -700,7 +726,7 @@ void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v
                 float *s = scores.data() + r * n;
                 float mx = -INFINITY;
                 for (uint64_t j = 0; j < n; ++j) {
-                    const uint64_t key = j0 + j;
+                    const uint64_t key = kbase + j0 + j;
                     if (key < lo || key > p) {
                         s[j] = -INFINITY;
                         continue;
@@ -745,10 +771,11 @@ struct SplitPart {
 };
 
 // attention / attention_kv over cache rows of T (float or f16 bits).
+// ring > 0: the caches are rings of that many rows, position j in row j % ring.
 template <class T>
-void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_cache, float *out, uint64_t n_tokens,
-                    uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, float scale,
-                    uint32_t window, float softcap) {
+void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_cache, uint64_t ring, float *out,
+                    uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                    float scale, uint32_t window, float softcap) {
     if (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
         throw Error(CMF_ERR_INVALID_ARGUMENT, "attention: n_heads must be a multiple of n_kv_heads");
     const uint64_t qd = uint64_t(n_heads) * head_dim, kvd = uint64_t(n_kv_heads) * head_dim;
@@ -756,8 +783,8 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
     const auto &k = cmf::cpu::kernels();
     if (n_tokens == 0) return;
     if (n_tokens >= kAttnBlock) {
-        attention_blocked(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, group, head_dim, qd, kvd, scale,
-                          window, softcap);
+        attention_blocked(be, q, k_cache, v_cache, ring, out, n_tokens, pos0, n_heads, group, head_dim, qd, kvd,
+                          scale, window, softcap);
         return;
     }
     // Decode (few tokens): split-K. Each token's key range is cut into
@@ -803,7 +830,10 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
             const float *qt = q + t * qd + uint64_t(h0) * head_dim;
             sc.resize(uint64_t(nq) * m);
             // Every head's scores over the run (sc[h * m + key]), then scaled.
-            kv_heads_dot(k, qt, k_cache + a * kvd + kv_off, kvd, m, nq, group, head_dim, sc.data(), m);
+            // The run's rows: [r, r + m1) and, when it wraps around a ring, [0, m - m1).
+            const uint64_t r = ring ? a % ring : a, m1 = ring ? std::min(m, ring - r) : m;
+            kv_heads_dot(k, qt, k_cache + r * kvd + kv_off, kvd, m1, nq, group, head_dim, sc.data(), m);
+            if (m1 < m) kv_heads_dot(k, qt, k_cache + kv_off, kvd, m - m1, nq, group, head_dim, sc.data() + m1, m);
             for (uint32_t h = 0; h < nq; ++h) {
                 float *sh = sc.data() + h * m;
                 if (softcap > 0.0f) {
@@ -817,7 +847,9 @@ void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_ca
             std::fill(pt.o(h0), pt.o(h0 + nq), 0.0f);  // this item's heads' o
             // The whole run at once: sc holds each head's weights over the
             // run's keys (m apart), o(h) = o(h0) + (h-h0)*head_dim.
-            kv_heads_axpy(k, sc.data(), m, v_cache + a * kvd + kv_off, kvd, m, nq, group, head_dim, pt.o(h0));
+            kv_heads_axpy(k, sc.data(), m, v_cache + r * kvd + kv_off, kvd, m1, nq, group, head_dim, pt.o(h0));
+            if (m1 < m)
+                kv_heads_axpy(k, sc.data() + m1, m, v_cache + kv_off, kvd, m - m1, nq, group, head_dim, pt.o(h0));
         }
     });
     // Merge the runs of each (token, head): out = sum_s e^(mx_s - M) o_s / sum_s e^(mx_s - M) sum_s.
@@ -849,7 +881,7 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
                      float scale, uint32_t window, float softcap) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
-        attention_rows(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window,
+        attention_rows(be, q, k_cache, v_cache, 0, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window,
                        softcap);
     });
 }
@@ -867,10 +899,30 @@ cmf_error *attention_kv(void *ctx, const float *q, const float *k_cache, const f
     return cmf::sdk::call(be->host, [&] {
         check_kv_dtype(cache_dtype, "attention_kv");
         if (cache_dtype == CMF_DTYPE_F32)
-            return attention_rows(be, q, k_cache, v_cache, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale,
-                                  window, softcap);
+            return attention_rows(be, q, k_cache, v_cache, 0, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim,
+                                  scale, window, softcap);
         attention_rows(be, q, reinterpret_cast<const uint16_t *>(k_cache), reinterpret_cast<const uint16_t *>(v_cache),
-                       out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap);
+                       0, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap);
+    });
+}
+
+cmf_error *attention_ring(void *ctx, const float *q, const float *k_cache, const float *v_cache, int32_t cache_dtype,
+                          uint64_t ring_rows, float *out, uint64_t n_tokens, uint64_t pos0, uint32_t n_heads,
+                          uint32_t n_kv_heads, uint32_t head_dim, float scale, uint32_t window, float softcap) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        check_kv_dtype(cache_dtype, "attention_ring");
+        if (window == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "attention_ring: window must be > 0");
+        const uint64_t first = pos0 + 1 > window ? pos0 + 1 - window : 0;
+        if (ring_rows == 0 || pos0 + n_tokens - first > ring_rows)
+            throw Error(CMF_ERR_BOUNDS, "attention_ring: positions " + std::to_string(first) + ".." +
+                                            std::to_string(pos0 + n_tokens - 1) + " do not fit a ring of " +
+                                            std::to_string(ring_rows) + " rows");
+        if (cache_dtype == CMF_DTYPE_F32)
+            return attention_rows(be, q, k_cache, v_cache, ring_rows, out, n_tokens, pos0, n_heads, n_kv_heads,
+                                  head_dim, scale, window, softcap);
+        attention_rows(be, q, reinterpret_cast<const uint16_t *>(k_cache), reinterpret_cast<const uint16_t *>(v_cache),
+                       ring_rows, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap);
     });
 }
 
@@ -987,6 +1039,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.embed = embed;
     vt.kv_write = kv_write;
     vt.attention_kv = attention_kv;
+    vt.attention_ring = attention_ring;
     vt.matmul_multi = matmul_multi;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();
