@@ -14,7 +14,8 @@
 # preloads the shared runtime.)
 #
 # The corpus starts from the target's seeds (tests/fuzz/make_seeds.py, or
-# tests/fuzz/seeds/{open,gguf}, or the codecs target's own) in a scratch directory,
+# tests/fuzz/seeds/{open,gguf}, or the codecs target's own) and its
+# regression inputs (tests/fuzz/regressions/TARGET) in a scratch directory,
 # or lives in $CMF_FUZZ_CORPUS when set (seeded when empty; the campaign
 # keeps it between runs). The repo is never written. Limits per input:
 # 10 s (-timeout), 2 GB RSS and no single allocation over 2 GB.
@@ -56,6 +57,9 @@ if [ -z "$(ls -A "$corpus")" ]; then
        cp "$work/seeds/$target"/* "$corpus/" ;;
   esac
 fi
+# Inputs that once found a bug (tests/fuzz/regressions/TARGET) run first in
+# every run, the long campaign's too.
+if [ -d "$src/regressions/$target" ]; then cp "$src/regressions/$target"/* "$corpus/"; fi
 seeds=$(ls "$corpus" | wc -l)
 case "$target" in
   chat) max_len=16384 ;;
