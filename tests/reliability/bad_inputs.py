@@ -360,7 +360,7 @@ def _(d):
     return lying(d, hidden_size=384)
 
 
-@row('checkpoint', 'config.json says 6 layers, the tensors have 4', 'convert --model m -o out.cmf', 1, 'cmfhost convert: convert DIR/m: MissingTensor: DIR/m: the config announces 6 layers but the checkpoint has no tensor of layer 4 (model.layers.4.*)',
+@row('checkpoint', 'config.json says 6 layers, the tensors have 4', 'convert --model m -o out.cmf', 1, 'cmfhost convert: convert DIR/m: MissingTensor: DIR/m/config.json: the config announces 6 layers but the checkpoint has no tensor of layer 4 (model.layers.4.*)',
      'no output file')
 def _(d):
     return lying(d, num_hidden_layers=6)
