@@ -1,5 +1,9 @@
 #include "cli.hpp"
 
+#include <cmf/json_text.hpp>
+
+#include <boost/json.hpp>
+
 #include <iostream>
 
 namespace cmfhost {
@@ -9,6 +13,25 @@ void check(cmf_error *e, const std::string &context) {
     std::string msg = std::string(cmf_error_code_name(cmf_error_code(e))) + ": " + cmf_error_message(e);
     cmf_error_free(e);
     throw Failure(context.empty() ? msg : context + ": " + msg);
+}
+
+boost::json::value parse_user_json(const std::string &text, const std::string &source) {
+    boost::json::parse_options opt;
+    opt.max_depth = cmf::json::kMaxDepth;
+    boost::json::error_code ec;
+    boost::json::value v = boost::json::parse(text, ec, {}, opt);
+    if (!ec) return v;
+    // Strict parse failed: once more over the library's rewrite of what
+    // Python's json writes and strict parsers refuse.
+    cmf::json::Normalised n = cmf::json::normalise(text);
+    if (!n.error.empty()) throw Failure(source + ": not valid JSON: " + n.error);
+    if (n.changed) {
+        boost::json::error_code ec2;
+        v = boost::json::parse(n.text, ec2, {}, opt);
+        if (!ec2) return v;
+        ec = ec2;
+    }
+    throw Failure(source + ": not valid JSON: " + ec.message());
 }
 
 void add_common_options(po::options_description &desc, CommonOptions &common) {

@@ -4,6 +4,7 @@
 
 #include <cmf/cmf.h>
 
+#include <boost/json/value.hpp>
 #include <boost/program_options.hpp>
 
 #include <memory>
@@ -43,6 +44,11 @@ RuntimePtr make_runtime(const CommonOptions &common, int32_t quiet_level = CMF_L
 bool parse_args(const std::string &command, const std::string &usage, const std::vector<std::string> &args,
                 po::options_description &desc, const po::positional_options_description &pos,
                 po::variables_map &vm);
+
+// JSON from a user's file (`source` names it in errors), read as the library
+// reads it (cmf/json_text.hpp): big integers, NaN/Infinity, a byte order
+// mark and nesting up to its bound are accepted.
+boost::json::value parse_user_json(const std::string &text, const std::string &source);
 
 struct Command {
     const char *name;

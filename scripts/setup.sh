@@ -31,7 +31,8 @@ build_pkgs=(g++ meson ninja-build pkgconf cmake
   libboost1.81-dev libboost-program-options1.81-dev libboost-json1.81-dev
   libsimdjson-dev libtbb-dev doctest-dev libssl-dev libpcre2-dev libutf8proc-dev)
 test_pkgs=(python3 clang libclang-rt-14-dev python3-jinja2
-  python3-torch python3-numpy libopenblas0-pthread sentencepiece chromium)
+  python3-torch python3-numpy libopenblas0-pthread sentencepiece chromium
+  rustc cargo rustfmt bindgen golang-go abigail-tools)  # language bindings (sdk/bindings), ABI check
 # npm for the text tests' tokenizer files; a node install that already
 # brings npm (e.g. a vendor nodejs package) is kept as it is.
 command -v npm >/dev/null 2>&1 || test_pkgs+=(nodejs npm)

@@ -1,8 +1,8 @@
 /*
  * cmf.h — the cmf host API, version 1 (CMF_ABI_VERSION).
  *
- * For applications, the cmfhost CLI and language bindings (C, Rust via
- * bindgen, Go via cgo). Plain C99.
+ * For applications, the cmfhost CLI and language bindings (sdk/bindings:
+ * Rust via bindgen, Go via cgo, Python via ctypes). Plain C99.
  *
  * Stability rules (see docs/architecture.md):
  *  - a shipped function signature never changes; new behaviour gets a new name;
@@ -177,6 +177,9 @@ CMF_API size_t cmf_tensor_count(const cmf_model *m);
 CMF_API cmf_error *cmf_tensor_at(const cmf_model *m, size_t index, cmf_tensor_info *out);
 /* Tensor by exact name; CMF_ERR_MISSING_TENSOR if absent. */
 CMF_API cmf_error *cmf_tensor(const cmf_model *m, const char *name, cmf_tensor_info *out);
+/* Directory index of the tensor named `name` (what cmf_tensor_at and
+ * cmf_tensor_dequantize take); CMF_ERR_MISSING_TENSOR if absent. */
+CMF_API cmf_error *cmf_tensor_index(const cmf_model *m, const char *name, size_t *index);
 
 /* ---- container: open, inspect, verify, sign --------------------------- */
 

@@ -306,6 +306,19 @@ typedef struct cmf_backend_vt {
                                  int32_t cache_dtype, uint64_t ring_rows, float *out, uint64_t n_tokens,
                                  uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
                                  float scale, uint32_t window, float softcap);
+
+    /* ---- RoPE over a given frequency table (appended; optional) ----
+     * rope above, with the rot_dim/2 inverse frequencies given in inv_freq
+     * (host memory, f32) instead of computed from a base, and both cos and
+     * sin multiplied by `scale`: angle_i = f32(pos) * inv_freq[i] in f32,
+     * c_i = cos(angle_i) * scale, s_i = sin(angle_i) * scale. This is how
+     * Hugging Face applies scaled RoPE (linear, dynamic NTK, YaRN with its
+     * attention factor as `scale`, llama3): the arch computes the table.
+     * An arch calls it only when non-NULL and inside the backend's
+     * struct_size; an arch that needs it refuses a backend without it. */
+    cmf_error *(*rope_freqs)(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads,
+                             uint32_t head_dim, uint32_t rot_dim, uint64_t pos0, const float *inv_freq,
+                             float scale);
 } cmf_backend_vt;
 
 /* cmf_backend_vt.rms_norm styles: x̂·w (qwen, llama) or x̂·(1+w) (gemma, qwen3-next) */

@@ -1,5 +1,7 @@
 #include "error.hpp"
 
+#include <cmf/plugin.hpp>
+
 #include <new>
 #include <stdexcept>
 
@@ -52,6 +54,8 @@ cmf_error *error_from_current_exception() noexcept {
         throw;
     } catch (const Error &e) {
         return make_error(e.code(), e.message());
+    } catch (const sdk::Error &e) {  // from the header-only helpers libcmf shares with plugins
+        return make_error(e.code(), e.what());
     } catch (const std::bad_alloc &) {
         return &g_oom_error;
     } catch (const std::invalid_argument &e) {

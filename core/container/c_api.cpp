@@ -76,6 +76,15 @@ CMF_API cmf_error *cmf_tensor(const cmf_model *m, const char *name, cmf_tensor_i
     });
 }
 
+CMF_API cmf_error *cmf_tensor_index(const cmf_model *m, const char *name, size_t *index) {
+    return guard([&] {
+        if (!m || !name || !index) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_tensor_index: NULL argument");
+        const TensorRec *t = m->find(name);
+        if (!t) throw Error(CMF_ERR_MISSING_TENSOR, std::string("no tensor named '") + name + "'");
+        *index = static_cast<size_t>(t - m->tensors().data());
+    });
+}
+
 CMF_API void cmf_model_info_init(cmf_model_info *i) {
     if (!i) return;
     std::memset(i, 0, sizeof *i);

@@ -1,6 +1,7 @@
 #include "container/header.hpp"
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 
 #include <simdjson.h>
 
@@ -19,14 +20,14 @@ element required(const object &o, const char *key, const std::string &where) {
     return e;
 }
 uint64_t as_uint(const element &e, const std::string &what) {
-    uint64_t v;
-    if (e.get(v) != simdjson::SUCCESS) fail("'" + what + "' must be a non-negative integer");
-    return v;
+    auto v = json::u64_of(e);
+    if (!v) fail("'" + what + "' = " + json::spelling(e) + ": must be a non-negative integer that fits 64 bits");
+    return *v;
 }
 double as_number(const element &e, const std::string &what) {
-    double v;
-    if (e.get(v) != simdjson::SUCCESS) fail("'" + what + "' must be a number");
-    return v;
+    auto v = json::number_of(e);
+    if (!v) fail("'" + what + "' = " + json::spelling(e) + ": must be a number");
+    return *v;
 }
 std::string as_string(const element &e, const std::string &what) {
     std::string_view v;
@@ -82,16 +83,14 @@ ArchInfo parse_arch(const object &a) {
 Header parse_header(const uint8_t *data, uint64_t len) {
     if (!simdjson::validate_utf8(reinterpret_cast<const char *>(data), size_t(len))) fail("not valid UTF-8");
     simdjson::dom::parser parser;
-    simdjson::padded_string text(reinterpret_cast<const char *>(data), size_t(len));
-    element root;
-    if (auto err = parser.parse(text).get(root)) fail(std::string("invalid JSON: ") + simdjson::error_message(err));
+    element root = parse_json(parser, std::string_view(reinterpret_cast<const char *>(data), size_t(len)), "header JSON");
     object top;
     if (root.get(top) != simdjson::SUCCESS) fail("the header must be a JSON object");
 
     Header h;
     element e;
     if (optional_key(top, "format", e)) h.format = as_string(e, "format");
-    if (!required(top, "version", "").is_number()) fail("'version' must be a number");
+    as_number(required(top, "version", ""), "version");
     object arch;
     if (required(top, "arch", "").get(arch) != simdjson::SUCCESS) fail("'arch' must be an object");
     h.arch = parse_arch(arch);

@@ -1,5 +1,6 @@
 #include "container/model.hpp"
 
+#include "common/json.hpp"
 #include "container/in_place.hpp"
 
 #include "plugin_host/runtime.hpp"
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 namespace cmf::container {
@@ -122,9 +124,10 @@ void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vec
     uint32_t n_masks = rd32(s), meta_len = rd32(s + 4);
     if (uint64_t(8) + meta_len > len) parse_fail(where + "meta JSON length " + std::to_string(meta_len) + " beyond the section");
     simdjson::dom::parser parser;
-    simdjson::padded_string text(reinterpret_cast<const char *>(s + 8), meta_len);
     simdjson::dom::object meta;
-    if (parser.parse(text).get(meta) != simdjson::SUCCESS) parse_fail(where + "meta is not a JSON object");
+    if (parse_json(parser, std::string_view(reinterpret_cast<const char *>(s + 8), meta_len), "masks section: meta").get(meta) !=
+        simdjson::SUCCESS)
+        parse_fail(where + "meta is not a JSON object");
     std::string_view sv;
     if (meta["default_task"].get(sv) != simdjson::SUCCESS) parse_fail(where + "meta.default_task missing or not a string");
     default_task = std::string(sv);
@@ -147,9 +150,10 @@ void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vec
         if (o["name"].get(sv) != simdjson::SUCCESS) parse_fail(where + "mask key 'name' missing or not a string");
         m.name = std::string(sv);
         const std::string mw = where + "mask '" + m.name + "': ";
-        double sp;
-        if (o["sparsity"].get(sp) != simdjson::SUCCESS) parse_fail(mw + "'sparsity' missing or not a number");
-        m.sparsity = float(sp);
+        simdjson::dom::element spe;
+        std::optional<double> sp;
+        if (o["sparsity"].get(spe) != simdjson::SUCCESS || !(sp = json::number_of(spe))) parse_fail(mw + "'sparsity' missing or not a number");
+        m.sparsity = float(*sp);
         if (o["priority"].get(sv) != simdjson::SUCCESS) parse_fail(mw + "'priority' missing or not a string");
         m.priority = std::string(sv);
         if (m.priority != "Fallback" && m.priority != "Normal" && m.priority != "Primary")

@@ -1,6 +1,7 @@
 #include "container/signature.hpp"
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -165,7 +166,11 @@ SignatureCheck check_signature(const std::string &file, const uint8_t *data, uin
     };
     simdjson::dom::parser parser;
     simdjson::dom::object o;
-    if (parser.parse(simdjson::padded_string(text)).get(o) != simdjson::SUCCESS) return bad("signature file is not a JSON object");
+    try {
+        if (parse_json(parser, text, file + ".sig").get(o) != simdjson::SUCCESS) return bad("signature file is not a JSON object");
+    } catch (const Error &e) {
+        return bad(e.message());
+    }
     std::string_view alg, pub, sha, sig;
     if (o["alg"].get(alg) != simdjson::SUCCESS || alg != "ed25519-sha256") return bad("signature alg is not \"ed25519-sha256\"");
     std::vector<uint8_t> pub_raw, sig_raw;

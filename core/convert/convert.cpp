@@ -2,6 +2,7 @@
 
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "convert/gguf.hpp"
 #include "convert/safetensors.hpp"
 #include "convert/sentencepiece.hpp"
@@ -44,8 +45,7 @@ std::optional<std::string> read_file_if_exists(const fs::path &p) {
 }
 
 dom::object parse_object(dom::parser &parser, const std::string &text, const std::string &file) {
-    dom::element doc;
-    if (auto err = parser.parse(text).get(doc)) throw Error(CMF_ERR_PARSE, file + ": not valid JSON: " + simdjson::error_message(err));
+    dom::element doc = parse_json(parser, text, file);
     dom::object o;
     if (doc.get_object().get(o)) throw Error(CMF_ERR_PARSE, file + ": not a JSON object");
     return o;
@@ -282,7 +282,7 @@ void write_id_list(json::Writer &w, dom::element e, const std::string &where, bo
     } else if (!e.get_array().get(arr)) {
         w.begin_array();
         for (auto x : arr) {
-            if (x.get_uint64().get(v)) throw Error(CMF_ERR_PARSE, where + ": eos_token_id holds a value that is not a token id");
+            if (x.get_uint64().get(v)) throw Error(CMF_ERR_PARSE, where + ": eos_token_id holds " + json::spelling(x) + ", which is not a token id");
             w.u64(v);
         }
         w.end_array();

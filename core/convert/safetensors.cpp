@@ -1,6 +1,7 @@
 #include "convert/safetensors.hpp"
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 
 #include <simdjson.h>
 
@@ -93,10 +94,7 @@ void SafetensorsFile::parse(const uint8_t *bytes) {
     const uint8_t *data = bytes + data_start;
 
     simdjson::dom::parser parser;
-    simdjson::padded_string header(reinterpret_cast<const char *>(bytes + 8), hlen);
-    simdjson::dom::element doc;
-    if (auto err = parser.parse(header).get(doc))
-        fail(CMF_ERR_PARSE, path, std::string("header is not valid JSON: ") + simdjson::error_message(err));
+    simdjson::dom::element doc = parse_json(parser, std::string_view(reinterpret_cast<const char *>(bytes + 8), hlen), path + ": header");
     simdjson::dom::object root;
     if (doc.get_object().get(root)) fail(CMF_ERR_PARSE, path, "header is not a JSON object");
 
@@ -196,9 +194,7 @@ Checkpoint::Checkpoint(const std::string &dir) : dir_(dir) {
         simdjson::dom::parser parser;
         simdjson::padded_string text;
         if (simdjson::padded_string::load(index.string()).get(text)) throw Error(CMF_ERR_IO, index.string() + ": cannot read");
-        simdjson::dom::element doc;
-        if (auto err = parser.parse(text).get(doc))
-            throw Error(CMF_ERR_PARSE, index.string() + ": not valid JSON: " + simdjson::error_message(err));
+        simdjson::dom::element doc = parse_json(parser, std::string_view(text.data(), text.size()), index.string());
         simdjson::dom::object wm;
         if (doc["weight_map"].get_object().get(wm)) throw Error(CMF_ERR_PARSE, index.string() + ": no \"weight_map\" object");
         std::set<std::string> files;

@@ -1,6 +1,7 @@
 #include "runtime/bound_model.hpp"
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "plugin_host/runtime.hpp"
 
 #include <simdjson.h>
@@ -12,9 +13,7 @@ namespace cmf::runtime {
 std::string arch_name_of(const char *arch_json, size_t len) {
     if (arch_json == nullptr || len == 0) throw Error(CMF_ERR_PARSE, "the model has no arch object");
     simdjson::dom::parser parser;
-    simdjson::dom::element root;
-    if (auto err = parser.parse(simdjson::padded_string(arch_json, len)).get(root))
-        throw Error(CMF_ERR_PARSE, std::string("arch: invalid JSON: ") + simdjson::error_message(err));
+    simdjson::dom::element root = parse_json(parser, std::string_view(arch_json, len), "arch");
     std::string_view name;
     if (root["arch_name"].get_string().get(name) != simdjson::SUCCESS)
         throw Error(CMF_ERR_PARSE, "arch.arch_name: required string is missing");

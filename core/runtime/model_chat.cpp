@@ -2,6 +2,7 @@
 // (vocab section), special ids and chat rendering (header.tokenizer_config).
 #include "common/error.hpp"
 #include "common/c_api_util.hpp"
+#include "common/json.hpp"
 
 #include <cmf/cmf.h>
 
@@ -70,9 +71,7 @@ ChatBundle read_bundle(const cmf_model *m) {
     const char *tc = info.tokenizer_config_json ? info.tokenizer_config_json : "";
     if (*tc == '\0') return b;
     simdjson::dom::parser parser;
-    simdjson::dom::element root;
-    if (auto err = parser.parse(simdjson::padded_string(std::string_view(tc))).get(root))
-        throw Error(CMF_ERR_PARSE, std::string("header.tokenizer_config: invalid JSON: ") + simdjson::error_message(err));
+    simdjson::dom::element root = cmf::parse_json(parser, tc, "header.tokenizer_config");
     if (root.is_null()) return b;
     simdjson::dom::object o;
     if (root.get_object().get(o)) throw Error(CMF_ERR_PARSE, "header.tokenizer_config: expected an object or null");
@@ -102,9 +101,7 @@ ChatBundle read_bundle(const cmf_model *m) {
 // plus bos_token/eos_token spelled out from the model's ids when absent.
 std::string with_special_tokens(std::string_view context, const ChatBundle &b, const cmf_model *m) {
     simdjson::dom::parser parser;
-    simdjson::dom::element root;
-    if (auto err = parser.parse(simdjson::padded_string(context)).get(root))
-        throw Error(CMF_ERR_PARSE, std::string("chat context: invalid JSON: ") + simdjson::error_message(err));
+    simdjson::dom::element root = cmf::parse_json(parser, context, "chat context");
     simdjson::dom::object obj;
     if (root.get_object().get(obj))
         throw Error(CMF_ERR_PARSE, "chat context: expected an object with \"messages\" and template variables");

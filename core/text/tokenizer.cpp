@@ -1,6 +1,7 @@
 #include "text/tokenizer.hpp"
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "text/regex.hpp"
 #include "text/unicode.hpp"
 
@@ -931,9 +932,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
     std::unique_ptr<Tokenizer> tok(new Tokenizer());
     Impl &im = *tok->impl_;
     simdjson::dom::parser parser;
-    simdjson::padded_string padded(json);
-    element doc;
-    if (auto err = parser.parse(padded).get(doc)) parse_error(std::string("not valid JSON: ") + simdjson::error_message(err));
+    element doc = parse_json(parser, json, "tokenizer.json");
     object root = obj_of(doc, "top level");
 
     // model

@@ -74,7 +74,7 @@ int cmd_info(const std::vector<std::string> &args) {
                          {"path", path}, {"version", i.version}, {"required_features", i.required_features},
                          {"features", features_str(i.required_features)}, {"sections", sections},
                          {"header_hash", hex64(i.header_hash)}, {"dir_hash", hex64(i.dir_hash)},
-                         {"header", boost::json::parse(std::string(i.header_json, i.header_json_len))},
+                         {"header", parse_user_json(std::string(i.header_json, i.header_json_len), path + ": header")},
                          {"shards", shards}, {"tensors", tensors}, {"masks", masks}, {"skills", skills}})
                   << "\n";
         return 0;

@@ -32,7 +32,9 @@ std::string resolve_model(const std::string &given) {
 
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
     desc.add_options()("kv-cache", boost::program_options::value(&flags.kv_cache)->default_value(flags.kv_cache),
-                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)");
+                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")(
+        "backend", boost::program_options::value(&flags.backend)->default_value(""),
+        "compute backend by name (cmfhost plugins lists them); default: the first one loaded");
 }
 
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags) {
@@ -46,6 +48,7 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     // when it is not the default, so that f32 runs with any arch plugin.
     const std::string arch_options = "kv_cache=" + flags.kv_cache;
     if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
+    if (!flags.backend.empty()) o.backend = flags.backend.c_str();
     cmf_session *s = nullptr;
     check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
     return SessionPtr(s);

@@ -41,6 +41,7 @@ std::string resolve_model(const std::string &given);
 struct SessionFlags {
     std::string kv_cache;  // --kv-cache: the KV cache's element type, f32 or f16
     bool profile = false;  // bench --profile: CMF_SESSION_PROFILE
+    std::string backend = "";  // --backend: a backend by name; "" = the first one loaded
 };
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);

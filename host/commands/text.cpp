@@ -103,12 +103,7 @@ int cmd_tokenize(const std::vector<std::string> &args) {
     TokenizerPtr t = load_tokenizer(tokenizer, model);
     if (!file.empty()) {
         if (vm.count("text")) throw Failure("give TEXT or --file, not both", 2);
-        boost::json::value v;
-        try {
-            v = boost::json::parse(read_file(file));
-        } catch (const std::exception &e) {
-            throw Failure(file + ": not valid JSON: " + e.what());
-        }
+        boost::json::value v = parse_user_json(read_file(file), file);
         if (!v.is_array()) throw Failure(file + ": expected a JSON array of strings");
         boost::json::array out;
         for (const auto &s : v.as_array()) {
@@ -188,15 +183,7 @@ int cmd_detokenize(const std::vector<std::string> &args) {
 namespace cmfhost {
 
 namespace {
-boost::json::value parse_json_file(const std::string &path) {
-    try {
-        return boost::json::parse(read_file(path));
-    } catch (const Failure &) {
-        throw;
-    } catch (const std::exception &e) {
-        throw Failure(path + ": not valid JSON: " + e.what());
-    }
-}
+boost::json::value parse_json_file(const std::string &path) { return parse_user_json(read_file(path), path); }
 
 // tokenizer_config.json's chat_template: a string, or a list of {name, template}
 // (HF picks "tool_use" when tools are given and it exists, else "default").

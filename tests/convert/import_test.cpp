@@ -104,8 +104,8 @@ TEST_CASE("hf import: config -> arch block per family") {
               std::string(R"({"arch_name":"gemma3","hidden_size":64,"intermediate_size":128,"num_layers":6,"num_attention_heads":4,)"
                           R"("num_kv_heads":2,"head_dim":32,"vocab_size":128,"layer_types":["SlidingAttention","SlidingAttention","FullAttention",)"
                           R"("SlidingAttention","SlidingAttention","FullAttention"],"rms_norm_eps":1e-6,"norm_style":"gemma","rope_theta":1000000.0,)"
-                          R"("tie_word_embeddings":true,"partial_rotary_factor":1.0,"hidden_act":"gelu_tanh","embed_multiplier":8.0,)"
-                          R"("query_pre_attn_scalar":32.0,"sliding_window":4,"sliding_window_pattern":3,"rope_local_base_freq":10000.0,)"
+                          R"("tie_word_embeddings":true,"partial_rotary_factor":1.0,"rope_scaling":{"rope_type":"linear","factor":8.0},)"
+                          R"("hidden_act":"gelu_tanh","embed_multiplier":8.0,"query_pre_attn_scalar":32.0,"sliding_window":4,"sliding_window_pattern":3,"rope_local_base_freq":10000.0,)"
                           R"("max_position_embeddings":256,)") + kNoLinear + "}");
     }
 }
@@ -117,7 +117,7 @@ TEST_CASE("hf import: config errors") {
     CHECK_THROWS_WITH_AS(qwen::import_config(R"({"model_type":"qwen3","num_hidden_layers":2})"),
                          doctest::Contains("missing required key hidden_size"), cmf::sdk::Error);
     CHECK_THROWS_WITH_AS(qwen::import_config(R"({"model_type":"qwen3","hidden_size":"64","num_hidden_layers":2})"),
-                         doctest::Contains("hidden_size is not a non-negative integer"), cmf::sdk::Error);
+                         doctest::Contains(R"(config.json: hidden_size = "64": must be a non-negative integer)"), cmf::sdk::Error);
     CHECK_THROWS_WITH_AS(
         qwen::import_config(R"({"model_type":"qwen3","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":8,)"
                             R"("intermediate_size":8,"max_position_embeddings":8,"layer_types":["full_attention"]})"),
@@ -207,4 +207,140 @@ TEST_CASE("hf import: tensor plans") {
         const std::string q3 = qwen::import_config(config_of("qwen3"));
         CHECK_THROWS_WITH_AS(plan(q3, "model.layers.0.mlp.gate.weight", {8, 64}), doctest::Contains("declares no experts"), cmf::sdk::Error);
     }
+}
+
+// ---- config keys that change the function: each honoured or refused --------
+
+namespace {
+
+// A small qwen3 (or other model_type) config with `extra` keys spliced in.
+std::string cfg(const std::string &extra, const std::string &model_type = "qwen3") {
+    return R"({"model_type":")" + model_type +
+           R"(","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":8,)"
+           R"("intermediate_size":8,"max_position_embeddings":64)" +
+           (extra.empty() ? "" : "," + extra) + "}";
+}
+std::string import_any(const std::string &json) {
+    const bool gemma = json.find(R"("model_type":"gemma)") != std::string::npos;
+    return gemma ? gemma::import_config(json) : qwen::import_config(json);
+}
+bool has(const std::string &arch, const std::string &piece) { return arch.find(piece) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("hf import: keys that change the function are honoured in the arch block") {
+    CHECK(has(import_any(cfg(R"("head_dim":32)")), R"("head_dim":32,)"));
+    CHECK(has(import_any(cfg("")), R"("head_dim":16,)"));  // hidden / heads
+    CHECK(has(import_any(cfg(R"("partial_rotary_factor":0.5)")), R"("partial_rotary_factor":0.5)"));
+    CHECK(has(import_any(cfg(R"("rope_theta":500000)")), R"("rope_theta":500000.0)"));
+    CHECK(has(import_any(cfg(R"("tie_word_embeddings":true)")), R"("tie_word_embeddings":true)"));
+    CHECK(has(import_any(cfg(R"("rms_norm_eps":1e-05)")), R"("rms_norm_eps":0.00001)"));
+    CHECK(has(import_any(cfg("")), R"("num_kv_heads":2)"));
+    CHECK_FALSE(has(import_any(cfg(R"("hidden_act":"silu")")), "hidden_act"));
+    CHECK(has(import_any(cfg(R"("hidden_act":"gelu_pytorch_tanh")")), R"("hidden_act":"gelu_tanh")"));
+    CHECK(has(import_any(cfg(R"("layer_types":["full_attention","full_attention"])")), R"(["FullAttention","FullAttention"])"));
+    // Qwen's sliding window only with use_sliding_window, from max_window_layers on.
+    CHECK_FALSE(has(import_any(cfg(R"("use_sliding_window":false,"sliding_window":4096,"max_window_layers":1)")), "Sliding"));
+    CHECK_FALSE(has(import_any(cfg(R"("use_sliding_window":true,"sliding_window":4096,"max_window_layers":2)")), "Sliding"));
+    // attention_bias: the o_proj bias is planned (shape-checked) and the qwen forward pass adds it.
+    const std::string a = import_any(cfg(R"("attention_bias":true)"));
+    CHECK(plan(a, "model.layers.1.self_attn.o_proj.bias", {64}) == R"([{"name":"model.layers.1.self_attn.o_proj.bias","shape":[64]}])");
+    CHECK_THROWS_WITH_AS(plan(a, "model.layers.1.self_attn.o_proj.bias", {32}), doctest::Contains("[64]"), cmf::sdk::Error);
+    // Gemma: hidden_activation (null: the tanh GELU, as HF), softcaps,
+    // query_pre_attn_scalar, sliding window and its pattern.
+    CHECK(has(import_any(cfg(R"("hidden_act":"gelu","hidden_activation":null)", "gemma")), R"("hidden_act":"gelu_tanh")"));
+    const std::string g2 = import_any(cfg(R"("head_dim":16,"query_pre_attn_scalar":16,"sliding_window":32,"final_logit_softcapping":30.0,)"
+                                          R"("attn_logit_softcapping":50.0,"hidden_activation":"gelu_pytorch_tanh")",
+                                          "gemma2"));
+    for (const char *k : {R"("query_pre_attn_scalar":16.0)", R"("sliding_window":32)", R"("sliding_window_pattern":2)",
+                          R"("final_logit_softcapping":30.0)", R"("attn_logit_softcapping":50.0)"})
+        CHECK_MESSAGE(has(g2, k), k);
+}
+
+TEST_CASE("hf import: RoPE scaling of every implemented type is recorded, both spellings") {
+    CHECK(has(import_any(cfg(R"("rope_scaling":{"type":"linear","factor":2.0})")), R"("rope_scaling":{"rope_type":"linear","factor":2.0})"));
+    CHECK(has(import_any(cfg(R"("rope_scaling":{"rope_type":"dynamic","factor":2.0})")),
+              R"("rope_scaling":{"rope_type":"dynamic","factor":2.0,"max_position_embeddings":64})"));
+    CHECK(has(import_any(cfg(R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
+                             R"("original_max_position_embeddings":16})")),
+              R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":16})"));
+    // Qwen's recipe under rope_scaling: recorded for HF, and the original's
+    // native-window max_position_embeddings kept.
+    const std::string y = import_any(cfg(R"("rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32})"));
+    CHECK(has(y, R"("rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32,"beta_fast":32.0,)"
+                 R"("beta_slow":1.0,"truncate":true})"));
+    CHECK(has(y, R"("max_position_embeddings":32,)"));
+    CHECK_FALSE(has(y, R"("yarn":)"));
+    // transformers v5: rope_parameters with rope_theta inside; the original's yarn block is written too.
+    const std::string v5 = import_any(cfg(R"("rope_parameters":{"rope_type":"yarn","rope_theta":1000000.0,"factor":4.0,)"
+                                          R"("original_max_position_embeddings":32,"mscale":1.0,"mscale_all_dim":0.5,"truncate":false})"));
+    CHECK(has(v5, R"("rope_theta":1000000.0)"));
+    CHECK(has(v5, R"("yarn":{"factor":4.0,"original_max_position_embeddings":32,)"));
+    CHECK(has(v5, R"("rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32,"mscale":1.0,)"
+                  R"("mscale_all_dim":0.5,"beta_fast":32.0,"beta_slow":1.0,"truncate":false})"));
+    CHECK(has(v5, R"("max_position_embeddings":64,)"));
+    // Default and mrope (text: the same rotation) record nothing.
+    CHECK_FALSE(has(import_any(cfg(R"("rope_parameters":{"rope_type":"default","rope_theta":10000.0,"mrope_section":[2,3,3]})")),
+                    "rope_scaling"));
+    CHECK_FALSE(has(import_any(cfg(R"("rope_scaling":{"type":"mrope","mrope_section":[2,3,3]})")), "rope_scaling"));
+    // Gemma 3, v5 per-layer-type form: full attention's base and scaling,
+    // sliding attention's base as rope_local_base_freq.
+    const std::string g3 = import_any(cfg(R"("rope_parameters":{"full_attention":{"rope_type":"linear","factor":8.0,"rope_theta":1000000.0},)"
+                                          R"("sliding_attention":{"rope_type":"default","rope_theta":10000.0}},"sliding_window":16,)"
+                                          R"("layer_types":["sliding_attention","full_attention"])",
+                                          "gemma3_text"));
+    CHECK(has(g3, R"("rope_theta":1000000.0)"));
+    CHECK(has(g3, R"("rope_scaling":{"rope_type":"linear","factor":8.0})"));
+    CHECK(has(g3, R"("rope_local_base_freq":10000.0)"));
+    CHECK(has(g3, R"("layer_types":["SlidingAttention","FullAttention"])"));
+}
+
+TEST_CASE("hf import: what the runtime does not implement is refused at convert, naming key and value") {
+    auto refused = [](const std::string &json, const std::string &why, int32_t code = CMF_ERR_UNSUPPORTED) {
+        CAPTURE(json);
+        try {
+            import_any(json);
+            FAIL("accepted");
+        } catch (const cmf::sdk::Error &e) {
+            CHECK_MESSAGE(std::string(e.what()).find(why) != std::string::npos, e.what());
+            CHECK(e.code() == code);
+        }
+    };
+    refused(cfg(R"("hidden_act":"relu")"), R"(config.json: hidden_act "relu": activation not supported)");
+    refused(cfg(R"("hidden_activation":"gelu")", "gemma2"), R"(hidden_activation "gelu": activation not supported)");
+    refused(cfg(R"("layer_types":["full_attention","chunked_attention"])"), R"(layer_types holds "chunked_attention")");
+    refused(cfg(R"("use_sliding_window":true,"sliding_window":4096,"max_window_layers":1)", "qwen2"),
+            "use_sliding_window is true (layers 1..1 attend a 4096-token window)");
+    refused(cfg(R"("layer_types":["sliding_attention","full_attention"])"), "layer_types has sliding_attention layers");
+    refused(cfg(R"("use_bidirectional_attention":true)", "gemma3_text"), "use_bidirectional_attention is true");
+    for (const char *t : {"longrope", "su", "ntk-by-parts"})
+        refused(cfg(std::string(R"("rope_scaling":{"rope_type":")") + t + R"(","factor":2.0})"),
+                std::string("rope_scaling.rope_type \"") + t + "\": this RoPE scaling is not implemented");
+    refused(cfg(R"("rope_parameters":{"full_attention":{"rope_type":"default"},"sliding_attention":{"rope_type":"linear","factor":2.0}})",
+                "gemma3_text"),
+            "rope_parameters.sliding_attention.rope_type linear: scaled RoPE on sliding layers is not implemented");
+    refused(cfg(R"("rope_parameters":{"full_attention":{"rope_type":"default"},"chunked_attention":{"rope_type":"default"}})"),
+            "rope_parameters.chunked_attention: RoPE parameters for layer type");
+    refused(cfg(R"("partial_rotary_factor":0.0)"), "partial_rotary_factor 0.000000: must be in (0, 1]", CMF_ERR_PARSE);
+    refused(cfg(R"("head_dim":6,"partial_rotary_factor":0.5)"), "3 rotary dims, an odd number");
+    refused(cfg(R"("rope_scaling":{"rope_type":"linear","factor":0})"), "rope_scaling.factor = 0: must be a positive number", CMF_ERR_PARSE);
+    refused(cfg(R"("rope_scaling":{"rope_type":"linear"})"), "missing required key rope_scaling.factor", CMF_ERR_PARSE);
+    refused(cfg(R"("rope_scaling":{"rope_type":"linear","factor":NaN})"), "rope_scaling.factor = NaN: must be a finite number", CMF_ERR_PARSE);
+    refused(cfg(R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"high_freq_factor":4.0,"original_max_position_embeddings":16})"),
+            "missing required key rope_scaling.low_freq_factor", CMF_ERR_PARSE);
+    refused(cfg(R"("rope_theta":1.0,"rope_scaling":{"rope_type":"yarn","factor":4.0})"), "yarn RoPE scaling needs rope_theta > 1",
+            CMF_ERR_PARSE);
+    refused(cfg(R"("head_dim":2,"rope_scaling":{"rope_type":"dynamic","factor":2.0})"), "needs more than 2 rotated dimensions");
+    // Values Python writes that no formula can use: named with their spelling.
+    refused(cfg(R"("rope_theta":NaN)"), "config.json: rope_theta = NaN: must be a finite number", CMF_ERR_PARSE);
+    refused(cfg(R"("rms_norm_eps":-Infinity)"), "rms_norm_eps = -Infinity: must be a finite number", CMF_ERR_PARSE);
+    refused(R"({"model_type":"qwen3","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":8,)"
+            R"("intermediate_size":8,"max_position_embeddings":1000000000000000019884624838656})",
+            "config.json: max_position_embeddings = 1e+30: must be a non-negative integer that fits 64 bits", CMF_ERR_PARSE);
+}
+
+TEST_CASE("hf import: a config as Python writes it (BOM, big integers elsewhere, NaN in unused keys) converts") {
+    const std::string a = import_any("\xEF\xBB\xBF" +
+                                     cfg(R"("initializer_range":NaN,"some_limit":1000000000000000019884624838656,"x":-Infinity)"));
+    CHECK(has(a, R"("arch_name":"qwen3")"));
 }

@@ -11,6 +11,8 @@
 #include "convert/safetensors.hpp"
 #include "plugin_host/runtime.hpp"
 
+#include <cmf/json_read.hpp>
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -549,6 +551,73 @@ TEST_CASE("convert: bad inputs name the file or tensor, and the sink is aborted"
         expect(d, CMF_ERR_UNKNOWN_DTYPE, {"model.safetensors", "model.norm.weight", "F64"});
     }
     fs::remove_all(tmp);
+}
+
+// The real configuration files of tests/fixtures/hf_configs (SOURCES.md
+// there says where each comes from), read by the converter as a user's
+// checkpoint directory would be: config.json through the arch plugin's
+// import, tokenizer_config.json and generation_config.json into the chat
+// bundle. The directories hold no weights, so a conversion that accepted
+// all three stops at the checkpoint ("neither model.safetensors ...");
+// a model_type no plugin converts is refused naming it.
+std::string model_type_of(const std::string &config_json) {
+    simdjson::dom::parser p;
+    return cmf::json::parse_object(p, config_json, "config.json").str("model_type").value_or("");
+}
+
+TEST_CASE("convert: real config.json / tokenizer_config.json / generation_config.json files") {
+    size_t accepted = 0, refused = 0;
+    for (const auto &family : fs::directory_iterator(CMF_TEST_HF_CONFIGS)) {
+        if (!family.is_directory()) continue;
+        for (const auto &model : fs::directory_iterator(family.path())) {
+            const std::string dir = model.path().string();
+            CAPTURE(dir);
+            const std::string mt = model_type_of(slurp(dir + "/config.json"));
+            const bool supported = runtime().arch_for_hf_model_type(mt) != nullptr;
+            ConvertOptions o;
+            o.model_dir = dir;
+            // A file as broken in its repository as here (Python refuses it too).
+            const bool broken = model.path().filename() == "Qwen1.5-moe-8x0.5B-Chat";
+            try {
+                plan_conversion(runtime(), o);
+                FAIL("planned a conversion without weights");
+            } catch (const cmf::Error &e) {
+                INFO(e.message());
+                if (broken) {
+                    CHECK(e.code() == CMF_ERR_PARSE);
+                    CHECK(e.message().find("Qwen1.5-moe-8x0.5B-Chat/generation_config.json: not valid JSON") != std::string::npos);
+                } else if (supported) {
+                    CHECK(e.code() == CMF_ERR_FILE_NOT_FOUND);
+                    CHECK(e.message().find("neither model.safetensors nor model.safetensors.index.json") != std::string::npos);
+                    ++accepted;
+                } else {
+                    CHECK(e.code() == CMF_ERR_UNSUPPORTED);
+                    CHECK(e.message().find("model_type \"" + mt + "\" is not converted by any loaded arch plugin") != std::string::npos);
+                    ++refused;
+                }
+            }
+        }
+    }
+    MESSAGE(accepted << " real configurations accepted, " << refused << " refused as unsupported architectures");
+    CHECK(accepted >= 5);
+    CHECK(refused >= 3);
+    // What a few of them become (the arch plugin's import, as convert calls it).
+    auto arch_of = [&](const std::string &rel) {
+        const std::string text = slurp(std::string(CMF_TEST_HF_CONFIGS) + "/" + rel + "/config.json");
+        const cmf::ArchEntry *a = runtime().arch_for_hf_model_type(model_type_of(text));
+        REQUIRE(a);
+        std::vector<uint8_t> out;
+        cmf_byte_sink sink = cmf::vector_sink(out);
+        cmf::throw_if_error(a->vt.import_config(a->ctx, text.data(), text.size(), &sink));
+        return std::string(out.begin(), out.end());
+    };
+    const std::string q3 = arch_of("qwen3/Qwen3-4B-Instruct-2507");
+    for (const char *k : {R"("head_dim":128)", R"("rope_theta":5000000.0)", R"("max_position_embeddings":262144)", R"("tie_word_embeddings":true)"})
+        CHECK_MESSAGE(q3.find(k) != std::string::npos, k);
+    const std::string g2 = arch_of("gemma2/gemma-2-2b-it-poem");
+    for (const char *k : {R"("attn_logit_softcapping":50.0)", R"("final_logit_softcapping":30.0)", R"("sliding_window":4096)",
+                          R"("query_pre_attn_scalar":256.0)", R"("hidden_act":"gelu_tanh")"})
+        CHECK_MESSAGE(g2.find(k) != std::string::npos, k);
 }
 
 TEST_CASE("convert: canonical order") {

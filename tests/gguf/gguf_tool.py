@@ -535,6 +535,11 @@ def cmd_from_hf(hf_dir, out, wtype, tok_path):
             kvs.append((a + 'attention.sliding_window_pattern', U32, cfg['sliding_window_pattern']))
         if cfg.get('rope_local_base_freq'):
             kvs.append((a + 'rope.freq_base_swa', FLOAT32, cfg['rope_local_base_freq']))
+        # As llama.cpp's Gemma 3 converter: the linear scaling of the global layers.
+        rs = cfg.get('rope_scaling')
+        if rs:
+            kvs += [(a + 'rope.scaling.type', STRING, rs.get('rope_type', rs.get('type'))),
+                    (a + 'rope.scaling.factor', FLOAT32, rs['factor'])]
     tensors = hf_tensors(cfg, read_safetensors(hf_dir))
     tied = 'lm_head.weight' not in tensors or gemma
     vocab = tensors['model.embed_tokens.weight'][1].shape[0]

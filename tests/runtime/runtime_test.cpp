@@ -166,6 +166,21 @@ std::string parity_dir(const std::string &name) {
     return std::string(root) + "/" + name;
 }
 
+// The case's prompt continued greedily by generate(): the ids and the stats.
+std::pair<std::vector<int32_t>, cmf::runtime::GenerateStats> greedy_ids(Session &s, const Case &c) {
+    GenerateConfig g;
+    g.max_tokens = uint32_t(c.greedy.size());
+    g.sampler.temperature = 0;
+    g.sampler.repetition_penalty = 1.0f;
+    std::vector<int32_t> produced;
+    g.on_token = [&](int32_t tok) {
+        produced.push_back(tok);
+        return true;
+    };
+    auto st = s.generate(c.prompt, g);
+    return {produced, st};
+}
+
 void run_case(const std::string &name) {
     Case c = load_case(parity_dir(name));
     TestRuntime t;
@@ -187,16 +202,7 @@ void run_case(const std::string &name) {
     // 2. Greedy continuation through generate(): batched prefill, then
     //    token-by-token decode on the KV cache.
     s.truncate(0);
-    GenerateConfig g;
-    g.max_tokens = uint32_t(c.greedy.size());
-    g.sampler.temperature = 0;
-    g.sampler.repetition_penalty = 1.0f;
-    std::vector<int32_t> produced;
-    g.on_token = [&](int32_t tok) {
-        produced.push_back(tok);
-        return true;
-    };
-    auto st = s.generate(c.prompt, g);
+    auto [produced, st] = greedy_ids(s, c);
     CHECK(st.stop_reason == CMF_STOP_MAX_TOKENS);
     CHECK(st.prompt_tokens == c.prompt.size());
     CHECK(st.generated_tokens == c.greedy.size());
@@ -261,9 +267,7 @@ void run_case(const std::string &name) {
     CHECK(ek < 2e-3);
     CHECK(ek > 0);  // the cache really is f16
     sk.truncate(0);
-    produced.clear();
-    sk.generate(c.prompt, g);
-    CHECK(produced == c.greedy);
+    CHECK(greedy_ids(sk, c).first == c.greedy);
     const double kvk = kv_decode_error(sk, seq, seq.size(), gk);
     MESSAGE(name << " f16 KV cache, KV decode vs full recompute: " << kvk);
     CHECK(kvk < 5e-4);
@@ -508,7 +512,106 @@ void run_quant_case(const std::string &name, std::span<const QuantCase> cases = 
     }
 }
 
+// RoPE scaling: the arch block's record (as the reference writes it) run
+// against HF's tables; then the reference's HF checkpoint converted at f32,
+// so the converter's record of the config's scaling is checked too.
+void run_rope_case(const std::string &name) {
+    run_case(name);
+    const std::string dir = parity_dir(name);
+    Case c = load_case(dir);
+    TestRuntime t;
+    QuantFigures f = run_converted(t, c, dir, "f32");
+    MESSAGE(name << " converted at f32: cosine min " << f.min_cos << ", top-1 " << f.agree << "/" << c.positions);
+    CHECK(f.min_cos >= 0.999999);
+    CHECK(f.agree == c.positions);
+}
+
 }  // namespace
+
+TEST_CASE("parity: yarn RoPE (rope_scaling, Qwen's long-context recipe), qwen3") { run_rope_case("qwen3_yarn"); }
+TEST_CASE("parity: yarn RoPE (v5 rope_parameters, mscale ratio, beta_fast/slow, truncate false), qwen2") {
+    run_rope_case("qwen2_yarn_v5");
+}
+TEST_CASE("parity: linear RoPE (old 'type' spelling), qwen2") { run_rope_case("qwen2_linear"); }
+TEST_CASE("parity: llama3 RoPE, qwen3") { run_rope_case("qwen3_llama3"); }
+TEST_CASE("parity: qwen3 attention_bias (q/k/v and o_proj biases)") { run_rope_case("qwen3_attn_bias"); }
+
+// Dynamic NTK: HF recomputes the table when a forward call's last position
+// + 1 exceeds the largest seen, and resets it for a call under
+// max_position_embeddings; keys already cached keep their rotation. So the
+// result depends on how the sequence is split into calls, and each split
+// the reference ran is checked against the same split here.
+TEST_CASE("parity: dynamic NTK RoPE follows HF's rotary state call by call, qwen3") {
+    const std::string dir = parity_dir("qwen3_dynamic");
+    Case c = load_case(dir);
+    const auto cached = read_f32(dir + "/cached.f32"), short_ref = read_f32(dir + "/short.f32");
+    REQUIRE(cached.size() == c.logits.size());
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+    SessionConfig cfg;
+    cfg.n_ctx = 128;
+    const auto seq = sequence_of(c);
+    const uint64_t V = c.vocab;
+    auto worst_vs = [&](const std::vector<float> &got, const std::vector<float> &ref, size_t rows) {
+        double w = 0;
+        for (size_t p = 0; p < rows; ++p) w = std::max(w, rel_err(got.data() + p * V, ref.data() + p * V, V));
+        return w;
+    };
+    // The two splits give different logits past max_position_embeddings (48):
+    // a runtime that ignored the call history could not match both.
+    CHECK(rel_err(cached.data() + (seq.size() - 1) * V, c.logits.data() + (seq.size() - 1) * V, V) > 1e-3);
+
+    // 1. The whole sequence in one call: the table for seq_len 95 everywhere.
+    {
+        Session s(*t.rt, *model->source(), cfg);
+        const double w = worst_vs(all_logits(s, seq), c.logits, seq.size());
+        MESSAGE("qwen3_dynamic, one call: " << w);
+        CHECK(w < 1e-3);
+    }
+    // 2. The prompt in one call, then one token per call (HF's generate()).
+    Session s(*t.rt, *model->source(), cfg);
+    std::vector<float> got(seq.size() * V);
+    s.eval(std::span<const int32_t>(c.prompt), CMF_LOGITS_ALL, got.data());
+    for (size_t p = c.prompt.size(); p < seq.size(); ++p)
+        s.eval(std::span<const int32_t>(&seq[p], 1), CMF_LOGITS_LAST, got.data() + p * V);
+    const double w2 = worst_vs(got, cached, seq.size());
+    MESSAGE("qwen3_dynamic, prompt then one token per call: " << w2);
+    CHECK(w2 < 1e-3);
+    // 3. A new short sequence on that state: HF goes back to the original table.
+    s.truncate(0);
+    std::vector<float> short_got(20 * V);
+    s.eval(std::span<const int32_t>(seq.data(), 20), CMF_LOGITS_ALL, short_got.data());
+    const double w3 = worst_vs(short_got, short_ref, 20);
+    MESSAGE("qwen3_dynamic, short sequence after growth (reset): " << w3);
+    CHECK(w3 < 1e-3);
+    // 4. generate() on a fresh state: greedy ids as HF's.
+    Session g(*t.rt, *model->source(), cfg);
+    CHECK(greedy_ids(g, c).first == c.greedy);
+}
+
+// A file from the original converter carries `yarn` (its spelling of
+// rope_parameters yarn, attention_factor written out) instead of our
+// rope_scaling record: it runs as HF's yarn with those values.
+TEST_CASE("parity: the original converter's arch.yarn block runs as HF's yarn") {
+    Case c = load_case(parity_dir("qwen3_yarn"));
+    const std::string record = R"("rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32,)"
+                               R"("beta_fast":32.0,"beta_slow":1.0,"truncate":true})";
+    const size_t at = c.arch_json.find(record);
+    REQUIRE(at != std::string::npos);
+    c.arch_json.replace(at, record.size(),
+                        R"("yarn":{"factor":4.0,"original_max_position_embeddings":32,"beta_fast":32.0,"beta_slow":1.0,)"
+                        R"("attention_factor":1.1386294361119891})");
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+    SessionConfig cfg;
+    cfg.n_ctx = 128;
+    Session s(*t.rt, *model->source(), cfg);
+    auto got = all_logits(s, sequence_of(c));
+    double worst = 0;
+    for (uint64_t p = 0; p < c.positions; ++p)
+        worst = std::max(worst, rel_err(got.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
+    CHECK(worst < 1e-3);
+}
 
 TEST_CASE("parity: quantized files, qwen2 tied head") { run_quant_case("qwen2_tied"); }
 TEST_CASE("parity: quantized files, qwen3 untied head") { run_quant_case("qwen3_untied"); }
@@ -631,6 +734,20 @@ TEST_CASE("session: errors are specific") {
     bad_kv.arch_options = "kv_cache=q8";
     CHECK_THROWS_WITH_AS(Session(*t.rt, *e.source(), bad_kv), doctest::Contains("kv_cache must be f32 or f16, not \"q8\""),
                          cmf::Error);
+    // A RoPE scaling the runtime does not implement is refused by name.
+    for (const char *rs : {R"("rope_scaling":{"rope_type":"longrope","factor":2.0,"short_factor":[1.0],"long_factor":[1.0]},)",
+                           R"("rope_scaling":{"rope_type":"su"},)"}) {
+        std::string arch = R"({"arch_name":"qwen3","hidden_size":8,"intermediate_size":8,"num_layers":1,
+            "num_attention_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":4,"layer_types":["FullAttention"],)";
+        arch += rs;
+        arch += R"("rms_norm_eps":1e-6,"max_position_embeddings":16})";
+        MemoryModel r;
+        r.set_arch_json(arch);
+        CHECK_THROWS_WITH_AS(Session(*t.rt, *r.source(), SessionConfig{}),
+                             doctest::Contains("arch: rope_scaling.rope_type \""), cmf::Error);
+        CHECK_THROWS_WITH_AS(Session(*t.rt, *r.source(), SessionConfig{}),
+                             doctest::Contains("this RoPE scaling is not implemented"), cmf::Error);
+    }
     SessionConfig bad_key;
     bad_key.arch_options = "kv_cache=f16,flash=1";
     CHECK_THROWS_WITH_AS(Session(*t.rt, *e.source(), bad_key), doctest::Contains("unknown model option \"flash\""),

@@ -91,7 +91,7 @@ namespace {
     CHECK_OFFSET(cmf_codec_vt, int8_rows, 88);
     CHECK_OFFSET(cmf_codec_vt, matmul_rows_x, 96);
     CHECK(CMF_INT8_BLOCK == 32);
-    CHECK_SIZE(cmf_backend_vt, 184);
+    CHECK_SIZE(cmf_backend_vt, 192);
     CHECK_OFFSET(cmf_backend_vt, abi_version, 4);
     CHECK_OFFSET(cmf_backend_vt, name, 8);
     CHECK_OFFSET(cmf_backend_vt, version, 16);
@@ -115,6 +115,7 @@ namespace {
     CHECK_OFFSET(cmf_backend_vt, attention_kv, 160);
     CHECK_OFFSET(cmf_backend_vt, matmul_multi, 168);
     CHECK_OFFSET(cmf_backend_vt, attention_ring, 176);
+    CHECK_OFFSET(cmf_backend_vt, rope_freqs, 184);
     CHECK_OFFSET(cmf_arch_vt, abi_version, 4);
     CHECK_OFFSET(cmf_arch_vt, name, 8);
     CHECK_OFFSET(cmf_arch_vt, version, 16);

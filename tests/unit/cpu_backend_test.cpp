@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -629,6 +630,44 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
             }
             for (int i = 4; i < 8; ++i) CHECK(b[i] == a[i]);
         }
+
+    // rope_freqs: the table rope computes from theta, scale 1, gives rope's
+    // result bit for bit; a scaled table with an attention factor rotates
+    // by f32(pos) * inv_freq[i] and multiplies cos and sin by the factor,
+    // over many tokens (split across threads) and partial rotary dims.
+    REQUIRE(vt.struct_size >= offsetof(cmf_backend_vt, rope_freqs) + sizeof(void *));
+    REQUIRE((vt.rope_freqs != nullptr));
+    {
+        auto r1 = random_vec(40 * 3 * 12, 21), r2 = r1;
+        std::vector<float> table(4);
+        for (int i = 0; i < 4; ++i) table[i] = 1.0f / std::pow(500000.0f, float(2 * i) / 8.0f);
+        REQUIRE(vt.rope(c, r1.data(), 40, 36, 3, 12, 8, 1000, 500000.0f) == nullptr);
+        REQUIRE(vt.rope_freqs(c, r2.data(), 40, 36, 3, 12, 8, 1000, table.data(), 1.0f) == nullptr);
+        CHECK(std::memcmp(r1.data(), r2.data(), r1.size() * 4) == 0);
+
+        const std::vector<float> inv = {0.9f, 0.05f, 1e-3f, 2.5e-5f};
+        const float att = 1.1386294f;
+        auto r3 = random_vec(40 * 3 * 12, 22), r30 = r3;
+        REQUIRE(vt.rope_freqs(c, r3.data(), 40, 36, 3, 12, 8, 7000, inv.data(), att) == nullptr);
+        for (int tkn = 0; tkn < 40; ++tkn)
+            for (int h = 0; h < 3; ++h) {
+                const float *a = &r30[tkn * 36 + h * 12];
+                const float *b = &r3[tkn * 36 + h * 12];
+                for (int i = 0; i < 4; ++i) {
+                    const float ang = float(7000 + tkn) * inv[i];  // in f32, as HF
+                    const double cs = std::cos(double(ang)) * att, sn = std::sin(double(ang)) * att;
+                    CHECK(b[i] == doctest::Approx(a[i] * cs - a[i + 4] * sn).epsilon(1e-4));
+                    CHECK(b[i + 4] == doctest::Approx(a[i + 4] * cs + a[i] * sn).epsilon(1e-4));
+                }
+                for (int i = 8; i < 12; ++i) CHECK(b[i] == a[i]);
+            }
+        cmf_error *bad = vt.rope_freqs(c, r3.data(), 1, 36, 3, 12, 7, 0, inv.data(), 1.0f);
+        REQUIRE(bad != nullptr);  // odd rot_dim
+        cmf_error_free(bad);
+        bad = vt.rope_freqs(c, r3.data(), 1, 36, 3, 12, 8, 0, nullptr, 1.0f);
+        REQUIRE(bad != nullptr);  // no table
+        cmf_error_free(bad);
+    }
 
     // Attention, 4 query heads over 2 KV heads, checked in double precision:
     // 3 new tokens at positions 2..4 over a 5-row cache, head_dim 4, window

@@ -2,6 +2,8 @@
 // render with a JSON context.
 #include "text/jinja.hpp"
 
+#include "common/json.hpp"
+
 #include "text/jinja/lexer.hpp"
 #include "text/jinja/parser.hpp"
 #include "text/jinja/renderer.hpp"
@@ -48,7 +50,13 @@ Value from_json(simdjson::dom::element e) {
     case element_type::INT64: return Value::integer(e.get_int64().value_unsafe());
     case element_type::UINT64: return Value::number(double(e.get_uint64().value_unsafe()));
     case element_type::DOUBLE: return Value::number(e.get_double().value_unsafe());
-    case element_type::STRING: return Value::str(std::string(e.get_string().value_unsafe()));
+    case element_type::STRING: {
+        // NaN and the infinities of Python-written JSON arrive as the shared
+        // reader's sentinel strings; a template sees them as the floats they are.
+        double d;
+        if (json::sentinel_number(e.get_string().value_unsafe(), d)) return Value::number(d);
+        return Value::str(std::string(e.get_string().value_unsafe()));
+    }
     case element_type::BOOL: return Value::boolean(e.get_bool().value_unsafe());
     case element_type::NULL_VALUE: return Value::none();
     }
@@ -71,10 +79,7 @@ ChatTemplate::~ChatTemplate() = default;
 std::string ChatTemplate::render(std::string_view context_json, int64_t now_unix, const RenderLimits &limits) const {
     using namespace jinja;
     simdjson::dom::parser parser;
-    simdjson::padded_string padded(context_json);
-    simdjson::dom::element doc;
-    if (auto err = parser.parse(padded).get(doc))
-        throw Error(CMF_ERR_PARSE, std::string("chat context: not valid JSON: ") + simdjson::error_message(err));
+    simdjson::dom::element doc = parse_json(parser, context_json, "chat context");
     if (!doc.is_object()) throw Error(CMF_ERR_PARSE, "chat context: expected a JSON object (messages, tools, ...)");
     Renderer r(now_unix, limits);
     Value ctx = from_json(doc);

@@ -3,6 +3,8 @@
 // them a family honours, and what it refuses, is the family's choice.
 #pragma once
 
+#include "rope_scaling.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +28,7 @@ struct ArchConfig {
     bool gemma_norm = false;  // norm_style "gemma": x^*(1+w)
     double rope_theta = 10000.0;
     double partial_rotary_factor = 1.0;
+    uint32_t rot_dim = 0;  // int(head_dim * partial_rotary_factor), even
     bool tie_word_embeddings = false;
     uint64_t max_position_embeddings = 0;
     std::string hidden_act = "silu";  // as written: "silu", "gelu_tanh", or what the source config said
@@ -37,7 +40,10 @@ struct ArchConfig {
     double rope_local_base_freq = 0;
     double attn_logit_softcapping = 0;
     double final_logit_softcapping = 0;
-    bool has_yarn = false;
+    // HF's RoPE scaling, from arch.rope_scaling (or the original converter's
+    // arch.yarn); type default when neither is there. It applies to the
+    // layers whose base is rope_theta (not those on rope_local_base_freq).
+    rope::Scaling rope_scaling;
     bool has_moe = false;
     bool has_linear_core = false;
 };

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 namespace cmf::archs {
@@ -185,6 +186,7 @@ void build_layer(DecoderModel &m, Binder &b, uint64_t i) {
     } else if (biases != 0) {
         throw Error(CMF_ERR_MISSING_TENSOR, where + "self_attn: q/k/v biases must be all present or all absent");
     }
+    if (b.present(p + "self_attn.o_proj.bias")) L.o_bias = b.bind(p + "self_attn.o_proj.bias", {H});
     int norms = b.present(p + "self_attn.q_norm.weight") + b.present(p + "self_attn.k_norm.weight");
     if (norms == 2) {
         L.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
@@ -243,8 +245,12 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     const ArchConfig &c = m->cfg;
     m->q_dim = c.num_attention_heads * c.head_dim;
     m->kv_dim = c.num_kv_heads * c.head_dim;
-    m->rot_dim = static_cast<uint32_t>(std::floor(double(c.head_dim) * c.partial_rotary_factor));
-    m->rot_dim &= ~1u;
+    m->rot_dim = c.rot_dim;
+    m->scaled_rope = c.rope_scaling.scaled() && m->rot_dim > 0;
+    if (m->scaled_rope && !backend_has(be, offsetof(cmf_backend_vt, rope_freqs), be->rope_freqs))
+        throw Error(CMF_ERR_UNSUPPORTED, fam + ": arch.rope_scaling is " + rope::type_name(c.rope_scaling.type) +
+                                             " but backend '" + (be->name ? be->name : "?") +
+                                             "' has no rope_freqs (RoPE over a given frequency table)");
     Binder b(src, *m, prefix);
     if (b.present("model.mtp.eh_proj.weight") || b.present("model.mtp.layers.0.self_attn.q_proj.weight"))
         host->log(host->host_ctx, CMF_LOG_INFO, (fam + ": model.mtp.* present; MTP drafting is not used yet").c_str());
@@ -273,6 +279,7 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
     s->n_ctx = n_ctx;
     s->scratch.be = m.be;
     s->scratch.be_ctx = m.be_ctx;
+    if (m.scaled_rope) s->rope.emplace(m.cfg.rope_scaling, m.cfg.rope_theta, m.rot_dim);
     // The KV cache holds K after RoPE and V, per layer, in m.kv_dtype. A
     // sliding layer's is a ring of window + chunk - 1 rows when that is
     // shorter than the context and the backend has attention_ring: a call
@@ -397,8 +404,15 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
         float *q = sc.q + r.row0 * m.q_dim, *k = sc.k + r.row0 * m.kv_dim, *v = sc.v + r.row0 * m.kv_dim;
         float *attn = sc.attn + r.row0 * m.q_dim;
         if (m.rot_dim > 0) {
-            check(be->rope(bc, q, r.n, m.q_dim, nh, hd, m.rot_dim, r.pos, L.choice.rope_theta));
-            check(be->rope(bc, k, r.n, m.kv_dim, nkv, hd, m.rot_dim, r.pos, L.choice.rope_theta));
+            for (auto [x, ld, heads] : {std::tuple{q, m.q_dim, nh}, std::tuple{k, m.kv_dim, nkv}}) {
+                if (s.rope && L.choice.scaled_rope) {  // HF's table for this call (the forward updated it)
+                    const rope::Freqs &f = s.rope->current();
+                    check(be->rope_freqs(bc, x, r.n, ld, heads, hd, m.rot_dim, r.pos, f.inv_freq.data(),
+                                         f.attention_factor));
+                } else {
+                    check(be->rope(bc, x, r.n, ld, heads, hd, m.rot_dim, r.pos, L.choice.rope_theta));
+                }
+            }
         }
         if (s.ring[li]) {  // rows pos % R.., split where the ring wraps
             const uint64_t R = s.cache_rows[li], r0 = r.pos % R, n1 = std::min(r.n, R - r0);
@@ -421,6 +435,7 @@ void attention_block(const DecoderModel &m, Scratch &sc, const Layer &L, size_t 
         }
     }
     check(be->matmul(bc, L.o.w, sc.attn, n, sc.tmp));
+    if (L.o_bias) check(be->add_bias(bc, sc.tmp, L.o_bias.w, n, c.hidden_size));
 }
 
 // sc.tmp = ffn(sc.xn).
@@ -531,6 +546,9 @@ void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &a) {
     if (n == 0) return;
     const uint64_t n_layers = a.n_layers == 0 ? m.layers.size() : a.n_layers;
     const int32_t mode = a.logits_mode;
+    // Dynamic NTK: HF's dynamic_rope_update runs once per forward call (not
+    // per chunk below), for seq_len = the call's last position + 1.
+    if (s.rope) s.rope->update(a.pos + n);
     // Rings hold the keys of at most s.chunk new tokens: longer calls run in chunks.
     const uint64_t chunk = std::find(s.ring.begin(), s.ring.end(), true) != s.ring.end() ? s.chunk : n;
     const uint64_t H = m.cfg.hidden_size, V = m.cfg.vocab_size;
@@ -584,6 +602,7 @@ void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> state
                                                       std::to_string(a.n_tokens) + " tokens; with sliding-window rings a "
                                                       "batched pass takes at most " + std::to_string(s->chunk) + " per sequence");
         if (a.n_tokens == 0) continue;
+        if (s->rope) s->rope->update(a.pos + a.n_tokens);  // once per call, as a single forward does
         SeqRows r;
         r.s = s;
         r.tokens = a.tokens;

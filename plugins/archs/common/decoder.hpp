@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ namespace cmf::archs {
 struct LayerChoice {
     uint32_t window = 0;       // 0: full causal attention; else the last `window` positions (self included)
     float rope_theta = 10000;  // RoPE base of this layer
+    // arch.rope_scaling applies to this layer (its base is rope_theta); false
+    // for layers on another base (Gemma 3's local layers run unscaled RoPE).
+    bool scaled_rope = true;
 };
 
 // A family's decoder, decided from its arch block.
@@ -75,6 +79,7 @@ struct Layer {
     Weight post_ffn_norm;   // sandwich: on the FFN's output
     Weight q, k, v, o;
     Weight q_bias, k_bias, v_bias;  // all or none
+    Weight o_bias;                  // attention_bias (qwen3, gemma): o_proj's bias too
     Weight q_norm, k_norm;          // both or none
     Weight gate, up, down;
     uint64_t ffn_dim = 0;
@@ -94,6 +99,9 @@ struct DecoderModel {
     uint64_t kv_row_bytes() const { return kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4); }
     // The backend has matmul_multi: q/k/v and gate/up go as one call each.
     bool fused_matmuls = false;
+    // cfg.rope_scaling is not default: its layers rotate through the
+    // backend's rope_freqs with HF's table.
+    bool scaled_rope = false;
     Weight embed, final_norm, head;
     std::vector<Layer> layers;
     std::vector<cmf_backend_weight *> owned;
@@ -133,6 +141,10 @@ struct DecoderState {
     std::vector<bool> ring;
     uint64_t chunk = 0;  // tokens per forward chunk (rings hold window + chunk - 1 rows)
     Scratch scratch;
+    // The scaled RoPE table HF's rotary embedding holds, per state as a
+    // freshly loaded HF model holds it (dynamic NTK changes it as sequences
+    // grow: rope::Dynamic); unset without scaling.
+    std::optional<rope::Dynamic> rope;
 
     DecoderState() = default;
     DecoderState(const DecoderState &) = delete;

@@ -1,5 +1,8 @@
 #include "hf_arch.hpp"
 
+#include "rope_scaling.hpp"
+
+#include <cmf/json_read.hpp>
 #include <cmf/json_writer.hpp>
 
 #include <simdjson.h>
@@ -10,96 +13,89 @@ namespace cmf::archs {
 
 using sdk::Error;
 namespace dom = simdjson::dom;
+using json::Object;
 
 namespace {
 
-[[noreturn]] void config_error(const std::string &msg) { throw Error(CMF_ERR_PARSE, "config.json: " + msg); }
+constexpr const char *kConfig = "config.json";
 
-// Typed optional reads of a config object; a present key of the wrong type
-// is an error, JSON null reads as absent.
-struct Obj {
-    dom::object o;
-    std::string where;  // "" or "text_config."
+[[noreturn]] void config_error(const std::string &msg) { throw Error(CMF_ERR_PARSE, std::string(kConfig) + ": " + msg); }
+[[noreturn]] void unsupported(const std::string &msg) { throw Error(CMF_ERR_UNSUPPORTED, std::string(kConfig) + ": " + msg); }
 
-    std::optional<dom::element> get(const char *k) const {
-        dom::element e;
-        if (o[k].get(e)) return std::nullopt;
-        if (e.is_null()) return std::nullopt;
-        return e;
-    }
-    std::optional<double> num(const char *k) const {
-        auto e = get(k);
-        if (!e) return std::nullopt;
-        double v;
-        if (e->get_double().get(v)) config_error(where + k + " is not a number");
-        return v;
-    }
-    std::optional<uint64_t> u64(const char *k) const {
-        auto e = get(k);
-        if (!e) return std::nullopt;
-        uint64_t v;
-        if (e->get_uint64().get(v)) {
-            // 64.0 is accepted as an integer; anything else is not
-            double d;
-            if (!e->get_double().get(d) && d >= 0 && d == std::floor(d) && d < 1.8e19) return static_cast<uint64_t>(d);
-            config_error(where + k + " is not a non-negative integer");
-        }
-        return v;
-    }
-    std::optional<std::string> str(const char *k) const {
-        auto e = get(k);
-        if (!e) return std::nullopt;
-        std::string_view v;
-        if (e->get_string().get(v)) config_error(where + k + " is not a string");
-        return std::string(v);
-    }
-    std::optional<bool> boolean(const char *k) const {
-        auto e = get(k);
-        if (!e) return std::nullopt;
-        bool v;
-        if (e->get_bool().get(v)) config_error(where + k + " is not a boolean");
-        return v;
-    }
-    std::optional<Obj> object(const char *k) const {
-        auto e = get(k);
-        if (!e) return std::nullopt;
-        dom::object v;
-        if (e->get_object().get(v)) config_error(where + k + " is not an object");
-        return Obj{v, where + k + "."};
-    }
-    uint64_t need_u64(const char *k) const {
-        auto v = u64(k);
-        if (!v) config_error("missing required key " + where + k);
-        return *v;
-    }
-};
+uint64_t need_u64(const Object &o, const char *k) {
+    auto v = o.u64(k);
+    if (!v) o.missing(k);
+    return *v;
+}
 
 bool contains(const std::string &s, const char *sub) { return s.find(sub) != std::string::npos; }
 bool starts_with(const std::string &s, const char *p) { return s.rfind(p, 0) == 0; }
+
+// The activation HF's ACT2FN gives for `name`, as the arch block spells it:
+// "silu" or "gelu_tanh" (the tanh approximation under its HF names). Others
+// are refused: the runtime computes no other activation.
+std::string activation(const Object &o, const char *key, const std::string &name) {
+    if (name == "silu" || name == "swish") return "silu";
+    if (name == "gelu_pytorch_tanh" || name == "gelu_tanh" || name == "gelu_new") return "gelu_tanh";
+    unsupported(o.key_path(key) + " \"" + name + "\": activation not supported (silu, swish, gelu_pytorch_tanh, gelu_new)");
+}
+
+// The RoPE parameters a config gives. transformers v4 spells the scaling
+// `rope_scaling`; v5 spells everything `rope_parameters` (rope_theta and
+// partial_rotary_factor included), per layer type for some models
+// ({full_attention: {...}, sliding_attention: {...}}, Gemma 3). The scaling
+// comes from `rope_scaling` when it is there and not empty (as v5's
+// convert_rope_params_to_dict reads old configs), else `rope_parameters`.
+struct RopeSource {
+    std::optional<Object> parameters;  // rope_parameters, or its full_attention entry
+    std::optional<Object> sliding;     // rope_parameters.sliding_attention
+    std::optional<Object> scaling;     // where the scaling is read
+    bool top_level_scaling = false;    // scaling is `rope_scaling`
+};
+
+RopeSource rope_source(const Object &tc) {
+    RopeSource r;
+    if (auto rp = tc.object("rope_parameters")) {
+        if (rp->get("full_attention") || rp->get("sliding_attention")) {
+            for (auto kv : rp->raw()) {
+                const std::string key(kv.key);
+                if (key != "full_attention" && key != "sliding_attention")
+                    unsupported(rp->key_path(key) + ": RoPE parameters for layer type \"" + key +
+                                "\", which no supported model has (full_attention, sliding_attention)");
+            }
+            r.parameters = rp->object("full_attention");
+            r.sliding = rp->object("sliding_attention");
+        } else {
+            r.parameters = rp;
+        }
+    }
+    r.scaling = r.parameters;
+    if (auto rs = tc.object("rope_scaling"); rs && rs->raw().size() > 0) {
+        r.scaling = rs;
+        r.top_level_scaling = true;
+    }
+    return r;
+}
 
 }  // namespace
 
 std::string build_arch_json(std::string_view text) {
     dom::parser parser;
-    dom::element doc;
-    if (auto err = parser.parse(text.data(), text.size()).get(doc))
-        config_error(std::string("not valid JSON: ") + simdjson::error_message(err));
-    dom::object root;
-    if (doc.get_object().get(root)) config_error("not a JSON object");
-    Obj top{root, ""};
+    const Object top = json::parse_object(parser, text, kConfig);
     auto model_type = top.str("model_type");
     if (!model_type) config_error("no model_type");
     const std::string mt = *model_type;
-    Obj tc = top.object("text_config").value_or(top);
+    const Object tc = top.object("text_config").value_or(top);
 
     const bool gemma_family = contains(mt, "gemma");
+    const bool qwen_family = starts_with(mt, "qwen");
     const bool hybrid = starts_with(mt, "qwen3_5") || contains(mt, "qwen3_next");
     const bool gemma_norm = (gemma_family && !contains(mt, "gemma4") && !contains(mt, "gemma3n")) || hybrid;
 
-    const uint64_t hidden = tc.need_u64("hidden_size");
-    const uint64_t layers = tc.need_u64("num_hidden_layers");
-    const uint64_t heads = tc.need_u64("num_attention_heads");
-    const uint64_t vocab = tc.need_u64("vocab_size");
+    const uint64_t hidden = need_u64(tc, "hidden_size");
+    const uint64_t layers = need_u64(tc, "num_hidden_layers");
+    const uint64_t heads = need_u64(tc, "num_attention_heads");
+    const uint64_t vocab = need_u64(tc, "vocab_size");
     if (hidden == 0 || layers == 0 || heads == 0 || vocab == 0)
         config_error("hidden_size, num_hidden_layers, num_attention_heads and vocab_size must be positive");
     // Per-layer lists are built from the count: a corrupt one must not ask
@@ -109,7 +105,7 @@ std::string build_arch_json(std::string_view text) {
         config_error("num_hidden_layers " + std::to_string(layers) + " is beyond " + std::to_string(kMaxLayers));
     auto inter = tc.u64("intermediate_size");
     if (!inter) inter = tc.u64("moe_intermediate_size");
-    if (!inter) config_error("missing required key " + tc.where + "intermediate_size (or moe_intermediate_size)");
+    if (!inter) config_error("missing required key " + tc.key_path("intermediate_size") + " (or moe_intermediate_size)");
     const uint64_t kv = tc.u64("num_key_value_heads").value_or(heads);
     if (kv == 0 || heads % kv != 0)
         config_error("num_key_value_heads " + std::to_string(kv) + " does not divide num_attention_heads " + std::to_string(heads));
@@ -119,21 +115,25 @@ std::string build_arch_json(std::string_view text) {
         if (hidden % heads) config_error("hidden_size is not a multiple of num_attention_heads and head_dim is not given");
         head_dim = hidden / heads;
     }
+    if (head_dim == 0) tc.fail("head_dim", *tc.get("head_dim"), "must be positive");
     auto max_pos = tc.u64("max_position_embeddings");
-    if (!max_pos) config_error("missing required key " + tc.where + "max_position_embeddings");
+    if (!max_pos) tc.missing("max_position_embeddings");
 
-    // layer_types
+    // layer_types: HF's names; a name no supported model has is refused (it
+    // would otherwise run as full attention).
     std::vector<std::string> types;
-    if (auto lt = tc.get("layer_types")) {
-        dom::array arr;
-        if (lt->get_array().get(arr)) config_error(tc.where + "layer_types is not an array");
-        for (auto e : arr) {
+    if (auto arr = tc.array("layer_types")) {
+        for (auto e : *arr) {
             std::string_view s;
-            if (e.get_string().get(s)) config_error(tc.where + "layer_types holds a non-string");
-            types.push_back(s == "linear_attention" ? "LinearAttention" : s == "sliding_attention" ? "SlidingAttention" : "FullAttention");
+            if (e.get_string().get(s)) tc.fail("layer_types", e, "must be an array of strings");
+            if (s == "linear_attention") types.push_back("LinearAttention");
+            else if (s == "sliding_attention") types.push_back("SlidingAttention");
+            else if (s == "full_attention") types.push_back("FullAttention");
+            else unsupported(tc.key_path("layer_types") + " holds \"" + std::string(s) +
+                             "\": not a layer type of a supported model (full_attention, sliding_attention, linear_attention)");
         }
         if (types.size() != layers)
-            config_error(tc.where + "layer_types has " + std::to_string(types.size()) + " entries but num_hidden_layers is " + std::to_string(layers));
+            config_error(tc.key_path("layer_types") + " has " + std::to_string(types.size()) + " entries but num_hidden_layers is " + std::to_string(layers));
     } else if (hybrid) {
         // Deliberate addition to the original (which writes all FullAttention
         // here): HF derives the hybrid schedule from full_attention_interval,
@@ -144,42 +144,86 @@ std::string build_arch_json(std::string_view text) {
     } else {
         types.assign(layers, "FullAttention");
     }
+    // Qwen's sliding window: HF makes layers >= max_window_layers sliding when
+    // use_sliding_window is true. Released configs leave it off; the qwen
+    // forward pass has no sliding attention, so such a config is refused
+    // rather than run with full attention.
+    if (qwen_family && !hybrid) {
+        const bool use_sw = tc.boolean("use_sliding_window").value_or(false);
+        if (use_sw && tc.u64("sliding_window").value_or(0) > 0) {
+            const uint64_t from = tc.u64("max_window_layers").value_or(28);
+            if (from < layers)
+                unsupported(tc.key_path("use_sliding_window") + " is true (layers " + std::to_string(from) + ".." +
+                            std::to_string(layers - 1) + " attend a " + std::to_string(*tc.u64("sliding_window")) +
+                            "-token window): sliding-window attention is not implemented for " + mt + " models");
+        }
+        for (const auto &t : types)
+            if (t == "SlidingAttention")
+                unsupported(tc.key_path("layer_types") + " has sliding_attention layers: sliding-window attention is not implemented for " + mt +
+                            " models");
+    }
+    if (gemma_family && tc.boolean("use_bidirectional_attention").value_or(false))
+        unsupported(tc.key_path("use_bidirectional_attention") + " is true (an embedding model): only causal decoders are converted");
     bool any_linear = false, any_sliding = false;
     for (const auto &t : types) {
         any_linear |= t == "LinearAttention";
         any_sliding |= t == "SlidingAttention";
     }
 
-    const double eps = tc.num("rms_norm_eps").value_or(tc.num("norm_eps").value_or(1e-6));
-    auto rope_params = tc.object("rope_parameters");
+    const double eps = tc.finite("rms_norm_eps").value_or(tc.finite("norm_eps").value_or(1e-6));
+    if (!(eps >= 0)) tc.fail("rms_norm_eps", *tc.get("rms_norm_eps"), "must be >= 0");
+    const RopeSource rope_src = rope_source(tc);
     double rope_theta = 10000.0;
-    if (auto v = tc.num("rope_theta")) rope_theta = *v;
-    else if (rope_params && rope_params->num("rope_theta")) rope_theta = *rope_params->num("rope_theta");
+    if (auto v = tc.finite("rope_theta")) rope_theta = *v;
+    else if (rope_src.parameters && rope_src.parameters->has("rope_theta")) rope_theta = *rope_src.parameters->finite("rope_theta");
+    if (!(rope_theta > 0)) config_error("rope_theta = " + json::spelling(*tc.get("rope_theta")) + ": must be a positive number");
     float partial = hybrid ? 0.25f : 1.0f;  // HF's Qwen3NextConfig / Qwen3_5TextConfig default to 0.25
-    if (auto v = tc.num("partial_rotary_factor")) partial = static_cast<float>(*v);
-    else if (rope_params && rope_params->num("partial_rotary_factor")) partial = static_cast<float>(*rope_params->num("partial_rotary_factor"));
+    if (auto v = tc.finite("partial_rotary_factor")) partial = static_cast<float>(*v);
+    else if (rope_src.parameters && rope_src.parameters->has("partial_rotary_factor"))
+        partial = static_cast<float>(*rope_src.parameters->finite("partial_rotary_factor"));
+    if (!(partial > 0 && partial <= 1)) config_error("partial_rotary_factor " + std::to_string(partial) + ": must be in (0, 1]");
+    // HF rotates int(head_dim * partial_rotary_factor) dims, in pairs.
+    const uint64_t rot_dim = static_cast<uint64_t>(double(head_dim) * double(partial));
+    if (rot_dim % 2) unsupported("head_dim * partial_rotary_factor = " + std::to_string(rot_dim) + " rotary dims, an odd number (RoPE rotates pairs)");
+    rope::Scaling scaling;
+    if (rope_src.scaling) {
+        scaling = rope::from_hf(*rope_src.scaling, *max_pos);
+        rope::check(scaling, rope_theta, static_cast<uint32_t>(rot_dim), std::string(kConfig) + ": " + rope_src.scaling->path());
+    }
+    std::optional<double> local_base = tc.finite("rope_local_base_freq");
+    if (rope_src.sliding) {
+        const rope::Scaling sl = rope::from_hf(*rope_src.sliding, *max_pos);
+        if (sl.scaled())
+            unsupported(rope_src.sliding->path() + "rope_type " + rope::type_name(sl.type) +
+                        ": scaled RoPE on sliding layers is not implemented (they run unscaled, as Gemma 3's do)");
+        if (auto t = rope_src.sliding->finite("rope_theta")) local_base = *t;
+    }
 
     bool tie = gemma_family;
     if (auto v = top.boolean("tie_word_embeddings")) tie = *v;
     else if (auto v2 = tc.boolean("tie_word_embeddings")) tie = *v2;
 
-    // A top-level rope_scaling is served at the native window, as the original
-    // converter does: max_position_embeddings = original_max_position_embeddings,
-    // no scaling applied.
+    // With a top-level rope_scaling the original converter writes
+    // max_position_embeddings = original_max_position_embeddings (it serves
+    // the native window, unscaled); kept so its readers see what it writes.
+    // The scaling itself is in rope_scaling, applied as HF applies it.
     uint64_t max_position = *max_pos;
-    if (auto rs = tc.object("rope_scaling")) {
-        std::string kind = rs->str("rope_type").value_or(rs->str("type").value_or(""));
+    if (rope_src.top_level_scaling) {
+        const Object &rs = *rope_src.scaling;
+        std::string kind = rs.str("rope_type").value_or(rs.str("type").value_or(""));
         if ((kind == "linear" || kind == "yarn" || kind == "longrope" || kind == "dynamic" || kind == "mrope") &&
-            rs->u64("original_max_position_embeddings"))
-            max_position = *rs->u64("original_max_position_embeddings");
+            rs.u64("original_max_position_embeddings"))
+            max_position = *rs.u64("original_max_position_embeddings");
     }
 
+    // Activation. Gemma: hidden_activation, which HF (v4) sets to the tanh
+    // GELU when it is null whatever the legacy hidden_act says.
     std::string act = "silu";
-    {
-        auto a = tc.str("hidden_activation");
-        if (!a) a = tc.str("hidden_act");
-        if (a && (*a == "gelu_pytorch_tanh" || *a == "gelu_tanh" || *a == "gelu_new")) act = "gelu_tanh";
-        else if (a && *a != "silu" && *a != "swish") act = *a;
+    if (gemma_family) {
+        if (auto a = tc.str("hidden_activation")) act = activation(tc, "hidden_activation", *a);
+        else act = "gelu_tanh";
+    } else if (auto a = tc.str("hidden_act")) {
+        act = activation(tc, "hidden_act", *a);
     }
 
     json::Writer w;
@@ -200,33 +244,39 @@ std::string build_arch_json(std::string_view text) {
     w.key("rope_theta").f64(rope_theta);
     w.key("tie_word_embeddings").boolean(tie);
     w.key("partial_rotary_factor").f32(partial);
-    if (rope_params) {
-        std::string kind = rope_params->str("rope_type").value_or(rope_params->str("type").value_or(""));
-        if (kind == "yarn") {
-            auto factor = rope_params->num("factor");
-            auto orig = rope_params->u64("original_max_position_embeddings");
-            if (!factor || !orig) config_error("rope_parameters of type yarn need factor and original_max_position_embeddings");
-            w.key("yarn").begin_object();
-            w.key("factor").f64(*factor);
-            w.key("original_max_position_embeddings").u64(*orig);
-            w.key("beta_fast").f64(rope_params->num("beta_fast").value_or(32.0));
-            w.key("beta_slow").f64(rope_params->num("beta_slow").value_or(1.0));
-            w.key("attention_factor").f64(rope_params->num("attention_factor").value_or(0.1 * std::log(*factor) + 1.0));
-            if (auto m = rope_params->num("mscale_all_dim")) w.key("mscale_all_dim").f64(*m);
-            w.end_object();
-        }
+    // The original writes a yarn block for rope_parameters of type yarn (and
+    // nothing for other scalings); kept as it writes it, so its readers
+    // find what they expect. rope_scaling below is what HF computes with.
+    if (rope_src.parameters && rope_src.parameters->str("rope_type").value_or(rope_src.parameters->str("type").value_or("")) == "yarn") {
+        const Object &rp = *rope_src.parameters;
+        auto fct = rp.finite("factor");
+        auto orig = rp.u64("original_max_position_embeddings");
+        if (!fct || !orig) config_error(rp.path() + " of type yarn need factor and original_max_position_embeddings");
+        const double factor = *fct;
+        w.key("yarn").begin_object();
+        w.key("factor").f64(factor);
+        w.key("original_max_position_embeddings").u64(*orig);
+        w.key("beta_fast").f64(rp.finite("beta_fast").value_or(32.0));
+        w.key("beta_slow").f64(rp.finite("beta_slow").value_or(1.0));
+        w.key("attention_factor").f64(rp.finite("attention_factor").value_or(0.1 * std::log(factor) + 1.0));
+        if (auto m = rp.finite("mscale_all_dim")) w.key("mscale_all_dim").f64(*m);
+        w.end_object();
+    }
+    if (scaling.scaled()) {
+        w.key("rope_scaling");
+        rope::write_arch(w, scaling);
     }
     if (act != "silu") w.key("hidden_act").string(act);
     if (gemma_family) w.key("embed_multiplier").f32(std::sqrt(static_cast<float>(hidden)));
-    if (auto v = tc.num("query_pre_attn_scalar")) w.key("query_pre_attn_scalar").f64(*v);
+    if (auto v = tc.finite("query_pre_attn_scalar")) w.key("query_pre_attn_scalar").f64(*v);
     auto pattern = tc.u64("sliding_window_pattern");
     if (!pattern && mt == "gemma2") pattern = 2;
     if (auto sw = tc.u64("sliding_window"); sw && gemma_family && (mt == "gemma2" || pattern || any_sliding))
         w.key("sliding_window").u64(*sw);
     if (pattern && gemma_family) w.key("sliding_window_pattern").u64(*pattern);
-    if (auto v = tc.num("rope_local_base_freq")) w.key("rope_local_base_freq").f64(*v);
-    if (auto v = tc.num("final_logit_softcapping")) w.key("final_logit_softcapping").f64(*v);
-    if (auto v = tc.num("attn_logit_softcapping")) w.key("attn_logit_softcapping").f64(*v);
+    if (local_base) w.key("rope_local_base_freq").f64(*local_base);
+    if (auto v = tc.finite("final_logit_softcapping")) w.key("final_logit_softcapping").f64(*v);
+    if (auto v = tc.finite("attn_logit_softcapping")) w.key("attn_logit_softcapping").f64(*v);
     uint64_t mtp = tc.u64("mtp_num_hidden_layers").value_or(0);
     if (!mtp) mtp = tc.u64("num_nextn_predict_layers").value_or(0);
     if (mtp) {
@@ -281,11 +331,7 @@ std::string build_arch_json(std::string_view text) {
 
 ArchView parse_arch(std::string_view text) {
     dom::parser parser;
-    dom::element doc;
-    dom::object root;
-    if (parser.parse(text.data(), text.size()).get(doc) || doc.get_object().get(root))
-        throw Error(CMF_ERR_PARSE, "arch block is not a JSON object");
-    Obj a{root, "arch."};
+    const Object a = json::parse_object(parser, text, "arch block");
     auto need = [&](const char *k) {
         auto v = a.u64(k);
         if (!v) throw Error(CMF_ERR_PARSE, std::string("arch block lacks ") + k);
@@ -432,6 +478,7 @@ std::vector<PlanEntry> plan_layer(const ArchView &a, const std::string &name, co
         if (s != Shape{a.heads * hd} && s != Shape{2 * a.heads * hd}) shape_error(name, s, "[" + std::to_string(a.heads * hd) + "]");
     } else if (role == "self_attn.k_proj.bias" || role == "self_attn.v_proj.bias") want(name, s, {a.kv_heads * hd});
     else if (role == "self_attn.o_proj.weight") want(name, s, {H, a.heads * hd});
+    else if (role == "self_attn.o_proj.bias") want(name, s, {H});  // attention_bias: the runtime adds it
     else if (role == "self_attn.q_norm.weight" || role == "self_attn.k_norm.weight") want(name, s, {hd});
     else if (role == "mlp.gate_proj.weight" || role == "mlp.up_proj.weight") want_cols(name, s, H);
     else if (role == "mlp.down_proj.weight") want_rows(name, s, H);

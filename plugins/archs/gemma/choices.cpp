@@ -9,7 +9,6 @@ namespace cmf::archs::gemma {
 using cmf::sdk::Error;
 
 DecoderChoices choices(const ArchConfig &c) {
-    if (c.has_yarn) throw Error(CMF_ERR_UNSUPPORTED, "gemma: arch.yarn RoPE scaling is not used by Gemma models");
     DecoderChoices ch;
     ch.family = "gemma";
     ch.norm_style = CMF_NORM_GEMMA;
@@ -36,7 +35,12 @@ DecoderChoices choices(const ArchConfig &c) {
                                                " is a sliding-window layer but arch.sliding_window is missing");
             if (c.sliding_window > UINT32_MAX) throw Error(CMF_ERR_BOUNDS, "gemma: arch.sliding_window is too large");
             l.window = uint32_t(c.sliding_window);
-            if (c.rope_local_base_freq > 0) l.rope_theta = float(c.rope_local_base_freq);
+            if (c.rope_local_base_freq > 0) {
+                // Local layers on their own base run unscaled RoPE, as HF's
+                // rotary_emb_local (Gemma 3's linear x8 is for global layers).
+                l.rope_theta = float(c.rope_local_base_freq);
+                l.scaled_rope = false;
+            }
         }
         ch.layers.push_back(l);
     }

@@ -1,6 +1,6 @@
 #include "hf_import.hpp"
 
-#include <simdjson.h>
+#include <cmf/json_read.hpp>
 
 namespace cmf::archs::gemma {
 
@@ -8,13 +8,9 @@ using sdk::Error;
 
 std::string import_config(std::string_view json) {
     simdjson::dom::parser p;
-    simdjson::dom::element doc;
-    std::string_view mt;
-    if (!p.parse(json.data(), json.size()).get(doc) && !doc["model_type"].get_string().get(mt)) {
-        std::string m(mt);
-        if (m != "gemma" && m != "gemma2" && m != "gemma3" && m != "gemma3_text")
-            throw Error(CMF_ERR_UNSUPPORTED, "config.json: model_type \"" + m + "\" is not a Gemma model this plugin converts (" + kModelTypes + ")");
-    }
+    const std::string m = json::parse_object(p, json, "config.json").str("model_type").value_or("");
+    if (!m.empty() && m != "gemma" && m != "gemma2" && m != "gemma3" && m != "gemma3_text")
+        throw Error(CMF_ERR_UNSUPPORTED, "config.json: model_type \"" + m + "\" is not a Gemma model this plugin converts (" + kModelTypes + ")");
     return build_arch_json(json);
 }
 

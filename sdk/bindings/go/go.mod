@@ -1,0 +1,3 @@
+module cmf
+
+go 1.19

@@ -1,0 +1,353 @@
+/*
+ * The previous layout, kept for a test: abi/cmf/cmf_plugin.h as plugin ABI 1
+ * was first released, before members were appended to its vtables
+ * (cmf_codec_vt: quantize_rows, int8_rows, matmul_rows_x; cmf_backend_vt:
+ * kv_write, attention_kv, matmul_multi). tests/plugins/meson.build builds
+ * the SDK's example codec and backend against it and shows that today's
+ * host still loads and runs them. Never edit it to follow the current header.
+ */
+/*
+ * cmf_plugin.h — the cmf plugin ABI, version 1 (CMF_PLUGIN_ABI_VERSION).
+ *
+ * For authors of codecs (dtypes), architectures and compute backends. A
+ * plugin is a shared module that does NOT link libcmf: everything it needs
+ * from the host comes through the `cmf_host_api` table it receives.
+ *
+ * Entry point (C linkage, default visibility):
+ *
+ *   cmf_error *cmf_plugin_init_v1(const cmf_host_api *host,
+ *                                 uint32_t *abi_version,
+ *                                 cmf_registrar *reg,
+ *                                 void **plugin_state);
+ *
+ * Negotiation (Vulkan-style): on entry *abi_version holds the newest plugin
+ * ABI the host speaks; the plugin writes back the version it speaks (<= the
+ * offered one) or returns an error. The host refuses plugins whose answer is
+ * below CMF_PLUGIN_ABI_MIN or above what it offered, with a message naming
+ * the file and both versions. A hard break of this ABI renames the symbol
+ * (cmf_plugin_init_v2), so old plugins fail cleanly with "no entry point".
+ *
+ * Optional:  void cmf_plugin_fini_v1(void *plugin_state);
+ *   called once, after every component it registered is released.
+ *
+ * Rules:
+ *  - every vtable starts with struct_size and abi_version; members are only
+ *    appended; the host calls a member only if it fits in struct_size and is
+ *    non-NULL; `void *ctx` (given at registration) is always the first argument;
+ *  - errors returned by plugins are created with host->error_create, so the
+ *    host frees them: no cross-module free;
+ *  - no C++ exception may leave a plugin function;
+ *  - the host copies strings at registration, except where said otherwise;
+ *    vtables and ctx must live until cmf_plugin_fini_v1;
+ *  - parallelism goes through host->parallel_for (one thread pool per
+ *    runtime); plugins create no threads of their own.
+ */
+#ifndef CMF_PLUGIN_H
+#define CMF_PLUGIN_H
+
+#include "cmf_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CMF_PLUGIN_ABI_VERSION 1
+#define CMF_PLUGIN_ABI_MIN 1
+#define CMF_PLUGIN_INIT_SYMBOL "cmf_plugin_init_v1"
+#define CMF_PLUGIN_FINI_SYMBOL "cmf_plugin_fini_v1"
+
+#if defined(__GNUC__)
+#  define CMF_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#  define CMF_PLUGIN_EXPORT
+#endif
+
+typedef struct cmf_registrar cmf_registrar; /* opaque, valid only during init */
+typedef struct cmf_host_api cmf_host_api;
+
+/* ---- codecs: one CMF dtype each ----------------------------------------- */
+
+/* cmf_codec_vt.flags */
+#define CMF_CODEC_VARIABLE_SIZE 0x1u /* payload size depends on the data (vbit, q1s, q1t) */
+#define CMF_CODEC_RESERVED      0x2u /* a reserved id: registered only to refuse it clearly */
+
+/* Returned through expected_size when the size is data-dependent. */
+#define CMF_SIZE_VARIABLE UINT64_MAX
+
+/* Options for quantize(). `options` is a codec-specific "key=value,key=value"
+ * string (NULL/"" = the converter defaults); act_rms is an optional per-column
+ * activation RMS used by codecs that weigh outliers by activation (q1t). */
+typedef struct cmf_quantize_params {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    const char *options;
+    const float *act_rms;
+    uint64_t act_rms_len;
+} cmf_quantize_params;
+
+typedef struct cmf_codec_vt {
+    uint32_t struct_size;        /* sizeof(cmf_codec_vt) as compiled into the plugin */
+    uint32_t abi_version;        /* CMF_PLUGIN_ABI_VERSION the vtable was written for */
+    const char *name;            /* dtype name, e.g. "q4tp" */
+    const char *version;         /* implementation version */
+    int32_t dtype_id;            /* CMF dtype id (0..255) */
+    uint32_t flags;              /* CMF_CODEC_* */
+    uint32_t required_features;  /* envelope bits a file needs when it holds this dtype */
+    uint32_t reserved0;
+
+    /* Payload size for a shape, or CMF_SIZE_VARIABLE. Error if the shape is
+     * illegal for this dtype (e.g. q4tp needs 2-D with cols % 32 == 0). Required. */
+    cmf_error *(*expected_size)(void *ctx, uint32_t ndim, const uint64_t *shape, uint64_t *out_nbytes);
+
+    /* Structural validation of a payload against its shape (overlay counts,
+     * row offsets, width bytes). Must not read past t->nbytes. Optional. */
+    cmf_error *(*validate)(void *ctx, const cmf_tensor_view *t);
+
+    /* Reference dequantization of rows [row_begin, row_end) into dst
+     * (row-major f32, (row_end-row_begin) * row_len floats). Rows are
+     * shape[0] for ndim >= 2 (row_len = product of the rest); a 1-D or 0-D
+     * tensor is one row. Reentrant: called concurrently. Required. */
+    cmf_error *(*dequantize_rows)(void *ctx, const cmf_tensor_view *t, uint64_t row_begin,
+                                  uint64_t row_end, float *dst);
+
+    /* Quantize an f32 tensor (row-major, product(shape) floats) and append the
+     * payload to `out`. Bit-exact with the original's encoder. Optional. */
+    cmf_error *(*quantize)(void *ctx, uint32_t ndim, const uint64_t *shape, const float *src,
+                           const cmf_quantize_params *params, const cmf_byte_sink *out);
+
+    /* Fast kernel: y[b * ldy + r] = dot(row r of W, x[b * ldx .. + cols])
+     * for b < n_batch and r in [row_begin, row_end). W is 2-D. Optional;
+     * called concurrently on disjoint row ranges. */
+    cmf_error *(*matmul_rows)(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx,
+                              uint64_t n_batch, uint64_t row_begin, uint64_t row_end, float *y,
+                              uint64_t ldy);
+} cmf_codec_vt;
+
+/* ---- backends: where compute happens ------------------------------------ */
+
+/*
+ * A backend executes the operations architectures need. Activations live in
+ * backend buffers (`void *` the arch treats as opaque handles, except on the
+ * CPU backend where they are host pointers); weights are bound once with
+ * weight_bind (the CPU backend keeps them in the mapping: zero copy).
+ * Operations not provided are NULL; archs check before use.
+ */
+typedef struct cmf_backend_weight cmf_backend_weight; /* opaque, backend-owned */
+
+typedef struct cmf_backend_vt {
+    uint32_t struct_size;
+    uint32_t abi_version;
+    const char *name;            /* e.g. "cpu" */
+    const char *version;
+    const char *description;     /* device and ISA summary, e.g. "x86-64 AVX-512, 2 threads" */
+
+    /* Bind a stored tensor for use as a matmul/embedding weight (2-D) or a
+     * norm weight / bias (1-D). The view's data must stay valid until
+     * weight_free. */
+    cmf_error *(*weight_bind)(void *ctx, const cmf_tensor_view *t, cmf_backend_weight **out);
+    void (*weight_free)(void *ctx, cmf_backend_weight *w);
+
+    /* Y[n_batch][rows] = X[n_batch][cols] · W^T for a 2-D weight [rows, cols]. */
+    cmf_error *(*matmul)(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch,
+                         float *y);
+
+    /* ---- transformer operations ----
+     * Activation buffers are device addresses of f32 arrays: an arch may
+     * offset them by whole floats (p + n) but never dereferences them; it
+     * moves data to and from the host only with buffer_write/buffer_read.
+     * `x`/`y` of matmul above are such buffers, rows contiguous (row-major),
+     * and n_batch > 1 is the batched (prefill) path. Weights given to the
+     * element-wise operations (norm weights, biases) are bound with
+     * weight_bind like matmul weights; 1-D vectors are accepted there.
+     * Operations on one backend context may be called from one thread at a
+     * time per arch state; they parallelise internally. */
+
+    /* Device memory for n_bytes, 64-byte aligned, uninitialised. */
+    cmf_error *(*buffer_alloc)(void *ctx, size_t n_bytes, float **out);
+    void (*buffer_free)(void *ctx, float *buf); /* NULL-safe */
+    cmf_error *(*buffer_write)(void *ctx, float *dst, const void *src_host, size_t n_bytes);
+    cmf_error *(*buffer_read)(void *ctx, void *dst_host, const float *src, size_t n_bytes);
+    /* dst[i] = src[i] for i < n (device to device). */
+    cmf_error *(*copy)(void *ctx, float *dst, const float *src, uint64_t n);
+
+    /* RMSNorm of n_rows rows of `dim` floats (row stride `dim`); `w` is a
+     * [dim] weight; style CMF_NORM_QWEN (x^*w) or CMF_NORM_GEMMA (x^*(1+w)).
+     * y may equal x. Also serves the per-head q/k-norm (rows = heads). */
+    cmf_error *(*rms_norm)(void *ctx, const float *x, const cmf_backend_weight *w, uint64_t n_rows,
+                           uint64_t dim, float eps, int32_t style, float *y);
+
+    /* Half-split (NeoX) RoPE in place on x = [n_tokens][ld] holding n_heads
+     * heads of head_dim at the start of each row; token t has position
+     * pos0 + t; the first rot_dim (even) dims of each head rotate, with
+     * inv_freq_i = 1 / theta^(2i/rot_dim) computed in f32, as Hugging Face does. */
+    cmf_error *(*rope)(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads,
+                       uint32_t head_dim, uint32_t rot_dim, uint64_t pos0, float theta);
+
+    /* Causal softmax attention with GQA over a KV cache.
+     * q: [n_tokens][n_heads*head_dim]; k_cache, v_cache: [>= pos0+n_tokens]
+     * rows of n_kv_heads*head_dim (the new tokens' K/V already stored at
+     * rows pos0..); query t (position pos0+t) attends rows j <= pos0+t, and
+     * j > pos0+t-window when window > 0; softcap > 0 applies
+     * c*tanh(s/c) to scores. Query head h reads KV head h/(n_heads/n_kv_heads).
+     * out: [n_tokens][n_heads*head_dim]. */
+    cmf_error *(*attention)(void *ctx, const float *q, const float *k_cache, const float *v_cache,
+                            float *out, uint64_t n_tokens, uint64_t pos0, uint32_t n_heads,
+                            uint32_t n_kv_heads, uint32_t head_dim, float scale, uint32_t window,
+                            float softcap);
+
+    /* Gated FFN middle: out[i] = act(gate[i]) * up[i], i < n; act is
+     * CMF_ACT_SILU or CMF_ACT_GELU_TANH. out may equal gate. */
+    cmf_error *(*gated_act)(void *ctx, const float *gate, const float *up, uint64_t n, int32_t act,
+                            float *out);
+
+    /* y[i] += x[i] for i < n (residual add). */
+    cmf_error *(*add)(void *ctx, float *y, const float *x, uint64_t n);
+
+    /* y[r][j] += b[j] for r < n_rows, j < dim; b is a bound [dim] vector. */
+    cmf_error *(*add_bias)(void *ctx, float *y, const cmf_backend_weight *b, uint64_t n_rows, uint64_t dim);
+
+    /* out[t] = row tokens[t] of the 2-D weight `table` (any dtype: rows are
+     * decoded with the codec's dequantize_rows), times `scale`. tokens are
+     * host memory; an id outside the table's rows is CMF_ERR_BOUNDS. */
+    cmf_error *(*embed)(void *ctx, const cmf_backend_weight *table, const int32_t *tokens,
+                        uint64_t n_tokens, float scale, float *out);
+} cmf_backend_vt;
+
+/* cmf_backend_vt.rms_norm styles: x̂·w (qwen, llama) or x̂·(1+w) (gemma, qwen3-next) */
+#define CMF_NORM_QWEN  0 /* y = x^ * w       */
+#define CMF_NORM_GEMMA 1 /* y = x^ * (1 + w) */
+
+/* cmf_backend_vt.gated_act activations: act(gate)·up */
+#define CMF_ACT_SILU      0
+#define CMF_ACT_GELU_TANH 1
+
+/* ---- architectures ------------------------------------------------------ */
+
+/*
+ * What an architecture sees of a model: the header's `arch` block, the whole
+ * header, and tensor lookup. The host builds one from an opened cmf_model
+ * (skill indirection and masks applied); tests and converters may build their
+ * own. Views stay valid until the model source's owner releases them (for a
+ * cmf_model: until cmf_close).
+ */
+typedef struct cmf_model_source {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    void *user;
+    const char *arch_json;         /* the header's "arch" object, UTF-8 JSON */
+    size_t arch_json_len;
+    const char *header_json;       /* the whole header JSON */
+    size_t header_json_len;
+    uint64_t tensor_count;
+    /* Tensor by exact name; CMF_ERR_MISSING_TENSOR (made with the host's
+     * error_create) if absent. */
+    cmf_error *(*tensor)(void *user, const char *name, cmf_tensor_view *out);
+    /* Tensor by index in [0, tensor_count); *name is borrowed like the view. */
+    cmf_error *(*tensor_at)(void *user, uint64_t index, const char **name, cmf_tensor_view *out);
+} cmf_model_source;
+
+typedef struct cmf_arch_model cmf_arch_model; /* opaque, arch-owned: bound weights */
+typedef struct cmf_arch_state cmf_arch_state; /* opaque, arch-owned: KV cache / recurrent state */
+
+typedef struct cmf_arch_model_params {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    const char *options;           /* arch-specific "key=value,..." or NULL */
+} cmf_arch_model_params;
+
+/* What a bound model tells its host. */
+typedef struct cmf_arch_model_info {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    uint64_t vocab_size;           /* logits per position */
+    uint64_t max_context;          /* from the header (max_position_embeddings), 0 = unknown */
+} cmf_arch_model_info;
+
+#define CMF_LOGITS_NONE 0  /* only advance the state */
+#define CMF_LOGITS_LAST 1  /* logits of the last token: vocab_size floats */
+#define CMF_LOGITS_ALL  2  /* logits of every token: n_tokens * vocab_size floats */
+
+typedef struct cmf_forward_args {
+    uint32_t struct_size;
+    uint32_t n_tokens;
+    const int32_t *tokens;
+    uint64_t pos;                  /* position of tokens[0]; the state must hold exactly pos tokens */
+    int32_t logits_mode;           /* CMF_LOGITS_* */
+    uint32_t reserved0;
+    float *logits;                 /* host memory, sized per logits_mode */
+} cmf_forward_args;
+
+typedef struct cmf_arch_vt {
+    uint32_t struct_size;
+    uint32_t abi_version;
+    const char *name;              /* e.g. "qwen" */
+    const char *version;
+    const char *arch_names;        /* comma-separated header `arch.arch_name` values it runs */
+    const char *hf_model_types;    /* comma-separated HF config `model_type` values it converts */
+
+    /* -- converter hooks (optional) -- */
+    /* HF config.json bytes -> the CMF header `arch` object (JSON) appended to out. */
+    cmf_error *(*import_config)(void *ctx, const char *hf_config_json, size_t len, const cmf_byte_sink *out);
+    /* How one HF tensor becomes CMF tensors, as JSON appended to out, given the
+     * arch block from import_config. "[]" drops it; see docs/convert.md for
+     * the plan format (renames, splits of fused projections, expert unpacking). */
+    cmf_error *(*import_tensor)(void *ctx, const char *arch_json, size_t arch_len, const char *hf_name,
+                                uint32_t ndim, const uint64_t *shape, const cmf_byte_sink *out);
+
+    /* -- running (optional: an arch may only convert) -- */
+    cmf_error *(*model_create)(void *ctx, const cmf_model_source *src, const cmf_backend_vt *backend,
+                               void *backend_ctx, const cmf_arch_model_params *params, cmf_arch_model **out);
+    void (*model_free)(void *ctx, cmf_arch_model *model);
+    cmf_error *(*model_info)(void *ctx, const cmf_arch_model *model, cmf_arch_model_info *out);
+    cmf_error *(*state_create)(void *ctx, cmf_arch_model *model, uint64_t n_ctx, cmf_arch_state **out);
+    void (*state_free)(void *ctx, cmf_arch_state *state);
+    /* Keep the first n_keep positions, drop the rest (rollback, reset with 0). */
+    cmf_error *(*state_truncate)(void *ctx, cmf_arch_state *state, uint64_t n_keep);
+    cmf_error *(*forward)(void *ctx, cmf_arch_model *model, cmf_arch_state *state, const cmf_forward_args *args);
+} cmf_arch_vt;
+
+/* ---- the host services table -------------------------------------------- */
+
+typedef void (*cmf_range_fn)(void *user, uint64_t begin, uint64_t end);
+
+struct cmf_host_api {
+    uint32_t struct_size;        /* sizeof(cmf_host_api) of the host */
+    uint32_t abi_version;        /* newest plugin ABI version of the host */
+    void *host_ctx;              /* pass back as first argument where asked */
+
+    /* Errors: the only way a plugin makes a cmf_error. `message` is copied. */
+    cmf_error *(*error_create)(int32_t code, const char *message);
+    /* Release an error the plugin received and will not return (NULL-safe). */
+    void (*error_free)(cmf_error *error);
+    /* Log through the runtime's log callback. */
+    void (*log)(void *host_ctx, int32_t level, const char *message);
+
+    /* Memory with the given power-of-two alignment; free with free_aligned. */
+    void *(*alloc_aligned)(size_t size, size_t alignment);
+    void (*free_aligned)(void *p);
+
+    /* Run fn over [begin, end) split into chunks of at least `grain`, on the
+     * runtime's thread pool; returns when all chunks are done. fn must not throw. */
+    void (*parallel_for)(void *host_ctx, uint64_t begin, uint64_t end, uint64_t grain,
+                         cmf_range_fn fn, void *user);
+    /* Threads of the runtime's pool. */
+    int32_t (*num_threads)(void *host_ctx);
+
+    /* Registration; valid only during cmf_plugin_init_v1. */
+    cmf_error *(*register_codec)(cmf_registrar *reg, const cmf_codec_vt *vt, void *ctx);
+    cmf_error *(*register_backend)(cmf_registrar *reg, const cmf_backend_vt *vt, void *ctx);
+    cmf_error *(*register_arch)(cmf_registrar *reg, const cmf_arch_vt *vt, void *ctx);
+
+    /* Codec lookup by dtype id (for backends and archs): NULL if none. */
+    const cmf_codec_vt *(*find_codec)(void *host_ctx, int32_t dtype_id, void **codec_ctx);
+};
+
+typedef cmf_error *(*cmf_plugin_init_fn)(const cmf_host_api *host, uint32_t *abi_version,
+                                         cmf_registrar *reg, void **plugin_state);
+typedef void (*cmf_plugin_fini_fn)(void *plugin_state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CMF_PLUGIN_H */

@@ -1,0 +1,132 @@
+/*
+ * cmf_types.h — definitions shared by the host API (cmf.h) and the plugin
+ * ABI (cmf_plugin.h). Plain C99. Everything here is append-only: a value,
+ * once shipped, keeps its meaning forever.
+ */
+#ifndef CMF_TYPES_H
+#define CMF_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Symbol visibility for libcmf's exported functions. */
+#if defined(_WIN32)
+#  define CMF_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#  define CMF_API __attribute__((visibility("default")))
+#else
+#  define CMF_API
+#endif
+
+/*
+ * Errors. A fallible call returns `cmf_error *`: NULL means success; anything
+ * else is an error object owned by the caller, released with cmf_error_free()
+ * (host API) or handed back to the host (plugins). There is no thread-local
+ * "last error". On error, out-parameters are left untouched.
+ *
+ * Codes are int32_t values (never a C enum in a signature). The container
+ * kinds mirror the CMF v2 specification's error kinds one to one.
+ */
+typedef struct cmf_error cmf_error;
+
+#define CMF_ERR_INVALID_ARGUMENT     1  /* a caller passed something unusable       */
+#define CMF_ERR_IO                   2  /* read/write/mmap/rename failed             */
+#define CMF_ERR_FILE_NOT_FOUND       3  /* spec: FileNotFound                        */
+#define CMF_ERR_INVALID_MAGIC        4  /* spec: InvalidMagic                        */
+#define CMF_ERR_UNSUPPORTED_VERSION  5  /* spec: UnsupportedVersion                  */
+#define CMF_ERR_UNSUPPORTED_FEATURE  6  /* spec: UnsupportedFeature                  */
+#define CMF_ERR_UNKNOWN_DTYPE        7  /* spec: UnknownDtype (also: no codec)       */
+#define CMF_ERR_MISSING_TENSOR       8  /* spec: MissingTensor                       */
+#define CMF_ERR_BOUNDS               9  /* spec: Bounds                              */
+#define CMF_ERR_PARSE               10  /* spec: Parse                               */
+#define CMF_ERR_HASH_MISMATCH       11  /* verify found a hash that does not match   */
+#define CMF_ERR_SIGNATURE           12  /* detached signature missing/invalid/untrusted */
+#define CMF_ERR_PLUGIN              13  /* a plugin could not be loaded or refused   */
+#define CMF_ERR_UNSUPPORTED         14  /* valid request this build cannot serve     */
+#define CMF_ERR_OUT_OF_MEMORY       15
+#define CMF_ERR_CANCELLED           16  /* stopped by an abort/cancel callback       */
+#define CMF_ERR_NOT_FOUND           17  /* a named thing (not a tensor) is absent    */
+#define CMF_ERR_TEMPLATE            18  /* a chat template raised or failed          */
+#define CMF_ERR_INTERNAL            19  /* a bug: please report                       */
+
+/* Component kinds registered by plugins. */
+#define CMF_COMPONENT_CODEC   1
+#define CMF_COMPONENT_ARCH    2
+#define CMF_COMPONENT_BACKEND 3
+
+/* CMF v2 dtype ids (spec §3.1; q2tp, id 16, is written by the original although
+ * the spec text does not list it). Ids are never reused. */
+#define CMF_DTYPE_F32       0
+#define CMF_DTYPE_F16       1
+#define CMF_DTYPE_BF16      2
+#define CMF_DTYPE_Q8_ROW    3
+#define CMF_DTYPE_Q4_BLOCK  4
+#define CMF_DTYPE_MIX8_4    5  /* reserved */
+#define CMF_DTYPE_U8        6  /* reserved (raw bytes) */
+#define CMF_DTYPE_Q4_COL    7  /* reserved */
+#define CMF_DTYPE_VBIT      8
+#define CMF_DTYPE_Q8_2F     9
+#define CMF_DTYPE_VBIT_RO  10
+#define CMF_DTYPE_Q4_TILED 11
+#define CMF_DTYPE_Q1       12
+#define CMF_DTYPE_Q1S      13
+#define CMF_DTYPE_Q1T      14
+#define CMF_DTYPE_Q4TP     15
+#define CMF_DTYPE_Q2TP     16
+
+/* required_features bits of the envelope (spec §1.1). */
+#define CMF_FEATURE_TENSOR_DIR    0x01u
+#define CMF_FEATURE_BINARY_MASKS  0x02u
+#define CMF_FEATURE_QUANT_2F      0x04u
+#define CMF_FEATURE_DELTA_MASKS   0x08u /* reserved: refused */
+#define CMF_FEATURE_HOT_PACKS     0x10u /* reserved: refused */
+#define CMF_FEATURE_LOOP_MASKS    0x20u
+#define CMF_FEATURE_SKILL_FILE    0x40u
+#define CMF_FEATURES_SUPPORTED    0x67u
+
+/* A tensor's shape has at most this many dimensions in a CMF v2 directory. */
+#define CMF_MAX_DIMS 6
+
+/* Log levels for log callbacks. */
+#define CMF_LOG_ERROR 0
+#define CMF_LOG_WARN  1
+#define CMF_LOG_INFO  2
+#define CMF_LOG_DEBUG 3
+
+/*
+ * A borrowed, read-only view of one stored tensor: what a codec or a backend
+ * needs to interpret a payload. `data` points into the file mapping (or a
+ * caller's buffer) and is valid as long as its owner says (the model for
+ * cmf_tensor views). `struct_size` first: fields are only ever appended.
+ */
+typedef struct cmf_tensor_view {
+    uint32_t struct_size;   /* sizeof(cmf_tensor_view) as the producer knows it */
+    int32_t dtype;          /* CMF_DTYPE_* */
+    uint32_t ndim;          /* 0..CMF_MAX_DIMS */
+    uint32_t reserved0;     /* zero */
+    uint64_t shape[CMF_MAX_DIMS];
+    const void *data;       /* payload bytes */
+    uint64_t nbytes;        /* payload length */
+} cmf_tensor_view;
+
+/*
+ * A byte sink: where a producer of variable-length bytes writes them
+ * (quantizers, JSON emitters). `append` may be called any number of times;
+ * it returns NULL or an error created by whoever owns the sink.
+ */
+typedef struct cmf_byte_sink {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    void *user;
+    cmf_error *(*append)(void *user, const void *data, size_t n);
+} cmf_byte_sink;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CMF_TYPES_H */
