@@ -9,8 +9,8 @@
 //              [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
-// one ROWSxCOLS weight (f32/f16/bf16, or q8_row / q4_block through its
-// codec) times --pp tokens, --reps times; GFLOP/s of the median and best rep,
+// one ROWSxCOLS weight (f32/f16/bf16, or q8 (q8_row), q4 (q4_block) or any
+// other quantized dtype by name, through its codec) times --pp tokens, --reps times; GFLOP/s of the median and best rep,
 // and the weight bytes per second. --matrices N runs N distinct copies in
 // rotation, as a model's layers (decode: --pp 1 --matrices 200 streams from
 // memory with a join per matmul).
@@ -19,6 +19,7 @@
 // --plugin-path replaces the build tree's plugins (e.g. a saved older
 // backend, to compare two versions in one session).
 #include "common/byte_views.hpp"
+#include "common/dtype_name.hpp"
 #include "common/error.hpp"
 #include "half.hpp"
 #include "plugin_host/runtime.hpp"
@@ -227,11 +228,11 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
                uint64_t matrices) {
     const cmf::BackendEntry *be = rt->backend("cpu");
     if (be == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend");
-    const int32_t dtype = dtype_name == "f32"    ? CMF_DTYPE_F32
-                          : dtype_name == "bf16" ? CMF_DTYPE_BF16
-                          : dtype_name == "q8"   ? CMF_DTYPE_Q8_ROW
-                          : dtype_name == "q4"   ? CMF_DTYPE_Q4_BLOCK
-                                                 : CMF_DTYPE_F16;
+    // q8 and q4 as the converter's --quant spells them; any other dtype by its own name (q4tp, q1t, ...).
+    int32_t dtype = dtype_name == "q8" ? CMF_DTYPE_Q8_ROW : dtype_name == "q4" ? CMF_DTYPE_Q4_BLOCK : -1;
+    for (int32_t id = 0; id < 64 && dtype < 0; ++id)
+        if (cmf::dtype_name(id) == dtype_name) dtype = id;
+    if (dtype < 0) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--gemm: unknown --dtype " + dtype_name);
     Rng rng;
     std::vector<float> wf(rows * cols), x(tokens * cols), y(tokens * rows);
     for (auto &v : wf) v = rng.next(0.05f);
@@ -280,8 +281,10 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
                 dtype_name.c_str(), (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)tokens,
                 flop / secs[secs.size() / 2] / 1e9, secs[secs.size() / 2] * 1e3, flop / secs.front() / 1e9,
                 flop / cpu[cpu.size() / 2] / 1e9, flop / cpu.front() / 1e9);
-    std::printf("  weight bytes streamed: median %.2f GB/s wall, best %.2f (%llu matrices of %.2f MB in rotation)\n",
+    std::printf("  weight bytes streamed: median %.2f GB/s wall, best %.2f; CPU-normalised median %.2f, best %.2f (%llu "
+                "matrices of %.2f MB in rotation)\n",
                 double(bytes.size()) / secs[secs.size() / 2] / 1e9, double(bytes.size()) / secs.front() / 1e9,
+                double(bytes.size()) / cpu[cpu.size() / 2] / 1e9, double(bytes.size()) / cpu.front() / 1e9,
                 (unsigned long long)matrices, double(bytes.size()) / 1e6);
     // The Intel VM of docs/performance.md reports a 300 MiB L3: a rotation
     // below that streams partly from cache, not memory (a 177 MB rotation
@@ -401,7 +404,7 @@ int main(int argc, char **argv) {
         else if (a == "--plugin-path") plugin_path = next();
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
-                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4] [--reps N] [--matrices N]] "
+                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4|DTYPE] [--reps N] [--matrices N]] "
                                  "[--attention DEPTH [--layers N] [--reps N]] [--plugin-path DIRS]\n");
             return 2;
         }

@@ -72,6 +72,7 @@ int cmd_render(const std::vector<std::string> &args);
 // convert
 int cmd_convert(const std::vector<std::string> &args);
 int cmd_requant(const std::vector<std::string> &args);
+int cmd_imagine_pack(const std::vector<std::string> &args);
 int cmd_import_gguf(const std::vector<std::string> &args);
 // the original's file tools
 int cmd_diff(const std::vector<std::string> &args);
@@ -83,6 +84,7 @@ int cmd_run(const std::vector<std::string> &args);
 int cmd_bench(const std::vector<std::string> &args);
 int cmd_ppl(const std::vector<std::string> &args);
 int cmd_logits(const std::vector<std::string> &args);
+int cmd_imagine(const std::vector<std::string> &args);
 int cmd_serve(const std::vector<std::string> &args);
 
 }  // namespace cmfhost

@@ -66,10 +66,12 @@ const Command kCommands[] = {
     {"diff", "compare two .cmf files: header, tensors by hash (shared/new/removed/changed), skills", cmfhost::cmd_diff},
     {"dequant", "dequantize tensors to raw f32/bf16 files (one, or every tensor of a prefix)", cmfhost::cmd_dequant},
     {"patch-tensor", "replace tensors' values from raw f32 files, in place or into a new file", cmfhost::cmd_patch_tensor},
+    {"imagine-pack", "pack a diffusers text-to-image pipeline directory into one .cmf", cmfhost::cmd_imagine_pack},
     {"run", "generate: one prompt (-p) or an interactive chat", cmfhost::cmd_run},
     {"bench", "prompt-processing and generation speed (pp/tg), peak RSS", cmfhost::cmd_bench},
     {"ppl", "perplexity of a text file", cmfhost::cmd_ppl},
     {"logits", "f32 logits of every prompt position to a file", cmfhost::cmd_logits},
+    {"imagine", "text to image: a prompt -> PNG with a pipeline .cmf", cmfhost::cmd_imagine},
     {"serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", cmfhost::cmd_serve},
 };
 

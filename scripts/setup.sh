@@ -29,7 +29,7 @@ done
 # libboost-dev is 1.74).
 build_pkgs=(g++ meson ninja-build pkgconf cmake
   libboost1.81-dev libboost-program-options1.81-dev libboost-json1.81-dev
-  libsimdjson-dev libtbb-dev doctest-dev libssl-dev libpcre2-dev libutf8proc-dev)
+  libsimdjson-dev libtbb-dev doctest-dev libssl-dev libpcre2-dev libutf8proc-dev libpng-dev)
 test_pkgs=(python3 clang libclang-rt-14-dev python3-jinja2
   python3-torch python3-numpy libopenblas0-pthread sentencepiece chromium
   rustc cargo rustfmt bindgen golang-go abigail-tools)  # language bindings (sdk/bindings), ABI check

@@ -446,6 +446,15 @@ CMF_API void cmf_convert_options_init(cmf_convert_options *opts);
  * model_type), codecs and thread pool. Blocks; one call per runtime at a time. */
 CMF_API cmf_error *cmf_convert(cmf_runtime *rt, const cmf_convert_options *opts);
 
+/* Pack a diffusers text-to-image pipeline directory (model_index.json;
+ * today Lumina2Pipeline) into one pipeline container (spec 12): its text
+ * encoder, denoiser and VAE decoder under te.*, dit.*, vae.*, each
+ * component's config.json as a u8 tensor, the tokenizer in the vocab
+ * section (docs/imagine.md). Streams like cmf_convert (bounded memory,
+ * progress, nothing left at `output` on error). opts->quant: q8 (default),
+ * q4t or f32; quant_map must be NULL; shard_max_bytes as for cmf_convert. */
+CMF_API cmf_error *cmf_imagine_pack(cmf_runtime *rt, const cmf_convert_options *opts);
+
 typedef struct cmf_requant_options {
     uint32_t struct_size;
     uint32_t flags;              /* 0, or CMF_REQUANT_IN_PLACE (declared below) */
@@ -927,6 +936,85 @@ typedef struct cmf_batch_stats {
 
 CMF_API void cmf_batch_stats_init(cmf_batch_stats *stats);
 CMF_API cmf_error *cmf_batch_get_stats(const cmf_batch *b, cmf_batch_stats *out);
+
+/* ---- images: text-to-image pipelines ------------------------------------ */
+
+/*
+ * A pipeline container (spec 12; written by cmf_imagine_pack) holds a whole
+ * text-to-image model. cmf_image_pipeline_create binds it through the arch
+ * plugin that runs its arch_name (docs/imagine.md); cmf_imagine renders the
+ * prompt through the pipeline's text template, tokenizes it with the file's
+ * tokenizer, starts from seeded noise (or a given latent), denoises and
+ * decodes to RGB8.
+ *
+ * Thread-safety: one thread at a time per pipeline. The model must outlive
+ * the pipeline.
+ */
+typedef struct cmf_image_pipeline cmf_image_pipeline;
+
+typedef struct cmf_image_pipeline_options {
+    uint32_t struct_size;
+    uint32_t flags;            /* reserved, 0 */
+    const char *backend;       /* backend name; NULL or "" = the default backend */
+    const char *arch_options;  /* arch-specific "key=value,..." or NULL */
+} cmf_image_pipeline_options;
+
+CMF_API void cmf_image_pipeline_options_init(cmf_image_pipeline_options *opts);
+/* CMF_ERR_UNSUPPORTED when the file is not a pipeline an arch plugin runs
+ * (e.g. a text model: open those with cmf_session_create_for_model). */
+CMF_API cmf_error *cmf_image_pipeline_create(cmf_runtime *rt, const cmf_model *m, const cmf_image_pipeline_options *opts,
+                                             cmf_image_pipeline **out);
+CMF_API void cmf_image_pipeline_free(cmf_image_pipeline *p); /* NULL-safe */
+
+typedef struct cmf_image_pipeline_info {
+    uint32_t struct_size;
+    uint32_t latent_channels;  /* the latent is [latent_channels][height / latent_scale][width / latent_scale] */
+    uint32_t latent_scale;
+    uint32_t size_multiple;    /* width and height must be multiples of this */
+    uint32_t max_text_tokens;  /* a prompt's tokens beyond this are cut */
+    uint32_t reserved0;
+    const char *arch;          /* the arch plugin that runs it, e.g. "lumina2" (borrowed from the pipeline) */
+    const char *description;   /* its components in one line (borrowed) */
+} cmf_image_pipeline_info;
+
+CMF_API void cmf_image_pipeline_info_init(cmf_image_pipeline_info *info);
+CMF_API cmf_error *cmf_image_pipeline_get_info(const cmf_image_pipeline *p, cmf_image_pipeline_info *out);
+
+/* Called after each denoising step (step counts from 1); nonzero stops the
+ * run, which then returns CMF_ERR_CANCELLED. */
+typedef int32_t (*cmf_imagine_step_fn)(void *user, uint32_t step, uint32_t n_steps);
+
+typedef struct cmf_imagine_options {
+    uint32_t struct_size;
+    uint32_t width, height;        /* pixels; default 512 x 512 */
+    uint32_t steps;                /* default 30 */
+    float guidance_scale;          /* classifier-free guidance, default 4.0; <= 1: none */
+    float cfg_trunc_ratio;         /* default 1.0: step i (from 0) is guided while (i + 1) / steps <= this */
+    uint32_t cfg_normalization;    /* default 1: guided prediction rescaled to the conditional one's norm */
+    uint32_t reserved0;
+    uint64_t seed;                 /* default 0: the initial noise (when latent_in is NULL) */
+    const char *prompt;            /* UTF-8; NULL = "" */
+    const char *negative_prompt;   /* UTF-8; NULL = "" */
+    /* The initial latent ([latent_channels][height/scale][width/scale] f32,
+     * exactly that many floats), instead of the seeded standard-normal
+     * noise (SplitMix64 + Box-Muller, as the original draws it). */
+    const float *latent_in;
+    uint64_t latent_in_len;
+    /* Receives the final latent (latent_out_len floats, exactly the
+     * latent's size); NULL = not wanted. */
+    float *latent_out;
+    uint64_t latent_out_len;
+    cmf_imagine_step_fn on_step;   /* may be NULL */
+    void *user;
+} cmf_imagine_options;
+
+CMF_API void cmf_imagine_options_init(cmf_imagine_options *opts);
+
+/* Generate one image into rgb (width * height * 3 bytes: rows top to
+ * bottom, R G B per pixel; rgb_len must be exactly that), each value the
+ * decoded [0, 1] intensity times 255 rounded half to even. rgb NULL (and
+ * rgb_len 0): no decode, only the latent (latent_out). */
+CMF_API cmf_error *cmf_imagine(cmf_image_pipeline *p, const cmf_imagine_options *opts, uint8_t *rgb, uint64_t rgb_len);
 
 #ifdef __cplusplus
 }

@@ -319,6 +319,72 @@ typedef struct cmf_backend_vt {
     cmf_error *(*rope_freqs)(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads,
                              uint32_t head_dim, uint32_t rot_dim, uint64_t pos0, const float *inv_freq,
                              float scale);
+
+    /* ---- image and diffusion operations (appended; optional) ----
+     * What image models (diffusion transformers, VAE decoders) need besides
+     * the transformer operations above. An image of height x width
+     * positions and C channels is a buffer of [height * width][C] floats,
+     * row-major by position (channels contiguous, "HWC"): a position is a
+     * token, so matmul over an image is a 1x1 convolution. Vectors that
+     * come from activations (adaLN scales, shifts and gates) are buffers,
+     * not bound weights. An arch calls each only when non-NULL and inside
+     * the backend's struct_size. */
+
+    /* y[r][j] = x[r][j] * (1 + scale[j]) + shift[j] for r < n_rows,
+     * j < dim: adaLN modulation. scale and shift are buffers of dim floats;
+     * shift may be NULL (no shift). y may equal x. */
+    cmf_error *(*modulate)(void *ctx, const float *x, const float *scale, const float *shift, uint64_t n_rows,
+                           uint64_t dim, float *y);
+    /* y[r][j] += act(gate[j]) * x[r][j] (a gated residual): gate a buffer of
+     * dim floats, act CMF_ACT_TANH or CMF_ACT_IDENTITY. */
+    cmf_error *(*add_gated)(void *ctx, float *y, const float *x, const float *gate, uint64_t n_rows, uint64_t dim,
+                            int32_t act);
+    /* y[i] = act(x[i]) for i < n: CMF_ACT_SILU, CMF_ACT_GELU_TANH,
+     * CMF_ACT_TANH or CMF_ACT_IDENTITY. y may equal x. */
+    cmf_error *(*activation)(void *ctx, const float *x, uint64_t n, int32_t act, float *y);
+    /* LayerNorm of n_rows rows of dim: (x - mean) / sqrt(var + eps) with
+     * the biased variance, then * w + b when given (bound [dim] vectors;
+     * either may be NULL). y may equal x. */
+    cmf_error *(*layer_norm)(void *ctx, const float *x, const cmf_backend_weight *w, const cmf_backend_weight *b,
+                             uint64_t n_rows, uint64_t dim, float eps, float *y);
+    /* Rotary embedding from a table of angles, in place, for positions that
+     * are not one running index (several axes, images): x = [n_tokens][ld]
+     * holds n_heads heads of head_dim at the start of each row; cos_sin is
+     * a buffer of [n_tokens][head_dim / 2][2] floats (cos, sin) giving token
+     * t's rotation of pair m, the same in every head. Pair m is elements
+     * (2m, 2m+1) of a head with CMF_ROPE_INTERLEAVED (complex pairs:
+     * Lumina, Flux) or (m, m + head_dim/2) with CMF_ROPE_HALF (NeoX);
+     * (a, b) becomes (a cos - b sin, b cos + a sin). */
+    cmf_error *(*rope_table)(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint32_t n_heads,
+                             uint32_t head_dim, const float *cos_sin, int32_t layout);
+    /* Bidirectional softmax attention with GQA: q [n_q][n_heads*head_dim],
+     * k and v [n_kv][n_kv_heads*head_dim], out [n_q][n_heads*head_dim];
+     * query head h reads KV head h / (n_heads / n_kv_heads); scores are
+     * (q . k) * scale, plus key_bias[j] for key j when key_bias (a buffer
+     * of n_kv floats) is given: -INFINITY masks a key, and a query whose
+     * keys are all masked gets zeros. No causal mask. */
+    cmf_error *(*attention_full)(void *ctx, const float *q, const float *k, const float *v, float *out, uint64_t n_q,
+                                 uint64_t n_kv, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, float scale,
+                                 const float *key_bias);
+    /* 2-D convolution, stride 1, zero padding `pad` on every side, of an
+     * HWC image x [height * width][c_in]: y [h_out * w_out][c_out] with
+     * h_out = height + 2 pad - kh + 1 (w_out likewise) plus bias[o] when
+     * given. The weight is PyTorch's [c_out][c_in][kh][kw] bound as the
+     * 2-D [c_out][c_in * kh * kw] it is row-major (any dtype matmul
+     * takes); bias a bound [c_out] vector or NULL. y must not overlap x. */
+    cmf_error *(*conv2d)(void *ctx, const cmf_backend_weight *w, const cmf_backend_weight *bias, const float *x,
+                         uint64_t height, uint64_t width, uint64_t c_in, uint32_t kh, uint32_t kw, uint32_t pad,
+                         float *y);
+    /* GroupNorm of an HWC image of n_pos positions: channels split into
+     * `groups` runs of channels / groups consecutive channels; each group's
+     * mean and biased variance over all positions and its channels, then
+     * (x - mean) / sqrt(var + eps) * w[c] + b[c] (bound [channels] vectors;
+     * either may be NULL). y may equal x. */
+    cmf_error *(*group_norm)(void *ctx, const float *x, const cmf_backend_weight *w, const cmf_backend_weight *b,
+                             uint64_t n_pos, uint64_t channels, uint32_t groups, float eps, float *y);
+    /* Nearest-neighbour 2x upsampling of an HWC image: y [(2 height) *
+     * (2 width)][channels], y at (2i + di, 2j + dj) = x at (i, j). */
+    cmf_error *(*upsample2x)(void *ctx, const float *x, uint64_t height, uint64_t width, uint64_t channels, float *y);
 } cmf_backend_vt;
 
 /* cmf_backend_vt.rms_norm styles: x̂·w (qwen, llama) or x̂·(1+w) (gemma, qwen3-next) */
@@ -328,6 +394,13 @@ typedef struct cmf_backend_vt {
 /* cmf_backend_vt.gated_act activations: act(gate)·up */
 #define CMF_ACT_SILU      0
 #define CMF_ACT_GELU_TANH 1
+/* cmf_backend_vt.activation and add_gated also take: */
+#define CMF_ACT_IDENTITY  2
+#define CMF_ACT_TANH      3
+
+/* cmf_backend_vt.rope_table pair layouts */
+#define CMF_ROPE_INTERLEAVED 0 /* pair m = elements (2m, 2m+1) of a head */
+#define CMF_ROPE_HALF        1 /* pair m = elements (m, m + head_dim/2) */
 
 /* ---- architectures ------------------------------------------------------ */
 
@@ -385,6 +458,63 @@ typedef struct cmf_forward_args {
     float *logits;                 /* host memory, sized per logits_mode */
 } cmf_forward_args;
 
+/*
+ * Pipelines. A pipeline container (spec 12) holds the components of a model
+ * that is not a text LM, e.g. text-to-image: a text encoder, a denoiser and
+ * a VAE decoder under their own tensor-name prefixes. The arch that runs
+ * its arch_name binds them with pipeline_create (instead of model_create;
+ * an arch may offer both kinds) and runs them with the pipeline's entry
+ * point. Text is the host's job: it renders the prompt through the
+ * pipeline's template, tokenizes it with the file's tokenizer (with its
+ * special tokens) and hands over token ids. The host calls these members
+ * only when non-NULL and inside the arch's struct_size.
+ */
+typedef struct cmf_arch_pipeline cmf_arch_pipeline; /* opaque, arch-owned: bound components */
+
+#define CMF_PIPELINE_TEXT_TO_IMAGE 1
+
+typedef struct cmf_pipeline_info {
+    uint32_t struct_size;
+    int32_t kind;                  /* CMF_PIPELINE_* */
+    const char *description;       /* one line naming the components; borrowed from the pipeline */
+    /* The text a prompt becomes before tokenization: "{prompt}" stands for
+     * the prompt (borrowed; "{prompt}" alone = the prompt as is). */
+    const char *prompt_template;
+    const char *negative_template;
+    uint32_t max_text_tokens;      /* ids per text (special tokens included) beyond which it is truncated */
+    uint32_t latent_channels;      /* text-to-image: the latent is [channels][height/scale][width/scale] */
+    uint32_t latent_scale;         /* image pixels per latent position along each side */
+    uint32_t size_multiple;        /* width and height must be multiples of this */
+} cmf_pipeline_info;
+
+/* Called after each denoising step (step counts from 1); nonzero stops the
+ * run, which then returns CMF_ERR_CANCELLED. */
+typedef int32_t (*cmf_step_fn)(void *user, uint32_t step, uint32_t n_steps);
+
+typedef struct cmf_text_to_image_args {
+    uint32_t struct_size;
+    uint32_t width, height;        /* pixels, multiples of pipeline_info.size_multiple */
+    uint32_t steps;                /* denoising steps, >= 1 */
+    float guidance_scale;          /* classifier-free guidance; <= 1: none (one model pass per step) */
+    float cfg_trunc_ratio;         /* step i (from 0) is guided only while (i + 1) / steps <= this */
+    uint32_t cfg_normalization;    /* 1: rescale the guided prediction to the conditional one's norm */
+    uint32_t n_prompt;
+    const int32_t *prompt;         /* token ids of the prompt (template applied), host memory */
+    const int32_t *negative;       /* token ids of the negative prompt, host memory */
+    uint32_t n_negative;
+    uint32_t reserved0;
+    /* Host memory, [latent_channels][height/scale][width/scale] f32: the
+     * initial latent (the noise the run starts from), and where the final
+     * latent goes (NULL: not wanted). */
+    const float *latent_in;
+    float *latent_out;
+    /* Host memory, [3][height][width] f32 in [0, 1] (planes R, G, B): the
+     * decoded image; NULL: stop after the latent (no decode). */
+    float *image;
+    cmf_step_fn on_step;           /* may be NULL */
+    void *user;
+} cmf_text_to_image_args;
+
 typedef struct cmf_arch_vt {
     uint32_t struct_size;
     uint32_t abi_version;
@@ -432,6 +562,12 @@ typedef struct cmf_arch_vt {
      * Hosts call it only when non-NULL and inside the vtable's struct_size. */
     cmf_error *(*forward_batch)(void *ctx, cmf_arch_model *model, uint32_t n_seqs, cmf_arch_state *const *states,
                                 const cmf_forward_args *const *args);
+    /* -- pipelines (appended; optional): see cmf_arch_pipeline below -- */
+    cmf_error *(*pipeline_create)(void *ctx, const cmf_model_source *src, const cmf_backend_vt *backend,
+                                  void *backend_ctx, const cmf_arch_model_params *params, cmf_arch_pipeline **out);
+    void (*pipeline_free)(void *ctx, cmf_arch_pipeline *pipeline);
+    cmf_error *(*pipeline_info)(void *ctx, const cmf_arch_pipeline *pipeline, cmf_pipeline_info *out);
+    cmf_error *(*text_to_image)(void *ctx, cmf_arch_pipeline *pipeline, const cmf_text_to_image_args *args);
 } cmf_arch_vt;
 
 /* ---- the host services table -------------------------------------------- */

@@ -1,4 +1,5 @@
 #include "convert/convert.hpp"
+#include "convert/plan.hpp"
 
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
@@ -31,8 +32,6 @@ namespace cmf::convert {
 namespace fs = std::filesystem;
 namespace dom = simdjson::dom;
 
-namespace {
-
 std::optional<std::string> read_file_if_exists(const fs::path &p) {
     std::error_code ec;
     if (!fs::exists(p, ec)) return std::nullopt;
@@ -43,6 +42,8 @@ std::optional<std::string> read_file_if_exists(const fs::path &p) {
     if (in.bad()) throw Error(CMF_ERR_IO, p.string() + ": read failed");
     return ss.str();
 }
+
+namespace {
 
 dom::object parse_object(dom::parser &parser, const std::string &text, const std::string &file) {
     dom::element doc = parse_json(parser, text, file);
@@ -61,16 +62,6 @@ struct StringSink {
                                return error_from_current_exception();
                            }
                        }};
-};
-
-// An output tensor: which source, which part of it, which dtype.
-struct OutTensor {
-    PlannedTensor p;
-    const SourceTensor *src = nullptr;
-    std::optional<uint64_t> index;
-    bool transpose = false;
-    std::vector<std::pair<uint64_t, uint64_t>> rows;
-    uint64_t elements = 0;
 };
 
 uint64_t product(const std::vector<uint64_t> &s, size_t from = 0) {
@@ -377,6 +368,33 @@ std::string follow_bos_eos_policy(Runtime &rt, const fs::path &dir, std::string 
     return boost::json::serialize(doc);
 }
 
+}  // namespace
+
+std::optional<std::string> tokenizer_json_of(Runtime &rt, const fs::path &dir) {
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) {
+        std::string json = follow_bos_eos_policy(rt, dir, std::move(*v));
+        // The vocab section is what `cmfhost run` and the image pipeline
+        // tokenize with: a tokenizer they cannot load fails here, before
+        // hours of converting.
+        try {
+            (void)text::Tokenizer::from_json(json);
+        } catch (const Error &e) {
+            std::string_view what = e.what();
+            if (what.rfind("tokenizer.json: ", 0) == 0) what.remove_prefix(16);
+            throw Error(e.code(), (dir / "tokenizer.json").string() + ": " + std::string(what));
+        }
+        return json;
+    }
+    if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
+        std::string json = sentencepiece_tokenizer_json(dir, *spm);
+        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
+        return json;
+    }
+    return std::nullopt;
+}
+
+namespace {
+
 std::string tokenizer_config_json(const fs::path &dir, dom::object config) {
     json::Writer w;
     w.begin_object();
@@ -455,11 +473,6 @@ private:
     uint64_t tensors_, bytes_;
     const std::function<void(uint64_t, uint64_t, uint64_t, uint64_t)> &cb_;
     std::chrono::steady_clock::time_point t0_;
-};
-
-struct Planned {
-    ConvertPlan plan;
-    std::vector<OutTensor> outs;
 };
 
 // --quant keep: each tensor gets the CMF dtype nearest to how its source
@@ -560,6 +573,7 @@ std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<
 
 Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opts) {
     Planned r;
+    r.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
     const ImportedConfig ic = import_config(rt, src.config_json, src.config_label);
     const bool keep = opts.quant == "keep";
     std::optional<QuantPolicy> policy;
@@ -646,22 +660,8 @@ SourceModel load_checkpoint(Runtime &rt, const std::string &model_dir) {
     arch_for_config(rt, m.config_json, m.config_label);  // an unknown model_type fails before any tensor is read
     dom::parser parser;
     m.tokenizer_config_json = tokenizer_config_json(dir, parse_object(parser, m.config_json, m.config_label));
-    if (auto v = read_file_if_exists(dir / "tokenizer.json")) {
-        m.vocab_bytes = follow_bos_eos_policy(rt, dir, std::move(*v));
-        // The vocab section is what `cmfhost run` tokenizes with: a
-        // tokenizer it cannot load fails here, before hours of converting.
-        try {
-            (void)text::Tokenizer::from_json(m.vocab_bytes);
-        } catch (const Error &e) {
-            std::string_view what = e.what();
-            if (what.rfind("tokenizer.json: ", 0) == 0) what.remove_prefix(16);
-            throw Error(e.code(), (dir / "tokenizer.json").string() + ": " + std::string(what));
-        }
-    }
-    else if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
-        m.vocab_bytes = sentencepiece_tokenizer_json(dir, *spm);
-        rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
-    } else
+    if (auto v = tokenizer_json_of(rt, dir)) m.vocab_bytes = std::move(*v);
+    else
         rt.log(CMF_LOG_WARN, "no tokenizer.json or tokenizer.model in " + dir.string() +
                                  ": the file will have no tokenizer, and `cmfhost run` cannot chat with it "
                                  "(logits --ids and bench work on token ids)");
@@ -712,6 +712,10 @@ uint32_t row_sections(const CodecEntry &c, const OutTensor &o, uint64_t chunk_el
 
 void encode_unit(Runtime &rt, Unit &u) {
     const OutTensor &o = *u.o;
+    if (o.src == nullptr) {
+        u.bytes.assign(1, std::vector<uint8_t>(o.bytes.begin(), o.bytes.end()));
+        return;
+    }
     const CodecEntry *codec = rt.codec(o.p.dtype);
     cmf_quantize_params params{sizeof(cmf_quantize_params), 0, o.p.options.empty() ? nullptr : o.p.options.c_str(), nullptr, 0};
     const std::string what = "tensor \"" + o.p.name + "\" (" + dtype_name(o.p.dtype) + ")";
@@ -767,25 +771,37 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
 }
 
 ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOptions &opts, TensorSink &sink) {
+    std::optional<Planned> pl;
     try {
-        Planned pl = make_plan(rt, src, opts);
+        pl.emplace(make_plan(rt, src, opts));
+    } catch (...) {
+        sink.abort();
+        throw;
+    }
+    return write_planned(rt, *pl, opts, sink);
+}
+
+ConvertStats write_planned(Runtime &rt, Planned &pl, const ConvertOptions &opts, TensorSink &sink) {
+    try {
         auto &outs = pl.outs;
         // Every dtype must have an encoder before anything is written.
         for (const auto &o : outs) {
+            if (o.src == nullptr) continue;  // stored bytes: nothing to encode
             const CodecEntry *c = rt.codec(o.p.dtype);
             if (!c || !c->vt.quantize)
                 throw Error(CMF_ERR_UNKNOWN_DTYPE, "tensor \"" + o.p.name + "\" needs dtype " + dtype_name(o.p.dtype) +
                                                        " but no loaded codec plugin can encode it");
         }
         ConvertStats st;
-        st.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
+        st.source_tensors = pl.source_tensors;
         st.tensors = outs.size();
         uint64_t total_in = 0;
-        for (const auto &o : outs) total_in += source_bytes(*o.src, o.elements);
+        for (const auto &o : outs) total_in += o.input_bytes();
         // Last output index reading each source tensor: its pages are
         // released once that output is written.
         std::map<const SourceTensor *, size_t> last_use;
-        for (size_t i = 0; i < outs.size(); ++i) last_use[outs[i].src] = i;
+        for (size_t i = 0; i < outs.size(); ++i)
+            if (outs[i].src != nullptr) last_use[outs[i].src] = i;
         // Each source file's last use, for the sink's milestones.
         std::map<const SourceFile *, size_t> file_last;
         for (auto [t, i] : last_use) {
@@ -802,9 +818,13 @@ ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOp
         uint64_t largest_whole = 0;
         for (size_t i = 0; i < outs.size(); ++i) {
             const OutTensor &o = outs[i];
+            const uint64_t rows = o.p.shape.empty() ? 1 : o.p.shape[0];
+            if (o.src == nullptr) {  // stored bytes go as they are
+                units.push_back(Unit{&o, 0, rows, 0, false, {}});
+                continue;
+            }
             const CodecEntry *c = rt.codec(o.p.dtype);
             const bool rel = last_use[o.src] == i;
-            const uint64_t rows = o.p.shape.empty() ? 1 : o.p.shape[0];
             if (const uint32_t sections = row_sections(*c, o, chunk, payload_size[i])) {
                 const uint64_t cols = o.elements / rows;
                 const uint64_t step = std::max<uint64_t>(1, chunk / std::max<uint64_t>(cols, 1));
@@ -862,12 +882,12 @@ ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOp
                 }
                 for (const auto &b : u.bytes) st.output_bytes += b.size();
                 std::vector<std::vector<uint8_t>>().swap(u.bytes);
-                const uint64_t in = source_bytes(*o.src, u.f32_bytes() / 4);
+                const uint64_t in = o.src == nullptr ? o.input_bytes() : source_bytes(*o.src, u.f32_bytes() / 4);
                 st.source_bytes += in;
                 done_bytes += in;
                 const bool tensor_done = u.last();
                 if (tensor_done) {
-                    if (last_use[o.src] == idx) release_elements(*o.src, 0, o.src->elements);
+                    if (o.src != nullptr && last_use[o.src] == idx) release_elements(*o.src, 0, o.src->elements);
                     for (auto &[f, last] : file_last)
                         if (last == idx) sink.mark(f->path());
                 }

@@ -5,6 +5,7 @@
 #include "convert/convert.hpp"
 #include "convert/gguf_import.hpp"
 #include "convert/patch.hpp"
+#include "convert/pipeline_pack.hpp"
 #include "convert/requant.hpp"
 #include "plugin_host/runtime.hpp"
 
@@ -54,6 +55,26 @@ CMF_API cmf_error *cmf_convert(cmf_runtime *rt, const cmf_convert_options *opts)
         c.on_progress = progress_fn(o.progress, o.progress_user);
         cmf::convert::ContainerSink sink(*rt, o.output, o.shard_max_bytes);
         cmf::convert::convert_checkpoint(*rt, c, sink);
+    });
+}
+
+CMF_API cmf_error *cmf_imagine_pack(cmf_runtime *rt, const cmf_convert_options *opts) {
+    return guard([&] {
+        if (!rt || !opts) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_imagine_pack: NULL argument");
+        cmf_convert_options o = cmf::capi::copy_in(opts, cmf_convert_options_init);
+        if (!o.model_dir || !*o.model_dir) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_imagine_pack: no pipeline directory given");
+        if (!o.output || !*o.output) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_imagine_pack: no output path given");
+        std::error_code ec;
+        if (!std::filesystem::is_directory(o.model_dir, ec))
+            throw Error(CMF_ERR_FILE_NOT_FOUND, std::string("pipeline directory \"") + o.model_dir + "\" does not exist or is not a directory");
+        cmf::convert::ConvertOptions c;
+        c.model_dir = o.model_dir;
+        if (o.quant) c.quant = o.quant;
+        if (o.quant_map) c.quant_map = o.quant_map;
+        c.tool = "cmfhost imagine-pack";
+        c.on_progress = progress_fn(o.progress, o.progress_user);
+        cmf::convert::ContainerSink sink(*rt, o.output, o.shard_max_bytes);
+        cmf::convert::pack_pipeline(*rt, c, sink);
     });
 }
 

@@ -183,11 +183,11 @@ const SourceTensor *SafetensorsFile::find(const std::string &name) const {
 
 void SafetensorsFile::release_bytes(const uint8_t *from, const uint8_t *to) const { release_mapped_pages(map_, from, to); }
 
-Checkpoint::Checkpoint(const std::string &dir) : dir_(dir) {
+Checkpoint::Checkpoint(const std::string &dir, const std::string &stem) : dir_(dir) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) throw Error(CMF_ERR_FILE_NOT_FOUND, dir + ": not a directory (expected a Hugging Face checkpoint directory)");
-    const fs::path single = fs::path(dir) / "model.safetensors";
-    const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+    const fs::path single = fs::path(dir) / (stem + ".safetensors");
+    const fs::path index = fs::path(dir) / (stem + ".safetensors.index.json");
     std::vector<std::string> names;
     std::map<std::string, std::string> weight_map;
     if (fs::exists(index, ec)) {
@@ -211,9 +211,9 @@ Checkpoint::Checkpoint(const std::string &dir) : dir_(dir) {
         if (files.empty()) throw Error(CMF_ERR_PARSE, index.string() + ": weight_map is empty");
         names.assign(files.begin(), files.end());
     } else if (fs::exists(single, ec)) {
-        names.push_back("model.safetensors");
+        names.push_back(stem + ".safetensors");
     } else {
-        throw Error(CMF_ERR_FILE_NOT_FOUND, dir + ": neither model.safetensors nor model.safetensors.index.json found");
+        throw Error(CMF_ERR_FILE_NOT_FOUND, dir + ": neither " + stem + ".safetensors nor " + stem + ".safetensors.index.json found");
     }
     for (size_t i = 0; i < names.size(); ++i) {
         files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / names[i]).string()));

@@ -58,10 +58,11 @@ private:
 };
 
 // A checkpoint directory: `model.safetensors`, or the shards listed by
-// `model.safetensors.index.json` (its `weight_map`: tensor -> file).
+// `model.safetensors.index.json` (its `weight_map`: tensor -> file); other
+// stems for other layouts (diffusers: "diffusion_pytorch_model").
 class Checkpoint {
 public:
-    explicit Checkpoint(const std::string &dir);
+    explicit Checkpoint(const std::string &dir, const std::string &stem = "model");
 
     const std::string &dir() const { return dir_; }
     // Files in the original's order: single file, or the index's distinct

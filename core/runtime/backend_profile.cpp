@@ -51,7 +51,9 @@ struct Shim<Member, Name> {
 
 #define CMF_PROFILE_OPS(X)                                                                                            \
     X(matmul) X(buffer_alloc) X(buffer_free) X(buffer_write) X(buffer_read) X(copy) X(rms_norm) X(rope) X(attention) \
-        X(gated_act) X(add) X(add_bias) X(embed) X(kv_write) X(attention_kv) X(attention_ring)
+        X(gated_act) X(add) X(add_bias) X(embed) X(kv_write) X(attention_kv) X(attention_ring) X(modulate)     \
+        X(add_gated) X(activation) X(layer_norm) X(rope_table) X(attention_full) X(conv2d) X(group_norm)        \
+        X(upsample2x)
 #define CMF_PROFILE_NAME(op) constexpr char k_##op[] = #op;
 CMF_PROFILE_OPS(CMF_PROFILE_NAME)
 #undef CMF_PROFILE_NAME

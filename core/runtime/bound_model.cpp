@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cstddef>
 
 namespace cmf::runtime {
 
@@ -26,8 +27,12 @@ BoundModel::BoundModel(Runtime &rt, const cmf_model_source &src, const BindConfi
     if (arch_ == nullptr)
         throw Error(CMF_ERR_UNSUPPORTED, "no arch plugin runs arch_name \"" + arch_name_ + "\"");
     if (!arch_->vt.model_create || !arch_->vt.model_free || !arch_->vt.model_info || !arch_->vt.state_create ||
-        !arch_->vt.state_free || !arch_->vt.state_truncate || !arch_->vt.forward)
+        !arch_->vt.state_free || !arch_->vt.state_truncate || !arch_->vt.forward) {
+        if (arch_->vt.struct_size >= offsetof(cmf_arch_vt, pipeline_create) + sizeof(void *) && arch_->vt.pipeline_create)
+            throw Error(CMF_ERR_UNSUPPORTED, "arch \"" + arch_name_ + "\" is an image pipeline, not a text model: "
+                                                 "generate images with cmf_image_pipeline_create and cmf_imagine");
         throw Error(CMF_ERR_UNSUPPORTED, "arch plugin '" + arch_->name + "' cannot run models (converter only)");
+    }
     const BackendEntry *be = rt.backend(cfg.backend);
     if (be == nullptr)
         throw Error(CMF_ERR_NOT_FOUND, cfg.backend.empty() ? std::string("no compute backend is loaded")

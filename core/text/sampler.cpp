@@ -1,6 +1,7 @@
 #include "text/sampler.hpp"
 
 #include "common/error.hpp"
+#include "common/splitmix64.hpp"
 
 #include <cmf/argmax.hpp>
 
@@ -31,14 +32,7 @@ void Sampler::set_stop_ids(std::span<const int32_t> ids) {
     stop_.insert(ids.begin(), ids.end());
 }
 
-double Sampler::next_uniform() {
-    state_ += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return double(z >> 40) / double(1u << 24);
-}
+double Sampler::next_uniform() { return double(splitmix64_next(state_) >> 40) / double(1u << 24); }
 
 int32_t Sampler::sample(std::span<const float> logits) {
     if (logits.empty()) throw Error(CMF_ERR_INVALID_ARGUMENT, "sampler: no logits");

@@ -88,6 +88,23 @@ int cmd_info(const std::vector<std::string> &args) {
                 (unsigned long long)i.masks_len, (unsigned long long)i.vocab_len, (unsigned long long)i.index_len);
     std::printf("hashes        header %s  dir %s\n", hex64(i.header_hash).c_str(), hex64(i.dir_hash).c_str());
     std::printf("chat bundle   %s\n", i.tokenizer_config_json[0] ? "yes" : "no");
+    // A pipeline container (imagine-pack) names its pipeline and components
+    // in the header's provenance.
+    if (i.provenance_json[0] != '\0') {
+        boost::system::error_code ec;
+        const boost::json::value prov = boost::json::parse(i.provenance_json, ec);
+        if (!ec && prov.is_object() && prov.as_object().contains("pipeline") && prov.at("pipeline").is_string()) {
+            std::string line = std::string(prov.at("pipeline").as_string());
+            if (const auto *comps = prov.as_object().if_contains("components"); comps && comps->is_object()) {
+                const char *sep = ": ";
+                for (const auto &[k, v] : comps->as_object()) {
+                    line += sep + std::string(k) + " " + (v.is_string() ? std::string(v.as_string()) : boost::json::serialize(v));
+                    sep = ", ";
+                }
+            }
+            std::printf("pipeline      %s (cmfhost imagine)\n", line.c_str());
+        }
+    }
     std::printf("shards        %u\n", i.shard_count);
     for (auto &s : shards) std::printf("  %s\n", std::string(s.as_string()).c_str());
     std::printf("tensors       %llu (%llu payload bytes)\n", (unsigned long long)i.tensor_count, (unsigned long long)total);

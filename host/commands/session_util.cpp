@@ -49,6 +49,19 @@ SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, con
     const std::string arch_options = "kv_cache=" + flags.kv_cache;
     if (flags.kv_cache != "f32") o.arch_options = arch_options.c_str();
     if (!flags.backend.empty()) o.backend = flags.backend.c_str();
+    // A pipeline container (provenance.pipeline) makes images, not text.
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    check(cmf_model_get_info(m, &info));
+    if (info.provenance_json[0] != '\0') {
+        boost::system::error_code ec;
+        const boost::json::value prov = boost::json::parse(info.provenance_json, ec);
+        if (!ec && prov.is_object() && prov.as_object().contains("pipeline") && prov.at("pipeline").is_string())
+            throw Failure("this file is an image pipeline (" + std::string(prov.at("pipeline").as_string()) +
+                              ", arch " + info.arch_name + "), not a text model: generate images with "
+                              "`cmfhost imagine MODEL -p PROMPT -o out.png`",
+                          2);
+    }
     cmf_session *s = nullptr;
     check(cmf_session_create_for_model(rt, m, &o, &s), "cannot create a session");
     return SessionPtr(s);

@@ -546,6 +546,50 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
     }
 }
 
+TEST_CASE("roundtrip: ladder_scales builds each row's ladder and picks rungs by 5-bit codes, on every ISA") {
+    // Codes packed LSB-first, 5 bits per group, rows code_stride bytes apart
+    // (one spare byte of ones past each row, so a kernel that reads past a
+    // row's codes picks a wrong rung); each row its own ladder, with and
+    // without q2tp's zero rung; the rungs built here one product at a time.
+    namespace k = cmf::codecs::kernels;
+    std::mt19937 rng(5);
+    float first[8], ratio[8];
+    for (int j = 0; j < 8; ++j) first[j] = 0.001f * static_cast<float>(j + 1), ratio[j] = 1.1f + 0.01f * static_cast<float>(j);
+    for (bool zero_rung : {false, true})
+    for (uint64_t groups : {1u, 7u, 8u, 9u, 32u, 45u, 96u}) {
+        const uint64_t code_stride = (5 * groups + 7) / 8 + 1;
+        for (unsigned rows = 1; rows <= 8; ++rows) {
+            CAPTURE(zero_rung);
+            CAPTURE(groups);
+            CAPTURE(rows);
+            std::vector<uint8_t> codes(code_stride * rows, 0);
+            std::vector<float> want(groups * rows);
+            for (unsigned j = 0; j < rows; ++j) {
+                float t[32] = {};
+                t[zero_rung ? 1 : 0] = first[j];
+                for (int c = zero_rung ? 2 : 1; c < 32; ++c) t[c] = t[c - 1] * ratio[j];
+                for (uint64_t g = 0; g < groups; ++g) {
+                    const uint32_t c = rng() % 32;
+                    want[groups * j + g] = t[c];
+                    for (int b = 0; b < 5; ++b)
+                        if (c >> b & 1) codes[code_stride * j + (5 * g + b) / 8] |= uint8_t(1u << ((5 * g + b) % 8));
+                }
+                codes[code_stride * j + code_stride - 1] = 0xff;  // the spare byte
+            }
+            std::vector<float> yp(groups * rows + 1, -7.0f);
+            k::portable::ladder_scales(first, ratio, zero_rung, codes.data(), code_stride, groups, rows, yp.data());
+            CHECK(std::memcmp(yp.data(), want.data(), want.size() * sizeof(float)) == 0);
+            CHECK(yp[groups * rows] == -7.0f);
+            for (const k::SimdKernels &isa : k::simd_kernels()) {
+                CAPTURE(isa.isa);
+                std::vector<float> ya(groups * rows + 1, -7.0f);
+                isa.ladder_scales(first, ratio, zero_rung, codes.data(), code_stride, groups, rows, ya.data());
+                CHECK(std::memcmp(ya.data(), yp.data(), yp.size() * sizeof(float)) == 0);
+            }
+        }
+    }
+}
+
 TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
     // rows_* sum four rows per horizontal-add tree: a lane mix-up would put a
     // row's sum in its neighbour's y. Every row differs, one row has a NaN
@@ -622,9 +666,20 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
             k::q4_pair_offset(xq.data(), g, xb.data());
             float xmax = 0;
             for (float v : x) xmax = std::max(xmax, std::fabs(v));
-            for (int tiled_layout = 0; tiled_layout < 2; ++tiled_layout) {
-                CAPTURE(tiled_layout);
+            // The split layout's scales as f32 (q4tp's rows_q4_groups_xq).
+            std::vector<float> fs(g * rows);
+            for (uint64_t i = 0; i < g * rows; ++i)
+                fs[i] = cmf::codecs::f16_to_f32(static_cast<uint16_t>(ss[2 * i] | ss[2 * i + 1] << 8));
+            // layout 0: split (q4_block), 1: tiled (q4_tiled), 2: nibbles with f32 scales (q4tp).
+            for (int layout = 0; layout < 3; ++layout) {
+                const bool tiled_layout = layout == 1;
+                CAPTURE(layout);
                 auto row_dot = [&](bool use_simd, uint64_t r) {
+                    if (layout == 2)
+                        return use_simd ? isa->dot_q4_groups_xq(split.data() + 16 * g * r, fs.data() + g * r, xq.data(),
+                                                                xb.data(), xd.data(), g)
+                                        : k::portable::dot_q4_groups_xq(split.data() + 16 * g * r, fs.data() + g * r,
+                                                                        xq.data(), xb.data(), xd.data(), g);
                     if (tiled_layout)
                         return use_simd ? isa->dot_q4_tiled_xq(tiled.data() + 18 * g * r, xq.data(), xb.data(), xd.data(), g)
                                         : k::portable::dot_q4_tiled_xq(tiled.data() + 18 * g * r, xq.data(), xb.data(), xd.data(), g);
@@ -633,7 +688,10 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
                                     : k::portable::dot_q4_split_xq(nib, sc, xq.data(), xb.data(), xd.data(), g);
                 };
                 auto row_kernel = [&](bool use_simd, float *y) {
-                    if (tiled_layout) {
+                    if (layout == 2) {
+                        if (use_simd) isa->rows_q4_groups_xq(split.data(), fs.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
+                        else k::portable::rows_q4_groups_xq(split.data(), fs.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
+                    } else if (tiled_layout) {
                         if (use_simd) isa->rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
                         else k::portable::rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
                     } else if (use_simd) {
@@ -673,7 +731,10 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
                 // each row again as a range of its own, and the rows from 1 on.
                 if (simd_on) {
                     auto range = [&](uint64_t r0, uint64_t n, float *y) {
-                        if (tiled_layout)
+                        if (layout == 2)
+                            isa->rows_q4_groups_xq(split.data() + 16 * g * r0, fs.data() + g * r0, xq.data(), xb.data(),
+                                                   xd.data(), g, n, y);
+                        else if (tiled_layout)
                             isa->rows_q4_tiled_xq(tiled.data() + 18 * g * r0, xq.data(), xb.data(), xd.data(), g, n, y);
                         else
                             isa->rows_q4_split_xq(split.data() + 16 * g * r0, ss + 2 * g * r0, xq.data(), xb.data(),

@@ -10,7 +10,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
-import { startServer, stopServer, request, metric } from "./serve_util.mjs";
+import { startServer, stopServer, waitForExit, request, metric } from "./serve_util.mjs";
 
 let srv, client;
 
@@ -277,7 +277,7 @@ test("SIGTERM: in-flight streams finish, new connections are refused, exit 0", a
     if (value.choices[0]?.finish_reason) finish = value.choices[0].finish_reason;
   }
   assert.ok(["stop", "length"].includes(finish), "the request in flight finished");
-  assert.equal(await stopServer(s), 0);
+  assert.equal(await waitForExit(s), 0);
 });
 
 test("SIGTERM past the grace period cancels what is left and still exits 0", async () => {
@@ -290,6 +290,6 @@ test("SIGTERM past the grace period cancels what is left and still exits 0", asy
   const r = await pending;
   assert.equal(r.status, 200);
   assert.match(r.body, /data: \[DONE\]/);
-  assert.equal(await stopServer(s), 0);
+  assert.equal(await waitForExit(s), 0);
   assert.ok(Date.now() - t0 < 10000, "stopped within its bound");
 });

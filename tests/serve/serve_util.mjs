@@ -38,8 +38,15 @@ export async function startServer(extraArgs = [], env = {}, { waitReady = true }
 // does not hang it).
 export async function stopServer(server, signal = "SIGTERM") {
   if (server.proc.exitCode !== null) return server.proc.exitCode;
-  const exited = once(server.proc, "exit");
   server.proc.kill(signal);
+  return waitForExit(server);
+}
+
+// The exit code of a server already told to stop (no second signal: one
+// that lands during shutdown would be a different test); SIGKILL after 30 s.
+export async function waitForExit(server) {
+  if (server.proc.exitCode !== null || server.proc.signalCode !== null) return server.proc.exitCode;
+  const exited = once(server.proc, "exit");
   let timer;
   const hung = new Promise((resolve) => { timer = setTimeout(() => resolve("hung"), 30000); });
   const result = await Promise.race([exited.then(([code]) => code), hung]);

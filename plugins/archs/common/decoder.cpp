@@ -17,68 +17,6 @@ namespace cmf::archs {
 namespace {
 
 using cmf::sdk::Error;
-using cmf::sdk::HostError;
-
-// Throws a backend error out through sdk::call unchanged.
-void check(cmf_error *e) {
-    if (e != nullptr) throw HostError{e};
-}
-
-template <class Member>
-bool backend_has(const cmf_backend_vt *be, size_t offset, Member member) {
-    return be->struct_size >= offset + sizeof(void *) && member != nullptr;
-}
-
-// The tensors of a model source by name, bound on the backend on demand.
-class Binder {
-public:
-    Binder(const cmf_model_source *src, DecoderModel &m, std::string prefix) : m_(m), prefix_(std::move(prefix)) {
-        for (uint64_t i = 0; i < src->tensor_count; ++i) {
-            const char *name = nullptr;
-            cmf_tensor_view v{};
-            v.struct_size = sizeof v;
-            check(src->tensor_at(src->user, i, &name, &v));
-            if (name == nullptr) throw Error(CMF_ERR_INTERNAL, "model source returned a tensor without a name");
-            index_.emplace(name, v);
-        }
-    }
-
-    bool present(const std::string &name) const { return index_.count(prefix_ + name) != 0; }
-
-    // Binds a tensor and checks its shape ({rows, cols} for 2-D, {len} for 1-D; 0 = any).
-    Weight bind(const std::string &short_name, std::initializer_list<uint64_t> shape) {
-        const std::string name = prefix_ + short_name;
-        auto it = index_.find(name);
-        if (it == index_.end()) throw Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + name);
-        const cmf_tensor_view &v = it->second;
-        bool ok = v.ndim == shape.size();
-        uint32_t d = 0;
-        for (uint64_t s : shape) {
-            ok = ok && (s == 0 || v.shape[d] == s);
-            ++d;
-        }
-        if (!ok) {
-            std::string got;
-            for (uint32_t i = 0; i < v.ndim; ++i) got += (i ? "," : "") + std::to_string(v.shape[i]);
-            std::string want;
-            for (uint64_t s : shape) want += (want.empty() ? "" : ",") + (s ? std::to_string(s) : std::string("*"));
-            throw Error(CMF_ERR_BOUNDS, "tensor " + name + " has shape [" + got + "], expected [" + want + "]");
-        }
-        Weight w;
-        check(m_.be->weight_bind(m_.be_ctx, &v, &w.w));
-        m_.owned.push_back(w.w);
-        w.rows = v.ndim == 2 ? v.shape[0] : 1;
-        w.cols = v.ndim == 2 ? v.shape[1] : v.shape[0];
-        return w;
-    }
-
-    const std::string &prefix() const { return prefix_; }
-
-private:
-    DecoderModel &m_;
-    std::string prefix_;
-    std::unordered_map<std::string, cmf_tensor_view> index_;
-};
 
 void require_backend(const cmf_backend_vt *be, const char *fam) {
     if (be == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(fam) + ": NULL backend");
@@ -130,10 +68,10 @@ int32_t kv_dtype_option(const cmf_backend_vt *be, const std::string &fam, const 
     return dtype;
 }
 
-void build_layer(DecoderModel &m, Binder &b, uint64_t i) {
+void build_layer(DecoderModel &m, Binder &b, const DecoderNames &names, uint64_t i) {
     const ArchConfig &c = m.cfg;
     const std::string fam = m.ch.family;
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string p = names.body + "layers." + std::to_string(i) + ".";
     const std::string where = b.prefix() + p;
     const uint64_t H = c.hidden_size, hd = c.head_dim;
     Layer L;
@@ -227,7 +165,7 @@ DecoderState::~DecoderState() {
 
 std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf_model_source *src,
                                              const cmf_backend_vt *be, void *be_ctx, const char *options,
-                                             const ArchConfig &cfg, DecoderChoices choices, const std::string &prefix) {
+                                             const ArchConfig &cfg, DecoderChoices choices, const DecoderNames &names) {
     const std::string fam = choices.family;
     if (src == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": NULL model source");
     require_backend(be, choices.family);
@@ -251,19 +189,21 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
         throw Error(CMF_ERR_UNSUPPORTED, fam + ": arch.rope_scaling is " + rope::type_name(c.rope_scaling.type) +
                                              " but backend '" + (be->name ? be->name : "?") +
                                              "' has no rope_freqs (RoPE over a given frequency table)");
-    Binder b(src, *m, prefix);
-    if (b.present("model.mtp.eh_proj.weight") || b.present("model.mtp.layers.0.self_attn.q_proj.weight"))
-        host->log(host->host_ctx, CMF_LOG_INFO, (fam + ": model.mtp.* present; MTP drafting is not used yet").c_str());
+    Binder b(src, be, be_ctx, "", m->owned);
+    const std::string &body = names.body;
+    if (b.present(body + "mtp.eh_proj.weight") || b.present(body + "mtp.layers.0.self_attn.q_proj.weight"))
+        host->log(host->host_ctx, CMF_LOG_INFO, (fam + ": " + body + "mtp.* present; MTP drafting is not used yet").c_str());
     const uint64_t H = c.hidden_size;
-    m->embed = b.bind("model.embed_tokens.weight", {0, H});
-    for (uint64_t i = 0; i < c.num_layers; ++i) build_layer(*m, b, i);
-    m->final_norm = b.bind("model.norm.weight", {H});
-    if (b.present("lm_head.weight"))
-        m->head = b.bind("lm_head.weight", {0, H});
+    m->embed = b.bind(body + "embed_tokens.weight", {0, H});
+    for (uint64_t i = 0; i < c.num_layers; ++i) build_layer(*m, b, names, i);
+    m->final_norm = b.bind(body + "norm.weight", {H});
+    if (names.head.empty()) return m;  // an encoder: hidden states only
+    if (b.present(names.head))
+        m->head = b.bind(names.head, {0, H});
     else if (c.tie_word_embeddings)
         m->head = m->embed;
     else
-        throw Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + prefix + "lm_head.weight (and arch.tie_word_embeddings is false)");
+        throw Error(CMF_ERR_MISSING_TENSOR, "missing tensor " + names.head + " (and arch.tie_word_embeddings is false)");
     if (m->head.rows > c.vocab_size)
         throw Error(CMF_ERR_BOUNDS, "the output head has " + std::to_string(m->head.rows) +
                                         " rows, more than arch.vocab_size " + std::to_string(c.vocab_size));
@@ -463,6 +403,8 @@ void check_step(const DecoderModel &m, const DecoderState &s, const DecoderStep 
     if (a.n_layers > m.layers.size())
         throw Error(CMF_ERR_BOUNDS, fam + ": " + std::to_string(a.n_layers) + " layers asked of " +
                                         std::to_string(m.layers.size()));
+    if (mode != CMF_LOGITS_NONE && !m.head)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": the model has no output head (an encoder gives hidden states only)");
     if (a.n_layers != 0 && a.n_layers < m.layers.size() && mode != CMF_LOGITS_NONE)
         throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": logits need every layer (n_layers < num_layers gives hidden states only)");
 }

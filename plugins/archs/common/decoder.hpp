@@ -26,6 +26,7 @@
 #pragma once
 
 #include "arch_config.hpp"
+#include "binder.hpp"
 
 #include <cmf/cmf_plugin.h>
 
@@ -58,12 +59,6 @@ struct DecoderChoices {
     float attn_softcap = 0;    // 0: none, else c*tanh(s/c) on scores
     float final_softcap = 0;   // 0: none, else c*tanh(l/c) on logits
     std::vector<LayerChoice> layers;
-};
-
-struct Weight {
-    cmf_backend_weight *w = nullptr;
-    uint64_t rows = 0, cols = 0;  // 1-D: rows 1, cols = length
-    explicit operator bool() const { return w != nullptr; }
 };
 
 enum class MixerKind { Attention };
@@ -102,7 +97,7 @@ struct DecoderModel {
     // cfg.rope_scaling is not default: its layers rotate through the
     // backend's rope_freqs with HF's table.
     bool scaled_rope = false;
-    Weight embed, final_norm, head;
+    Weight embed, final_norm, head;  // head: none for an encoder (DecoderNames.head "")
     std::vector<Layer> layers;
     std::vector<cmf_backend_weight *> owned;
     // Tokens per forward chunk when sliding layers keep rings: the largest
@@ -152,13 +147,22 @@ struct DecoderState {
     ~DecoderState();
 };
 
-// Binds the tensors of `src` (names prefixed by `prefix`, e.g. "" or
-// "text_encoder.") on the backend. `options` are the model options
-// ("kv_cache=f32|f16"). Throws cmf::sdk::Error.
+// Where a decoder's tensors are. A converted checkpoint names them
+// "model.embed_tokens.weight", "model.layers.{i}.*", "model.norm.weight" and
+// "lm_head.weight"; a pipeline's text encoder keeps them under its own
+// prefix with Hugging Face's "model." left out ("te.layers.{i}.*") and has
+// no head.
+struct DecoderNames {
+    std::string body = "model.";          // before embed_tokens.weight, layers.{i}., norm.weight, mtp.
+    std::string head = "lm_head.weight";  // "": none, the model gives hidden states only (an encoder)
+};
+
+// Binds the tensors of `src` on the backend. `options` are the model
+// options ("kv_cache=f32|f16"). Throws cmf::sdk::Error.
 std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf_model_source *src,
                                              const cmf_backend_vt *be, void *be_ctx, const char *options,
                                              const ArchConfig &cfg, DecoderChoices choices,
-                                             const std::string &prefix = "");
+                                             const DecoderNames &names = {});
 
 std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_ctx);
 

@@ -18,6 +18,7 @@
 //    (cmf_codec_vt.int8_rows: q8_row, q4_block/q4_tiled): the int8 GEMM of
 //    gemm_i8.hpp instead (matmul_int8 below), unless kInt8Gemm is false or
 //    the environment sets CMF_CPU_INT8_GEMM=0 (A/B benchmarks).
+#include "backend.hpp"
 #include "gemm_i8.hpp"
 #include "kernels.hpp"
 
@@ -36,25 +37,15 @@
 #include <type_traits>
 #include <vector>
 
-struct cmf_backend_weight {
-    cmf_tensor_view view;
-    const cmf_codec_vt *codec;  // NULL for f32
-    void *codec_ctx;
-    uint64_t rows;
-    uint64_t cols;
-    // 1-D vectors (norm weights, biases) are decoded to f32 once at bind
-    // time: they are tiny and read by element-wise operations.
-    std::vector<float> vec;
-    // The codec hands this weight over as int8 codes + block scales
-    // (cmf_codec_vt.int8_rows answered yes at bind time).
-    bool int8 = false;
-    // The codec's matmul_rows_x, when its struct_size covers it (else NULL).
-    decltype(cmf_codec_vt::matmul_rows_x) matmul_rows_x = nullptr;
-};
-
 namespace {
 
 using cmf::sdk::Error;
+using cmf::cpu::as_backend;
+using cmf::cpu::gelu_tanh;
+using cmf::cpu::Backend;
+using cmf::cpu::parallel;
+using cmf::cpu::pool_threads;
+using cmf::cpu::vector_of;
 
 constexpr uint64_t kGemmMinBatch = 4;
 // Measured on the 0.6B shape at q8_row: pp64 went from 12 tok/s through
@@ -70,33 +61,6 @@ constexpr bool kInt8Gemm = true;
 // 16-row panels; each 4-token activation tile meets all of them from L1.
 constexpr uint64_t kInt8PanelRows = 4 * cmf::cpu::i8::kRows;
 
-struct Backend {
-    const cmf_host_api *host;
-    std::string description;
-    cmf_backend_vt vt;
-    bool int8_gemm = kInt8Gemm;
-};
-
-Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }
-
-// Threads of the runtime pool the loops below run on (work is cut per thread).
-uint64_t pool_threads(const Backend *be) {
-    return static_cast<uint64_t>(std::max(1, be->host->num_threads(be->host->host_ctx)));
-}
-
-// Runs body(begin, end) over [0, n) on the runtime pool.
-template <class F>
-void parallel(Backend *be, uint64_t n, uint64_t grain, F &&body) {
-    if (n == 0) return;
-    // One chunk's worth: run here; entering the pool costs more than the
-    // work (decode calls many tiny element-wise operations per token).
-    if (n <= grain) {
-        body(uint64_t(0), n);
-        return;
-    }
-    auto tramp = [](void *user, uint64_t b, uint64_t e) { (*static_cast<F *>(user))(b, e); };
-    be->host->parallel_for(be->host->host_ctx, 0, n, std::max<uint64_t>(1, grain), tramp, &body);
-}
 
 cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight **out) {
     Backend *be = as_backend(ctx);
@@ -333,7 +297,7 @@ cmf_error *matmul_int8(Backend *be, MatmulJob &job) {
     return job.error;
 }
 
-cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch, float *y) {
+cmf_error *matmul_op(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch, float *y) {
     Backend *be = as_backend(ctx);
     if (w == nullptr || x == nullptr || y == nullptr)
         return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "matmul: NULL argument");
@@ -409,7 +373,7 @@ cmf_error *matmul_multi(void *ctx, const cmf_backend_weight *const *ws, uint32_t
     // one call each. So are more weights than the fused job holds.
     if (n_batch >= kGemmMinBatch || n_weights > kMaxMulti) {
         for (uint32_t i = 0; i < n_weights; ++i)
-            if (cmf_error *e = matmul(ctx, ws[i], x, n_batch, ys[i])) return e;
+            if (cmf_error *e = matmul_op(ctx, ws[i], x, n_batch, ys[i])) return e;
         return nullptr;
     }
     MultiJob m{};
@@ -484,15 +448,6 @@ cmf_error *copy(void *ctx, float *dst, const float *src, uint64_t n) {
 
 // ---- element-wise -------------------------------------------------------------
 
-const float *vector_of(Backend *be, const cmf_backend_weight *w, uint64_t dim, const char *op) {
-    if (w == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": NULL weight");
-    if (w->view.ndim != 1 || w->cols != dim)
-        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": weight is not a vector of " + std::to_string(dim) +
-                                                  " elements");
-    (void)be;
-    return w->vec.data();
-}
-
 // Sum of squares in double (at least as accurate as HF's f32 mean, whatever
 // the summation order) as eight
 // independent partial sums, which the compiler keeps in vector registers:
@@ -512,7 +467,7 @@ cmf_error *rms_norm(void *ctx, const float *x, const cmf_backend_weight *w, uint
                     int32_t style, float *y) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
-        const float *wv = vector_of(be, w, dim, "rms_norm");
+        const float *wv = vector_of(w, dim, "rms_norm");
         if (style != CMF_NORM_QWEN && style != CMF_NORM_GEMMA)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "rms_norm: unknown norm style " + std::to_string(style));
         bool gemma = style == CMF_NORM_GEMMA;
@@ -693,27 +648,17 @@ const float *kv_positions_f32(const cmf::cpu::Kernels &k, const T *cache, uint64
     return tmp.data();
 }
 
+// K and V^T of every KV head of keys [kbase, kbase + n_keys), packed as
+// GEMM operands into kp (n_kv * packed_w_floats(n_keys, hd) floats: K as
+// "weights" with rows = keys, cols = head dims) and vp (n_kv *
+// packed_w_floats(hd, n_keys): V^T, rows = head dims, cols = keys).
 template <class T>
-void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v_cache, uint64_t ring, float *out,
-                       uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
-                       uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
+void pack_kv_heads(Backend *be, const T *k_cache, const T *v_cache, uint64_t ring, uint64_t kbase, uint64_t n_keys,
+                   uint32_t n_kv, uint64_t hd, uint64_t kvd, float *kp, float *vp) {
     using cmf::cpu::kGemmRows;
     const auto &k = cmf::cpu::kernels();
-    // Keys from kbase on are packed: the first position any query sees (a
-    // window hides the older ones; a ring no longer holds them).
-    const uint64_t kbase = (window > 0 && pos0 + 1 > window) ? pos0 + 1 - window : 0;
-    const uint64_t n_keys = pos0 + n_tokens - kbase, hd = head_dim;
-    const uint32_t n_kv = n_heads / group;
-    // K of one KV head as GEMM "weights": rows = keys, cols = head dims;
-    // V^T: rows = head dims, cols = keys.
     const uint64_t k_stride = cmf::cpu::packed_w_floats(n_keys, hd), v_stride = cmf::cpu::packed_w_floats(hd, n_keys);
     const uint64_t d_panels = (hd + kGemmRows - 1) / kGemmRows, key_panels = (n_keys + kGemmRows - 1) / kGemmRows;
-    // The calling thread's: it waits for both loops below. The lambdas use
-    // the pointers (a thread_local named inside them is the pool thread's).
-    thread_local std::vector<float> k_buf, v_buf;
-    k_buf.resize(n_kv * k_stride);
-    v_buf.resize(n_kv * v_stride);
-    float *const kp = k_buf.data(), *const vp = v_buf.data();
     parallel(be, uint64_t(n_kv) * key_panels, 8, [&](uint64_t i0, uint64_t i1) {
         thread_local std::vector<float> k_tmp, v_tmp;  // an f16 cache's panel rows widened
         for (uint64_t i = i0; i < i1; ++i) {
@@ -734,9 +679,74 @@ void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v
             }
         }
     });
+}
+
+// One (query block, head) of the blocked attention: nq query rows (q, row
+// stride qd, one head's hd dims) against keys [j0, j0 + n) of the packed K
+// and V^T of their KV head (kh, vh: one head's packed operands, n_keys
+// keys in all). scores(r, s) turns row r's raw dot products s[0..n) into
+// final scores (scale, mask as -inf, softcap) and returns their max; the
+// row's softmax times V goes to out (row stride qd). A row whose scores
+// are all -inf gets zeros.
+template <class Scores>
+void attend_block(const float *q, uint64_t qd, uint64_t nq, uint64_t hd, const float *kh, const float *vh,
+                  uint64_t n_keys, uint64_t j0, uint64_t n, float *out, Scores &&scores) {
+    using cmf::cpu::kGemmRows;
+    const auto &k = cmf::cpu::kernels();
+    thread_local std::vector<float> qp, sc, pp;
+    const uint64_t qblocks = cmf::cpu::gemm_x_blocks(nq);
+    qp.resize(cmf::cpu::packed_x_floats(nq, hd));
+    sc.resize(nq * n);
+    pp.resize(cmf::cpu::packed_x_floats(nq, n));
+    k.pack_x(q, qd, nq, hd, 0, qblocks, qp.data());
+    k.gemm_packed(kh + j0 * hd, n, hd, qp.data(), nq, sc.data(), n);
+    for (uint64_t r = 0; r < nq; ++r) {
+        float *s = sc.data() + r * n;
+        const float mx = scores(r, s);
+        if (mx == -INFINITY) {
+            std::fill(s, s + n, 0.0f);
+            continue;
+        }
+        const float inv = 1.0f / k.exp_sum(s, n, mx);
+        for (uint64_t j = 0; j < n; ++j) s[j] *= inv;
+    }
+    k.pack_x(sc.data(), n, nq, n, 0, qblocks, pp.data());
+    const uint64_t d_panels = (hd + kGemmRows - 1) / kGemmRows;
+    for (uint64_t d = 0; d < d_panels; ++d)
+        k.gemm_packed(vh + (d * n_keys + j0) * kGemmRows, std::min(kGemmRows, hd - d * kGemmRows), n, pp.data(), nq,
+                      out + d * kGemmRows, qd);
+}
+
+// The packed K/V buffers are as large as the keys they were made from:
+// kept for the next call at prefill sizes, released after a long context.
+void trim_packed(std::vector<float> &k_buf, std::vector<float> &v_buf) {
+    constexpr size_t kKeepFloats = size_t(16) << 20;  // 64 MiB
+    if (k_buf.size() + v_buf.size() > kKeepFloats) {
+        std::vector<float>().swap(k_buf);
+        std::vector<float>().swap(v_buf);
+    }
+}
+
+template <class T>
+void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v_cache, uint64_t ring, float *out,
+                       uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
+                       uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
+    using cmf::cpu::kGemmRows;
+    // Keys from kbase on are packed: the first position any query sees (a
+    // window hides the older ones; a ring no longer holds them).
+    const uint64_t kbase = (window > 0 && pos0 + 1 > window) ? pos0 + 1 - window : 0;
+    const uint64_t n_keys = pos0 + n_tokens - kbase, hd = head_dim;
+    const uint32_t n_kv = n_heads / group;
+    const uint64_t k_stride = cmf::cpu::packed_w_floats(n_keys, hd), v_stride = cmf::cpu::packed_w_floats(hd, n_keys);
+    // The calling thread's: it waits for both loops below. The lambdas use
+    // the pointers (a thread_local named inside them is the pool thread's).
+    thread_local std::vector<float> k_buf, v_buf;
+    k_buf.resize(n_kv * k_stride);
+    v_buf.resize(n_kv * v_stride);
+    float *const kp = k_buf.data(), *const vp = v_buf.data();
+    pack_kv_heads(be, k_cache, v_cache, ring, kbase, n_keys, n_kv, hd, kvd, kp, vp);
     const uint64_t blocks = (n_tokens + kAttnBlock - 1) / kAttnBlock;
     parallel(be, blocks * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
-        thread_local std::vector<float> qp, scores, pp;
         for (uint64_t i = i0; i < i1; ++i) {
             const uint64_t b = i / n_heads, t0 = b * kAttnBlock, t1 = std::min(n_tokens, t0 + kAttnBlock);
             const uint32_t h = static_cast<uint32_t>(i % n_heads);
@@ -748,45 +758,75 @@ void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v
             uint64_t j0 = ((window > 0 && p_first + 1 > window) ? p_first + 1 - window : 0) - kbase;
             j0 -= j0 % kGemmRows;
             const uint64_t n = p_last + 1 - kbase - j0;  // keys any query of the block sees
-            const uint64_t nq = t1 - t0, qblocks = cmf::cpu::gemm_x_blocks(nq);
-            qp.resize(cmf::cpu::packed_x_floats(nq, hd));
-            scores.resize(nq * n);
-            pp.resize(cmf::cpu::packed_x_floats(nq, n));
-            k.pack_x(q + t0 * qd + uint64_t(h) * hd, qd, nq, hd, 0, qblocks, qp.data());
-            k.gemm_packed(kp + kvh * k_stride + j0 * hd, n, hd, qp.data(), nq, scores.data(), n);
-            for (uint64_t r = 0; r < nq; ++r) {
-                const uint64_t p = pos0 + t0 + r;
-                const uint64_t lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-                float *s = scores.data() + r * n;
-                float mx = -INFINITY;
-                for (uint64_t j = 0; j < n; ++j) {
-                    const uint64_t key = kbase + j0 + j;
-                    if (key < lo || key > p) {
-                        s[j] = -INFINITY;
-                        continue;
-                    }
-                    float sc = s[j] * scale;
-                    if (softcap > 0.0f) sc = softcap * std::tanh(sc / softcap);
-                    s[j] = sc;
-                    mx = std::max(mx, sc);
-                }
-                const float inv = 1.0f / k.exp_sum(s, n, mx);
-                for (uint64_t j = 0; j < n; ++j) s[j] *= inv;
-            }
-            k.pack_x(scores.data(), n, nq, n, 0, qblocks, pp.data());
-            const float *vh = vp + kvh * v_stride;
-            for (uint64_t d = 0; d < d_panels; ++d)
-                k.gemm_packed(vh + (d * n_keys + j0) * kGemmRows, std::min(kGemmRows, hd - d * kGemmRows), n,
-                              pp.data(), nq, out + t0 * qd + uint64_t(h) * hd + d * kGemmRows, qd);
+            attend_block(q + t0 * qd + uint64_t(h) * hd, qd, t1 - t0, hd, kp + kvh * k_stride, vp + kvh * v_stride,
+                         n_keys, j0, n, out + t0 * qd + uint64_t(h) * hd, [&](uint64_t r, float *s) {
+                             const uint64_t p = pos0 + t0 + r;
+                             const uint64_t lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+                             float mx = -INFINITY;
+                             for (uint64_t j = 0; j < n; ++j) {
+                                 const uint64_t key = kbase + j0 + j;
+                                 if (key < lo || key > p) {
+                                     s[j] = -INFINITY;
+                                     continue;
+                                 }
+                                 float v = s[j] * scale;
+                                 if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
+                                 s[j] = v;
+                                 mx = std::max(mx, v);
+                             }
+                             return mx;
+                         });
         }
     });
-    // The packed copy is as large as the KV cache it was made from: kept for
-    // the next layer's call at prefill sizes, released after a long context.
-    constexpr size_t kKeepFloats = size_t(16) << 20;  // 64 MiB
-    if (k_buf.size() + v_buf.size() > kKeepFloats) {
-        std::vector<float>().swap(k_buf);
-        std::vector<float>().swap(v_buf);
-    }
+    trim_packed(k_buf, v_buf);
+}
+
+// attention_full: every query against every key (no causal mask), the
+// same blocked GEMMs as prefill attention over K and V packed once per call.
+cmf_error *attention_full(void *ctx, const float *q, const float *k, const float *v, float *out, uint64_t n_q,
+                          uint64_t n_kv, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, float scale,
+                          const float *key_bias) {
+    Backend *be = as_backend(ctx);
+    return cmf::sdk::call(be->host, [&] {
+        if (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "attention_full: n_heads must be a multiple of n_kv_heads");
+        if (head_dim == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, "attention_full: head_dim is 0");
+        if (n_q == 0) return;
+        if ((q == nullptr || out == nullptr) || (n_kv > 0 && (k == nullptr || v == nullptr)))
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "attention_full: NULL argument");
+        const uint64_t hd = head_dim, qd = uint64_t(n_heads) * hd, kvd = uint64_t(n_kv_heads) * hd;
+        const uint32_t group = n_heads / n_kv_heads;
+        if (n_kv == 0) {  // nothing to attend to: every query's keys are "all masked"
+            std::fill(out, out + n_q * qd, 0.0f);
+            return;
+        }
+        const uint64_t k_stride = cmf::cpu::packed_w_floats(n_kv, hd), v_stride = cmf::cpu::packed_w_floats(hd, n_kv);
+        thread_local std::vector<float> k_buf, v_buf;
+        k_buf.resize(n_kv_heads * k_stride);
+        v_buf.resize(n_kv_heads * v_stride);
+        float *const kp = k_buf.data(), *const vp = v_buf.data();
+        pack_kv_heads(be, k, v, 0, 0, n_kv, n_kv_heads, hd, kvd, kp, vp);
+        const uint64_t blocks = (n_q + kAttnBlock - 1) / kAttnBlock;
+        parallel(be, blocks * n_heads, 1, [&](uint64_t i0, uint64_t i1) {
+            for (uint64_t i = i0; i < i1; ++i) {
+                const uint64_t t0 = i / n_heads * kAttnBlock, t1 = std::min(n_q, t0 + kAttnBlock);
+                const uint32_t h = static_cast<uint32_t>(i % n_heads);
+                const uint64_t kvh = h / group;
+                attend_block(q + t0 * qd + uint64_t(h) * hd, qd, t1 - t0, hd, kp + kvh * k_stride,
+                             vp + kvh * v_stride, n_kv, 0, n_kv, out + t0 * qd + uint64_t(h) * hd,
+                             [&](uint64_t, float *s) {
+                                 float mx = -INFINITY;
+                                 for (uint64_t j = 0; j < n_kv; ++j) {
+                                     const float v = key_bias ? s[j] * scale + key_bias[j] : s[j] * scale;
+                                     s[j] = v;
+                                     mx = std::max(mx, v);
+                                 }
+                                 return mx;
+                             });
+            }
+        });
+        trim_packed(k_buf, v_buf);
+    });
 }
 
 // Decode attention: a run of keys shorter than this is not split further.
@@ -978,11 +1018,6 @@ cmf_error *kv_write(void *ctx, float *cache, int32_t dtype, uint64_t row_len, ui
     });
 }
 
-float gelu_tanh(float t) {
-    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
-    return 0.5f * t * (1.0f + std::tanh(kC * (t + 0.044715f * t * t * t)));
-}
-
 cmf_error *gated_act(void *ctx, const float *gate, const float *up, uint64_t n, int32_t act, float *out) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
@@ -1009,7 +1044,7 @@ cmf_error *add(void *ctx, float *y, const float *x, uint64_t n) {
 cmf_error *add_bias(void *ctx, float *y, const cmf_backend_weight *b, uint64_t n_rows, uint64_t dim) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
-        const float *bv = vector_of(be, b, dim, "add_bias");
+        const float *bv = vector_of(b, dim, "add_bias");
         for (uint64_t r = 0; r < n_rows; ++r)
             for (uint64_t j = 0; j < dim; ++j) y[r * dim + j] += bv[j];
     });
@@ -1040,12 +1075,29 @@ cmf_error *embed(void *ctx, const cmf_backend_weight *table, const int32_t *toke
 
 }  // namespace
 
+namespace cmf::cpu {
+
+const float *vector_of(const cmf_backend_weight *w, uint64_t dim, const char *op) {
+    if (w == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": NULL weight");
+    if (w->view.ndim != 1 || w->cols != dim)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": weight is not a vector of " + std::to_string(dim) +
+                                                  " elements");
+    return w->vec.data();
+}
+
+cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch, float *y) {
+    return matmul_op(ctx, w, x, n_batch, y);
+}
+
+}  // namespace cmf::cpu
+
 extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32_t *abi_version,
                                                             cmf_registrar *reg, void **plugin_state) {
     if (*abi_version < 1) return host->error_create(CMF_ERR_PLUGIN, "cpu backend needs plugin ABI >= 1");
     *abi_version = CMF_PLUGIN_ABI_VERSION;
     auto be = std::make_unique<Backend>();
     be->host = host;
+    be->int8_gemm = kInt8Gemm;
     if (const char *env = std::getenv("CMF_CPU_INT8_GEMM"); env != nullptr && std::strcmp(env, "0") == 0)
         be->int8_gemm = false;
     be->description = std::string("x86-64 CPU, kernels: ") + cmf::cpu::kernels().isa;
@@ -1058,7 +1110,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.description = be->description.c_str();
     vt.weight_bind = weight_bind;
     vt.weight_free = weight_free;
-    vt.matmul = matmul;
+    vt.matmul = matmul_op;
     vt.buffer_alloc = buffer_alloc;
     vt.buffer_free = buffer_free;
     vt.buffer_write = buffer_write;
@@ -1075,6 +1127,8 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     vt.attention_kv = attention_kv;
     vt.attention_ring = attention_ring;
     vt.matmul_multi = matmul_multi;
+    vt.attention_full = attention_full;
+    cmf::cpu::set_image_ops(vt);
     vt.rope_freqs = rope_freqs;
     if (cmf_error *e = host->register_backend(reg, &be->vt, be.get())) return e;
     *plugin_state = be.release();

@@ -80,6 +80,10 @@ void silu_mul_portable(const float *g, const float *u, uint64_t n, float *out) {
     for (uint64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+void silu_portable(const float *x, uint64_t n, float *out) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
 void matmul_portable(const float *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) {
     for (uint64_t r = r0; r < r1; ++r)
@@ -476,6 +480,17 @@ AVX2 void silu_mul_avx2(const float *g, const float *u, uint64_t n, float *out) 
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
     }
     for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+AVX2 void silu_avx2(const float *x, uint64_t n, float *out) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        const __m256 den = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), xv)));
+        _mm256_storeu_ps(out + i, _mm256_div_ps(xv, den));
+    }
+    for (; i < n; ++i) out[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
 void matmul_avx2(const float *w, uint64_t cols, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
@@ -952,7 +967,8 @@ const Kernels kPortable{"portable",
                         heads_dot_portable<float>,
                         heads_dot_portable<uint16_t>,
                         heads_axpy_portable<float>,
-                        heads_axpy_portable<uint16_t>};
+                        heads_axpy_portable<uint16_t>,
+                        silu_portable};
 #ifdef CMF_X86
 constexpr GemmPanelFn gemm_panel_avx2 = gemm_panel_generic<pack_w_avx2, pack_x_avx2, gemm_packed_avx2>;
 const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, matmul_h16_avx2<true>,
@@ -960,7 +976,7 @@ const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, 
                     pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2,
                     exp_sum_avx2,     scale_max_avx2,    silu_mul_avx2,         dot_f16_avx2,
                     axpy_f16_avx2,    narrow_f16_avx2,   heads_dot_avx2<float>, heads_dot_avx2<uint16_t>,
-                    heads_axpy_avx2<float>, heads_axpy_avx2<uint16_t>};
+                    heads_axpy_avx2<float>, heads_axpy_avx2<uint16_t>, silu_avx2};
 // AVX-512 machines get the 512-bit f32 dot, GEMM micro-kernel and decode
 // attention; the 16-bit matmul kernels are the AVX2 ones (memory-bound: the
 // width does not matter).
@@ -970,7 +986,7 @@ const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false
                       pack_x_avx2,      gemm_packed_avx512, dot_avx512,            axpy_avx2,
                       exp_sum_avx2,     scale_max_avx2,    silu_mul_avx2,          dot_f16_avx2,
                       axpy_f16_avx2,    narrow_f16_avx2,   heads_dot_avx512<float>, heads_dot_avx512<uint16_t>,
-                      heads_axpy_avx512<float>, heads_axpy_avx512<uint16_t>};
+                      heads_axpy_avx512<float>, heads_axpy_avx512<uint16_t>, silu_avx2};
 #endif
 
 }  // namespace

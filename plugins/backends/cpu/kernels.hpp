@@ -58,6 +58,8 @@ using GemmPackedFn = void (*)(const float *wp, uint64_t n_rows, uint64_t cols, c
 using ExpSumFn = float (*)(float *x, uint64_t n, float sub);
 // out[i] = g[i] / (1 + exp(-g[i])) * u[i] (SiLU-gated product).
 using SiluMulFn = void (*)(const float *g, const float *u, uint64_t n, float *out);
+// out[i] = x[i] / (1 + exp(-x[i])) (SiLU; out may equal x).
+using SiluFn = void (*)(const float *x, uint64_t n, float *out);
 // x[i] *= scale for i < n, then the largest x[i] (-inf when n == 0; a NaN
 // may or may not win): decode attention's scores, scaled, and their max.
 using ScaleMaxFn = float (*)(float *x, uint64_t n, float scale);
@@ -116,6 +118,7 @@ struct Kernels {
     HeadsDotF16Fn heads_dot_f16;
     HeadsAxpyFn heads_axpy;
     HeadsAxpyF16Fn heads_axpy_f16;
+    SiluFn silu;
 };
 
 // The best kernels this CPU runs (portable only when native kernels are off).

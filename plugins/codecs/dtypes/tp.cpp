@@ -9,8 +9,8 @@
 
 #include <array>
 #include <algorithm>
-#include <vector>
 #include <limits>
+#include <vector>
 
 namespace cmf::codecs {
 
@@ -18,47 +18,22 @@ namespace {
 
 // Rung values: q4tp t[c] = exp2f(lo) * exp2f(step)^c (31 sequential f32
 // multiplies); q2tp puts an exact 0 at rung 0 and shifts the q4tp ladder up
-// by one. Built for up to kLadderRows rows at once, rung-major (t[c][j] is
-// rung c of row j): eight independent chains in flight instead of one. A
-// single row's chain of 31 dependent multiplies cost about as much as its
-// whole dot product in decode (measured: ~100 of ~350 cycles per 1024-wide
+// by one. The encoder's ladder of one row; the decoders take their scales
+// from kernels::ladder_scales, which makes the same products eight rows at a
+// time (a single row's chain of 31 dependent multiplies cost about as much
+// as its whole dot product in decode: ~100 of ~350 cycles per 1024-wide
 // q4tp row).
 constexpr unsigned kLadderRows = 8;
 template <bool Two>
-struct Ladders {
-    float t[32][kLadderRows] = {};
-    // params: (f16 lo, f16 step) pairs of rows 0..n-1, 4 bytes per row.
-    Ladders(const uint8_t *params, unsigned n) {
-        float e[kLadderRows] = {};
-        const int first = Two ? 1 : 0;
-        for (unsigned j = 0; j < n; ++j) {
-            t[first][j] = exp2f_f16(load_u16(params + 4 * j));
-            e[j] = exp2f_f16(load_u16(params + 4 * j + 2));
-        }
-        for (int c = first + 1; c < 32; ++c)
-            for (unsigned j = 0; j < kLadderRows; ++j) t[c][j] = t[c - 1][j] * e[j];
-    }
-};
-
-// Rung values of one row (the encoder's): lane 0 of Ladders, so encoder and
-// decoder share one chain of multiplies.
-template <bool Two>
 std::array<float, 32> ladder(uint16_t lo_h, uint16_t step_h) {
-    uint8_t params[4];
-    store_u16(params, lo_h);
-    store_u16(params + 2, step_h);
-    const Ladders<Two> lad(params, 1);
     std::array<float, 32> t{};
-    for (int c = 0; c < 32; ++c) t[c] = lad.t[c][0];
+    const int first = Two ? 1 : 0;
+    const float e = exp2f_f16(step_h);
+    t[first] = exp2f_f16(lo_h);
+    for (int c = first + 1; c < 32; ++c) t[c] = t[c - 1] * e;
     return t;
 }
 
-uint32_t read_code(const uint8_t *codes, uint64_t g) {
-    uint64_t bit = 5 * g;
-    uint32_t v = codes[bit / 8];
-    if (bit % 8 > 3) v |= static_cast<uint32_t>(codes[bit / 8 + 1]) << 8;
-    return (v >> (bit % 8)) & 31u;
-}
 void write_code(uint8_t *codes, uint64_t g, uint32_t code) {
     uint64_t bit = 5 * g;
     uint32_t v = code << (bit % 8);
@@ -106,41 +81,37 @@ public:
         l.codes = l.params + 4 * l.m.rows;
         return l;
     }
-    // The group scales of row r (lane j of lad): ladder rungs picked by its
-    // 5-bit codes, read eight at a time from five bytes.
-    static void row_scales(const Layout &l, uint64_t r, const Ladders<Two> &lad, unsigned j, float *out) {
-        const uint8_t *codes = l.codes + r * stride(l.gpr);
-        uint64_t g = 0;
-        for (; g + 8 <= l.gpr; g += 8) {
-            // Assembled in registers: a 5-byte memcpy into a u64 went through
-            // the stack and stalled store-to-load forwarding (a third of the row).
-            const uint8_t *p = codes + 5 * g / 8;
-            const uint64_t v = load_u32(p) | (uint64_t{p[4]} << 32);
-            for (unsigned k = 0; k < 8; ++k) out[g + k] = lad.t[(v >> (5 * k)) & 31u][j];
-        }
-        for (; g < l.gpr; ++g) out[g] = lad.t[read_code(codes, g)][j];
-    }
-    // Runs body(r, lad, j) for r in [r0, r1), with lad holding row r's ladder in lane j.
+    // Runs body(rb, n, scales) for the rows [r0, r1) in blocks of up to
+    // kLadderRows: rows rb .. rb+n-1, scales holding their group scales
+    // (gpr per row, row by row), picked from their ladders by their 5-bit codes.
     template <class F>
-    static void for_rows(const Layout &l, uint64_t r0, uint64_t r1, F &&body) {
+    static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body) {
+        thread_local std::vector<float> scales;
+        scales.resize(kLadderRows * l.gpr);
         for (uint64_t rb = r0; rb < r1; rb += kLadderRows) {
             const unsigned n = static_cast<unsigned>(std::min<uint64_t>(kLadderRows, r1 - rb));
-            const Ladders<Two> lad(l.params + 4 * rb, n);
-            for (unsigned j = 0; j < n; ++j) body(rb + j, lad, j);
+            float first[kLadderRows], ratio[kLadderRows];
+            for (unsigned j = 0; j < n; ++j) {
+                first[j] = exp2f_f16(load_u16(l.params + 4 * (rb + j)));
+                ratio[j] = exp2f_f16(load_u16(l.params + 4 * (rb + j) + 2));
+            }
+            kernels::ladder_scales(first, ratio, Two, l.codes + rb * stride(l.gpr), stride(l.gpr), l.gpr, n,
+                                   scales.data());
+            body(rb, n, scales.data());
         }
     }
 
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         Layout l = layout(t);
-        std::vector<float> scales(l.gpr);
-        for_rows(l, r0, r1, [&](uint64_t r, const Ladders<Two> &lad, unsigned j) {
-            row_scales(l, r, lad, j, scales.data());
-            const uint8_t *chunks = l.chunks + r * l.gpr * kChunk;
-            if (Two)
-                kernels::dequant_q2_groups(chunks, scales.data(), l.gpr, dst);
-            else
-                kernels::dequant_q4_groups(chunks, kChunk, scales.data(), l.gpr, dst);
-            dst += 32 * l.gpr;
+        for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *scales) {
+            for (unsigned j = 0; j < n; ++j) {
+                const uint8_t *chunks = l.chunks + (rb + j) * l.gpr * kChunk;
+                if (Two)
+                    kernels::dequant_q2_groups(chunks, scales + j * l.gpr, l.gpr, dst);
+                else
+                    kernels::dequant_q4_groups(chunks, kChunk, scales + j * l.gpr, l.gpr, dst);
+                dst += 32 * l.gpr;
+            }
         });
     }
     bool can_quantize() const override { return true; }
@@ -160,13 +131,23 @@ public:
                      uint64_t r1, float *y, uint64_t ldy) const override {
         Layout l = layout(w);
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, l.m.cols, Two ? kernels::XOrder::q2_quads : kernels::XOrder::q4_pair_blocks);
-        std::vector<float> scales(l.gpr);
-        for_rows(l, r0, r1, [&](uint64_t r, const Ladders<Two> &lad, unsigned j) {
-            row_scales(l, r, lad, j, scales.data());
-            const uint8_t *chunks = l.chunks + r * l.gpr * kChunk;
-            for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] = Two ? kernels::dot_q2_groups_xq(chunks, scales.data(), xq.q(b), xq.d(b), l.gpr)
-                                     : kernels::dot_q4_groups_xq(chunks, scales.data(), xq.q(b), xq.offset(b), xq.d(b), l.gpr);
+        // Blocks of kLadderRows rows: their scales, then (q4tp) the block
+        // through the row-range kernel, four rows per pass over x as
+        // q4_block, or (q2tp) one dot per row. q4tp with one dot call per row
+        // and the scales picked one by one in scalar code ran at about half
+        // of q4_block's speed on the same shapes.
+        for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *scales) {
+            const uint8_t *chunks = l.chunks + rb * l.gpr * kChunk;
+            for (uint64_t b = 0; b < n_batch; ++b) {
+                float *yb = y + b * ldy + rb;
+                if constexpr (Two) {
+                    for (unsigned j = 0; j < n; ++j)
+                        yb[j] = kernels::dot_q2_groups_xq(chunks + j * l.gpr * kChunk, scales + j * l.gpr, xq.q(b),
+                                                          xq.d(b), l.gpr);
+                } else {
+                    kernels::rows_q4_groups_xq(chunks, scales, xq.q(b), xq.offset(b), xq.d(b), l.gpr, n, yb);
+                }
+            }
         });
     }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 // Compiled twice (meson.build): as kernels::avx2 with -mavx2 -mfma -mf16c,
 // and as kernels::avx512vnni with AVX-512 VL/BW/VNNI added and
@@ -433,10 +434,87 @@ __attribute__((always_inline)) inline __m256i q4_pair_isum(__m256i v, __m256i x0
 // with the usual 3 KiB alone, a row of 3072 columns (1.5 KiB of nibbles)
 // prefetched into the middle of the pass after next, and down_proj went
 // from 17.8-18.9 to 14.5-15.4 GB/s in the model (4 rounds).
+#ifdef CMF_CODECS_VNNI
+constexpr bool kQ4Zmm = true;
+// The AVX-512 form of the loop below for 16-byte strides (q4_block, q4tp):
+// two pairs per 512-bit step. The 64 nibble bytes of pairs k, k+1 masked
+// are [kA lo | kB lo | k1A lo | k1B lo] codes, shifted a nibble the hi
+// codes; the x halves they meet are 128-bit lanes 0,1 of pair k's and pair
+// k+1's 64 x bytes (and lanes 2,3 for hi), one lane shuffle each, made once
+// per step for all R rows; the offsets of both pairs are one 64-byte load.
+// int32 lane sums are the same integers as the 256-bit form's; the f32 sums
+// are taken in another order (16 lanes, two accumulators per row).
+// (GCC 12 flags the plain forms of several AVX-512 intrinsics as reading an
+// uninitialized value, -Wuninitialized: the zero-masked forms with a full
+// mask are the same instructions without that.)
+template <int R, class Scales8, class Scale1>
+__attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
+                                                                const int32_t *off, uint64_t groups, Scales8 scales8,
+                                                                Scale1 scale1, __m256 *out) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15);
+    // [s(g) x4 | s(g+1) x4 | s(g+2) x4 | s(g+3) x4] for g = 4j of 8 products broadcast to both halves.
+    const __m512i sel[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                            _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
+    const uint64_t pairs = groups / 2;
+    uint64_t k = 0;
+    for (; k + 4 <= pairs; k += 4) {
+        __m512 s8[R];
+        for (int r = 0; r < R; ++r) {
+            for (uint64_t o = 0; o < 128; o += 64)
+                _mm_prefetch(reinterpret_cast<const char *>(nib + r * ld + 32 * k + o) +
+                                 (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead),
+                             _MM_HINT_T0);
+            s8[r] = _mm512_castpd_ps(_mm512_maskz_broadcast_f64x4(0xFF, _mm256_castps_pd(scales8(r, 2 * k))));
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < 2; ++j) {
+            const uint64_t kk = k + 2 * j;
+            const __m512i x0 = _mm512_loadu_si512(x + 64 * kk), x1 = _mm512_loadu_si512(x + 64 * kk + 64);
+            const __m512i xlo = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+            const __m512i xhi = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
+            const __m512i o = _mm512_loadu_si512(off + 8 * kk);
+            for (int r = 0; r < R; ++r) {
+                __m512i v = _mm512_loadu_si512(nib + r * ld + 32 * kk);
+                __asm__("" : "+v"(v));  // one load, kept in a register (see q4_pair_load)
+                const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(o, lo, xlo), hi, xhi);
+                acc[r][j] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, sel[j], s8[r]), _mm512_maskz_cvtepi32_ps(0xFFFF, p),
+                                            acc[r][j]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        const uint8_t *nb = nib + r * ld;
+        __m256 rest = _mm256_setzero_ps();
+        for (uint64_t kk = k; kk < pairs; ++kk) {
+            const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * kk));
+            const __m256i p = q4_pair_isum(q4_pair_load<16>(nb + 32 * kk), load32(x + 64 * kk), load32(x + 64 * kk + 32), o);
+            const __m256 s = _mm256_set_m128(_mm_set1_ps(scale1(r, 2 * kk + 1)), _mm_set1_ps(scale1(r, 2 * kk)));
+            rest = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), rest);
+        }
+        if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
+            const uint64_t g = groups - 1;
+            rest = biased_step<8>(q4_codes_u(nb + 16 * g), load32(x + 32 * g), _mm256_set1_ps(scale1(r, g)), rest);
+        }
+        const __m512d a = _mm512_castps_pd(_mm512_add_ps(acc[r][0], acc[r][1]));
+        out[r] = _mm256_add_ps(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 0)),
+                                             _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 1))),
+                               rest);
+    }
+}
+#endif
+
 template <int R, uint64_t Stride, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                             const int32_t *off, uint64_t groups, Scales8 scales8,
                                                             Scale1 scale1, __m256 *out) {
+#ifdef CMF_CODECS_VNNI
+    if constexpr (Stride == 16) {
+        if (kQ4Zmm) return q4_pair_acc_rows_zmm<R>(nib, ld, x, off, groups, scales8, scale1, out);
+    }
+#endif
     __m256 acc[R][4];
     for (int r = 0; r < R; ++r)
         for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
@@ -529,70 +607,147 @@ inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, con
         [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + 2 * groups * r + 2 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(f16_scales + 2 * groups * r + 2 * g) * xd[g]; }, out);
 }
-inline __m256 q4_tiled_acc(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
-                           uint64_t groups) {
-    __m256 a;
-    q4_tiled_rows<1>(tiles, xq, xoff, xd, groups, &a);
-    return a;
+template <int R>
+inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
+                           const float *xd, uint64_t groups, __m256 *out) {
+    q4_pair_acc_rows<R, 16>(
+        nibbles, 16 * groups, xq, xoff, groups,
+        [&](int r, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + groups * r + g), _mm256_loadu_ps(xd + g)); },
+        [&](int r, uint64_t g) { return scales[groups * r + g] * xd[g]; }, out);
 }
-inline __m256 q4_split_acc(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                           const float *xd, uint64_t groups) {
-    __m256 a;
-    q4_split_rows<1>(nibbles, f16_scales, xq, xoff, xd, groups, &a);
-    return a;
-}
-// Four rows into a[0..4): one pass of kQ4Rows rows, or several.
-template <class Rows>
-inline void q4_quad(Rows rows, uint64_t r, __m256 *a) {
-    for (int i = 0; i < 4; i += kQ4Rows) rows(r + i, a + i);
+// rows4_quads over a q4 layout: run(r, R, out) fills out[0..R) with rows
+// r..r+R-1 as 8 partial sums each, R an std::integral_constant: kQ4Rows
+// rows per pass for the groups of four, one for the last 1-3 rows.
+template <class Run>
+inline void q4_rows4(uint64_t rows, float *y, Run run) {
+    rows4_quads(
+        rows, y,
+        [&](uint64_t r, __m256 *a) {
+            for (int i = 0; i < 4; i += kQ4Rows) run(r + i, std::integral_constant<int, kQ4Rows>{}, a + i);
+        },
+        [&](uint64_t r) {
+            __m256 a;
+            run(r, std::integral_constant<int, 1>{}, &a);
+            return a;
+        });
 }
 }  // namespace
 
 float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                       uint64_t groups) {
-    return hsum(q4_tiled_acc(tiles, xq, xoff, xd, groups));
+    __m256 a;
+    q4_tiled_rows<1>(tiles, xq, xoff, xd, groups, &a);
+    return hsum(a);
 }
 
 float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups) {
-    return hsum(q4_split_acc(nibbles, f16_scales, xq, xoff, xd, groups));
-}
-
-void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
-                      uint64_t rows, float *y) {
-    rows4_quads(
-        rows, y,
-        [&](uint64_t r, __m256 *a) {
-            q4_quad([&](uint64_t q, __m256 *o) { q4_tiled_rows<kQ4Rows>(tiles + 18 * groups * q, xq, xoff, xd, groups, o); },
-                    r, a);
-        },
-        [&](uint64_t r) { return q4_tiled_acc(tiles + 18 * groups * r, xq, xoff, xd, groups); });
-}
-
-void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    rows4_quads(
-        rows, y,
-        [&](uint64_t r, __m256 *a) {
-            q4_quad(
-                [&](uint64_t q, __m256 *o) {
-                    q4_split_rows<kQ4Rows>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q, xq, xoff, xd, groups, o);
-                },
-                r, a);
-        },
-        [&](uint64_t r) {
-            return q4_split_acc(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xoff, xd, groups);
-        });
+    __m256 a;
+    q4_split_rows<1>(nibbles, f16_scales, xq, xoff, xd, groups, &a);
+    return hsum(a);
 }
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups) {
     __m256 a;
-    q4_pair_acc_rows<1, 16>(
-        nibbles, 0, xq, xoff, groups,
-        [&](int, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + g), _mm256_loadu_ps(xd + g)); },
-        [&](int, uint64_t g) { return scales[g] * xd[g]; }, &a);
+    q4_groups_rows<1>(nibbles, scales, xq, xoff, xd, groups, &a);
     return hsum(a);
+}
+
+void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                      uint64_t rows, float *y) {
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_tiled_rows<decltype(rn)::value>(tiles + 18 * groups * q, xq, xoff, xd, groups, o);
+    });
+}
+
+void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_split_rows<decltype(rn)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q, xq, xoff, xd, groups, o);
+    });
+}
+
+void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
+                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_groups_rows<decltype(rn)::value>(nibbles + 16 * groups * q, scales + groups * q, xq, xoff, xd, groups, o);
+    });
+}
+
+namespace {
+// rows[0..8) (8 floats each) -> columns: out[ld*j + i] = rows[i][j].
+inline void transpose8x8(const float *in, float *out, uint64_t ld) {
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_load_ps(in + 8 * i);
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(out + ld * i, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(out + ld * (i + 4), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+}  // namespace
+
+// The eight rows' ladders as one chain of vector multiplies (lane j = row j:
+// a single row's 31 dependent multiplies would wait on the multiply latency
+// at every rung), turned row-major (four 8x8 transposes), then per row eight
+// groups per step: their 40 code bits as two 32-bit words (bits 0-31 and
+// 8-39), each lane shifted to its code, and the rungs picked from the row's
+// 32 by two two-register permutes and a blend (AVX-512 VL) or a gather (AVX2).
+// Picked one by one in scalar code, the scales took about as long as the
+// q4tp rows' dots themselves (perf, 3072x1024, one thread).
+void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
+                   uint64_t groups, unsigned rows, float *out) {
+    alignas(32) float f8[8] = {}, e8[8] = {};
+    for (unsigned j = 0; j < rows && j < 8; ++j) f8[j] = first[j], e8[j] = ratio[j];
+    alignas(64) float t[32][8], lt[8][32];
+    const int c0 = zero_rung ? 1 : 0;
+    __m256 cur = _mm256_load_ps(f8);
+    const __m256 e = _mm256_load_ps(e8);
+    _mm256_store_ps(t[0], _mm256_setzero_ps());
+    _mm256_store_ps(t[c0], cur);
+    for (int c = c0 + 1; c < 32; ++c) {
+        cur = _mm256_mul_ps(cur, e);
+        _mm256_store_ps(t[c], cur);
+    }
+    for (int b = 0; b < 4; ++b) transpose8x8(&t[8 * b][0], &lt[0][8 * b], 32);
+    const __m256i shifts = _mm256_setr_epi32(0, 5, 10, 15, 20, 25, 22, 27);
+    const __m256i mask = _mm256_set1_epi32(31);
+    for (unsigned j = 0; j < rows; ++j) {
+        const uint8_t *c = codes + code_stride * j;
+        float *o = out + groups * j;
+#ifdef CMF_CODECS_VNNI
+        const __m256 q0 = _mm256_load_ps(lt[j]), q1 = _mm256_load_ps(lt[j] + 8), q2 = _mm256_load_ps(lt[j] + 16),
+                     q3 = _mm256_load_ps(lt[j] + 24);
+#endif
+        uint64_t g = 0;
+        for (; g + 8 <= groups; g += 8) {
+            const uint8_t *p = c + 5 * g / 8;
+            uint32_t w;
+            std::memcpy(&w, p, 4);
+            const uint32_t w8 = (w >> 8) | (uint32_t{p[4]} << 24);
+            const __m256i v = _mm256_blend_epi32(_mm256_set1_epi32(int(w)), _mm256_set1_epi32(int(w8)), 0xC0);
+            const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask);
+#ifdef CMF_CODECS_VNNI
+            // Rungs 0-15 and 16-31 by two 16-entry permutes, bit 4 of the code choosing.
+            const __m256 a = _mm256_permutex2var_ps(q0, idx, q1), b = _mm256_permutex2var_ps(q2, idx, q3);
+            _mm256_storeu_ps(o + g, _mm256_mask_blend_ps(_mm256_test_epi32_mask(idx, _mm256_set1_epi32(16)), a, b));
+#else
+            _mm256_storeu_ps(o + g, _mm256_i32gather_ps(lt[j], idx, 4));
+#endif
+        }
+        for (; g < groups; ++g) {
+            const uint64_t bit = 5 * g;
+            const uint32_t v = c[bit / 8] | (bit % 8 > 3 ? uint32_t{c[bit / 8 + 1]} << 8 : 0u);
+            o[g] = lt[j][(v >> (bit % 8)) & 31u];
+        }
+    }
 }
 
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,

@@ -92,6 +92,14 @@ float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const
                        uint64_t g) {
     return CMF_PICK(dot_q4_groups_xq, n, s, xq, xb, xd, g);
 }
+void rows_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g,
+                       uint64_t rows, float *y) {
+    CMF_PICK(rows_q4_groups_xq, n, s, xq, xb, xd, g, rows, y);
+}
+void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
+                   uint64_t groups, unsigned rows, float *out) {
+    CMF_PICK(ladder_scales, first, ratio, zero_rung, codes, code_stride, groups, rows, out);
+}
 float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const float *xd, uint64_t g) {
     return CMF_PICK(dot_q2_groups_xq, c, s, xq, xd, g);
 }

@@ -132,6 +132,28 @@ float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
         acc += scales[g] * xd[g] * static_cast<float>(q4_isum(nibbles + 16 * g, xq, g, groups));
     return acc;
 }
+void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
+                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r)
+        y[r] = dot_q4_groups_xq(nibbles + 16 * groups * r, scales + groups * r, xq, xoff, xd, groups);
+}
+void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
+                   uint64_t groups, unsigned rows, float *out) {
+    for (unsigned j = 0; j < rows; ++j) {
+        float t[32];
+        const int c0 = zero_rung ? 1 : 0;
+        t[0] = 0.0f;
+        t[c0] = first[j];
+        for (int c = c0 + 1; c < 32; ++c) t[c] = t[c - 1] * ratio[j];
+        for (uint64_t g = 0; g < groups; ++g) {
+            const uint64_t bit = 5 * g;
+            const uint8_t *c = codes + code_stride * j + bit / 8;
+            // The code's two bytes (the second only when the code crosses into it).
+            const uint32_t v = c[0] | (bit % 8 > 3 ? uint32_t{c[1]} << 8 : 0u);
+            out[groups * j + g] = t[(v >> (bit % 8)) & 31u];
+        }
+    }
+}
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
                        uint64_t groups) {
     float acc = 0.0f;

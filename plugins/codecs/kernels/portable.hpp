@@ -29,6 +29,10 @@
                           const float *xd, uint64_t groups, uint64_t rows, float *y);                                 \
     float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,       \
                            const float *xd, uint64_t groups);                                                         \
+    void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,       \
+                           const float *xd, uint64_t groups, uint64_t rows, float *y);                                \
+    void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,                \
+                       uint64_t code_stride, uint64_t groups, unsigned rows, float *out);                             \
     float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,             \
                            uint64_t groups);                                                                          \
     void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst); \
@@ -58,7 +62,7 @@ CMF_CODECS_KERNEL_DECLS
     X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1) X(dot_q1t) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
     X(dot_i8_xq) X(rows_i8_xq)                                                                                        \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(dot_q4_groups_xq)                \
-    X(dot_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(unpack_q4_groups)
+    X(rows_q4_groups_xq) X(ladder_scales) X(dot_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(unpack_q4_groups)
 
 namespace cmf::codecs::kernels {
 // One ISA's kernels as function pointers, so tests can hold every SIMD build

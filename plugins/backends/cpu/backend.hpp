@@ -1,0 +1,77 @@
+// What the CPU backend's translation units share: the bound weight, the
+// backend object, the loop helper over the runtime's pool, and the
+// operations one file implements and another builds on (conv2d runs
+// through matmul).
+#pragma once
+
+#include <cmf/cmf_plugin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct cmf_backend_weight {
+    cmf_tensor_view view;
+    const cmf_codec_vt *codec;  // NULL for f32
+    void *codec_ctx;
+    uint64_t rows;
+    uint64_t cols;
+    // 1-D vectors (norm weights, biases) are decoded to f32 once at bind
+    // time: they are tiny and read by element-wise operations.
+    std::vector<float> vec;
+    // The codec hands this weight over as int8 codes + block scales
+    // (cmf_codec_vt.int8_rows answered yes at bind time).
+    bool int8 = false;
+    // The codec's matmul_rows_x, when its struct_size covers it (else NULL).
+    decltype(cmf_codec_vt::matmul_rows_x) matmul_rows_x = nullptr;
+};
+
+namespace cmf::cpu {
+
+struct Backend {
+    const cmf_host_api *host;
+    std::string description;
+    cmf_backend_vt vt;
+    bool int8_gemm = true;
+};
+
+inline Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }
+
+// Threads of the runtime pool the loops run on (work is cut per thread).
+inline uint64_t pool_threads(const Backend *be) {
+    return static_cast<uint64_t>(std::max(1, be->host->num_threads(be->host->host_ctx)));
+}
+
+// Runs body(begin, end) over [0, n) on the runtime pool.
+template <class F>
+void parallel(Backend *be, uint64_t n, uint64_t grain, F &&body) {
+    if (n == 0) return;
+    // One chunk's worth: run here; entering the pool costs more than the
+    // work (decode calls many tiny element-wise operations per token).
+    if (n <= grain) {
+        body(uint64_t(0), n);
+        return;
+    }
+    auto tramp = [](void *user, uint64_t b, uint64_t e) { (*static_cast<F *>(user))(b, e); };
+    be->host->parallel_for(be->host->host_ctx, 0, n, std::max<uint64_t>(1, grain), tramp, &body);
+}
+
+// GELU with the tanh approximation (PyTorch's approximate="tanh").
+inline float gelu_tanh(float t) {
+    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+    return 0.5f * t * (1.0f + std::tanh(kC * (t + 0.044715f * t * t * t)));
+}
+
+// The f32 values of a bound 1-D weight of `dim` elements; throws
+// cmf::sdk::Error naming `op` when w is not such a vector.
+const float *vector_of(const cmf_backend_weight *w, uint64_t dim, const char *op);
+
+// cmf_backend_vt.matmul (cpu_backend.cpp).
+cmf_error *matmul(void *ctx, const cmf_backend_weight *w, const float *x, uint64_t n_batch, float *y);
+
+// The image and diffusion operations (image_ops.cpp) into `vt`.
+void set_image_ops(cmf_backend_vt &vt);
+
+}  // namespace cmf::cpu
