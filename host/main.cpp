@@ -1,10 +1,49 @@
 // cmfhost entry point: global flags, then one subcommand per table row.
 #include "cli.hpp"
 
+#include <csignal>
 #include <cstring>
 #include <iostream>
 
+#include <unistd.h>
+
 namespace {
+
+// No process survives a plugin that crashes in its own code, but the user
+// should learn which file did it: on a fatal signal while the library loads
+// or unloads a plugin, say so, then die of the same signal (the exit status
+// stays 128 + signal). Only async-signal-safe calls.
+void on_fatal_signal(int sig) {
+    if (const char *plugin = cmf_plugin_in_progress()) {
+        const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGILL ? "SIGILL"
+                           : sig == SIGFPE ? "SIGFPE" : "SIGABRT";
+        const char *parts[] = {"cmfhost: plugin ", plugin, " crashed (", name,
+                               ") while loading; remove it from the plugin path (CMF_PLUGIN_PATH, --plugin-path or the "
+                               "installed plugin directory) and run again\n"};
+        for (const char *p : parts) {
+            ssize_t ignored = ::write(STDERR_FILENO, p, std::strlen(p));
+            (void)ignored;
+        }
+    }
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+
+void install_signal_handlers() {
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) {
+        // A sanitizer's or debugger's handler, when present, reports more.
+        struct sigaction old {};
+        if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) continue;
+        struct sigaction sa {};
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+        sigaction(sig, &sa, nullptr);
+    }
+    // Over RLIMIT_FSIZE a write fails with EFBIG and the writers clean up
+    // and report it, instead of the process dying of SIGXFSZ mid-file.
+    std::signal(SIGXFSZ, SIG_IGN);
+}
 
 using cmfhost::Command;
 
@@ -51,6 +90,7 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char **argv) {
+    install_signal_handlers();
     if (argc < 2) {
         print_help();
         return 2;

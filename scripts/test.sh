@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up, build and run the whole test suite twice: a -Werror release build
-# (./build) and an ASan+UBSan build (./build-asan); then fuzz the container
-# and GGUF readers for 60 s each (./build-fuzz: clang, ASan+UBSan, libFuzzer;
-# only fuzz_open, fuzz_gguf and the plugins they load are compiled; skipped if clang++ is missing). Exit
-# status is non-zero if anything fails. Test logs: build*/meson-logs/testlog.json.
+# (./build) and an ASan+UBSan build (./build-asan); then run every fuzz
+# target briefly (./build-fuzz: clang, ASan+UBSan, libFuzzer; only the fuzz
+# targets and the plugins they load are compiled; skipped if clang++ is
+# missing; docs/reliability.md). Exit status is non-zero if anything fails.
+# Test logs: build*/meson-logs/testlog.json.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,11 +22,13 @@ meson compile -C build-asan || exit 1
 meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3 || status=1
 
 if command -v clang++ >/dev/null 2>&1; then
-  if [ ! -f build-fuzz/build.ninja ]; then  # -O0: compiling is most of this step's time
-    CC=clang CXX=clang++ LDFLAGS=-shared-libasan meson setup build-fuzz -Dbuildtype=debug \
+  if [ ! -f build-fuzz/build.ninja ]; then  # -O0, line tables only: compiling is most of this step's time
+    CC=clang CXX=clang++ LDFLAGS=-shared-libasan meson setup build-fuzz -Dbuildtype=plain -Doptimization=0 \
+      -Dc_args=-gline-tables-only -Dcpp_args=-gline-tables-only -Dbenches=false \
       -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
   fi
-  meson compile -C build-fuzz fuzz_open fuzz_gguf cmf-test-container-codecs cmf-codecs || exit 1
+  meson compile -C build-fuzz fuzz_open fuzz_tokenizer fuzz_chat fuzz_convert fuzz_sections fuzz_codecs fuzz_gguf \
+    cmf-test-container-codecs cmf-codecs cmf-arch-qwen cmf-arch-gemma tiny_models || exit 1
   meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs || status=1
 else
   echo "test.sh: clang++ not found, fuzz run skipped (scripts/setup.sh --tests installs clang)" >&2

@@ -107,6 +107,14 @@ CMF_API size_t cmf_runtime_plugin_count(const cmf_runtime *rt);
 /* Strings are borrowed from the runtime. */
 CMF_API cmf_error *cmf_runtime_plugin_info(const cmf_runtime *rt, size_t index, cmf_plugin_info *out);
 
+/* The absolute path of the plugin whose code the library is running right
+ * now to load or unload it (its static constructors at dlopen,
+ * cmf_plugin_init_v1, cmf_plugin_fini_v1), or NULL. Lock-free and
+ * async-signal-safe: a crash handler may call it to name a plugin that
+ * crashed while loading, which no library can survive in-process (cmfhost
+ * does this). The string is valid until that load or unload ends. */
+CMF_API const char *cmf_plugin_in_progress(void);
+
 /* Components (codecs, archs, backends) registered by the loaded plugins. */
 typedef struct cmf_component_info {
     uint32_t struct_size;

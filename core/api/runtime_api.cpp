@@ -81,6 +81,8 @@ CMF_API cmf_error *cmf_runtime_plugin_info(const cmf_runtime *rt, size_t index, 
     });
 }
 
+CMF_API const char *cmf_plugin_in_progress(void) { return cmf::Runtime::plugin_in_progress(); }
+
 CMF_API void cmf_component_info_init(cmf_component_info *info) {
     if (!info) return;
     std::memset(info, 0, sizeof *info);

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 namespace cmf::container {
 
@@ -27,6 +28,8 @@ std::string take_message(cmf_error *e) {
 }
 
 std::string tensor_label(const TensorRec &t) { return "tensor '" + t.name + "'"; }
+
+}  // namespace
 
 // Step 9 of open() (docs/container.md): the directory, record by record.
 std::vector<TensorRec> decode_directory(const uint8_t *d, uint64_t len) {
@@ -65,6 +68,8 @@ std::vector<TensorRec> decode_directory(const uint8_t *d, uint64_t len) {
     }
     return out;
 }
+
+namespace {
 
 // Step 10: bounds of one payload, then its size and structure via the codec.
 void check_tensor_bounds(const TensorRec &t, uint64_t data_len) {
@@ -111,9 +116,6 @@ void check_tensor_payload(Runtime &rt, const TensorRec &t) {
         }
     }
 }
-
-namespace {
-
 
 void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vector<MaskRec> &masks,
                   std::string &default_task, MaskLayout &layout) {
@@ -221,8 +223,6 @@ void decode_index(const uint8_t *s, uint64_t len, std::vector<IndexEntry> &out) 
         out.push_back(std::move(e));
     }
 }
-
-}  // namespace
 
 static bool tail_bits_zero(const uint8_t *row, uint64_t row_bytes, uint64_t dim) {
     if (dim % 8 == 0 || row_bytes == 0) return true;
@@ -396,6 +396,16 @@ void Model::open(Model &m, Runtime &rt, const std::string &path, uint32_t flags)
                            (s.header.shard ? " (it says " + std::to_string(s.header.shard->no) + " of " +
                                                  std::to_string(s.header.shard->count) + ")"
                                            : " (it has none)"));
+            // Nothing in the format ties shards together but {no, count}; a
+            // shard of another conversion still verifies alone. Every shard
+            // of one conversion carries the same arch, quant_type and
+            // provenance, so a difference there gives such a shard away.
+            const Header &h1 = m.shards_[0].header;
+            for (auto [key, a, b] : {std::tuple{"arch", &h1.arch_json, &s.header.arch_json},
+                                     std::tuple{"quant_type", &h1.quant_type, &s.header.quant_type},
+                                     std::tuple{"provenance", &h1.provenance_json, &s.header.provenance_json}})
+                if (*a != *b)
+                    parse_fail("shard '" + name + "' belongs to another model: its header's " + key + " differs from shard 1's");
             m.shards_.push_back(std::move(s));
         }
     } else {

@@ -101,6 +101,16 @@ private:
 Shard open_shard(Runtime &rt, const std::string &path, bool allow_mmap, std::vector<MaskRec> *masks,
                  std::string *default_task, MaskLayout *layout, std::vector<IndexEntry> *index);
 
+// The section decoders open_shard runs (each throws cmf::Error naming what
+// is wrong; fuzz targets call them on arbitrary bytes). The directory: its
+// records, names checked against the pool (payloads are not looked at).
+std::vector<TensorRec> decode_directory(const uint8_t *d, uint64_t len);
+// The masks section against the arch's dimensions: meta JSON, blobs, tail bits.
+void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vector<MaskRec> &masks,
+                  std::string &default_task, MaskLayout &layout);
+// The sparse index section.
+void decode_index(const uint8_t *s, uint64_t len, std::vector<IndexEntry> &out);
+
 // A payload's size (via its dtype's codec: UnknownDtype without one) and
 // structure; Bounds when they do not match the shape.
 void check_tensor_payload(Runtime &rt, const TensorRec &t);

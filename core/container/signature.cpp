@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "container/mapped_file.hpp"
+#include "container/writer_parts.hpp"
 
 namespace cmf::container {
 
@@ -70,16 +71,22 @@ bool read_file(const std::string &path, std::string &out) {
     out = ss.str();
     return true;
 }
+// Through a temp file, so a writer killed mid-way never leaves a torn
+// signature or key: the old file stays, or the new one is complete. A key
+// (exclusive) never replaces an existing file.
 void write_new_file(const std::string &path, const std::string &text, mode_t mode, bool exclusive) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), mode);
-    if (fd < 0) {
-        if (errno == EEXIST) throw Error(CMF_ERR_IO, "'" + path + "' already exists; not overwriting a key");
-        throw Error(CMF_ERR_IO, "cannot create '" + path + "': " + std::strerror(errno));
+    parts::TempFile tmp(path, mode);
+    size_t done = 0;
+    while (done < text.size()) {
+        ssize_t w = ::write(tmp.fd(), text.data() + done, text.size() - done);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            throw Error(CMF_ERR_IO, "cannot write '" + path + "': " + std::strerror(errno));
+        }
+        done += size_t(w);
     }
-    ssize_t w = ::write(fd, text.data(), text.size());
-    int err = errno;
-    ::close(fd);
-    if (w != ssize_t(text.size())) throw Error(CMF_ERR_IO, "cannot write '" + path + "': " + std::strerror(err));
+    if (exclusive) tmp.commit_new();
+    else tmp.commit();
 }
 
 Pkey load_private(const std::string &key_path) {

@@ -163,7 +163,7 @@ void StreamWriter::finish() {
             }
             done += size_t(w);
         }
-        p.tmp->sync_and_close();
+        p.tmp->sync();
     }
     // Every shard is complete on disk; only now do names appear.
     for (uint64_t i = 0; i < count; ++i) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -99,39 +100,93 @@ void Out::flush() {
     buf_.clear();
 }
 
-TempFile::TempFile(const std::string &path) : final_(path) {
+namespace {
+std::string hidden_temp_pattern(const std::string &path) {
     auto slash = path.rfind('/');
     std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-    tmp_ = dir_of(path) + "/." + base + ".tmp.XXXXXX";
-    fd_ = ::mkstemp(tmp_.data());
-    if (fd_ < 0) io_fail("cannot create a temp file next to", path, errno);
-    ::fchmod(fd_, 0644);
+    return dir_of(path) + "/." + base + ".tmp.XXXXXX";
+}
+}  // namespace
+
+TempFile::TempFile(const std::string &path, mode_t mode) : final_(path) {
+    // linkat() of an unnamed file goes through /proc/self/fd (the
+    // AT_EMPTY_PATH form needs CAP_DAC_READ_SEARCH).
+    if (::access("/proc/self/fd", X_OK) == 0) {
+        fd_ = ::open(dir_of(path).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+        anonymous_ = fd_ >= 0;
+    }
+    if (fd_ < 0) {
+        const int err = errno;
+        // EISDIR/EOPNOTSUPP: no O_TMPFILE here; anything else (EACCES,
+        // ENOENT, EROFS...) mkstemp will meet and report too.
+        (void)err;
+        tmp_ = hidden_temp_pattern(path);
+        fd_ = ::mkstemp(tmp_.data());
+        if (fd_ < 0) io_fail("cannot create a temp file next to", path, errno);
+    }
+    ::fchmod(fd_, mode);
 }
 
 TempFile::~TempFile() {
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
+    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
 }
 
-void TempFile::sync_and_close() {
-    if (::fsync(fd_) != 0) io_fail("cannot fsync", tmp_, errno);
-    if (::close(fd_) != 0) {
-        fd_ = -1;
-        io_fail("cannot close", tmp_, errno);
+void TempFile::sync() {
+    if (::fsync(fd_) != 0) io_fail("cannot fsync the temp file of", final_, errno);
+}
+
+void TempFile::link_named() {
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd_);
+    for (int attempt = 0;; ++attempt) {
+        std::string name = hidden_temp_pattern(final_);
+        // mkstemp's naming without creating: a free name, then linkat, which
+        // fails with EEXIST if another process took it meanwhile.
+        static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+        uint64_t r = uint64_t(::getpid()) * 0x9E3779B97F4A7C15ull ^ uint64_t(reinterpret_cast<uintptr_t>(this)) ^
+                     (uint64_t(attempt) << 40) ^ uint64_t(::time(nullptr));
+        for (size_t i = name.size() - 6; i < name.size(); ++i, r /= 36) name[i] = kChars[r % 36];
+        if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+            tmp_ = std::move(name);
+            return;
+        }
+        if (errno != EEXIST || attempt > 100) io_fail("cannot name the temp file of", final_, errno);
     }
-    fd_ = -1;
 }
 
 void TempFile::rename_now() {
     crash_point("before-rename");
+    if (anonymous_ && tmp_.empty()) link_named();
     if (::rename(tmp_.c_str(), final_.c_str()) != 0) io_fail("cannot rename the temp file to", final_, errno);
     committed_ = true;
+    if (::close(fd_) != 0) {
+        fd_ = -1;
+        io_fail("cannot close", final_, errno);
+    }
+    fd_ = -1;
     fsync_dir(final_);
 }
 
 void TempFile::commit() {
-    sync_and_close();
+    sync();
     rename_now();
+}
+
+void TempFile::commit_new() {
+    sync();
+    crash_point("before-rename");
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd_);
+    const int r = anonymous_ ? ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, final_.c_str(), AT_SYMLINK_FOLLOW)
+                             : ::link(tmp_.c_str(), final_.c_str());
+    if (r != 0) {
+        if (errno == EEXIST) throw Error(CMF_ERR_IO, "'" + final_ + "' already exists; not overwriting it");  // a key, say
+        io_fail("cannot create", final_, errno);
+    }
+    if (!anonymous_) ::unlink(tmp_.c_str());
+    committed_ = true;
+    ::close(fd_);
+    fd_ = -1;
+    fsync_dir(final_);
 }
 
 std::vector<uint8_t> build_directory(const std::vector<const PendingTensor *> &ts, const std::vector<uint64_t> &offs) {

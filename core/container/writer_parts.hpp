@@ -9,6 +9,8 @@
 
 #include <boost/json/value.hpp>
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -39,25 +41,34 @@ private:
     std::vector<uint8_t> buf_;
 };
 
-// A temp file next to `path` (same directory, so the rename is atomic);
-// unlinked unless commit() renamed it into place.
+// The file a writer fills before it appears at `path`: an unnamed file
+// (O_TMPFILE) in path's directory, so a writer killed mid-file leaves
+// nothing behind at all; on filesystems without O_TMPFILE (or without
+// /proc to link it from), a hidden `.NAME.tmp.XXXXXX` next to it, unlinked
+// unless committed. Committing gives it a name and renames that over
+// `path` in one step, so `path` is always the old file or the new one.
 class TempFile {
 public:
-    explicit TempFile(const std::string &path);
+    explicit TempFile(const std::string &path, mode_t mode = 0644);
     ~TempFile();
     TempFile(const TempFile &) = delete;
     TempFile &operator=(const TempFile &) = delete;
     int fd() const { return fd_; }
     const std::string &final_path() const { return final_; }
     void set_final_path(std::string p) { final_ = std::move(p); }  // before rename_now
-    // fsync + close + rename. Or in two steps: sync_and_close, rename_now.
+    // fsync + rename into place. Or in two steps: sync, then rename_now.
     void commit();
-    void sync_and_close();
+    void sync();
     void rename_now();
+    // sync + put the file at its path only if nothing is there (a key file
+    // must never replace another): CMF_ERR_IO "... already exists" if it is.
+    void commit_new();
 
 private:
+    void link_named();  // an unnamed file gets its hidden temp name
     std::string final_, tmp_;
     int fd_ = -1;
+    bool anonymous_ = false;
     bool committed_ = false;
 };
 

@@ -8,6 +8,7 @@
 #include "convert/safetensors.hpp"
 #include "convert/sentencepiece.hpp"
 #include "plugin_host/runtime.hpp"
+#include "text/tokenizer.hpp"
 
 #include <cmf/json_writer.hpp>
 
@@ -370,7 +371,20 @@ std::string follow_bos_eos_policy(Runtime &rt, const fs::path &dir, std::string 
 }  // namespace
 
 std::optional<std::string> tokenizer_json_of(Runtime &rt, const fs::path &dir) {
-    if (auto v = read_file_if_exists(dir / "tokenizer.json")) return follow_bos_eos_policy(rt, dir, std::move(*v));
+    if (auto v = read_file_if_exists(dir / "tokenizer.json")) {
+        std::string json = follow_bos_eos_policy(rt, dir, std::move(*v));
+        // The vocab section is what `cmfhost run` and the image pipeline
+        // tokenize with: a tokenizer they cannot load fails here, before
+        // hours of converting.
+        try {
+            (void)text::Tokenizer::from_json(json);
+        } catch (const Error &e) {
+            std::string_view what = e.what();
+            if (what.rfind("tokenizer.json: ", 0) == 0) what.remove_prefix(16);
+            throw Error(e.code(), (dir / "tokenizer.json").string() + ": " + std::string(what));
+        }
+        return json;
+    }
     if (auto spm = read_file_if_exists(dir / "tokenizer.model")) {
         std::string json = sentencepiece_tokenizer_json(dir, *spm);
         rt.log(CMF_LOG_INFO, "no tokenizer.json: built one from " + (dir / "tokenizer.model").string());
@@ -486,65 +500,107 @@ const ArchEntry *arch_for_config(Runtime &rt, const std::string &config_json, co
     return arch;
 }
 
-Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opts) {
-    Planned r;
-    r.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
-    const ArchEntry *arch = arch_for_config(rt, src.config_json, src.config_label);
-
+// config.json text -> the arch plugin that converts its model_type and the
+// header's `arch` block it makes of it.
+struct ImportedConfig {
+    const ArchEntry *arch;
+    std::string arch_json;
+};
+ImportedConfig import_config(Runtime &rt, const std::string &cfg_text, const std::string &cfg_name) {
+    const ArchEntry *arch = arch_for_config(rt, cfg_text, cfg_name);
     StringSink arch_json;
-    throw_if_error(arch->vt.import_config(arch->ctx, src.config_json.data(), src.config_json.size(), &arch_json.sink), src.config_label);
-    const bool keep = opts.quant == "keep";
-    std::optional<QuantPolicy> policy;
-    if (!keep) policy.emplace(opts.quant, opts.quant_map);
-    std::map<std::string, QuantPolicy> keep_policies;  // nearest quant name -> its policy
+    throw_if_error(arch->vt.import_config(arch->ctx, cfg_text.data(), cfg_text.size(), &arch_json.sink), cfg_name);
+    return {arch, std::move(arch_json.s)};
+}
 
+// Every source tensor through the arch plugin's plan, a dtype for each
+// output by the policy `policy_for` gives it, outputs in canonical order.
+// Source tensors the arch does not convert are added to `dropped`. `label`
+// names the model in messages.
+std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<const SourceTensor *> &tensors,
+                                    const std::function<const QuantPolicy &(const OutTensor &)> &policy_for,
+                                    const std::string &label, std::vector<std::string> &dropped) {
+    std::vector<OutTensor> outs;
     std::map<std::string, std::string> produced_by;
-    std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
-    for (const SourceTensor *t : src.tensors) {
+    for (const SourceTensor *t : tensors) {
         if (t->shape.size() > CMF_MAX_DIMS)
             throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" has " + std::to_string(t->shape.size()) + " dimensions; CMF allows at most 6");
         StringSink plan;
-        throw_if_error(arch->vt.import_tensor(arch->ctx, arch_json.s.data(), arch_json.s.size(), t->name.c_str(),
-                                              static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
+        throw_if_error(ic.arch->vt.import_tensor(ic.arch->ctx, ic.arch_json.data(), ic.arch_json.size(), t->name.c_str(),
+                                                 static_cast<uint32_t>(t->shape.size()), t->shape.data(), &plan.sink),
                        t->file);
-        std::vector<OutTensor> outs = parse_plan(plan.s, *t);
-        if (outs.empty()) dropped.push_back(t->name);
-        for (OutTensor &o : outs) {
+        std::vector<OutTensor> planned = parse_plan(plan.s, *t);
+        if (planned.empty()) dropped.push_back(t->name);
+        for (OutTensor &o : planned) {
             auto [it, fresh] = produced_by.emplace(o.p.name, t->name);
             if (!fresh)
                 throw Error(CMF_ERR_PARSE, t->file + ": tensor \"" + t->name + "\" becomes \"" + o.p.name + "\", which \"" + it->second +
                                                "\" already produced");
-            r.outs.push_back(std::move(o));
+            outs.push_back(std::move(o));
         }
     }
+    const bool has_experts = std::any_of(outs.begin(), outs.end(), [](const OutTensor &o) { return is_routed_expert(o.p.name); });
+    for (auto &o : outs) {
+        DtypeChoice c = policy_for(o).choose(o.p.name, o.p.shape, has_experts);
+        o.p.dtype = c.dtype;
+        o.p.options = std::move(c.options);
+    }
+    if (outs.empty()) throw Error(CMF_ERR_PARSE, label + ": the model holds no convertible tensors");
+    // A config announcing more layers than the checkpoint has would convert
+    // into a file no arch can load: every announced layer must have tensors.
+    dom::parser arch_parser;
+    dom::element arch;
+    uint64_t layers = 0;
+    if (!arch_parser.parse(ic.arch_json).get(arch) && !arch["num_layers"].get_uint64().get(layers)) {
+        std::vector<bool> seen(std::min<uint64_t>(layers, 1u << 20));
+        for (const OutTensor &o : outs) {
+            const std::string &n = o.p.name;
+            if (n.rfind("model.layers.", 0) != 0) continue;
+            uint64_t i = 0;
+            size_t k = 13;
+            for (; k < n.size() && n[k] >= '0' && n[k] <= '9' && i < (1u << 20); ++k) i = i * 10 + uint64_t(n[k] - '0');
+            if (k > 13 && i < seen.size()) seen[i] = true;
+        }
+        for (uint64_t i = 0; i < seen.size(); ++i)
+            if (!seen[i])
+                throw Error(CMF_ERR_MISSING_TENSOR, label + ": the config announces " + std::to_string(layers) +
+                                                        " layers but the checkpoint has no tensor of layer " +
+                                                        std::to_string(i) + " (model.layers." + std::to_string(i) + ".*)");
+    }
+    std::stable_sort(outs.begin(), outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
+    return outs;
+}
+
+Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opts) {
+    Planned r;
+    r.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
+    const ImportedConfig ic = import_config(rt, src.config_json, src.config_label);
+    const bool keep = opts.quant == "keep";
+    std::optional<QuantPolicy> policy;
+    if (!keep) policy.emplace(opts.quant, opts.quant_map);
+    std::map<std::string, QuantPolicy> keep_policies;  // nearest quant name -> its policy
+    auto policy_for = [&](const OutTensor &o) -> const QuantPolicy & {
+        if (!keep) return *policy;
+        const std::string q = nearest_quant(*o.src);
+        auto it = keep_policies.find(q);
+        if (it == keep_policies.end()) it = keep_policies.emplace(q, QuantPolicy(q, opts.quant_map)).first;
+        return it->second;
+    };
+    std::vector<std::string> dropped;  // tensors the arch does not convert (vision towers, rotary buffers)
+    r.outs = plan_tensors(ic, src.tensors, policy_for, src.config_label, dropped);
     if (!dropped.empty()) {
         // Said once, with examples: a multimodal checkpoint converts as its
         // text model only, and the user should know the rest was left out.
         std::string names;
         for (size_t i = 0; i < dropped.size() && i < 3; ++i) names += (i ? ", " : "") + dropped[i];
         rt.log(CMF_LOG_WARN, "not converted: " + std::to_string(dropped.size()) + " tensor" +
-                                 (dropped.size() == 1 ? "" : "s") + " the " + arch->name +
+                                 (dropped.size() == 1 ? "" : "s") + " the " + ic.arch->name +
                                  " arch does not run (vision towers and projectors of multimodal checkpoints, "
                                  "computed buffers), e.g. " + names + (dropped.size() > 3 ? ", ..." : ""));
     }
-    bool has_experts = false;
-    for (const auto &o : r.outs) has_experts = has_experts || o.p.name.find(".mlp.experts.") != std::string::npos;
     std::map<int32_t, uint64_t> elements_by_dtype;  // of 2-D outputs: what the header's quant_type names under keep
-    for (auto &o : r.outs) {
-        const QuantPolicy *pol = policy ? &*policy : nullptr;
-        if (keep) {
-            const std::string q = nearest_quant(*o.src);
-            auto it = keep_policies.find(q);
-            if (it == keep_policies.end()) it = keep_policies.emplace(q, QuantPolicy(q, opts.quant_map)).first;
-            pol = &it->second;
-        }
-        DtypeChoice c = pol->choose(o.p.name, o.p.shape, has_experts);
-        o.p.dtype = c.dtype;
-        o.p.options = std::move(c.options);
+    for (const auto &o : r.outs)
         if (o.p.shape.size() == 2) elements_by_dtype[o.p.dtype] += o.elements;
-    }
-    if (r.outs.empty()) throw Error(CMF_ERR_PARSE, src.config_label + ": the model holds no convertible tensors");
-    std::stable_sort(r.outs.begin(), r.outs.end(), [](const OutTensor &a, const OutTensor &b) { return canonical_less(a.p.name, b.p.name); });
     for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
 
     int32_t bulk = policy ? policy->base() : CMF_DTYPE_F16;
@@ -561,7 +617,7 @@ Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opt
     h.begin_object();
     h.key("format").string("cmf");
     h.key("version").u64(2);
-    h.key("arch").raw(arch_json.s);
+    h.key("arch").raw(ic.arch_json);
     h.key("quant_type").string(header_quant_type(bulk));
     h.key("provenance").begin_object();
     h.key(src.provenance_source_key).string(opts.source_name.empty() ? opts.model_dir : opts.source_name);
@@ -575,6 +631,17 @@ Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opt
 }
 
 }  // namespace
+
+ImportPlan plan_import(Runtime &rt, const std::string &config_json, const std::string &config_name,
+                       const std::vector<const SourceTensor *> &tensors, const QuantPolicy &policy) {
+    const ImportedConfig ic = import_config(rt, config_json, config_name);
+    ImportPlan r;
+    std::vector<std::string> dropped;
+    for (const OutTensor &o : plan_tensors(ic, tensors, [&](const OutTensor &) -> const QuantPolicy & { return policy; }, config_name, dropped))
+        r.tensors.push_back(o.p);
+    r.arch_json = ic.arch_json;
+    return r;
+}
 
 bool canonical_less(const std::string &a, const std::string &b) {
     int ga = group_of(a), gb = group_of(b);

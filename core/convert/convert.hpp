@@ -149,6 +149,20 @@ ConvertStats convert_checkpoint(Runtime &rt, const ConvertOptions &opts, TensorS
 // The same pipeline over any source (a GGUF file: convert/gguf_import.hpp).
 ConvertStats convert_source(Runtime &rt, const SourceModel &src, const ConvertOptions &opts, TensorSink &sink);
 
+struct SourceTensor;
+
+// What plan_conversion makes of config.json text and source tensors once
+// it has read them, without touching files: the header's `arch` block (by
+// the arch plugin of config.json's model_type) and every output tensor
+// (the plugin's plan, a dtype by `policy`, canonical order). `config_name`
+// names config.json in messages. Throws cmf::Error like plan_conversion.
+struct ImportPlan {
+    std::string arch_json;
+    std::vector<PlannedTensor> tensors;
+};
+ImportPlan plan_import(Runtime &rt, const std::string &config_json, const std::string &config_name,
+                       const std::vector<const SourceTensor *> &tensors, const QuantPolicy &policy);
+
 // Canonical output order (docs/convert.md): embed, final norm, lm_head,
 // layers by index (experts role-contiguous: all gate_proj, then up_proj,
 // then down_proj, experts in numeric order), MTP, the rest; numbers compare

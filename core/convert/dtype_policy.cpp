@@ -55,6 +55,28 @@ bool on_f16_list(const std::string &n) {
     return false;
 }
 
+bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
+
+bool ends_with_any(const std::string &s, std::initializer_list<const char *> suffixes) {
+    for (const char *x : suffixes)
+        if (ends_with(s, x)) return true;
+    return false;
+}
+
+// An expert's SwiGLU input plane: gate/up, or w1/w3 in checkpoints that keep
+// that spelling.
+bool expert_gate_or_up(const std::string &n) {
+    const bool expert = contains(n, ".experts.") || contains(n, ".shared_expert.") || contains(n, ".shared_experts.");
+    return expert && ends_with_any(n, {".gate_proj.weight", ".up_proj.weight", ".w1.weight", ".w3.weight"});
+}
+
+// A dense FFN's gate/up; the draft (`.mtp.`) layer stays 4-bit: it is one
+// layer, and its agreement with the trunk is what speculation lives on.
+bool dense_gate_or_up(const std::string &n) {
+    return !contains(n, ".experts.") && !contains(n, ".shared_expert") && !contains(n, ".mtp.") &&
+           ends_with_any(n, {".mlp.gate_proj.weight", ".mlp.up_proj.weight", ".mlp.w1.weight", ".mlp.w3.weight"});
+}
+
 bool pattern_matches(const std::string &pat, const std::string &name) {
     if (fnmatch(pat.c_str(), name.c_str(), 0) == 0) return true;
     for (size_t i = name.find('.'); i != std::string::npos; i = name.find('.', i + 1))
@@ -63,6 +85,8 @@ bool pattern_matches(const std::string &pat, const std::string &name) {
 }
 
 }  // namespace
+
+bool is_routed_expert(const std::string &name) { return contains(name, ".experts."); }
 
 DtypeChoice quant_choice(const std::string &name) { return choice_of(name); }
 
@@ -125,11 +149,8 @@ DtypeChoice QuantPolicy::choose(const std::string &name, const std::vector<uint6
         default: break;
         }
     }
-    if (q.dtype == CMF_DTYPE_Q2TP) {
-        const bool gate_up = name.find("gate_proj") != std::string::npos || name.find("up_proj") != std::string::npos;
-        const bool expert = name.find(".experts.") != std::string::npos;
-        if (!gate_up || (model_has_experts && !expert)) return {CMF_DTYPE_Q4TP, ""};
-    }
+    if (q.dtype == CMF_DTYPE_Q2TP && !expert_gate_or_up(name) && (model_has_experts || !dense_gate_or_up(name)))
+        return {CMF_DTYPE_Q4TP, ""};
     return q;
 }
 

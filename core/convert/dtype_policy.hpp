@@ -32,6 +32,10 @@ struct DtypeChoice {
     std::string options;
 };
 
+// Whether a tensor belongs to a routed expert: a model holding one is a MoE
+// model for QuantPolicy::choose's `model_has_experts`.
+bool is_routed_expert(const std::string &name);
+
 // A --quant name's dtype and encoder options, as is (no policy).
 DtypeChoice quant_choice(const std::string &name);
 
@@ -44,10 +48,13 @@ public:
     explicit QuantPolicy(const std::string &quant, const std::string &quant_map = {});
 
     int32_t base() const { return base_.dtype; }
-    // The dtype for one output tensor. `model_has_experts`: q2tp goes to MoE
-    // expert gate/up projections only when the model has experts, else to
-    // the dense gate/up projections; every other tensor q2tp would get is
-    // q4tp, as in the original converter.
+    // The dtype for one output tensor. `model_has_experts` (see
+    // is_routed_expert): q2tp is a profile, not a blanket, as in the
+    // original converter: the 2-bit plane goes to the SwiGLU inputs
+    // (gate_proj/up_proj, or w1/w3) of every expert, the shared expert
+    // included (it shares the routed experts' layout); a model without
+    // experts gives it to its dense FFN's gate/up instead (not to a `.mtp.`
+    // draft layer's). Every other tensor q2tp would get is q4tp.
     DtypeChoice choose(const std::string &name, const std::vector<uint64_t> &shape, bool model_has_experts = false) const;
 
 private:

@@ -101,6 +101,12 @@ std::string arch_json(const std::string &te_config, const fs::path &p) {
     const dom::element c = parse_json(parser, te_config, p);
     const uint64_t hidden = need_u64(c, "hidden_size", p), layers = need_u64(c, "num_hidden_layers", p);
     const uint64_t heads = need_u64(c, "num_attention_heads", p);
+    // layer_types below has one entry per layer: a corrupt count must not
+    // loop for hours (the arch plugins' import refuses the same).
+    constexpr uint64_t kMaxLayers = 65536;
+    if (layers > kMaxLayers)
+        throw Error(CMF_ERR_PARSE, p.string() + ": \"num_hidden_layers\" " + std::to_string(layers) + " is beyond " +
+                                       std::to_string(kMaxLayers));
     uint64_t kv = heads, head_dim = heads ? hidden / heads : 0;
     if (has(c, "num_key_value_heads")) kv = need_u64(c, "num_key_value_heads", p);
     if (has(c, "head_dim")) head_dim = need_u64(c, "head_dim", p);

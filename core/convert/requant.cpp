@@ -13,6 +13,8 @@
 
 #include <cmf/cmf_plugin.h>
 
+#include <algorithm>
+
 namespace cmf::convert {
 
 namespace bj = boost::json;
@@ -131,8 +133,7 @@ RequantStats requant(Runtime &rt, const RequantOptions &opts) {
     std::vector<std::vector<uint8_t>> owned;  // the writer borrows payloads until finish
     owned.reserve(m.tensors().size());
     const auto &ts = m.tensors();
-    bool has_experts = false;
-    for (const auto &t : ts) has_experts = has_experts || t.name.find(".mlp.experts.") != std::string::npos;
+    const bool has_experts = std::any_of(ts.begin(), ts.end(), [](const auto &t) { return is_routed_expert(t.name); });
     for (size_t i = 0; i < ts.size(); ++i) {
         const auto &t = ts[i];
         std::vector<uint64_t> shape(t.shape, t.shape + t.ndim);

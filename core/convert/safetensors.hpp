@@ -29,6 +29,11 @@ class SafetensorsFile : public SourceFile {
 public:
     // Maps and validates the whole header. Throws cmf::Error.
     explicit SafetensorsFile(const std::string &path);
+    // The same validation over bytes already in memory, which must outlive
+    // the object (`name` stands for the path in messages; release() does
+    // nothing). Used by the fuzz target, and by anything that holds a
+    // checkpoint in memory.
+    SafetensorsFile(const std::string &name, const uint8_t *bytes, uint64_t size);
     ~SafetensorsFile() override;
     SafetensorsFile(const SafetensorsFile &) = delete;
     SafetensorsFile &operator=(const SafetensorsFile &) = delete;
@@ -44,6 +49,7 @@ public:
     void release_bytes(const uint8_t *from, const uint8_t *to) const override;
 
 private:
+    void parse(const uint8_t *bytes);  // the header of size_ bytes at `bytes`
     std::string path_;
     void *map_ = nullptr;
     uint64_t size_ = 0;

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,10 +52,49 @@ Vt padded_copy(const Vt *vt) {
 
 std::string str_or_empty(const char *s) { return s ? std::string(s) : std::string(); }
 
+// Names and version strings reach logs, `cmfhost plugins` tables and JSON:
+// at most 256 bytes of well-formed UTF-8 without control characters. The
+// byte is shown escaped so the message itself stays printable.
+std::string bad_string(const char *s) {
+    const size_t n = std::strlen(s);
+    if (n > 256) return "is " + std::to_string(n) + " bytes long (at most 256)";
+    for (size_t i = 0; i < n;) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n && !(c < 0x20 || c == 0x7f);
+        for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+        if (ok && len == 2) ok = c >= 0xC2;  // no overlong forms
+        if (ok && len == 3) {
+            const auto c1 = static_cast<unsigned char>(s[i + 1]);
+            ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // no overlong, no surrogates
+        }
+        if (ok && len == 4) {
+            const auto c1 = static_cast<unsigned char>(s[i + 1]);
+            ok = c <= 0xF4 && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+        }
+        if (!ok) {
+            char b[8];
+            std::snprintf(b, sizeof b, "0x%02x", c);
+            return std::string("has byte ") + b + " at " + std::to_string(i) +
+                   " (must be UTF-8 without control characters)";
+        }
+        i += len;
+    }
+    return {};
+}
+
+// Optional strings of a vtable: NULL is fine, anything else must be clean.
+void check_string(const char *s, const std::string &what) {
+    if (s == nullptr) return;
+    std::string why = bad_string(s);
+    if (!why.empty()) throw Error(CMF_ERR_INVALID_ARGUMENT, what + " " + why);
+}
+
 void check_vt_header(uint32_t struct_size, uint32_t abi_version, size_t min_size, const char *name,
                      const char *what) {
     if (name == nullptr || *name == '\0')
         throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(what) + " vtable without a name");
+    check_string(name, std::string(what) + " name");
     if (struct_size < min_size)
         throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(what) + " '" + name + "': vtable struct_size " +
                                                   std::to_string(struct_size) + " is smaller than the v1 minimum " +
@@ -65,6 +105,17 @@ void check_vt_header(uint32_t struct_size, uint32_t abi_version, size_t min_size
                                         std::to_string(CMF_PLUGIN_ABI_MIN) + ".." +
                                         std::to_string(CMF_PLUGIN_ABI_VERSION));
 }
+
+// The plugin whose code runs inside load_plugin or ~Runtime (its static
+// constructors at dlopen, init, fini): read by crash handlers through
+// cmf_plugin_in_progress(), so only a lock-free pointer.
+std::atomic<const char *> g_in_progress{nullptr};
+struct InProgress {
+    explicit InProgress(const std::string &path) { g_in_progress.store(path.c_str()); }
+    ~InProgress() { g_in_progress.store(nullptr); }
+    InProgress(const InProgress &) = delete;
+    InProgress &operator=(const InProgress &) = delete;
+};
 
 // ---- host services --------------------------------------------------------
 
@@ -104,6 +155,7 @@ cmf_error *host_register_codec(cmf_registrar *reg, const cmf_codec_vt *vt, void 
         e.vt = padded_copy(vt);
         e.ctx = ctx;
         e.name = vt->name;
+        check_string(vt->version, "codec '" + e.name + "': version");
         e.version = str_or_empty(vt->version);
         e.plugin = reg->plugin_index;
         if (e.vt.dtype_id < 0 || e.vt.dtype_id > 255)
@@ -128,9 +180,24 @@ cmf_error *host_register_backend(cmf_registrar *reg, const cmf_backend_vt *vt, v
         e.vt = padded_copy(vt);
         e.ctx = ctx;
         e.name = vt->name;
+        check_string(vt->version, "backend '" + e.name + "': version");
+        check_string(vt->description, "backend '" + e.name + "': description");
         e.version = str_or_empty(vt->version);
         e.description = str_or_empty(vt->description);
         e.plugin = reg->plugin_index;
+        // The operations of plugin ABI 1 are what every arch calls without
+        // looking: a backend lacking one is refused here, not crashed on later.
+        const std::pair<const char *, bool> ops[] = {
+            {"weight_bind", e.vt.weight_bind != nullptr}, {"weight_free", e.vt.weight_free != nullptr}, {"matmul", e.vt.matmul != nullptr},
+            {"buffer_alloc", e.vt.buffer_alloc != nullptr}, {"buffer_free", e.vt.buffer_free != nullptr}, {"buffer_write", e.vt.buffer_write != nullptr},
+            {"buffer_read", e.vt.buffer_read != nullptr}, {"copy", e.vt.copy != nullptr}, {"rms_norm", e.vt.rms_norm != nullptr}, {"rope", e.vt.rope != nullptr},
+            {"attention", e.vt.attention != nullptr}, {"gated_act", e.vt.gated_act != nullptr}, {"add", e.vt.add != nullptr}, {"add_bias", e.vt.add_bias != nullptr},
+            {"embed", e.vt.embed != nullptr}};
+        std::string missing;
+        for (auto [op, present] : ops)
+            if (!present) missing += (missing.empty() ? "" : ", ") + std::string(op);
+        if (!missing.empty())
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "backend '" + e.name + "': required operations are NULL: " + missing);
         reg->backends.push_back(std::move(e));
     });
 }
@@ -143,6 +210,9 @@ cmf_error *host_register_arch(cmf_registrar *reg, const cmf_arch_vt *vt, void *c
         e.vt = padded_copy(vt);
         e.ctx = ctx;
         e.name = vt->name;
+        check_string(vt->version, "arch '" + e.name + "': version");
+        check_string(vt->arch_names, "arch '" + e.name + "': arch_names");
+        check_string(vt->hf_model_types, "arch '" + e.name + "': hf_model_types");
         e.version = str_or_empty(vt->version);
         e.arch_names = str_or_empty(vt->arch_names);
         e.hf_model_types = str_or_empty(vt->hf_model_types);
@@ -209,9 +279,14 @@ Runtime::~Runtime() {
     backends_.clear();
     archs_.clear();
     for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)
-        if (it->status == CMF_PLUGIN_STATUS_LOADED && it->fini) it->fini(it->state);
+        if (it->status == CMF_PLUGIN_STATUS_LOADED && it->fini) {
+            InProgress busy(it->path);
+            it->fini(it->state);
+        }
     plugins_.clear();
 }
+
+const char *Runtime::plugin_in_progress() noexcept { return g_in_progress.load(); }
 
 void Runtime::log(int32_t level, const std::string &message) const {
     if (level > log_level_) return;
@@ -298,6 +373,11 @@ void Runtime::load_plugin(const std::string &path_in, bool explicit_request) {
 
     PluginRecord rec;
     rec.path = abs.string();
+    // From dlopen (static constructors) to the end of init or refusal. A
+    // refused plugin's library is unloaded before `busy` ends: lib is
+    // declared after it.
+    const std::string busy_path = rec.path;
+    InProgress busy(busy_path);
     auto lib = std::make_shared<boost::dll::shared_library>();
     try {
         // Absolute path (Boost.DLL would prefix "./" to a bare name);

@@ -82,6 +82,10 @@ public:
 
     // The directory libcmf's default plugins are installed in.
     static std::string default_plugin_dir();
+    // The path of the plugin whose code this process runs from inside
+    // load_plugin or ~Runtime (static constructors, init, fini), or NULL.
+    // Async-signal-safe (cmf_plugin_in_progress).
+    static const char *plugin_in_progress() noexcept;
 
 private:
     friend struct RegistrarAccess;

@@ -30,7 +30,9 @@ struct BatchEngine::Seq {
     GenerateStats st;
     std::vector<float> logits;
 
-    Seq(uint64_t id_, BatchRequest &&r) : id(id_), req(std::move(r)), sampler(req.sampler) {}
+    Seq(uint64_t id_, BatchRequest &&r) : id(id_), req(std::move(r)), sampler(req.sampler) {
+        sampler.set_stop_ids(req.stop_ids);  // one stop rule: the sampler's, as in Session::generate
+    }
     bool prefilling() const { return !done && prefilled < req.prompt.size(); }
 };
 
@@ -126,7 +128,7 @@ void BatchEngine::finish(Seq &q, int32_t reason, const cmf_error *error) {
 }
 
 void BatchEngine::deliver(Seq &q, int32_t tok) {
-    if (std::find(q.req.stop_ids.begin(), q.req.stop_ids.end(), tok) != q.req.stop_ids.end()) {
+    if (q.sampler.is_stop(tok)) {
         finish(q, CMF_STOP_EOS, nullptr);
         return;
     }

@@ -159,6 +159,7 @@ GenerateStats Session::generate(std::span<const int32_t> prompt, const GenerateC
 
     text::Sampler sampler(cfg.sampler);
     sampler.accept(tokens_);  // the penalties look at the whole context
+    sampler.set_stop_ids(cfg.stop_ids);  // one stop rule: the sampler's, as for cmf_sampler users
     auto t1 = Clock::now();
     st.stop_reason = CMF_STOP_MAX_TOKENS;
     if (model_.has_draft() && cfg.speculative)
@@ -177,7 +178,7 @@ void Session::decode_loop(const GenerateConfig &cfg, text::Sampler &sampler, std
             break;
         }
         int32_t tok = sampler.sample(logits);  // also appends tok to the sampler's history
-        if (std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), tok) != cfg.stop_ids.end()) {
+        if (sampler.is_stop(tok)) {
             st.stop_reason = CMF_STOP_EOS;
             break;
         }

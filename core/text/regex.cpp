@@ -12,12 +12,29 @@ namespace cmf::text {
 namespace {
 pcre2_code *as_code(void *p) { return static_cast<pcre2_code *>(p); }
 
+// Patterns come from tokenizer.json, so a pattern can backtrack
+// exponentially. One match may take at most this many steps of PCRE2's
+// matcher (its default, 10^7, lets a pathological pattern spend seconds per
+// match, and a text has as many matches as characters); real tokenizer
+// patterns take a few dozen per match.
+constexpr uint32_t kMatchLimit = 1'000'000;
+
 struct MatchData {
     pcre2_match_data *md;
-    explicit MatchData(const pcre2_code *code) : md(pcre2_match_data_create_from_pattern(code, nullptr)) {
-        if (!md) throw Error(CMF_ERR_OUT_OF_MEMORY, "pcre2 match data");
+    pcre2_match_context *ctx;
+    explicit MatchData(const pcre2_code *code)
+        : md(pcre2_match_data_create_from_pattern(code, nullptr)), ctx(pcre2_match_context_create(nullptr)) {
+        if (!md || !ctx) {
+            pcre2_match_data_free(md);
+            pcre2_match_context_free(ctx);
+            throw Error(CMF_ERR_OUT_OF_MEMORY, "pcre2 match data");
+        }
+        pcre2_set_match_limit(ctx, kMatchLimit);
     }
-    ~MatchData() { pcre2_match_data_free(md); }
+    ~MatchData() {
+        pcre2_match_data_free(md);
+        pcre2_match_context_free(ctx);
+    }
 };
 
 // Byte length of the UTF-8 sequence starting with lead byte `c` (1 for junk).
@@ -56,7 +73,7 @@ size_t valid_seq_at(std::string_view s, size_t i) {
 }
 }  // namespace
 
-Regex::Regex(std::string_view pattern, bool literal, const std::string &what) {
+Regex::Regex(std::string_view pattern, bool literal, const std::string &what) : what_(what) {
     int err = 0;
     PCRE2_SIZE off = 0;
     uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
@@ -79,8 +96,11 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     size_t pos = 0;
     while (pos <= text.size()) {
         int rc = pcre2_match(as_code(code_), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,
-                             PCRE2_NO_UTF_CHECK, m.md, nullptr);
+                             PCRE2_NO_UTF_CHECK, m.md, m.ctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT)
+            throw Error(CMF_ERR_UNSUPPORTED, what_ + ": the regex backtracks too much on this text (over " +
+                                                 std::to_string(kMatchLimit) + " steps for one match)");
         if (rc < 0) {
             PCRE2_UCHAR buf[256];
             pcre2_get_error_message(rc, buf, sizeof buf);

@@ -23,12 +23,15 @@ public:
     Regex &operator=(const Regex &) = delete;
 
     // Byte ranges [begin, end) of successive non-overlapping, non-empty
-    // matches. `text` must be valid UTF-8 (checked by the caller).
+    // matches. `text` must be valid UTF-8 (checked by the caller). A match
+    // that backtracks past a limit (a pathological pattern) is
+    // cmf::Error(CMF_ERR_UNSUPPORTED) naming `what`.
     std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
     // Every match replaced by `with` (no group references).
     std::string replace_all(std::string_view text, std::string_view with) const;
 
 private:
+    std::string what_;      // where the pattern comes from, for errors
     void *code_ = nullptr;  // pcre2_code_8
 };
 

@@ -451,6 +451,7 @@ struct StripDec : Decoder {
     std::string content;
     size_t start = 0, stop = 0;
     void apply(std::vector<std::string> &toks, bool) const override {
+        if (content.empty()) return;  // nothing to strip (and each loop would never advance)
         for (auto &t : toks) {
             size_t b = 0, e = t.size();
             for (size_t i = 0; i < start && t.compare(b, content.size(), content) == 0 && b + content.size() <= e; ++i)
@@ -505,8 +506,10 @@ std::unique_ptr<Decoder> make_decoder(element e, const std::string &ctx) {
     if (type == "Strip") {
         auto d = std::make_unique<StripDec>();
         d->content = str_field(o, "content", c);
-        d->start = size_t(int_field(o, "start", c));
-        d->stop = size_t(int_field(o, "stop", c));
+        const int64_t start = int_field(o, "start", c), stop = int_field(o, "stop", c);
+        if (start < 0 || stop < 0) parse_error(c + ": start and stop must be >= 0");
+        d->start = size_t(start);
+        d->stop = size_t(stop);
         return d;
     }
     if (type == "Replace") {
@@ -946,8 +949,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
     int32_t max_id = -1;
     for (auto kv : vocab) {
         int64_t id;
-        if (kv.value.get_int64().get(id) || id < 0 || id > INT32_MAX)
+        if (kv.value.get_int64().get(id) || id < 0)
             parse_error("model.vocab: id of '" + std::string(kv.key) + "' is not a non-negative integer");
+        if (id > kMaxTokenId)
+            parse_error("model.vocab: id " + std::to_string(id) + " of '" + std::string(kv.key) + "' is above " +
+                        std::to_string(kMaxTokenId) + ", the largest this tokenizer takes");
         bpe.vocab.emplace(std::string(kv.key), int32_t(id));
         max_id = std::max(max_id, int32_t(id));
     }
@@ -1028,7 +1034,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
             AddedToken t;
             t.content = str_field(o, "content", ctx);
             int64_t id = int_field(o, "id", ctx);
-            if (id < 0 || id > INT32_MAX) parse_error(ctx + ": id out of range");
+            if (id < 0 || id > kMaxTokenId)
+                parse_error(ctx + ": id " + std::to_string(id) + " outside 0.." + std::to_string(kMaxTokenId));
             t.id = int32_t(id);
             t.special = bool_or(o, "special", false, ctx);
             t.lstrip = bool_or(o, "lstrip", false, ctx);

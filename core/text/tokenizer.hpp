@@ -20,6 +20,11 @@
 
 namespace cmf::text {
 
+// The largest token id a tokenizer.json may use. Ids index a dense table,
+// so an id of 2^31 would ask for gigabytes; the largest real vocabularies
+// have about 2^18 entries.
+inline constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
+
 class Tokenizer {
 public:
     // Parses tokenizer.json bytes. Throws cmf::Error (CMF_ERR_PARSE for

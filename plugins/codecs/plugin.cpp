@@ -48,6 +48,9 @@ cmf_error *vt_dequantize_rows(void *ctx, const cmf_tensor_view *t, uint64_t r0, 
     CodecCtx *c = as_codec(ctx);
     return cmf::sdk::call(c->state->host, [&] {
         if (r0 > r1 || r1 > cmf::sdk::rows_of(*t)) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "row range out of bounds");
+        // No rows, no work: codecs size per-row scratch by the row length,
+        // which a file may set to billions in a tensor of zero rows.
+        if (r0 == r1) return;
         c->dtype->dequantize_rows(*t, r0, r1, dst);
     });
 }
@@ -101,14 +104,17 @@ cmf_error *vt_quantize_rows(void *ctx, uint32_t ndim, const uint64_t *shape, uin
 cmf_error *vt_matmul_rows(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx, uint64_t n_batch,
                           uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
     CodecCtx *c = as_codec(ctx);
-    return cmf::sdk::call(c->state->host,
-                          [&] { c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy); });
+    return cmf::sdk::call(c->state->host, [&] {
+        if (r0 == r1 || n_batch == 0) return;  // no work (see vt_dequantize_rows)
+        c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy);
+    });
 }
 
 cmf_error *vt_matmul_rows_x(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx, uint64_t n_batch,
                             uint64_t r0, uint64_t r1, float *y, uint64_t ldy, uint64_t x_id) {
     CodecCtx *c = as_codec(ctx);
     return cmf::sdk::call(c->state->host, [&] {
+        if (r0 == r1 || n_batch == 0) return;  // no work (see vt_dequantize_rows)
         cmf::codecs::XIdScope scope(x_id, x);
         c->dtype->matmul_rows(*w, x, ldx, n_batch, r0, r1, y, ldy);
     });
@@ -127,6 +133,7 @@ cmf_error *vt_int8_rows(void *ctx, const cmf_tensor_view *t, uint64_t r0, uint64
         if (codes == nullptr && scales == nullptr) return;
         if (codes == nullptr || scales == nullptr) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "int8_rows: NULL output");
         if (r0 > r1 || r1 > t->shape[0]) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "int8_rows: row range out of bounds");
+        if (r0 == r1) return;  // no work (see vt_dequantize_rows)
         c->dtype->int8_rows(*t, r0, r1, codes, scales);
     });
 }

@@ -466,6 +466,28 @@ TEST_CASE("container: a killed writer never replaces a good file") {
     }
 }
 
+TEST_CASE("container: a killed sign or keygen never leaves a torn signature or key") {
+    const fs::path dir = tmpdir() / "killsig";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const fs::path model = dir / "s.cmf", k1 = dir / "k1.key", k2 = dir / "k2.key";
+    REQUIRE(write_sample(model) == nullptr);
+    REQUIRE(cmf_sign_keygen(k1.c_str()) == nullptr);
+    REQUIRE(cmf_sign_keygen(k2.c_str()) == nullptr);
+    REQUIRE(cmf_sign_file(model.c_str(), k1.c_str(), nullptr) == nullptr);
+    const Bytes old_sig = read_all(model.string() + ".sig");
+    // The last moment before the new signature would appear.
+    run_and_kill_at("before-rename", [&] { cmf_error_free(cmf_sign_file(model.c_str(), k2.c_str(), nullptr)); });
+    CHECK(read_all(model.string() + ".sig") == old_sig);
+    run_and_kill_at("before-rename", [&] { cmf_error_free(cmf_sign_keygen((dir / "k3.key").c_str())); });
+    CHECK_FALSE(fs::exists(dir / "k3.key"));
+    // Nothing else was left: no temp file beside them.
+    std::vector<std::string> names;
+    for (const auto &e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"k1.key", "k1.key.pub", "k2.key", "k2.key.pub", "s.cmf", "s.cmf.sig"});
+}
+
 TEST_CASE("container: the W2 streaming writer lays out the sample behind a 7 032 832-byte gap") {
     const fs::path p = tmpdir() / "w2.cmf";
     REQUIRE(write_sample(p, 0, true, CMF_WRITER_STREAM) == nullptr);

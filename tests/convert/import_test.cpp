@@ -126,6 +126,11 @@ TEST_CASE("hf import: config errors") {
         qwen::import_config(R"({"model_type":"qwen3_next","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":8,)"
                             R"("intermediate_size":8,"max_position_embeddings":8,"layer_types":["linear_attention","full_attention"]})"),
         doctest::Contains("linear_attention layers but"), cmf::sdk::Error);
+    // A corrupt layer count is refused before a per-layer list of that length is built.
+    CHECK_THROWS_WITH_AS(
+        qwen::import_config(R"({"model_type":"qwen3","hidden_size":64,"num_hidden_layers":1000000000000,"num_attention_heads":4,)"
+                            R"("vocab_size":8,"intermediate_size":8,"max_position_embeddings":8})"),
+        doctest::Contains("num_hidden_layers 1000000000000 is beyond 65536"), cmf::sdk::Error);
     // Without layer_types a hybrid's schedule comes from full_attention_interval (default 4).
     std::string a = qwen::import_config(
         R"({"model_type":"qwen3_next","hidden_size":64,"num_hidden_layers":4,"num_attention_heads":4,"vocab_size":8,"intermediate_size":8,)"

@@ -440,15 +440,25 @@ TEST_CASE("convert: dtype policy and decoding bounds for f16/bf16") {
         CHECK(QuantPolicy("q8").choose("a.weight", {64, 100}).dtype == CMF_DTYPE_Q8_ROW);
         CHECK(QuantPolicy("vbit").choose("a.weight", {64, 64}).dtype == CMF_DTYPE_VBIT_RO);
         CHECK(QuantPolicy("vbit").choose("a.weight", {64, 100}).dtype == CMF_DTYPE_Q8_2F);
-        // q2tp: expert gate/up when the model has experts, else dense gate/up; q4tp elsewhere.
+        // q2tp: every expert's gate/up (the shared expert's too) when the model has experts, else the dense
+        // FFN's gate/up (not a draft layer's); q4tp elsewhere.
         QuantPolicy q2("q2tp");
         CHECK(q2.choose("model.layers.0.mlp.gate_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q2TP);
         CHECK(q2.choose("model.layers.0.mlp.up_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q2TP);
         CHECK(q2.choose("model.layers.0.mlp.down_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q4TP);
         CHECK(q2.choose("model.layers.0.self_attn.q_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q4TP);
         CHECK(q2.choose("model.layers.0.mlp.experts.3.gate_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q2TP);
-        CHECK(q2.choose("model.layers.0.mlp.shared_expert.gate_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.layers.0.mlp.shared_expert.gate_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q2TP);
+        CHECK(q2.choose("model.layers.0.mlp.shared_expert.down_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.mtp.0.ffn.shared_experts.w3.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q2TP);
+        CHECK(q2.choose("model.mtp.0.ffn.experts.4.w1.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q2TP);
+        CHECK(q2.choose("model.mtp.0.ffn.experts.4.w2.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q4TP);
         CHECK(q2.choose("model.layers.0.mlp.gate_proj.weight", V{64, 128}, true).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.mtp.layers.0.mlp.gate_proj.weight", V{64, 128}).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.layers.0.mlp.gate_proj.bias_like_weight", V{64, 128}).dtype == CMF_DTYPE_Q4TP);
+        CHECK(q2.choose("model.layers.0.mlp.up_proj.weight", V{64, 100}).dtype == CMF_DTYPE_Q8_2F);
+        CHECK(is_routed_expert("model.layers.1.mlp.experts.0.down_proj.weight"));
+        CHECK_FALSE(is_routed_expert("model.layers.1.mlp.shared_expert.down_proj.weight"));
         // q1p: q1 with error diffusion, through the encoder options
         const DtypeChoice q1p = QuantPolicy("q1p").choose("model.layers.0.mlp.up_proj.weight", V{64, 128});
         CHECK(q1p.dtype == CMF_DTYPE_Q1);

@@ -1,5 +1,8 @@
 /* Deliberately broken plugins for the negotiation tests. One source, built
  * several times with a different -DBAD_KIND each. */
+#if BAD_KIND == 15 /* REPORTS_IN_PROGRESS: dlsym(RTLD_DEFAULT, ...) */
+#define _GNU_SOURCE 1
+#endif
 #include <cmf/cmf_plugin.h>
 
 #include <stddef.h>
@@ -11,6 +14,23 @@
 #define INIT_FAILS 5
 #define FUTURE_ONLY 6
 #define REGISTERS_NOTHING 7
+#define CRASHES_IN_INIT 8     /* SIGSEGV inside init: no host survives it in-process */
+#define VT_TOO_SMALL 9        /* struct_size below the v1 minimum */
+#define VT_HUGE 10            /* struct_size far beyond the host's: it reads only its own size */
+#define NULL_REQUIRED 11      /* dequantize_rows NULL */
+#define BAD_NAME 12           /* a name that is not UTF-8 */
+#define NULL_VTABLE 13        /* register_codec(reg, NULL, ...) */
+#define BACKEND_NULL_OPS 14   /* a backend whose operations are NULL */
+#define REPORTS_IN_PROGRESS 15 /* fails init with what cmf_plugin_in_progress() says */
+#define LONG_NAME 16          /* a 300-byte name */
+
+#if BAD_KIND == CRASHES_IN_INIT
+#include <signal.h>
+#endif
+#if BAD_KIND == REPORTS_IN_PROGRESS
+#include <dlfcn.h>
+#endif
+#include <string.h>
 
 #if BAD_KIND == UNRESOLVED
 extern int cmf_test_symbol_that_does_not_exist(void);
@@ -51,6 +71,27 @@ CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32
     if (cmf_test_symbol_that_does_not_exist()) return NULL;
 #elif BAD_KIND == REGISTERS_NOTHING
     return NULL;
+#elif BAD_KIND == CRASHES_IN_INIT
+    raise(SIGSEGV);
+#elif BAD_KIND == NULL_VTABLE
+    return host->register_codec(reg, NULL, NULL);
+#elif BAD_KIND == BACKEND_NULL_OPS
+    {
+        static cmf_backend_vt b;
+        b.struct_size = sizeof b;
+        b.abi_version = 1;
+        b.name = "hollow";
+        b.version = "0";
+        b.description = "a backend with no operations";
+        return host->register_backend(reg, &b, NULL);
+    }
+#elif BAD_KIND == REPORTS_IN_PROGRESS
+    {
+        typedef const char *(*in_progress_fn)(void);
+        in_progress_fn f = (in_progress_fn)dlsym(RTLD_DEFAULT, "cmf_plugin_in_progress");
+        const char *p = f ? f() : "cmf_plugin_in_progress not found";
+        return host->error_create(CMF_ERR_PLUGIN, p ? p : "(null)");
+    }
 #endif
     g_vt.struct_size = sizeof g_vt;
     g_vt.abi_version = 1;
@@ -59,6 +100,21 @@ CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32
     g_vt.dtype_id = 200;
     g_vt.expected_size = dummy_size;
     g_vt.dequantize_rows = dummy_deq;
+#if BAD_KIND == VT_TOO_SMALL
+    g_vt.struct_size = 8;
+#elif BAD_KIND == VT_HUGE
+    g_vt.struct_size = 0x7fffffffu;
+#elif BAD_KIND == NULL_REQUIRED
+    g_vt.dequantize_rows = NULL;
+#elif BAD_KIND == BAD_NAME
+    g_vt.name = "bad\xff\x01name";
+#elif BAD_KIND == LONG_NAME
+    {
+        static char name[301];
+        memset(name, 'n', 300);
+        g_vt.name = name;
+    }
+#endif
     return host->register_codec(reg, &g_vt, NULL);
 }
 #endif

@@ -142,3 +142,46 @@ TEST_CASE("tokenizer C API: create, encode, decode, lookups, streaming, errors")
     CHECK(bad == nullptr);
     cmf_error_free(e);
 }
+
+TEST_CASE("chat: a render is bounded: runaway loops, recursion, nesting and sizes end in errors") {
+    const std::string ctx = R"({"messages":[]})";
+    struct Case {
+        const char *tmpl, *message;
+    };
+    const Case cases[] = {
+        // 10^6 scans of a 1 MB string: the limit stops it after about 640 (each costs 15 625 steps), fast
+        {"{% set s = 'x' * 1000000 %}{% for i in range(1000000) %}{{ s.count('y') }}{% endfor %}",
+         "chat template line 1: the template did more than 10000000 steps of work (an endless or runaway loop?)"},
+        {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+         "chat template line 1: statements, expressions and macro calls nested deeper than 500 levels (runaway recursion?)"},
+        {"{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns.a | tojson }}",
+         "chat template line 1: a value nested deeper than 500 levels (does a namespace contain itself?)"},
+        {"{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns == ns.a[0] }}",
+         "chat template line 1: a value nested deeper than 500 levels (does a namespace contain itself?)"},
+        {"{{ 'x' * 1000000000000 }}", "chat template line 1: a string of 1000000000000 bytes, over the limit of 67108864"},
+        // repr of a list holding one 8 MiB string 16 times: refused while it is written, not after
+        {"{% set s = 'x' * 8388608 %}{{ [s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s] }}",
+         "chat template line 1: a string of 67108895 bytes, over the limit of 67108864"},
+        {"{{ 9223372036854775807 + 1 }}",
+         "chat template line 1: integer overflow in 9223372036854775807 + 1 (Python's integers are unbounded, ours 64-bit)"},
+        {"{{ 3 ** 40 }}", "chat template line 1: integer overflow in 3 ** 40 (Python's integers are unbounded, ours 64-bit)"},
+        {"{{ 99999999999999999999 }}", "chat template line 1: integer literal 99999999999999999999 does not fit in 64 bits"},
+        {"{{ 1e300 | int }}", "chat template line 1: int of 1e+300 does not fit in 64 bits"},
+    };
+    for (const Case &c : cases) {
+        INFO(c.tmpl);
+        auto r = render(c.tmpl, ctx);
+        CHECK(r.code == CMF_ERR_TEMPLATE);
+        CHECK(r.text == c.message);
+    }
+    // Legitimate work under the limits is untouched.
+    auto fine = render("{% for i in range(1000) %}{{ i % 10 }}{% endfor %}{{ 3 ** 39 }}", ctx);
+    REQUIRE(fine.code == 0);
+    CHECK(fine.text.size() == 1000 + 19);
+}
+
+TEST_CASE("chat: a context object with a repeated key keeps the last value at the first place, as json.loads") {
+    auto r = render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", R"({"d":{"a":1,"b":2,"a":3}})");
+    REQUIRE(r.code == 0);
+    CHECK(r.text == "a=3;b=2;");
+}

@@ -228,3 +228,29 @@ TEST_CASE("streaming detokenizer holds partial UTF-8 from byte-fallback tokens")
     std::vector<int32_t> broken{0xE2 + 1, 0x82 + 1};
     CHECK(tok->decode(broken, false) == "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
+
+TEST_CASE("tokenizer: input-driven work is bounded: backtracking regexes, empty Strip content, huge ids") {
+    // A pre-tokenizer pattern that backtracks exponentially on a run of 'a':
+    // each match stops at PCRE2's step limit with an error, instead of
+    // taking hours over a long text.
+    auto slow = Tokenizer::from_json(
+        tiny("null", R"J({"type":"Split","pattern":{"Regex":"(a|aa)+$"},"behavior":"Isolated","invert":false})J", "null"));
+    try {
+        (void)slow->encode(std::string(40, 'a') + "b", false);
+        FAIL("no error");
+    } catch (const cmf::Error &e) {
+        CHECK(e.code() == CMF_ERR_UNSUPPORTED);
+        CHECK(e.message() == "pre_tokenizer (Split): the regex backtracks too much on this text (over 1000000 steps for one match)");
+    }
+    // A Strip decoder with empty content and a huge count strips nothing
+    // (its loop used to spin 2^63 times per token).
+    auto strip = Tokenizer::from_json(
+        tiny("null", "null", R"({"type":"Strip","content":"","start":9223372036854775807,"stop":1})"));
+    CHECK(strip->decode(std::vector<int32_t>{1, 2}, false) == "ab");
+    CHECK_THROWS_WITH_AS(
+        Tokenizer::from_json(tiny("null", "null", R"({"type":"Strip","content":"x","start":-1,"stop":0})")),
+        "tokenizer.json: decoder (Strip): start and stop must be >= 0", cmf::Error);
+    CHECK_THROWS_WITH_AS(
+        Tokenizer::from_json(R"({"model":{"type":"BPE","vocab":{"a":16777216},"merges":[]}})"),
+        "tokenizer.json: model.vocab: id 16777216 of 'a' is above 16777215, the largest this tokenizer takes", cmf::Error);
+}

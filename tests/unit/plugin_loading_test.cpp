@@ -116,6 +116,49 @@ TEST_CASE("a plugin whose init fails, or that registers nothing, is refused") {
     CHECK(load_error(rt.rt, bad("cmf-test-registers-nothing.so")).find("registered no component") != std::string::npos);
 }
 
+TEST_CASE("garbage vtables are refused with what is wrong, naming the file") {
+    Rt rt("");
+    struct Case {
+        const char *file, *message;
+    };
+    const Case cases[] = {
+        {"cmf-test-vt-too-small.so", "init failed: codec 'test-dtype': vtable struct_size 8 is smaller than the v1 minimum 64"},
+        {"cmf-test-null-required.so", "init failed: codec 'test-dtype': expected_size and dequantize_rows are required"},
+        {"cmf-test-bad-name.so", "init failed: codec name has byte 0xff at 3 (must be UTF-8 without control characters)"},
+        {"cmf-test-long-name.so", "init failed: codec name is 300 bytes long (at most 256)"},
+        {"cmf-test-null-vtable.so", "init failed: register_codec: NULL argument"},
+        {"cmf-test-backend-null-ops.so",
+         "init failed: backend 'hollow': required operations are NULL: weight_bind, weight_free, matmul, buffer_alloc, "
+         "buffer_free, buffer_write, buffer_read, copy, rms_norm, rope, attention, gated_act, add, add_bias, embed"},
+    };
+    for (const Case &c : cases) {
+        INFO(c.file);
+        int32_t code = 0;
+        const std::string msg = load_error(rt.rt, bad(c.file), &code);
+        CHECK(code == CMF_ERR_PLUGIN);
+        CHECK(msg == "plugin " + bad(c.file) + " refused: " + c.message);
+    }
+    CHECK_FALSE(has_codec(rt.rt, 200));
+    CHECK(cmf_runtime_component_count(rt.rt, CMF_COMPONENT_BACKEND) == 1);  // only the cpu backend
+    CHECK(has_codec(rt.rt, CMF_DTYPE_F16));                                  // the host keeps working
+}
+
+TEST_CASE("a vtable larger than the host's is read up to the host's size") {
+    Rt rt("");
+    CHECK(load_error(rt.rt, bad("cmf-test-vt-huge.so")) == "");
+    CHECK(has_codec(rt.rt, 200));
+}
+
+TEST_CASE("cmf_plugin_in_progress is NULL outside plugin loading") {
+    // Inside an init it names the plugin: the bad input matrix shows it
+    // through cmfhost (tests/reliability), where libcmf.so exports it to
+    // the plugin's dlsym.
+    CHECK(cmf_plugin_in_progress() == nullptr);
+    Rt rt("");
+    CHECK(load_error(rt.rt, bad("cmf-test-init-fails.so")).find("always fails") != std::string::npos);
+    CHECK(cmf_plugin_in_progress() == nullptr);
+}
+
 TEST_CASE("scanning a directory records refusals instead of failing, and loads the good ones") {
     Rt rt(CMF_TEST_BAD_PLUGIN_DIR);
     CHECK(refusal_of(rt.rt, "cmf-test-too-new.so").find("newer than this host") != std::string::npos);

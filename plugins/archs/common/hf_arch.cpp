@@ -98,6 +98,11 @@ std::string build_arch_json(std::string_view text) {
     const uint64_t vocab = need_u64(tc, "vocab_size");
     if (hidden == 0 || layers == 0 || heads == 0 || vocab == 0)
         config_error("hidden_size, num_hidden_layers, num_attention_heads and vocab_size must be positive");
+    // Per-layer lists are built from the count: a corrupt one must not ask
+    // for terabytes. The deepest real models have a few hundred layers.
+    constexpr uint64_t kMaxLayers = 65536;
+    if (layers > kMaxLayers)
+        config_error("num_hidden_layers " + std::to_string(layers) + " is beyond " + std::to_string(kMaxLayers));
     auto inter = tc.u64("intermediate_size");
     if (!inter) inter = tc.u64("moe_intermediate_size");
     if (!inter) config_error("missing required key " + tc.key_path("intermediate_size") + " (or moe_intermediate_size)");

@@ -86,6 +86,9 @@ public:
     // (gpr per row, row by row), picked from their ladders by their 5-bit codes.
     template <class F>
     static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body) {
+        // No rows, no scratch: a tensor of zero rows may declare billions of
+        // groups per row (the vtable entries return before this too).
+        if (r0 >= r1) return;
         thread_local std::vector<float> scales;
         scales.resize(kLadderRows * l.gpr);
         for (uint64_t rb = r0; rb < r1; rb += kLadderRows) {

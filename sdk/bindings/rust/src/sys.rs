@@ -735,6 +735,9 @@ extern "C" {
         out: *mut cmf_plugin_info,
     ) -> *mut cmf_error;
 }
+extern "C" {
+    pub fn cmf_plugin_in_progress() -> *const ::std::os::raw::c_char;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct cmf_component_info {

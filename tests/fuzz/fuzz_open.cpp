@@ -1,6 +1,9 @@
-// libFuzzer target: open + iterate + verify over arbitrary bytes. Any crash,
-// hang, sanitizer report or leak is a bug; errors are the expected outcome.
-// Built only with -Dfuzz=true and clang (see docs/container.md).
+// libFuzzer target: open + iterate + verify over arbitrary bytes, as a .cmf
+// file. Any crash, hang, sanitizer report or leak is a bug; errors are the
+// expected outcome. Built only with -Dfuzz=true and clang
+// (docs/reliability.md).
+#include "fuzz_util.hpp"
+
 #include <cmf/cmf.h>
 
 #include <cstdio>
@@ -9,17 +12,11 @@
 #include <unistd.h>
 
 namespace {
+// The runtime, plus the test codecs plugin (a variable-size dtype) when
+// CMF_FUZZ_PLUGIN names it.
 cmf_runtime *runtime() {
     static cmf_runtime *rt = [] {
-        cmf_runtime_options o;
-        cmf_runtime_options_init(&o);
-        o.n_threads = 1;
-        o.log_level = CMF_LOG_ERROR;
-        cmf_runtime *r = nullptr;
-        if (cmf_error *e = cmf_runtime_create(&o, &r)) {
-            std::fprintf(stderr, "fuzz_open: %s\n", cmf_error_message(e));
-            std::abort();
-        }
+        cmf_runtime *r = cmf::fuzz::runtime();
         if (const char *extra = std::getenv("CMF_FUZZ_PLUGIN")) cmf_error_free(cmf_runtime_load_plugin(r, extra));
         return r;
     }();
@@ -28,7 +25,7 @@ cmf_runtime *runtime() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    // In $TMPDIR when set: fuzz_run.sh points it at its scratch dir, which it removes.
+    // In $TMPDIR when set: run.sh points it at its scratch dir, which it removes.
     static const std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
                                     "/cmf-fuzz-" + std::to_string(::getpid()) + ".cmf";
     FILE *f = std::fopen(path.c_str(), "wb");

@@ -2,7 +2,7 @@
 // import-gguf does with a file that parses (HF config, tensor names,
 // tokenizer, the first block of every decodable tensor). Any crash, hang,
 // sanitizer report or leak is a bug; errors are the expected outcome.
-// Built only with -Dfuzz=true and clang (docs/convert.md "GGUF").
+// Built only with -Dfuzz=true and clang (docs/reliability.md).
 #include "common/error.hpp"
 #include "convert/gguf.hpp"
 #include "convert/gguf_import.hpp"
