@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <utility>
 
 namespace cmfhost {
 namespace {
@@ -35,7 +36,8 @@ int cmd_serve(const std::vector<std::string> &args) {
     CommonOptions common;
     // The batch engine does not draft: an MTP head stays unbound (mtp=off),
     // which also lets the arch batch the slots' decode steps.
-    SessionFlags session_flags{"f16", false, "", "off", ""};
+    SessionFlags session_flags("f16");
+    session_flags.mtp = "off";
     std::string model, api_key, api_key_file, alias;
     serve::ServerOptions so;
     uint32_t parallel = 4, max_queue = 64, prefill_chunk = 128;
@@ -74,6 +76,15 @@ int cmd_serve(const std::vector<std::string> &args) {
     if (!(grace >= 0)) throw Failure("--shutdown-grace must be >= 0", 2);
     if (session_flags.kv_cache != "f32" && session_flags.kv_cache != "f16")
         throw Failure("--kv-cache must be f32 or f16, not '" + session_flags.kv_cache + "'", 2);
+    // The batch engine serves the whole model: a selection would be ignored.
+    for (const auto &[flag, value] : {std::pair<const char *, const std::string &>{"--task", session_flags.task},
+                                      {"--skill", session_flags.skill},
+                                      {"--blend", session_flags.blend},
+                                      {"--moe-mask", session_flags.moe_mask}})
+        if (!value.empty())
+            throw Failure(std::string("serve runs the whole model: ") + flag +
+                              " is for run, bench, ppl and logits (or write a file that holds only it: cmfhost defrag)",
+                          2);
     if (session_flags.mtp != "off")
         throw Failure("serve does not decode speculatively: --mtp must be off, not '" + session_flags.mtp + "'", 2);
     so.port = static_cast<uint16_t>(port);

@@ -3278,6 +3278,12 @@ extern "C" {
 extern "C" {
     pub fn cmf_convert(rt: *mut cmf_runtime, opts: *const cmf_convert_options) -> *mut cmf_error;
 }
+extern "C" {
+    pub fn cmf_imagine_pack(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_convert_options,
+    ) -> *mut cmf_error;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct cmf_requant_options {
@@ -4144,12 +4150,14 @@ pub struct cmf_generate_options {
     pub n_stop_ids: usize,
     pub on_token: cmf_token_fn,
     pub user: *mut ::std::os::raw::c_void,
+    pub speculative: i32,
+    pub reserved0: u32,
 }
 #[test]
 fn bindgen_test_layout_cmf_generate_options() {
     assert_eq!(
         ::std::mem::size_of::<cmf_generate_options>(),
-        72usize,
+        80usize,
         concat!("Size of: ", stringify!(cmf_generate_options))
     );
     assert_eq!(
@@ -4378,6 +4386,40 @@ fn bindgen_test_layout_cmf_generate_options() {
         );
     }
     test_field_user();
+    fn test_field_speculative() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_generate_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).speculative) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_generate_options),
+                "::",
+                stringify!(speculative)
+            )
+        );
+    }
+    test_field_speculative();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_generate_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            76usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_generate_options),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
 }
 extern "C" {
     pub fn cmf_generate_options_init(opts: *mut cmf_generate_options);
@@ -4394,12 +4436,14 @@ pub struct cmf_generate_stats {
     pub decode_seconds: f64,
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
+    pub draft_tokens: u64,
+    pub draft_accepted: u64,
 }
 #[test]
 fn bindgen_test_layout_cmf_generate_stats() {
     assert_eq!(
         ::std::mem::size_of::<cmf_generate_stats>(),
-        64usize,
+        80usize,
         concat!("Size of: ", stringify!(cmf_generate_stats))
     );
     assert_eq!(
@@ -4560,6 +4604,40 @@ fn bindgen_test_layout_cmf_generate_stats() {
         );
     }
     test_field_decode_tok_s();
+    fn test_field_draft_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_generate_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).draft_tokens) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_generate_stats),
+                "::",
+                stringify!(draft_tokens)
+            )
+        );
+    }
+    test_field_draft_tokens();
+    fn test_field_draft_accepted() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_generate_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).draft_accepted) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_generate_stats),
+                "::",
+                stringify!(draft_accepted)
+            )
+        );
+    }
+    test_field_draft_accepted();
 }
 extern "C" {
     pub fn cmf_generate_stats_init(stats: *mut cmf_generate_stats);
@@ -4611,6 +4689,12 @@ extern "C" {
 }
 extern "C" {
     pub fn cmf_session_profile_reset(s: *mut cmf_session) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_session_route_stats(
+        s: *const cmf_session,
+        out_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
 }
 extern "C" {
     pub fn cmf_session_vocab_size(s: *const cmf_session) -> u64;
@@ -6666,5 +6750,620 @@ extern "C" {
         rt: *mut cmf_runtime,
         opts: *const cmf_defrag_options,
         report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_image_pipeline {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_image_pipeline_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub backend: *const ::std::os::raw::c_char,
+    pub arch_options: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_image_pipeline_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_image_pipeline_options>(),
+        24usize,
+        concat!("Size of: ", stringify!(cmf_image_pipeline_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_image_pipeline_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_image_pipeline_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_backend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).backend) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_options),
+                "::",
+                stringify!(backend)
+            )
+        );
+    }
+    test_field_backend();
+    fn test_field_arch_options() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).arch_options) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_options),
+                "::",
+                stringify!(arch_options)
+            )
+        );
+    }
+    test_field_arch_options();
+}
+extern "C" {
+    pub fn cmf_image_pipeline_options_init(opts: *mut cmf_image_pipeline_options);
+}
+extern "C" {
+    pub fn cmf_image_pipeline_create(
+        rt: *mut cmf_runtime,
+        m: *const cmf_model,
+        opts: *const cmf_image_pipeline_options,
+        out: *mut *mut cmf_image_pipeline,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_image_pipeline_free(p: *mut cmf_image_pipeline);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_image_pipeline_info {
+    pub struct_size: u32,
+    pub latent_channels: u32,
+    pub latent_scale: u32,
+    pub size_multiple: u32,
+    pub max_text_tokens: u32,
+    pub reserved0: u32,
+    pub arch: *const ::std::os::raw::c_char,
+    pub description: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_image_pipeline_info() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_image_pipeline_info>(),
+        40usize,
+        concat!("Size of: ", stringify!(cmf_image_pipeline_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_image_pipeline_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_image_pipeline_info))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_latent_channels() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).latent_channels) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(latent_channels)
+            )
+        );
+    }
+    test_field_latent_channels();
+    fn test_field_latent_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).latent_scale) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(latent_scale)
+            )
+        );
+    }
+    test_field_latent_scale();
+    fn test_field_size_multiple() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).size_multiple) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(size_multiple)
+            )
+        );
+    }
+    test_field_size_multiple();
+    fn test_field_max_text_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_text_tokens) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(max_text_tokens)
+            )
+        );
+    }
+    test_field_max_text_tokens();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_arch() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).arch) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(arch)
+            )
+        );
+    }
+    test_field_arch();
+    fn test_field_description() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_image_pipeline_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).description) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_image_pipeline_info),
+                "::",
+                stringify!(description)
+            )
+        );
+    }
+    test_field_description();
+}
+extern "C" {
+    pub fn cmf_image_pipeline_info_init(info: *mut cmf_image_pipeline_info);
+}
+extern "C" {
+    pub fn cmf_image_pipeline_get_info(
+        p: *const cmf_image_pipeline,
+        out: *mut cmf_image_pipeline_info,
+    ) -> *mut cmf_error;
+}
+pub type cmf_imagine_step_fn = ::std::option::Option<
+    unsafe extern "C" fn(user: *mut ::std::os::raw::c_void, step: u32, n_steps: u32) -> i32,
+>;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_imagine_options {
+    pub struct_size: u32,
+    pub width: u32,
+    pub height: u32,
+    pub steps: u32,
+    pub guidance_scale: f32,
+    pub cfg_trunc_ratio: f32,
+    pub cfg_normalization: u32,
+    pub reserved0: u32,
+    pub seed: u64,
+    pub prompt: *const ::std::os::raw::c_char,
+    pub negative_prompt: *const ::std::os::raw::c_char,
+    pub latent_in: *const f32,
+    pub latent_in_len: u64,
+    pub latent_out: *mut f32,
+    pub latent_out_len: u64,
+    pub on_step: cmf_imagine_step_fn,
+    pub user: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_cmf_imagine_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_imagine_options>(),
+        104usize,
+        concat!("Size of: ", stringify!(cmf_imagine_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_imagine_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_imagine_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_width() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).width) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(width)
+            )
+        );
+    }
+    test_field_width();
+    fn test_field_height() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).height) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(height)
+            )
+        );
+    }
+    test_field_height();
+    fn test_field_steps() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).steps) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(steps)
+            )
+        );
+    }
+    test_field_steps();
+    fn test_field_guidance_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).guidance_scale) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(guidance_scale)
+            )
+        );
+    }
+    test_field_guidance_scale();
+    fn test_field_cfg_trunc_ratio() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cfg_trunc_ratio) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(cfg_trunc_ratio)
+            )
+        );
+    }
+    test_field_cfg_trunc_ratio();
+    fn test_field_cfg_normalization() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cfg_normalization) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(cfg_normalization)
+            )
+        );
+    }
+    test_field_cfg_normalization();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_seed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).seed) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(seed)
+            )
+        );
+    }
+    test_field_seed();
+    fn test_field_prompt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prompt) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(prompt)
+            )
+        );
+    }
+    test_field_prompt();
+    fn test_field_negative_prompt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).negative_prompt) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(negative_prompt)
+            )
+        );
+    }
+    test_field_negative_prompt();
+    fn test_field_latent_in() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).latent_in) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(latent_in)
+            )
+        );
+    }
+    test_field_latent_in();
+    fn test_field_latent_in_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).latent_in_len) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(latent_in_len)
+            )
+        );
+    }
+    test_field_latent_in_len();
+    fn test_field_latent_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).latent_out) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(latent_out)
+            )
+        );
+    }
+    test_field_latent_out();
+    fn test_field_latent_out_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).latent_out_len) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(latent_out_len)
+            )
+        );
+    }
+    test_field_latent_out_len();
+    fn test_field_on_step() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).on_step) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(on_step)
+            )
+        );
+    }
+    test_field_on_step();
+    fn test_field_user() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_imagine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).user) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_imagine_options),
+                "::",
+                stringify!(user)
+            )
+        );
+    }
+    test_field_user();
+}
+extern "C" {
+    pub fn cmf_imagine_options_init(opts: *mut cmf_imagine_options);
+}
+extern "C" {
+    pub fn cmf_imagine(
+        p: *mut cmf_image_pipeline,
+        opts: *const cmf_imagine_options,
+        rgb: *mut u8,
+        rgb_len: u64,
     ) -> *mut cmf_error;
 }
