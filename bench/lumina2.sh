@@ -12,7 +12,8 @@
 #   3. `cmfhost imagine` on each file at each size of SIZES with STEPS_<size>
 #      steps (default 3 at 512x512, 2 at 1024x1024) and guidance CFG (default
 #      4: two DiT passes a step, as the pipeline's default runs): seconds per
-#      step (from the second step on), the prompt's encoding (both prompts
+#      step (from the second step on; wall and the process's CPU seconds,
+#      since other jobs share the cores), the prompt's encoding (both prompts
 #      through the text encoder and the caption refiner), the VAE decode, the
 #      load time and peak RSS, with the load average beside each run;
 #   4. the DiT's multiply-adds per step at each size (GEMMs and attention
@@ -106,15 +107,17 @@ for q in $quants; do
     /usr/bin/time -v "$build/host/cmfhost" imagine "$out" -p "$prompt" --size "$size" --steps "$steps" --cfg "$cfg" \
       --threads "$threads" --no-progress -o "$work/lumina2-$q-$size.png" >"$ilog" 2>&1 || { cat "$ilog" >&2; exit 1; }
     summary=$(grep '^\[lumina2' "$ilog")
-    per=$(echo "$summary" | sed 's/.* \([0-9.]*\) s\/step.*/\1/')
+    per=$(echo "$summary" | sed 's/.* steps \([0-9.]*\) s\/step.*/\1/')
+    cpu_per=$(echo "$summary" | sed 's/.*CPU:.* \([0-9.]*\) s\/step.*/\1/')
     w=${size%x*} h=${size#*x}
     n_img=$(((w / 16) * (h / 16)))
     passes=$(awk -v c="$cfg" 'BEGIN { print (c > 1) ? 2 : 1 }')
     read -r gemm attn < <(dit_gflop "$n_img" "$n_cap" "$passes")
     printf 'imagine %-4s %-9s %s steps: %s  peak RSS %s MiB  load %s .. %s\n' "$q" "$size" "$steps" "$summary" \
       "$(rss_of "$ilog")" "$l0" "$(load)"
-    printf '  DiT per step (%s passes): %s image + %s caption tokens, %s GFLOP in GEMMs + %s GFLOP in attention -> %.0f GFLOP/s\n' \
-      "$passes" "$n_img" "$n_cap" "$gemm" "$attn" "$(awk -v g="$gemm" -v a="$attn" -v s="$per" 'BEGIN { print (g + a) / s }')"
+    printf '  DiT per step (%s passes): %s image + %s caption tokens, %s GFLOP in GEMMs + %s GFLOP in attention -> %.0f GFLOP/s wall, %.0f CPU-normalised (CPU s / %s threads)\n' \
+      "$passes" "$n_img" "$n_cap" "$gemm" "$attn" "$(awk -v g="$gemm" -v a="$attn" -v s="$per" 'BEGIN { print (g + a) / s }')" \
+      "$(awk -v g="$gemm" -v a="$attn" -v s="$cpu_per" -v t="$threads" 'BEGIN { print (g + a) * t / s }')" "$threads"
   done
 done
 if [ "${KEEP:-0}" != 1 ]; then rm -rf "$hf" "$work"/lumina2-*.cmf; fi

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -33,15 +34,29 @@ void check_code(cmf_error *e, const std::string &context) {
 
 // The denoising loop's bar: steps, seconds per step, ETA; and the times the
 // summary line reports.
+// This process's CPU seconds (all threads): on a shared machine the wall
+// time of a phase says little alone, its CPU time says how much work it was.
+double cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
 struct StepBar {
     Clock::time_point t0 = Clock::now(), first, last;
+    double cpu_t0 = 0, cpu_first = 0, cpu_last = 0;
     bool tty = false, drawn = false;
     uint32_t done = 0;
     static int32_t on_step(void *user, uint32_t step, uint32_t n) {
         auto *bar = static_cast<StepBar *>(user);
         const auto now = Clock::now();
-        if (step == 1) bar->first = now;
+        const double cpu = cpu_seconds();
+        if (step == 1) {
+            bar->first = now;
+            bar->cpu_first = cpu;
+        }
         bar->last = now;
+        bar->cpu_last = cpu;
         bar->done = step;
         if (!bar->tty) return 0;
         // Seconds per step from the second step on (the first also encodes the prompt).
@@ -234,8 +249,10 @@ int cmd_imagine(const std::vector<std::string> &args) {
     io.user = &bar;
     std::vector<uint8_t> rgb(uint64_t(width) * height * 3);
     bar.t0 = Clock::now();
+    bar.cpu_t0 = cpu_seconds();
     cmf_error *err = cmf_imagine(pipe.get(), &io, rgb.data(), rgb.size());
     const auto t_end = Clock::now();
+    const double cpu_end = cpu_seconds();
     bar.end();
     check_code(err, "imagine");
     if (!latent_out.empty()) write_latent(latent_out, lat_out);
@@ -246,8 +263,14 @@ int cmd_imagine(const std::vector<std::string> &args) {
     const double per = steps > 1 ? steps_s / double(steps - 1) : std::chrono::duration<double>(bar.last - bar.t0).count();
     const double before = std::chrono::duration<double>(bar.first - bar.t0).count() - (steps > 1 ? per : 0.0);
     const double decode = std::chrono::duration<double>(t_end - bar.last).count();
-    std::fprintf(stderr, "[%s: load %.2f s, prompt %.2f s, %u steps %.2f s/step, decode %.2f s]\n", info.arch, load_s,
-                 std::max(0.0, before), steps, per, decode);
+    // The same split of this process's CPU seconds.
+    const double cpu_per = steps > 1 ? (bar.cpu_last - bar.cpu_first) / double(steps - 1) : bar.cpu_last - bar.cpu_t0;
+    const double cpu_before = bar.cpu_first - bar.cpu_t0 - (steps > 1 ? cpu_per : 0.0);
+    std::fprintf(stderr,
+                 "[%s: load %.2f s, prompt %.2f s, %u steps %.2f s/step, decode %.2f s; CPU: prompt %.2f s, %.2f s/step, "
+                 "decode %.2f s]\n",
+                 info.arch, load_s, std::max(0.0, before), steps, per, decode, std::max(0.0, cpu_before), cpu_per,
+                 cpu_end - bar.cpu_last);
     std::printf("wrote %s (%ux%u)\n", output.c_str(), width, height);
     return 0;
 }
