@@ -75,18 +75,18 @@ dit_gflop() {  # N L P -> "gemm attention"
     n2 = N + 1  # the unguided branch: the empty negative prompt is <bos> alone
     gemm = per_tok * (layers * ((L + N) + (P - 1) * n2) + ref * N)
     attn = 4 * H * (layers * ((L + N) * (L + N) + (P - 1) * n2 * n2) + ref * N * N)
-    printf "%.0f %.0f", gemm / 1e9, attn / 1e9 }'
+    printf "%.0f %.0f\n", gemm / 1e9, attn / 1e9 }'
 }
 
 # The prefill GEMM's rate now, on the DiT's FFN shape (6144 x 2304) over
 # 1024 tokens: the int8 GEMM q8 matrices run and the f32 one (attention's
 # products run on the f32 GEMM kernels).
-gemm_rate() {  # DTYPE -> median GFLOP/s
+gemm_rate() {  # DTYPE -> "median wall, CPU-normalised" GFLOP/s
   "$build/bench/bench_qwen" --gemm 6144x2304 --dtype "$1" --pp 1024 --reps 5 --threads "$threads" |
-    sed -n 's/.*median \([0-9.]*\) GFLOP.*/\1/p'
+    sed -n 's/.*median \([0-9.]*\) GFLOP\/s wall.*CPU-normalised[^0-9]*\([0-9.]*\).*/\1 wall, \2 CPU-normalised/p'
 }
 l0=$(load)
-echo "prefill GEMM 6144x2304 x 1024 tokens: q8 $(gemm_rate q8) GFLOP/s, f32 $(gemm_rate f32) GFLOP/s (median of 5)  load $l0 .. $(load)"
+echo "prefill GEMM 6144x2304 x 1024 tokens, GFLOP/s (median of 5): q8 $(gemm_rate q8); f32 $(gemm_rate f32)  load $l0 .. $(load)"
 
 for q in $quants; do
   out="$work/lumina2-$q.cmf"
