@@ -23,8 +23,9 @@
 # for it: it needs that much free disk and most of a 24 GiB machine's memory.
 # usage: [QUANTS="q8"] [SIZES="512x512 1024x1024"] [STEPS_512x512=3] [STEPS_1024x1024=2] [CFG=4] [THREADS=2] [KEEP=0] bench/lumina2.sh [BUILD_DIR=build] [WORK_DIR=/tmp/cmf-lumina2]
 # The tree and the packs are removed at the end unless KEEP=1 (the tree is
-# reused when it is there). One run takes ~25 minutes on the 2-core machine
-# (2026-12-02): generation 4 min, the q8 pack 3 min, 512x512 3 min, 1024x1024 12 min.
+# reused when it is there). On 2026-12-02 under load 8-19 (other jobs on the 2
+# cores): generation 4 min, the q8 pack 1.6 min, 512x512 4 min, 1024x1024 26 min;
+# the CPU seconds say ~12 min for the two sizes on an idle machine.
 set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
