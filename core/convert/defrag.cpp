@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 using container::Model;
 using container::TensorRec;
 
-Npy read_npy(const std::string &path) {
+Npy read_npy(const std::string &path, const std::vector<uint64_t> &want) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(CMF_ERR_FILE_NOT_FOUND, "cannot read '" + path + "'");
     std::stringstream ss;
@@ -84,6 +84,14 @@ Npy read_npy(const std::string &path) {
         a.shape.push_back(std::stoull(d));
         n *= a.shape.back();
         if (n > (uint64_t(1) << 40)) fail("shape too large");
+    }
+    if (!want.empty() && a.shape != want) {
+        auto text = [](const std::vector<uint64_t> &v) {
+            std::string t;
+            for (uint64_t d : v) t += (t.empty() ? "" : ", ") + std::to_string(d);
+            return "(" + t + ")";
+        };
+        fail("shape " + text(a.shape) + ", the model needs " + text(want));
     }
     const uint64_t data = start + hlen;
     if (b.size() - data != n * es) fail(std::to_string(b.size() - data) + " data bytes for " + std::to_string(n) + " elements");
@@ -151,13 +159,7 @@ KeepSets keep_of_task(const Model &m, const std::string &name) {
 
 // The kept neurons of a [layers, intermediate] keep array (nonzero = kept).
 KeepSets keep_of_npy(const std::string &path, uint64_t layers, uint64_t inter) {
-    const Npy a = read_npy(path);
-    if (a.shape.size() != 2 || a.shape[0] != layers || a.shape[1] != inter) {
-        std::string got;
-        for (uint64_t d : a.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-        throw Error(CMF_ERR_PARSE, path + ": shape (" + got + "), the model needs (" + std::to_string(layers) + ", " +
-                                       std::to_string(inter) + ")");
-    }
+    const Npy a = read_npy(path, {layers, inter});
     KeepSets keep(layers);
     for (uint64_t l = 0; l < layers; ++l)
         for (uint64_t i = 0; i < inter; ++i)

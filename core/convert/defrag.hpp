@@ -34,13 +34,14 @@ struct DefragOptions {
 std::string defrag_ffn(Runtime &rt, const DefragOptions &opts);
 
 // A NumPy .npy array (format 1-3, C order, little-endian): bool, uint8,
-// float32 or float64, as f32 values. CMF_ERR_PARSE names what is wrong.
+// float32 or float64, as f32 values. CMF_ERR_PARSE names what is wrong;
+// with `want` given, a shape other than it is reported as such first.
 struct Npy {
     std::vector<uint64_t> shape;
     std::vector<float> values;
     bool boolean = false;
 };
-Npy read_npy(const std::string &path);
+Npy read_npy(const std::string &path, const std::vector<uint64_t> &want = {});
 
 // Per layer, the kept FFN neurons, ascending.
 using KeepSets = std::vector<std::vector<uint32_t>>;
