@@ -277,3 +277,24 @@ TEST_CASE("moe defrag: bad inputs are refused and leave no output") {
     run_tool(trt.rt, false, once, once, ok.c_str(), 0.9, nullptr, &err);
     CHECK(err.find("the output must differ from the input") != std::string::npos);
 }
+
+TEST_CASE("moe defrag: equal counts go to the lower expert index, the crossing expert is kept") {
+    TestRuntime trt(CMF_LOG_ERROR);
+    const std::string src = tiny_moe(trt.rt, "f32");
+    // Layer 0: 5 + 3 = 8 of 11 reaches 0.7; experts 1 and 2 tie at 3.
+    // Layer 1: 4 of 8 is short of 0.55, the crossing expert (2, lower than 3) makes 6.
+    const std::string stats = write_text(kWork + "/moe-ties.json", R"({"0":[5,3,3,0,0,0,0,0],"1":[4,0,2,2,0,0,0,0]})");
+    const std::string out = kWork + "/moe-ties.cmf";
+    const bj::object rep = bj::parse(run_tool(trt.rt, false, src, out, stats.c_str(), 0.7, nullptr)).as_object();
+    CHECK(rep.at("kept_per_layer") == bj::array{2, 2});
+    Model base = open(trt.rt, src), dm = open(trt.rt, out);
+    auto same = [&](int layer, int new_e, int old_e) {
+        const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+        return tensor_of(dm.get(), p + std::to_string(new_e) + ".up_proj.weight").hash ==
+               tensor_of(base.get(), p + std::to_string(old_e) + ".up_proj.weight").hash;
+    };
+    CHECK(same(0, 0, 0));
+    CHECK(same(0, 1, 1));
+    CHECK(same(1, 0, 0));
+    CHECK(same(1, 1, 2));
+}
