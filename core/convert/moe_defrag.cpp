@@ -220,17 +220,7 @@ std::string moe_defrag(Runtime &rt, const MoeDefragOptions &o) {
     const auto &l = m.mask_layout();
     bj::array masks_dropped;
     for (const auto &r : m.masks()) {
-        container::PendingMask pm;
-        pm.task_id = r.task_id;
-        pm.name = r.name;
-        if (r.has_description) pm.description = r.description;
-        if (r.has_parent) pm.parent = r.parent;
-        if (!r.quality_json.empty()) pm.quality = bj::parse(r.quality_json);
-        pm.sparsity = r.sparsity;
-        pm.priority = r.priority;
-        pm.has_hot_pack = r.has_hot_pack;
-        pm.has_expert_fields = r.has_expert_fields;
-        pm.blob.assign(r.blob, r.blob + r.blob_len);
+        container::PendingMask pm = container::pending_mask_of(r);
         bool runnable = true;
         if (r.has_expert_fields) {
             const uint64_t at = r.ffn_rows * l.ffn_row_bytes + l.physical_layers * l.head_row_bytes + l.gate_bytes;

@@ -51,40 +51,8 @@ std::string defrag(cmf_runtime *rt, const std::string &in, const std::string &ou
     return r;
 }
 
-// Greedy tokens after the prompt.
 std::vector<int32_t> greedy(cmf_runtime *rt, const cmf_model *m, const char *task, size_t n) {
-    cmf_session_options o;
-    cmf_session_options_init(&o);
-    o.n_ctx = 256;
-    o.task = task;
-    cmf_session *s = nullptr;
-    cmf_error *e = cmf_session_create_for_model(rt, m, &o, &s);
-    REQUIRE_MESSAGE(e == nullptr, take(e));
-    Session sess(s);
-    const uint64_t V = cmf_session_vocab_size(s);
-    std::vector<float> logits(V);
-    std::vector<int32_t> in = prompt(), out;
-    for (size_t i = 0; i < n; ++i) {
-        OK(cmf_session_eval(s, in.data(), in.size(), CMF_LOGITS_LAST, logits.data(), logits.size()));
-        const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        out.push_back(next);
-        in = {next};
-    }
-    return out;
-}
-
-bj::object header_of(const cmf_model *m) {
-    cmf_model_info info;
-    cmf_model_info_init(&info);
-    OK(cmf_model_get_info(m, &info));
-    return bj::parse(std::string(info.header_json, info.header_json_len)).as_object();
-}
-
-cmf_tensor_info tensor_of(const cmf_model *m, const std::string &name) {
-    cmf_tensor_info t;
-    cmf_tensor_info_init(&t);
-    OK(cmf_tensor(m, name.c_str(), &t));
-    return t;
+    return greedy_after(rt, m, task, prompt(), n);
 }
 
 // ffn_keep.npy (NumPy format 1.0, bool, C order) of a plan.

@@ -46,31 +46,8 @@ std::vector<int32_t> moe_prompt() {
     return t;
 }
 
-// Greedy tokens, and the routing statistics of the run.
 std::vector<int32_t> greedy(cmf_runtime *rt, const cmf_model *m, const char *task, size_t n, std::string *stats = nullptr) {
-    cmf_session_options o;
-    cmf_session_options_init(&o);
-    o.n_ctx = 256;
-    o.task = task;
-    cmf_session *s = nullptr;
-    cmf_error *e = cmf_session_create_for_model(rt, m, &o, &s);
-    REQUIRE_MESSAGE(e == nullptr, take(e));
-    Session sess(s);
-    std::vector<float> logits(cmf_session_vocab_size(s));
-    std::vector<int32_t> in = moe_prompt(), out;
-    for (size_t i = 0; i < n; ++i) {
-        OK(cmf_session_eval(s, in.data(), in.size(), CMF_LOGITS_LAST, logits.data(), logits.size()));
-        const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        out.push_back(next);
-        in = {next};
-    }
-    if (stats != nullptr) {
-        char *j = nullptr;
-        OK(cmf_session_route_stats(s, &j));
-        *stats = j;
-        cmf_string_free(j);
-    }
-    return out;
+    return greedy_after(rt, m, task, moe_prompt(), n, stats);
 }
 
 std::string write_text(const std::string &path, const std::string &text) {
@@ -115,26 +92,11 @@ std::vector<uint32_t> covering(const std::vector<uint64_t> &c, double cover) {
     return kept;
 }
 
-bj::object header_of(const cmf_model *m) {
-    cmf_model_info info;
-    cmf_model_info_init(&info);
-    OK(cmf_model_get_info(m, &info));
-    return bj::parse(std::string(info.header_json, info.header_json_len)).as_object();
-}
-
 bool has_tensor(const cmf_model *m, const std::string &name) {
     size_t i = 0;
     cmf_error *e = cmf_tensor_index(m, name.c_str(), &i);
     cmf_error_free(e);
     return e == nullptr;
-}
-
-cmf_tensor_info tensor_of(const cmf_model *m, const std::string &name) {
-    cmf_tensor_info t;
-    cmf_tensor_info_init(&t);
-    const cmf_error *e = cmf_tensor(m, name.c_str(), &t);
-    REQUIRE_MESSAGE(e == nullptr, name);
-    return t;
 }
 
 }  // namespace
