@@ -298,7 +298,8 @@ TEST_CASE("defrag: convert --defrag cuts at convert time as defrag cuts a conver
     convert(ov, "f32", odir);
     Model om = open(trt.rt, ov);
     const uint64_t k0 = uint64_t(std::count(p.ffn[0].begin(), p.ffn[0].end(), true));
-    const bj::array &kept = header_of(om.get()).at("provenance").as_object().at("defrag").as_object().at("kept_per_layer").as_array();
+    const bj::object oh = header_of(om.get());
+    const bj::array &kept = oh.at("provenance").as_object().at("defrag").as_object().at("kept_per_layer").as_array();
     CHECK(kept[0].to_number<uint64_t>() == k0);
     for (uint64_t l = 1; l < a.layers; ++l) CHECK(kept[l].to_number<uint64_t>() == a.inter);
     const cmf_tensor_info d0 = tensor_of(om.get(), down0);
