@@ -88,6 +88,8 @@ int cmd_route(const std::vector<std::string> &args);
 int cmd_explain(const std::vector<std::string> &args);
 int cmd_skill(const std::vector<std::string> &args);
 int cmd_defrag(const std::vector<std::string> &args);
+int cmd_moe_defrag(const std::vector<std::string> &args);
+int cmd_moe_mask(const std::vector<std::string> &args);
 int cmd_imagine(const std::vector<std::string> &args);
 int cmd_serve(const std::vector<std::string> &args);
 

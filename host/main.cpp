@@ -75,6 +75,9 @@ const Command kCommands[] = {
     {"explain", "every skill's routing error, margin, novelty and the routed first token", cmfhost::cmd_explain},
     {"skill", "skills of a file: list, add (a donor checkpoint, in place), export, apply", cmfhost::cmd_skill},
     {"defrag", "a copy without the FFN neurons a task mask (or ffn_keep.npy) leaves out", cmfhost::cmd_defrag},
+    {"moe-defrag", "a copy of a MoE model without the experts its recorded routing does not need", cmfhost::cmd_moe_defrag},
+    {"moe-mask", "a copy of a MoE model with a task mask routing only among the experts its recorded routing needs",
+     cmfhost::cmd_moe_mask},
     {"imagine", "text to image: a prompt -> PNG with a pipeline .cmf", cmfhost::cmd_imagine},
     {"serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", cmfhost::cmd_serve},
 };

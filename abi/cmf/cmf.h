@@ -436,6 +436,17 @@ typedef struct cmf_convert_options {
     uint64_t shard_max_bytes;    /* > 0: shard the output (cmf_writer_options.shard_max_bytes) */
     cmf_convert_progress_fn progress;  /* NULL = none */
     void *progress_user;
+    /* Appended. Dense FFN defrag at convert time (spec §11): a skill
+     * directory as the original's `convert --defrag` reads it. Its
+     * tensors/NAME.npy (float, NAME a dense FFN weight at full shape)
+     * replace the checkpoint's values; the keep set is its ffn_keep.npy
+     * (bool/uint8/float [layers, intermediate_size], nonzero = kept), else the
+     * neurons whose down_proj column is not all zero. Each layer's gate/up
+     * rows and down_proj columns are cut to it before encoding (the dtype
+     * chosen for the new width), arch.intermediate_size becomes the widest
+     * layer's and provenance.defrag records the cut, source_skill = this
+     * string. NULL = none. Not for cmf_imagine_pack. */
+    const char *defrag_dir;
 } cmf_convert_options;
 
 CMF_API void cmf_convert_options_init(cmf_convert_options *opts);
@@ -1106,6 +1117,46 @@ typedef struct cmf_defrag_options {
 
 CMF_API void cmf_defrag_options_init(cmf_defrag_options *opts);
 CMF_API cmf_error *cmf_defrag(cmf_runtime *rt, const cmf_defrag_options *opts, char **report_json);
+
+/* ---- MoE expert defrag and expert masks (spec §11.1, §5) -------------------
+ *
+ * Per MoE layer of a routing statistics file ({"<layer>": [count per expert],
+ * ...}, as cmf_session_route_stats and `run --route-stats` write it), the
+ * experts covering `cover` of the layer's recorded selections are kept: by
+ * count descending, ties to the lower expert index, until the running sum
+ * reaches cover x total (the crossing expert included). Layers the stats do
+ * not list, or list with a zero total, are left as they are. Stats naming a
+ * layer the model lacks, a layer without experts, or another expert count
+ * are refused (CMF_ERR_INVALID_ARGUMENT) before anything is written.
+ *
+ * cmf_moe_defrag drops the other experts: kept ones are renumbered 0..k-1 in
+ * their old order (payloads copied byte for byte), the router's rows and an
+ * mlp.expert_bias are gathered in that order, arch.moe stays (nominal: the
+ * runtime enumerates experts by presence), masks keep their expert rows
+ * renumbered, and provenance.moe_defrag records cover, kept_per_layer,
+ * num_experts_pre, the renumbered routing_counts, stats_hash64 and the tool.
+ * `stats` NULL: the file's own provenance.moe_defrag.routing_counts (cut a
+ * defragged file tighter).
+ *
+ * cmf_moe_mask writes a copy of the model with one more task mask `name`
+ * (expert rows as kept, every FFN row, head and layer on, quality null) that
+ * `--task name` runs: the routing of the defragged file, with no weight
+ * removed. `stats` is required.
+ *
+ * Both are atomic like cmf_convert; *report_json as for the skill tools. */
+typedef struct cmf_moe_defrag_options {
+    uint32_t struct_size;
+    uint32_t flags;              /* reserved, 0 */
+    const char *input;           /* the .cmf (any shard name: merged) */
+    const char *output;          /* the file to write; must differ from input */
+    const char *stats;           /* routing statistics file; see above for NULL */
+    double cover;                /* (0, 1]; 0 = 0.95 */
+    const char *name;            /* cmf_moe_mask: the new task's name */
+} cmf_moe_defrag_options;
+
+CMF_API void cmf_moe_defrag_options_init(cmf_moe_defrag_options *opts);
+CMF_API cmf_error *cmf_moe_defrag(cmf_runtime *rt, const cmf_moe_defrag_options *opts, char **report_json);
+CMF_API cmf_error *cmf_moe_mask(cmf_runtime *rt, const cmf_moe_defrag_options *opts, char **report_json);
 
 /* ---- images: text-to-image pipelines ------------------------------------ */
 

@@ -256,21 +256,23 @@ void copy_masks_and_vocab(const Model &m, TensorWriter &w) {
     if (m.has_vocab()) w.set_vocab(m.vocab(), m.vocab_len());
 }
 
+PendingMask pending_mask_of(const MaskRec &r) {
+    PendingMask pm;
+    pm.task_id = r.task_id;
+    pm.name = r.name;
+    if (r.has_description) pm.description = r.description;
+    if (r.has_parent) pm.parent = r.parent;
+    if (!r.quality_json.empty()) pm.quality = bj::parse(r.quality_json);
+    pm.sparsity = r.sparsity;
+    pm.priority = r.priority;
+    pm.has_hot_pack = r.has_hot_pack;
+    pm.has_expert_fields = r.has_expert_fields;
+    pm.blob.assign(r.blob, r.blob + r.blob_len);
+    return pm;
+}
+
 void copy_masks(const Model &m, TensorWriter &w) {
-    for (auto &r : m.masks()) {
-        PendingMask pm;
-        pm.task_id = r.task_id;
-        pm.name = r.name;
-        if (r.has_description) pm.description = r.description;
-        if (r.has_parent) pm.parent = r.parent;
-        if (!r.quality_json.empty()) pm.quality = bj::parse(r.quality_json);
-        pm.sparsity = r.sparsity;
-        pm.priority = r.priority;
-        pm.has_hot_pack = r.has_hot_pack;
-        pm.has_expert_fields = r.has_expert_fields;
-        pm.blob.assign(r.blob, r.blob + r.blob_len);
-        w.add_mask(std::move(pm));
-    }
+    for (auto &r : m.masks()) w.add_mask(pending_mask_of(r));
 }
 
 void compact(Runtime &rt, const std::string &in, const std::string &out_path) {

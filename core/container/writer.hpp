@@ -149,6 +149,9 @@ private:
 };
 
 class Model;
+struct MaskRec;
+// A mask as read, ready to write again (blob copied).
+PendingMask pending_mask_of(const MaskRec &r);
 // A model's masks (blobs copied, metadata as read) and vocab section, for
 // tools that rewrite a file (compact, requant); copy_masks: the masks alone.
 void copy_masks_and_vocab(const Model &m, TensorWriter &w);

@@ -4,6 +4,7 @@
 #include "common/byte_views.hpp"
 #include "common/error.hpp"
 #include "common/json.hpp"
+#include "convert/defrag.hpp"
 #include "convert/gguf.hpp"
 #include "convert/safetensors.hpp"
 #include "convert/sentencepiece.hpp"
@@ -31,6 +32,7 @@ namespace cmf::convert {
 
 namespace fs = std::filesystem;
 namespace dom = simdjson::dom;
+namespace bj = boost::json;
 
 std::optional<std::string> read_file_if_exists(const fs::path &p) {
     std::error_code ec;
@@ -571,6 +573,71 @@ std::vector<OutTensor> plan_tensors(const ImportedConfig &ic, const std::vector<
     return outs;
 }
 
+// convert --defrag: each dense layer's gate/up rows and down_proj columns
+// cut to the skill directory's keep set (overlays folded in first), encoded
+// at the new width with the dtype the policy picks for it;
+// arch.intermediate_size becomes the widest layer's, provenance.defrag
+// records the cut (as `defrag` does to a converted file).
+void plan_defrag(Runtime &rt, const ConvertOptions &opts, const std::function<const QuantPolicy &(const OutTensor &)> &policy_for,
+                 Planned &r) {
+    bj::value header = bj::parse(r.plan.header_json);
+    bj::object &arch = header.as_object()["arch"].as_object();
+    if (arch.contains("moe") && !arch["moe"].is_null())
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "convert --defrag: a mixture-of-experts model; its experts are defragged by moe-defrag");
+    const uint64_t layers = arch["num_layers"].to_number<uint64_t>(), inter = arch["intermediate_size"].to_number<uint64_t>();
+    if (arch.contains("num_loops") && arch["num_loops"].is_number() && arch["num_loops"].to_number<uint64_t>() > 1)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, "convert --defrag: a looped model; one defragged layer cannot serve every pass");
+    std::map<std::string, OutTensor *> by_name;
+    for (auto &o : r.outs) by_name[o.p.name] = &o;
+    auto out_of = [&](const std::string &name) -> OutTensor & {
+        auto it = by_name.find(name);
+        if (it == by_name.end() || it->second->src == nullptr || it->second->p.shape.size() != 2)
+            throw Error(CMF_ERR_MISSING_TENSOR, "convert --defrag: " + name + " is missing or not 2-D (every layer must be a dense gated FFN)");
+        return *it->second;
+    };
+    auto values = [&](const std::string &name, std::vector<uint64_t> &shape) {
+        const OutTensor &o = out_of(name);
+        shape = o.p.shape;
+        std::vector<float> v;
+        gather_f32(o, v, false);
+        return v;
+    };
+    auto defrag = std::make_shared<ConvertDefrag>(
+        plan_convert_defrag(opts.defrag_dir, layers, inter, values, [&](const std::string &s) { rt.log(CMF_LOG_INFO, s); }));
+    const bool has_experts = false;
+    for (uint64_t l = 0; l < layers; ++l) {
+        const auto &keep = defrag->keep[l];
+        for (const char *w : {"gate", "up", "down"}) {
+            OutTensor &o = out_of("model.layers." + std::to_string(l) + ".mlp." + w + "_proj.weight");
+            const bool columns = w[0] == 'd';
+            if (o.p.shape[columns ? 1 : 0] != inter)
+                throw Error(CMF_ERR_BOUNDS, "convert --defrag: " + o.p.name + " is not " + std::to_string(inter) + " neurons wide");
+            auto cut = std::make_shared<OutTensor::Cut>();
+            cut->keep = keep;
+            cut->columns = columns;
+            cut->full_shape = o.p.shape;
+            if (auto ov = defrag->overlays.find(o.p.name); ov != defrag->overlays.end()) {
+                if (ov->second.shape != o.p.shape)
+                    throw Error(CMF_ERR_BOUNDS, "convert --defrag: the overlay of " + o.p.name + " does not have its shape");
+                cut->replace = &ov->second.values;
+            }
+            o.p.shape[columns ? 1 : 0] = keep.size();
+            DtypeChoice c = policy_for(o).choose(o.p.name, o.p.shape, has_experts);
+            o.p.dtype = c.dtype;
+            o.p.options = std::move(c.options);
+            o.cut = std::shared_ptr<const OutTensor::Cut>(std::move(cut));
+        }
+    }
+    r.keep.push_back(defrag);  // the overlays the cuts point into
+    uint64_t widest = 0;
+    for (const auto &k : defrag->keep) widest = std::max<uint64_t>(widest, k.size());
+    arch["intermediate_size"] = widest;
+    header.as_object()["provenance"].as_object()["defrag"] = defrag_provenance(defrag->keep, inter, opts.defrag_dir);
+    r.plan.header_json = bj::serialize(header);
+    r.plan.tensors.clear();
+    for (const auto &o : r.outs) r.plan.tensors.push_back(o.p);
+}
+
 Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opts) {
     Planned r;
     r.source_tensors = src.source_tensor_count ? src.source_tensor_count : src.tensors.size();
@@ -627,6 +694,7 @@ Planned make_plan(Runtime &rt, const SourceModel &src, const ConvertOptions &opt
     h.end_object();
     r.plan.header_json = h.take();
     r.plan.vocab_bytes = src.vocab_bytes;
+    if (!opts.defrag_dir.empty()) plan_defrag(rt, opts, policy_for, r);
     return r;
 }
 
@@ -696,7 +764,7 @@ struct Unit {
 // shape that codec cannot split by rows.
 uint32_t row_sections(const CodecEntry &c, const OutTensor &o, uint64_t chunk_elements, uint64_t &payload_size) {
     const uint32_t ndim = static_cast<uint32_t>(o.p.shape.size());
-    if (o.elements <= chunk_elements || o.transpose || ndim == 0 || o.p.shape[0] < 2 || !c.vt.quantize_rows) return 0;
+    if (o.elements <= chunk_elements || o.transpose || o.cut || ndim == 0 || o.p.shape[0] < 2 || !c.vt.quantize_rows) return 0;
     uint32_t sections = 0;
     if (cmf_error *e = c.vt.quantize_rows(c.ctx, ndim, o.p.shape.data(), 0, 0, nullptr, nullptr, nullptr, &sections)) {
         if (!is_static_error(e)) delete e;  // quantize will report what is wrong with this shape
@@ -722,7 +790,9 @@ void encode_unit(Runtime &rt, Unit &u) {
     const uint32_t ndim = static_cast<uint32_t>(o.p.shape.size());
     if (u.sections == 0) {
         std::vector<float> f32;
-        gather_f32(o, f32, u.release);
+        if (o.cut && o.cut->replace != nullptr) f32 = *o.cut->replace;
+        else gather_f32(o, f32, u.release);
+        if (o.cut) f32 = cut_ffn(f32, o.cut->full_shape, o.cut->keep, o.cut->columns);
         u.bytes.resize(1);
         cmf_byte_sink bs = vector_sink(u.bytes[0]);
         throw_if_error(codec->vt.quantize(codec->ctx, ndim, o.p.shape.data(), f32.data(), &params, &bs), what);

@@ -82,6 +82,9 @@ struct ConvertOptions {
     std::string quant_map;          // --quant-map "pattern=quant,..."
     std::string source_name;        // provenance.source_model ("" = model_dir)
     std::string tool = "cmfhost convert";
+    // Dense FFN defrag at convert time (spec §11, convert/defrag.hpp's
+    // plan_convert_defrag): the skill directory; "" = none.
+    std::string defrag_dir;
     // Upper bound on f32 staging buffers of the work converted at once (0 =
     // 64 MiB). Large tensors go in row chunks of 16 MiB of f32 when their
     // codec encodes by rows; a tensor that must go whole is always allowed.

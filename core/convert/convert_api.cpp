@@ -50,6 +50,7 @@ CMF_API cmf_error *cmf_convert(cmf_runtime *rt, const cmf_convert_options *opts)
         c.model_dir = o.model_dir;
         if (o.quant) c.quant = o.quant;
         if (o.quant_map) c.quant_map = o.quant_map;
+        if (o.defrag_dir) c.defrag_dir = o.defrag_dir;
         // Fail on a bad --quant / --quant-map before reading any tensor.
         cmf::convert::QuantPolicy check(c.quant, c.quant_map);
         c.on_progress = progress_fn(o.progress, o.progress_user);
@@ -63,6 +64,7 @@ CMF_API cmf_error *cmf_imagine_pack(cmf_runtime *rt, const cmf_convert_options *
         if (!rt || !opts) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_imagine_pack: NULL argument");
         cmf_convert_options o = cmf::capi::copy_in(opts, cmf_convert_options_init);
         if (!o.model_dir || !*o.model_dir) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_imagine_pack: no pipeline directory given");
+        if (o.defrag_dir) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_imagine_pack: defrag_dir must be NULL (a pipeline has no dense FFN to defrag)");
         if (!o.output || !*o.output) throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_imagine_pack: no output path given");
         std::error_code ec;
         if (!std::filesystem::is_directory(o.model_dir, ec))

@@ -28,6 +28,16 @@ struct OutTensor {
     std::vector<std::pair<uint64_t, uint64_t>> rows;
     uint64_t elements = 0;                  // source elements read (0 for stored bytes)
     std::string bytes;                      // the payload when src is NULL
+    // Convert-time defrag: the full-width f32 values (an overlay's when
+    // `replace` is set, else the source's) cut to `keep` rows, or columns,
+    // before encoding at p.shape. Such a tensor is encoded whole.
+    struct Cut {
+        std::vector<uint32_t> keep;
+        bool columns = false;
+        std::vector<uint64_t> full_shape;
+        const std::vector<float> *replace = nullptr;
+    };
+    std::shared_ptr<const Cut> cut;
     uint64_t input_bytes() const { return src ? source_bytes(*src, elements) : bytes.size(); }
 };
 

@@ -6,7 +6,7 @@ namespace cmfhost {
 
 int cmd_convert(const std::vector<std::string> &args) {
     CommonOptions common;
-    std::string model_dir, output, quant = "q8";
+    std::string model_dir, output, quant = "q8", defrag;
     std::vector<std::string> quant_map;
     double shard_gb = 0;
     bool no_progress = false;
@@ -21,10 +21,13 @@ int cmd_convert(const std::vector<std::string> &args) {
         ("quant-map", po::value(&quant_map)->composing(),
          "override PATTERN=DTYPE (glob on the name or a dot-suffix of it); repeatable, first match wins")
         ("shard-max-gb", po::value(&shard_gb)->default_value(0), "split into shards of at most N GiB of payload (0 = one file)")
+        ("defrag", po::value(&defrag),
+         "drop FFN neurons while converting (spec §11): DIR/ffn_keep.npy ([layers, intermediate], nonzero = kept) or, "
+         "without it, the neurons whose down_proj column is all zero are left out; DIR/tensors/NAME.npy replace FFN weights first")
         ("no-progress", po::bool_switch(&no_progress), "no progress bar even on a terminal");
     po::positional_options_description pos;
     po::variables_map vm;
-    if (!parse_args("convert", "--model DIR --output OUT.cmf [--quant DTYPE] [--quant-map PATTERN=DTYPE]...", args, desc,
+    if (!parse_args("convert", "--model DIR --output OUT.cmf [--quant DTYPE] [--quant-map PATTERN=DTYPE]... [--defrag SKILL_DIR]", args, desc,
                     pos, vm))
         return 0;
     const std::string map = join_quant_map(quant_map);
@@ -36,6 +39,7 @@ int cmd_convert(const std::vector<std::string> &args) {
     o.quant = quant.c_str();
     o.quant_map = map.empty() ? nullptr : map.c_str();
     o.shard_max_bytes = gb_to_bytes(shard_gb);
+    o.defrag_dir = defrag.empty() ? nullptr : defrag.c_str();
     Bar bar;
     attach_bar(o, bar, no_progress);
     auto t0 = std::chrono::steady_clock::now();

@@ -51,40 +51,8 @@ std::string defrag(cmf_runtime *rt, const std::string &in, const std::string &ou
     return r;
 }
 
-// Greedy tokens after the prompt.
 std::vector<int32_t> greedy(cmf_runtime *rt, const cmf_model *m, const char *task, size_t n) {
-    cmf_session_options o;
-    cmf_session_options_init(&o);
-    o.n_ctx = 256;
-    o.task = task;
-    cmf_session *s = nullptr;
-    cmf_error *e = cmf_session_create_for_model(rt, m, &o, &s);
-    REQUIRE_MESSAGE(e == nullptr, take(e));
-    Session sess(s);
-    const uint64_t V = cmf_session_vocab_size(s);
-    std::vector<float> logits(V);
-    std::vector<int32_t> in = prompt(), out;
-    for (size_t i = 0; i < n; ++i) {
-        OK(cmf_session_eval(s, in.data(), in.size(), CMF_LOGITS_LAST, logits.data(), logits.size()));
-        const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        out.push_back(next);
-        in = {next};
-    }
-    return out;
-}
-
-bj::object header_of(const cmf_model *m) {
-    cmf_model_info info;
-    cmf_model_info_init(&info);
-    OK(cmf_model_get_info(m, &info));
-    return bj::parse(std::string(info.header_json, info.header_json_len)).as_object();
-}
-
-cmf_tensor_info tensor_of(const cmf_model *m, const std::string &name) {
-    cmf_tensor_info t;
-    cmf_tensor_info_init(&t);
-    OK(cmf_tensor(m, name.c_str(), &t));
-    return t;
+    return greedy_after(rt, m, task, prompt(), n);
 }
 
 // ffn_keep.npy (NumPy format 1.0, bool, C order) of a plan.
@@ -247,4 +215,109 @@ TEST_CASE("defrag: q4 groups are re-encoded at the new width; what cannot be def
     write_variant(trt.rt, base.get(), empty, ev);
     defrag(trt.rt, empty, out, "empty", nullptr, &err);
     CHECK(err.find("layer 2 keeps no FFN neuron") != std::string::npos);
+}
+
+TEST_CASE("defrag: convert --defrag cuts at convert time as defrag cuts a converted file") {
+    TestRuntime trt(CMF_LOG_ERROR);
+    Model base = open(trt.rt, converted(trt.rt, "f32"));
+    const Arch a = arch_of(base.get());
+    const MaskPlan p = ffn_plan(a, 11);
+    const std::string shape = "(" + std::to_string(a.layers) + ", " + std::to_string(a.inter) + ")";
+    const std::string dir = kWork + "/convert-skill";
+    fs::create_directories(dir);
+    const std::string npy = write_npy(dir + "/ffn_keep.npy", p, shape);
+    const std::string model_dir = std::string(CMF_SOURCE_ROOT) + "/models/austen-tiny";
+    auto convert = [&](const std::string &out, const char *quant, const std::string &skill_dir, std::string *error = nullptr) {
+        cmf_convert_options o;
+        cmf_convert_options_init(&o);
+        o.model_dir = model_dir.c_str();
+        o.output = out.c_str();
+        o.quant = quant;
+        o.defrag_dir = skill_dir.c_str();
+        const std::string err = take(cmf_convert(trt.rt, &o));
+        if (error != nullptr) *error = err;
+        else REQUIRE_MESSAGE(err.empty(), err);
+    };
+    // f32: every value is the checkpoint's, so the two ways give the same bytes.
+    const std::string at_convert = kWork + "/convert-defrag-f32.cmf", after = kWork + "/defrag-after-convert-f32.cmf";
+    convert(at_convert, "f32", dir);
+    defrag(trt.rt, converted(trt.rt, "f32"), after, nullptr, npy.c_str());
+    Model cm = open(trt.rt, at_convert), am = open(trt.rt, after);
+    REQUIRE(cmf_tensor_count(cm.get()) == cmf_tensor_count(am.get()));
+    for (size_t i = 0; i < cmf_tensor_count(am.get()); ++i) {
+        cmf_tensor_info t;
+        cmf_tensor_info_init(&t);
+        OK(cmf_tensor_at(am.get(), i, &t));
+        CAPTURE(t.name);
+        CHECK(tensor_of(cm.get(), t.name).hash == t.hash);
+    }
+    const bj::object h = header_of(cm.get());
+    const bj::object &d = h.at("provenance").as_object().at("defrag").as_object();
+    CHECK(d.at("source_skill").as_string() == dir.c_str());
+    CHECK(d.at("kept_per_layer") == header_of(am.get()).at("provenance").as_object().at("defrag").as_object().at("kept_per_layer"));
+    CHECK(h.at("arch").as_object().at("intermediate_size") == header_of(am.get()).at("arch").as_object().at("intermediate_size"));
+    CHECK(h.at("provenance").as_object().at("source_model").as_string() == model_dir.c_str());
+    // q8: the cut tensors are quantized once at their new width; the
+    // same 200 greedy tokens as the task on the full file.
+    Variant mv;
+    mv.masks = {{"prose", blob_of(a, p), sparsity_of(p)}};
+    const std::string masked = kWork + "/convert-defrag-masked-f32.cmf";
+    write_variant(trt.rt, base.get(), masked, mv);
+    Model mm = open(trt.rt, masked);
+    CHECK(greedy(trt.rt, cm.get(), nullptr, 200) == greedy(trt.rt, mm.get(), "prose", 200));
+    const std::string q8 = kWork + "/convert-defrag-q8.cmf";
+    convert(q8, "q8", dir);
+    Model qm = open(trt.rt, q8);
+    CHECK(max_rel_diff(logits_all(trt.rt, qm.get(), prompt(), Pick{}), logits_all(trt.rt, mm.get(), prompt(), Pick{"prose"})) < 0.05);
+    // Overlays: tensors/NAME.npy replace FFN weights first; without
+    // ffn_keep.npy the zero down_proj columns (of the overlay) go.
+    const std::string odir = kWork + "/convert-overlay";
+    fs::create_directories(odir + "/tensors");
+    const std::string down0 = "model.layers.0.mlp.down_proj.weight";
+    const cmf_tensor_info t0 = tensor_of(base.get(), down0);
+    std::vector<float> v(static_cast<const float *>(t0.data), static_cast<const float *>(t0.data) + t0.shape[0] * t0.shape[1]);
+    for (uint64_t r = 0; r < t0.shape[0]; ++r)
+        for (uint64_t c = 0; c < t0.shape[1]; ++c)
+            if (!p.ffn[0][c]) v[r * t0.shape[1] + c] = 0.0f;
+    uint64_t first = 0;
+    while (!p.ffn[0][first]) ++first;
+    v[first] += 1.0f;  // an overlay changes values, not only zeros
+    {
+        std::string hd = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(t0.shape[0]) + ", " +
+                         std::to_string(t0.shape[1]) + "), }";
+        hd.resize(((10 + hd.size() + 1 + 63) / 64) * 64 - 10 - 1, ' ');
+        hd += '\n';
+        std::ofstream f(odir + "/tensors/" + down0 + ".npy", std::ios::binary);
+        f.write("\x93NUMPY\x01\x00", 8);
+        f.put(char(hd.size() & 0xff));
+        f.put(char(hd.size() >> 8));
+        f.write(hd.data(), std::streamsize(hd.size()));
+        f.write(reinterpret_cast<const char *>(v.data()), std::streamsize(v.size() * 4));
+    }
+    const std::string ov = kWork + "/convert-overlay-f32.cmf";
+    convert(ov, "f32", odir);
+    Model om = open(trt.rt, ov);
+    const uint64_t k0 = uint64_t(std::count(p.ffn[0].begin(), p.ffn[0].end(), true));
+    const bj::object oh = header_of(om.get());
+    const bj::array &kept = oh.at("provenance").as_object().at("defrag").as_object().at("kept_per_layer").as_array();
+    CHECK(kept[0].to_number<uint64_t>() == k0);
+    for (uint64_t l = 1; l < a.layers; ++l) CHECK(kept[l].to_number<uint64_t>() == a.inter);
+    const cmf_tensor_info d0 = tensor_of(om.get(), down0);
+    REQUIRE(d0.shape[1] == k0);
+    const float *got = static_cast<const float *>(d0.data);
+    CHECK(got[0] == v[first]);
+    // Refusals: no output left behind.
+    std::string err;
+    const std::string none = kWork + "/convert-refused.cmf";
+    convert(none, "f32", kWork + "/no-such-skill", &err);
+    CHECK(err.find("does not exist or is not a directory") != std::string::npos);
+    fs::create_directories(kWork + "/bad-overlay/tensors");
+    std::ofstream(kWork + "/bad-overlay/tensors/model.norm.weight.npy") << "x";
+    convert(none, "f32", kWork + "/bad-overlay", &err);
+    CHECK(err.find("which is not a dense FFN weight of the model") != std::string::npos);
+    fs::create_directories(kWork + "/bad-keep");
+    write_npy(kWork + "/bad-keep/ffn_keep.npy", p, "(" + std::to_string(a.layers) + ", 7)");
+    convert(none, "f32", kWork + "/bad-keep", &err);
+    CHECK(err.find("the model needs (") != std::string::npos);
+    CHECK_FALSE(fs::exists(none));
 }

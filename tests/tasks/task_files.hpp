@@ -189,6 +189,50 @@ inline std::vector<int32_t> prompt() {
     return t;
 }
 
+// Greedy tokens after `in`, one decode step each; with `route_stats`, the
+// session's routing statistics afterwards (what run --route-stats writes).
+inline std::vector<int32_t> greedy_after(cmf_runtime *rt, const cmf_model *m, const char *task, std::vector<int32_t> in, size_t n,
+                                         std::string *route_stats = nullptr) {
+    cmf_session_options o;
+    cmf_session_options_init(&o);
+    o.n_ctx = 256;
+    o.task = task;
+    cmf_session *s = nullptr;
+    cmf_error *e = cmf_session_create_for_model(rt, m, &o, &s);
+    REQUIRE_MESSAGE(e == nullptr, take(e));
+    Session sess(s);
+    std::vector<float> logits(cmf_session_vocab_size(s));
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < n; ++i) {
+        OK(cmf_session_eval(s, in.data(), in.size(), CMF_LOGITS_LAST, logits.data(), logits.size()));
+        const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        out.push_back(next);
+        in = {next};
+    }
+    if (route_stats != nullptr) {
+        char *j = nullptr;
+        OK(cmf_session_route_stats(s, &j));
+        *route_stats = j;
+        cmf_string_free(j);
+    }
+    return out;
+}
+
+inline bj::object header_of(const cmf_model *m) {
+    cmf_model_info info;
+    cmf_model_info_init(&info);
+    OK(cmf_model_get_info(m, &info));
+    return bj::parse(std::string(info.header_json, info.header_json_len)).as_object();
+}
+
+inline cmf_tensor_info tensor_of(const cmf_model *m, const std::string &name) {
+    cmf_tensor_info t;
+    cmf_tensor_info_init(&t);
+    cmf_error *e = cmf_tensor(m, name.c_str(), &t);
+    REQUIRE_MESSAGE(e == nullptr, name << ": " << take(e));
+    return t;
+}
+
 // The shape numbers masks are made of.
 struct Arch {
     uint64_t layers, heads, kv_heads, head_dim, inter, hidden, loops = 1;

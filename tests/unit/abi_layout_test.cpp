@@ -308,7 +308,8 @@ namespace {
     CHECK_OFFSET(cmf_mask_spec, blob_len, 72);
 
     // convert
-    CHECK_SIZE(cmf_convert_options, 64);
+    CHECK_SIZE(cmf_convert_options, 72);
+    CHECK_OFFSET(cmf_convert_options, defrag_dir, 64);
     CHECK_OFFSET(cmf_convert_options, flags, 4);
     CHECK_OFFSET(cmf_convert_options, model_dir, 8);
     CHECK_OFFSET(cmf_convert_options, output, 16);
@@ -377,6 +378,13 @@ namespace {
     CHECK_OFFSET(cmf_defrag_options, task, 24);
     CHECK_OFFSET(cmf_defrag_options, keep_file, 32);
     CHECK_OFFSET(cmf_defrag_options, source, 40);
+    CHECK_SIZE(cmf_moe_defrag_options, 48);
+    CHECK_OFFSET(cmf_moe_defrag_options, flags, 4);
+    CHECK_OFFSET(cmf_moe_defrag_options, input, 8);
+    CHECK_OFFSET(cmf_moe_defrag_options, output, 16);
+    CHECK_OFFSET(cmf_moe_defrag_options, stats, 24);
+    CHECK_OFFSET(cmf_moe_defrag_options, cover, 32);
+    CHECK_OFFSET(cmf_moe_defrag_options, name, 40);
 
     // session
     CHECK_SIZE(cmf_session_options, 80);

@@ -3105,12 +3105,13 @@ pub struct cmf_convert_options {
     pub shard_max_bytes: u64,
     pub progress: cmf_convert_progress_fn,
     pub progress_user: *mut ::std::os::raw::c_void,
+    pub defrag_dir: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_cmf_convert_options() {
     assert_eq!(
         ::std::mem::size_of::<cmf_convert_options>(),
-        64usize,
+        72usize,
         concat!("Size of: ", stringify!(cmf_convert_options))
     );
     assert_eq!(
@@ -3271,6 +3272,23 @@ fn bindgen_test_layout_cmf_convert_options() {
         );
     }
     test_field_progress_user();
+    fn test_field_defrag_dir() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_convert_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).defrag_dir) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_convert_options),
+                "::",
+                stringify!(defrag_dir)
+            )
+        );
+    }
+    test_field_defrag_dir();
 }
 extern "C" {
     pub fn cmf_convert_options_init(opts: *mut cmf_convert_options);
@@ -6749,6 +6767,166 @@ extern "C" {
     pub fn cmf_defrag(
         rt: *mut cmf_runtime,
         opts: *const cmf_defrag_options,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cmf_moe_defrag_options {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub input: *const ::std::os::raw::c_char,
+    pub output: *const ::std::os::raw::c_char,
+    pub stats: *const ::std::os::raw::c_char,
+    pub cover: f64,
+    pub name: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_cmf_moe_defrag_options() {
+    assert_eq!(
+        ::std::mem::size_of::<cmf_moe_defrag_options>(),
+        48usize,
+        concat!("Size of: ", stringify!(cmf_moe_defrag_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<cmf_moe_defrag_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(cmf_moe_defrag_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_moe_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_moe_defrag_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_moe_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_moe_defrag_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_input() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_moe_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).input) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_moe_defrag_options),
+                "::",
+                stringify!(input)
+            )
+        );
+    }
+    test_field_input();
+    fn test_field_output() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_moe_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).output) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_moe_defrag_options),
+                "::",
+                stringify!(output)
+            )
+        );
+    }
+    test_field_output();
+    fn test_field_stats() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_moe_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stats) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_moe_defrag_options),
+                "::",
+                stringify!(stats)
+            )
+        );
+    }
+    test_field_stats();
+    fn test_field_cover() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_moe_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cover) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_moe_defrag_options),
+                "::",
+                stringify!(cover)
+            )
+        );
+    }
+    test_field_cover();
+    fn test_field_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_moe_defrag_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_moe_defrag_options),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+}
+extern "C" {
+    pub fn cmf_moe_defrag_options_init(opts: *mut cmf_moe_defrag_options);
+}
+extern "C" {
+    pub fn cmf_moe_defrag(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_moe_defrag_options,
+        report_json: *mut *mut ::std::os::raw::c_char,
+    ) -> *mut cmf_error;
+}
+extern "C" {
+    pub fn cmf_moe_mask(
+        rt: *mut cmf_runtime,
+        opts: *const cmf_moe_defrag_options,
         report_json: *mut *mut ::std::os::raw::c_char,
     ) -> *mut cmf_error;
 }
