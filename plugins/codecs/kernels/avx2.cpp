@@ -294,7 +294,7 @@ inline __m512 cvt_ps(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
 // -128 * (sums of 4 codes): the same integers as i8_acc's, while the weight
 // bytes are loaded and their offset made once for all T tokens.
 template <int T>
-inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const float *xd, const uint8_t *xu,
+inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const int32_t *xoff, const float *xd, const uint8_t *xu,
                           const float *xd8, uint64_t n, uint64_t nb, float *y, uint64_t ldy) {
     const uint64_t full = n / 32;
     const __m512i ones128 = _mm512_set1_epi8(char(0x80));
@@ -305,6 +305,24 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
         prefetch_ahead(w + 32 * b);
         prefetch_ahead(w + 32 * b + 64);
         const __m512i w0 = _mm512_loadu_si512(w + 32 * b), w1 = _mm512_loadu_si512(w + 32 * b + 64);
+        if constexpr (T <= 2) {
+            // One or two tokens: i8_acc's form (weights made unsigned, x's
+            // offset terms), whose chain from the weight load is shorter:
+            // the offset form ran two tokens slower than two single-token
+            // passes over L1 tiles (weights streamed from memory, 2 threads).
+            const __m512i u0 = _mm512_xor_si512(w0, ones128), u1 = _mm512_xor_si512(w1, ones128);
+            for (int t = 0; t < T; ++t) {
+                const int8_t *q = xq + t * 32 * nb + 32 * b;
+                const int32_t *o = xoff + t * 8 * nb + 8 * b;
+                const float *d = xd8 + t * 8 * nb + 8 * b;
+                A[t] = _mm512_fmadd_ps(_mm512_loadu_ps(d),
+                                       cvt_ps(_mm512_dpbusd_epi32(_mm512_loadu_si512(o), u0, _mm512_loadu_si512(q))), A[t]);
+                B[t] = _mm512_fmadd_ps(
+                    _mm512_loadu_ps(d + 16),
+                    cvt_ps(_mm512_dpbusd_epi32(_mm512_loadu_si512(o + 16), u1, _mm512_loadu_si512(q + 64))), B[t]);
+            }
+            continue;
+        }
         const __m512i o0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w0));
         const __m512i o1 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w1));
         for (int t = 0; t < T; ++t) {
@@ -314,6 +332,32 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
             B[t] = _mm512_fmadd_ps(_mm512_loadu_ps(d + 16),
                                    cvt_ps(_mm512_dpbusd_epi32(o1, _mm512_loadu_si512(u + 64), w1)), B[t]);
         }
+    }
+    if (n % 128 == 0) {
+        // No blocks left over: two tokens' sums at a time in one zmm, the
+        // same additions in the same order as below. (loA + hiA) + (loB +
+        // hiB) per 256-bit half, times the scale, then rows4's tree: lane
+        // 2j + 1 of 8 added to lane 2j, then 4j + 2 to 4j, then 4 to 0.
+        int t = 0;
+        for (; t + 2 <= T; t += 2) {
+            constexpr int lo = _MM_SHUFFLE(1, 0, 1, 0), hi = _MM_SHUFFLE(3, 2, 3, 2);
+            __m512 v = _mm512_add_ps(
+                _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, A[t], A[t + 1], lo), _mm512_maskz_shuffle_f32x4(0xFFFF, A[t], A[t + 1], hi)),
+                _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, B[t], B[t + 1], lo), _mm512_maskz_shuffle_f32x4(0xFFFF, B[t], B[t + 1], hi)));
+            v = _mm512_mul_ps(_mm512_set1_ps(scale), v);
+            v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, _MM_SHUFFLE(2, 3, 0, 1)));
+            v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, _MM_SHUFFLE(1, 0, 3, 2)));
+            v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(0xFFFF, v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+            y[t * ldy] = _mm512_cvtss_f32(v);
+            y[(t + 1) * ldy] = _mm_cvtss_f32(_mm512_maskz_extractf32x4_ps(0xF, v, 2));
+        }
+        if (t < T) {
+            const __m256 a = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_add_ps(_mm256_add_ps(lo256(A[t]), hi256(A[t])),
+                                                                                _mm256_add_ps(lo256(B[t]), hi256(B[t]))));
+            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, a), a);
+            y[t * ldy] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+        }
+        return;
     }
     __m256 acc0[T];
     for (int t = 0; t < T; ++t) acc0[t] = lo256(A[t]);
@@ -351,35 +395,36 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
 }
 
 template <int T>
-void i8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
+void i8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff, const float *xd,
                     const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, float *y, uint64_t ldy) {
     const uint64_t nb = x_blocks(n);
     for (uint64_t r = 0; r < rows; ++r)
-        i8_row_tokens<T>(w + r * ld, f16_scalar(f16_scales + 2 * r), xq, xd, xu, xd8, n, nb, y + r, ldy);
+        i8_row_tokens<T>(w + r * ld, f16_scalar(f16_scales + 2 * r), xq, xoff, xd, xu, xd8, n, nb, y + r, ldy);
 }
 }  // namespace
 
 // Tokens in groups of at most 8 (two zmm accumulators each: 16 of the 32
 // registers), as even as k allows; a row's codes stay in L1 between groups.
-void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
                       float *y, uint64_t ldy) {
     const uint64_t nb = x_blocks(n);
     for (uint64_t t0 = 0; t0 < k;) {
         const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;
         const int8_t *q = xq + t0 * 32 * nb;
+        const int32_t *o = xoff + t0 * 8 * nb;
         const float *d = xd + t0 * nb, *d8 = xd8 + t0 * 8 * nb;
         const uint8_t *u = xu + t0 * 32 * nb;
         float *yt = y + t0 * ldy;
         switch (g) {
-        case 1: i8_rows_tokens<1>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 2: i8_rows_tokens<2>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 3: i8_rows_tokens<3>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 4: i8_rows_tokens<4>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 5: i8_rows_tokens<5>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 6: i8_rows_tokens<6>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 7: i8_rows_tokens<7>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        default: i8_rows_tokens<8>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 1: i8_rows_tokens<1>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        case 2: i8_rows_tokens<2>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        case 3: i8_rows_tokens<3>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        case 4: i8_rows_tokens<4>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        case 5: i8_rows_tokens<5>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        case 6: i8_rows_tokens<6>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        case 7: i8_rows_tokens<7>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        default: i8_rows_tokens<8>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
         }
         t0 += g;
     }
