@@ -758,7 +758,8 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
 
 TEST_CASE("roundtrip: the k-token q8 row kernel gives each token the bits it has alone, on every ISA") {
     // A batched decode pass must equal each sequence decoded alone: for k in
-    // 1..17 (one and two token groups of the VNNI form) and column counts
+    // 1..17 (1-2: per token; 3-17: one to three token groups of the VNNI
+    // form) and column counts
     // with 0-3 whole blocks past the last group of four and a partial last
     // block, rows_i8_xq_batch's y for token t is the bytes rows_i8_xq writes
     // for token t alone, on each ISA this CPU runs (ISA against itself: the

@@ -271,6 +271,21 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
     });
 }
 
+namespace {
+// rows_i8_xq per token over 16-row tiles (each tile's codes stay in L1 while
+// every token passes over them).
+void i8_tiles_per_token(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                        const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
+    const uint64_t nb = x_blocks(n);
+    for (uint64_t t0 = 0; t0 < rows; t0 += 16) {
+        const uint64_t t1 = std::min<uint64_t>(rows, t0 + 16);
+        for (uint64_t t = 0; t < k; ++t)
+            rows_i8_xq(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xoff + t * 8 * nb, xd + t * nb, n,
+                       t1 - t0, y + t * ldy + t0);
+    }
+}
+}  // namespace
+
 #ifdef CMF_CODECS_VNNI
 namespace {
 // Row r's sum as rows4 makes it (both of its forms give the same bits), for
@@ -294,7 +309,7 @@ inline __m512 cvt_ps(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
 // -128 * (sums of 4 codes): the same integers as i8_acc's, while the weight
 // bytes are loaded and their offset made once for all T tokens.
 template <int T>
-inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const int32_t *xoff, const float *xd, const uint8_t *xu,
+inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const float *xd, const uint8_t *xu,
                           const float *xd8, uint64_t n, uint64_t nb, float *y, uint64_t ldy) {
     const uint64_t full = n / 32;
     const __m512i ones128 = _mm512_set1_epi8(char(0x80));
@@ -305,24 +320,6 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
         prefetch_ahead(w + 32 * b);
         prefetch_ahead(w + 32 * b + 64);
         const __m512i w0 = _mm512_loadu_si512(w + 32 * b), w1 = _mm512_loadu_si512(w + 32 * b + 64);
-        if constexpr (T <= 2) {
-            // One or two tokens: i8_acc's form (weights made unsigned, x's
-            // offset terms), whose chain from the weight load is shorter:
-            // the offset form ran two tokens slower than two single-token
-            // passes over L1 tiles (weights streamed from memory, 2 threads).
-            const __m512i u0 = _mm512_xor_si512(w0, ones128), u1 = _mm512_xor_si512(w1, ones128);
-            for (int t = 0; t < T; ++t) {
-                const int8_t *q = xq + t * 32 * nb + 32 * b;
-                const int32_t *o = xoff + t * 8 * nb + 8 * b;
-                const float *d = xd8 + t * 8 * nb + 8 * b;
-                A[t] = _mm512_fmadd_ps(_mm512_loadu_ps(d),
-                                       cvt_ps(_mm512_dpbusd_epi32(_mm512_loadu_si512(o), u0, _mm512_loadu_si512(q))), A[t]);
-                B[t] = _mm512_fmadd_ps(
-                    _mm512_loadu_ps(d + 16),
-                    cvt_ps(_mm512_dpbusd_epi32(_mm512_loadu_si512(o + 16), u1, _mm512_loadu_si512(q + 64))), B[t]);
-            }
-            continue;
-        }
         const __m512i o0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w0));
         const __m512i o1 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w1));
         for (int t = 0; t < T; ++t) {
@@ -395,53 +392,49 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
 }
 
 template <int T>
-void i8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff, const float *xd,
+void i8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
                     const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, float *y, uint64_t ldy) {
     const uint64_t nb = x_blocks(n);
     for (uint64_t r = 0; r < rows; ++r)
-        i8_row_tokens<T>(w + r * ld, f16_scalar(f16_scales + 2 * r), xq, xoff, xd, xu, xd8, n, nb, y + r, ldy);
+        i8_row_tokens<T>(w + r * ld, f16_scalar(f16_scales + 2 * r), xq, xd, xu, xd8, n, nb, y + r, ldy);
 }
 }  // namespace
 
 // Tokens in groups of at most 8 (two zmm accumulators each: 16 of the 32
 // registers), as even as k allows; a row's codes stay in L1 between groups.
+// One or two tokens take the single-token kernel per token: the k-token
+// form ran two tokens slower than that (--gemm 3072x1024 --pp 2, weights
+// streamed from memory, 2 threads: 60-63 against 68-81 GFLOP/s per CPU
+// second), three and more faster (--pp 4: 108-145 against 81-97).
 void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
                       float *y, uint64_t ldy) {
+    if (k <= 2) return i8_tiles_per_token(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
     const uint64_t nb = x_blocks(n);
     for (uint64_t t0 = 0; t0 < k;) {
-        const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;
+        const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;  // g >= 3 for k >= 3
         const int8_t *q = xq + t0 * 32 * nb;
-        const int32_t *o = xoff + t0 * 8 * nb;
         const float *d = xd + t0 * nb, *d8 = xd8 + t0 * 8 * nb;
         const uint8_t *u = xu + t0 * 32 * nb;
         float *yt = y + t0 * ldy;
         switch (g) {
-        case 1: i8_rows_tokens<1>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
-        case 2: i8_rows_tokens<2>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
-        case 3: i8_rows_tokens<3>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
-        case 4: i8_rows_tokens<4>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
-        case 5: i8_rows_tokens<5>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
-        case 6: i8_rows_tokens<6>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
-        case 7: i8_rows_tokens<7>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
-        default: i8_rows_tokens<8>(w, ld, f16_scales, q, o, d, u, d8, n, rows, yt, ldy); break;
+        case 3: i8_rows_tokens<3>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 4: i8_rows_tokens<4>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 5: i8_rows_tokens<5>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 6: i8_rows_tokens<6>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 7: i8_rows_tokens<7>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        default: i8_rows_tokens<8>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
         }
         t0 += g;
     }
 }
 #else
-// Per token over 16-row tiles, as the portable form (a k-token AVX2 form is
-// future work: 16 ymm registers hold the accumulators of three tokens).
+// The single-token kernel per token (a k-token AVX2 form would hold the
+// accumulators of three tokens in its 16 ymm registers: not written).
 void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
                       uint64_t ldy) {
-    const uint64_t nb = x_blocks(n);
-    for (uint64_t t0 = 0; t0 < rows; t0 += 16) {
-        const uint64_t t1 = std::min<uint64_t>(rows, t0 + 16);
-        for (uint64_t t = 0; t < k; ++t)
-            rows_i8_xq(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xoff + t * 8 * nb, xd + t * nb, n,
-                       t1 - t0, y + t * ldy + t0);
-    }
+    i8_tiles_per_token(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
 }
 #endif
 
