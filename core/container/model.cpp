@@ -104,13 +104,7 @@ void check_tensor_payload(Runtime &rt, const TensorRec &t) {
     check_tensor_size(rt, t);
     const CodecEntry *codec = rt.codec(t.dtype);
     if (codec->vt.validate != nullptr) {
-        cmf_tensor_view v{};
-        v.struct_size = sizeof v;
-        v.dtype = t.dtype;
-        v.ndim = t.ndim;
-        std::copy(t.shape, t.shape + CMF_MAX_DIMS, v.shape);
-        v.data = t.data;
-        v.nbytes = t.nbytes;
+        const cmf_tensor_view v = t.view();
         if (cmf_error *e = codec->vt.validate(codec->ctx, &v)) {
             bounds(tensor_label(t) + " (" + codec->name + "): " + take_message(e));
         }
@@ -446,13 +440,7 @@ void Model::dequantize(size_t i, uint64_t row_begin, uint64_t row_end, float *ds
     if (!mul_ok(row_end - row_begin, row_len, need) || need > dst_count)
         throw Error(CMF_ERR_INVALID_ARGUMENT, tensor_label(t) + ": destination holds " + std::to_string(dst_count) +
                                                    " floats, rows need " + std::to_string(need));
-    cmf_tensor_view v{};
-    v.struct_size = sizeof v;
-    v.dtype = t.dtype;
-    v.ndim = t.ndim;
-    std::copy(t.shape, t.shape + CMF_MAX_DIMS, v.shape);
-    v.data = t.data;
-    v.nbytes = t.nbytes;
+    const cmf_tensor_view v = t.view();
     struct Job {
         const CodecEntry *codec;
         const cmf_tensor_view *v;

@@ -27,6 +27,18 @@ struct TensorRec {
     uint64_t off = 0, nbytes = 0, hash = 0;
     uint32_t shard = 0;
     const uint8_t *data = nullptr;  // inside the shard's mapping
+
+    // The tensor as codecs and backends see it.
+    cmf_tensor_view view() const {
+        cmf_tensor_view v{};
+        v.struct_size = sizeof v;
+        v.dtype = dtype;
+        v.ndim = ndim;
+        for (uint32_t i = 0; i < CMF_MAX_DIMS; ++i) v.shape[i] = shape[i];
+        v.data = data;
+        v.nbytes = nbytes;
+        return v;
+    }
 };
 
 // Sizes of one mask blob, derived from header.arch (spec §5).

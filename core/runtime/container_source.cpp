@@ -46,17 +46,6 @@ struct ContainerSource {
     OwnedMask mask;
 };
 
-cmf_tensor_view view_of(const TensorRec &t) {
-    cmf_tensor_view v{};
-    v.struct_size = sizeof v;
-    v.dtype = t.dtype;
-    v.ndim = t.ndim;
-    std::copy(t.shape, t.shape + CMF_MAX_DIMS, v.shape);
-    v.data = t.data;
-    v.nbytes = t.nbytes;
-    return v;
-}
-
 cmf_error *tensor_fn(void *user, const char *name, cmf_tensor_view *out) {
     auto *cs = static_cast<ContainerSource *>(user);
     if (name == nullptr || out == nullptr) return make_error(CMF_ERR_INVALID_ARGUMENT, "model source: NULL argument");
@@ -239,7 +228,7 @@ std::shared_ptr<const cmf_model_source> make_container_source(const cmf_model *c
     for (const TensorRec &t : m.tensors()) {
         if (is_skill_tensor(t.name)) continue;
         cs->by_name.emplace(t.name, cs->entries.size());
-        cs->entries.push_back({&t.name, view_of(t)});
+        cs->entries.push_back({&t.name, t.view()});
     }
     if (!sel.skill.empty() && !sel.blend.empty())
         throw Error(CMF_ERR_INVALID_ARGUMENT, "a skill and a blend of skills exclude each other");
@@ -250,7 +239,7 @@ std::shared_ptr<const cmf_model_source> make_container_source(const cmf_model *c
                 throw Error(CMF_ERR_NOT_FOUND, "skill '" + sel.skill + "' is not in the file (its skills: " + reg.ids() + ")");
             const std::string prefix = "skill." + sel.skill + ".";
             for (auto &e : cs->entries)
-                if (const TensorRec *r = m.find(prefix + *e.name)) e.view = view_of(*r);
+                if (const TensorRec *r = m.find(prefix + *e.name)) e.view = r->view();
         } else {
             const auto parts = parse_blend(sel.blend, reg);
             for (auto &e : cs->entries) {

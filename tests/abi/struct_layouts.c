@@ -74,12 +74,14 @@ int main(void) {
     F(cmf_generate_options, temperature); F(cmf_generate_options, top_k); F(cmf_generate_options, top_p);
     F(cmf_generate_options, min_p); F(cmf_generate_options, repetition_penalty);
     F(cmf_generate_options, presence_penalty); F(cmf_generate_options, seed); F(cmf_generate_options, stop_ids);
-    F(cmf_generate_options, n_stop_ids); F(cmf_generate_options, on_token); F(cmf_generate_options, user); end();
+    F(cmf_generate_options, n_stop_ids); F(cmf_generate_options, on_token); F(cmf_generate_options, user);
+    F(cmf_generate_options, speculative); F(cmf_generate_options, reserved0); end();
 
     S(cmf_generate_stats); F(cmf_generate_stats, struct_size); F(cmf_generate_stats, stop_reason);
     F(cmf_generate_stats, prompt_tokens); F(cmf_generate_stats, generated_tokens); F(cmf_generate_stats, n_past);
     F(cmf_generate_stats, prefill_seconds); F(cmf_generate_stats, decode_seconds);
-    F(cmf_generate_stats, prefill_tok_s); F(cmf_generate_stats, decode_tok_s); end();
+    F(cmf_generate_stats, prefill_tok_s); F(cmf_generate_stats, decode_tok_s);
+    F(cmf_generate_stats, draft_tokens); F(cmf_generate_stats, draft_accepted); end();
 
     S(cmf_model_special_ids); F(cmf_model_special_ids, struct_size); F(cmf_model_special_ids, bos_id);
     F(cmf_model_special_ids, pad_id); F(cmf_model_special_ids, n_eos_ids); F(cmf_model_special_ids, eos_ids);

@@ -12,6 +12,7 @@ test fails when the document's table differs from the rows here.
 --discover prints what each row observed without asserting (to write a
 new row).
 """
+import atexit
 import hashlib
 import json
 import os
@@ -41,15 +42,65 @@ class Ran:
         self.code, self.err, self.out = code, err, out
 
 
+# Where the rows run as another user find cmfhost, its libraries, plugins and
+# the source model: the build and source trees themselves when that user can
+# read them, else a copy in a world-readable temporary directory (a checkout
+# under a private directory, as /root or mktemp -d, is unreadable to nobody).
+# The copy's root is written as SRC in the errors compared.
+STAGE = {}
+
+
+def tools_for(uid):
+    if uid in STAGE:
+        return STAGE[uid]
+    probe = subprocess.run(['setpriv', '--reuid', str(uid), '--regid', str(uid), '--clear-groups', '--', CMFHOST,
+                            '--version'], capture_output=True, text=True, errors='replace', timeout=60,
+                           env=dict(os.environ, CMF_PLUGIN_PATH=':'.join(PLUGIN_DIRS)))
+    reach = subprocess.run(['setpriv', '--reuid', str(uid), '--regid', str(uid), '--clear-groups', '--', 'sh', '-c',
+                            'for p; do test -r "$p" -a -x "$p" || exit 1; done', 'sh'] + PLUGIN_DIRS + [AUSTEN],
+                           capture_output=True, timeout=60)
+    if probe.returncode == 0 and reach.returncode == 0:
+        STAGE[uid] = (CMFHOST, PLUGIN_DIRS, None)
+        return STAGE[uid]
+    root = tempfile.mkdtemp(prefix='cmf-matrix-tools-')
+    os.chmod(root, 0o755)
+    shutil.copytree(os.path.join(BUILD, 'core'), os.path.join(root, 'core'),
+                    ignore=lambda d, names: [n for n in names if not n.startswith('libcmf.so')])
+    os.makedirs(os.path.join(root, 'host'))
+    shutil.copy2(CMFHOST, os.path.join(root, 'host'))  # its RUNPATH $ORIGIN/../core finds the copy
+    dirs = []
+    for i, p in enumerate(PLUGIN_DIRS):
+        dst = os.path.join(root, 'plugins', str(i))
+        os.makedirs(dst)
+        for n in os.listdir(p):
+            if n.endswith('.so'):
+                shutil.copy2(os.path.join(p, n), dst)
+        dirs.append(dst)
+    shutil.copytree(AUSTEN, os.path.join(root, 'models', 'austen-tiny'))
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for n in filenames:
+            os.chmod(os.path.join(dirpath, n), 0o755)
+    STAGE[uid] = (os.path.join(root, 'host', os.path.basename(CMFHOST)), dirs, root)
+    return STAGE[uid]
+
+
+def source_model(uid):
+    """AUSTEN as the user uid reads it."""
+    root = tools_for(uid)[2] if uid else None
+    return os.path.join(root, 'models', 'austen-tiny') if root else AUSTEN
+
+
 def run(args, env=None, limit_fsize=None, as_user=None, cwd=None):
+    host, plugin_dirs = (tools_for(as_user)[:2]) if as_user else (CMFHOST, PLUGIN_DIRS)
     e = dict(os.environ)
-    e['CMF_PLUGIN_PATH'] = ':'.join(PLUGIN_DIRS)
+    e['CMF_PLUGIN_PATH'] = ':'.join(plugin_dirs)
     e.update(env or {})
 
     def pre():
         if limit_fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_fsize, limit_fsize))
-    cmd = [CMFHOST] + args
+    cmd = [host] + args
     if as_user:
         cmd = ['setpriv', '--reuid', str(as_user), '--regid', str(as_user), '--clear-groups', '--'] + cmd
     p = subprocess.run(cmd, env=e, cwd=cwd, capture_output=True, text=True, errors='replace', preexec_fn=pre,
@@ -452,7 +503,7 @@ def run_ro(d, ro, args):
 @row('read-only directory', 'convert into it', 'convert --model austen-tiny -o ro/out.cmf', 1, "cmfhost convert: convert SRC/models/austen-tiny: Io: cannot create a temp file next to 'DIR/ro/out.cmf': Permission denied", 'nothing created')
 def _(d):
     ro = readonly_dir(d)
-    r = run_ro(d, ro, ['convert', '--model', AUSTEN, '-o', os.path.join(ro, 'out.cmf'), '--no-progress'])
+    r = run_ro(d, ro, ['convert', '--model', source_model(as_user()), '-o', os.path.join(ro, 'out.cmf'), '--no-progress'])
     assert listing(ro) == []
     return r
 
@@ -655,6 +706,7 @@ def main():
         print(markdown())
         return 0
     failures = 0
+    atexit.register(lambda: [shutil.rmtree(t[2], ignore_errors=True) for t in STAGE.values() if t[2]])
     for r in ROWS:
         d = tempfile.mkdtemp(prefix='cmf-matrix-')
         try:
@@ -665,7 +717,11 @@ def main():
             continue
         finally:
             pass
-        err = got.err.replace(d, 'DIR').replace(BUILD, 'BUILD').replace(SRC, 'SRC').strip()
+        err = got.err.replace(d, 'DIR').replace(BUILD, 'BUILD').replace(SRC, 'SRC')
+        for staged in STAGE.values():
+            if staged[2]:
+                err = err.replace(staged[2], 'SRC')
+        err = err.strip()
         if MODE == '--discover':
             print('%s / %s\n  exit %s\n  %s' % (r['area'], r['case'], got.code, err.replace('\n', '\n  ')))
         elif got.code != r['code'] or (r['err'] is not None and err != r['err']):

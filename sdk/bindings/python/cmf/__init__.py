@@ -647,7 +647,7 @@ class GenerateStats:
     def __init__(self, c):
         self.stop_reason = STOP_REASONS.get(c.stop_reason, str(c.stop_reason))
         _copy_fields(self, c, "prompt_tokens generated_tokens n_past prefill_seconds decode_seconds prefill_tok_s "
-                              "decode_tok_s")
+                              "decode_tok_s draft_tokens draft_accepted")
 
 
 class Session(_Handle):

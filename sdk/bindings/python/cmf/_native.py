@@ -130,13 +130,15 @@ class GenerateOptions(Structure):
     _fields_ = [("struct_size", c_uint32), ("max_tokens", c_uint32), ("temperature", c_float), ("top_k", c_int32),
                 ("top_p", c_float), ("min_p", c_float), ("repetition_penalty", c_float),
                 ("presence_penalty", c_float), ("seed", c_uint64), ("stop_ids", POINTER(c_int32)),
-                ("n_stop_ids", c_size_t), ("on_token", cmf_token_fn), ("user", c_void_p)]
+                ("n_stop_ids", c_size_t), ("on_token", cmf_token_fn), ("user", c_void_p),
+                ("speculative", c_int32), ("reserved0", c_uint32)]
 
 
 class GenerateStats(Structure):
     _fields_ = [("struct_size", c_uint32), ("stop_reason", c_int32), ("prompt_tokens", c_uint64),
                 ("generated_tokens", c_uint64), ("n_past", c_uint64), ("prefill_seconds", c_double),
-                ("decode_seconds", c_double), ("prefill_tok_s", c_double), ("decode_tok_s", c_double)]
+                ("decode_seconds", c_double), ("prefill_tok_s", c_double), ("decode_tok_s", c_double),
+                ("draft_tokens", c_uint64), ("draft_accepted", c_uint64)]
 
 
 class SpecialIds(Structure):
