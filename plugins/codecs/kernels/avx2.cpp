@@ -271,21 +271,6 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
     });
 }
 
-namespace {
-// rows_i8_xq per token over 16-row tiles (each tile's codes stay in L1 while
-// every token passes over them).
-void i8_tiles_per_token(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                        const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
-    const uint64_t nb = x_blocks(n);
-    for (uint64_t t0 = 0; t0 < rows; t0 += 16) {
-        const uint64_t t1 = std::min<uint64_t>(rows, t0 + 16);
-        for (uint64_t t = 0; t < k; ++t)
-            rows_i8_xq(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xoff + t * 8 * nb, xd + t * nb, n,
-                       t1 - t0, y + t * ldy + t0);
-    }
-}
-}  // namespace
-
 #ifdef CMF_CODECS_VNNI
 namespace {
 // Row r's sum as rows4 makes it (both of its forms give the same bits), for
@@ -409,7 +394,7 @@ void i8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, con
 void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
                       float *y, uint64_t ldy) {
-    if (k <= 2) return i8_tiles_per_token(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+    if (k <= 2) return i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
     const uint64_t nb = x_blocks(n);
     for (uint64_t t0 = 0; t0 < k;) {
         const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;  // g >= 3 for k >= 3
@@ -434,7 +419,7 @@ void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, c
 void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
                       uint64_t ldy) {
-    i8_tiles_per_token(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
 }
 #endif
 

@@ -88,18 +88,11 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
     for (uint64_t r = 0; r < rows; ++r) y[r] = f16_at(f16_scales + 2 * r) * dot_i8_xq(w + r * ld, xq, xd, n);
 }
 
-// Per token over 16-row tiles (each tile's codes stay in L1 while every
-// token passes over them): the reference for the SIMD forms.
+// Per token over 16-row tiles: the reference for the SIMD forms.
 void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
                       uint64_t ldy) {
-    const uint64_t nb = x_blocks(n);
-    for (uint64_t t0 = 0; t0 < rows; t0 += 16) {
-        const uint64_t t1 = std::min<uint64_t>(rows, t0 + 16);
-        for (uint64_t t = 0; t < k; ++t)
-            rows_i8_xq(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xoff + t * 8 * nb, xd + t * nb, n,
-                       t1 - t0, y + t * ldy + t0);
-    }
+    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
 }
 
 namespace {

@@ -79,4 +79,23 @@ struct SimdKernels {
 // The SIMD builds this binary has and this CPU can run (fastest first; empty
 // on a CPU without AVX2).
 std::vector<SimdKernels> simd_kernels();
+
+// rows_i8_xq_batch as one ISA's rows_i8_xq per token over 16-row tiles
+// (each tile's codes stay in L1 while every token passes over them). The
+// row kernel is a template argument and the template has internal linkage,
+// so each ISA's file has its own copy and no weak symbol
+// (tests/codecs/no_shared_inline_copies.sh).
+namespace {
+template <decltype(&portable::rows_i8_xq) Rows>
+void i8_tiles_per_token(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                        const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
+    const uint64_t nb = x_blocks(n);
+    for (uint64_t t0 = 0; t0 < rows; t0 += 16) {
+        const uint64_t t1 = rows - t0 < 16 ? rows : t0 + 16;
+        for (uint64_t t = 0; t < k; ++t)
+            Rows(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xoff + t * 8 * nb, xd + t * nb, n, t1 - t0,
+                 y + t * ldy + t0);
+    }
+}
+}  // namespace
 }  // namespace cmf::codecs::kernels
