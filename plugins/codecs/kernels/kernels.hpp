@@ -87,9 +87,10 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
 // y[t*ldy + r] is what rows_i8_xq gives for token t alone, bit for bit (the
 // same integer block sums, the same f32 operations in the same order), so a
 // batched decode equals each sequence decoded alone. The AVX-512 VNNI form
-// reads each weight row once for all k tokens and also takes xu and xd8,
-// i8_batch_forms of xq and xd (the others ignore them and run rows_i8_xq per
-// token over 16-row tiles that stay in L1).
+// reads each weight row once for all k >= 3 tokens and also takes xu and
+// xd8, i8_batch_forms of xq and xd (k <= 2 there, and the other forms at
+// any k, ignore them and run rows_i8_xq per token over 16-row tiles that
+// stay in L1).
 void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
                       float *y, uint64_t ldy);
