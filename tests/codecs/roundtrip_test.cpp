@@ -756,6 +756,84 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
     }
 }
 
+TEST_CASE("roundtrip: the k-token q8 row kernel gives each token the bits it has alone, on every ISA") {
+    // A batched decode pass must equal each sequence decoded alone: for k in
+    // 1..17 (1-2: per token; 3-17: one to three token groups of the VNNI
+    // form) and column counts
+    // with 0-3 whole blocks past the last group of four and a partial last
+    // block, rows_i8_xq_batch's y for token t is the bytes rows_i8_xq writes
+    // for token t alone, on each ISA this CPU runs (ISA against itself: the
+    // single-token kernel is what a lone decode runs). One row has a NaN
+    // scale, one token an inf (its block scale NaN); nothing outside the
+    // k x rows outputs is written.
+    namespace k = cmf::codecs::kernels;
+    static const std::vector<k::SimdKernels> simd = k::simd_kernels();
+    struct Isa {
+        const char *name;
+        decltype(&k::portable::rows_i8_xq) rows;
+        decltype(&k::portable::rows_i8_xq_batch) batch;
+    };
+    std::vector<Isa> isas{{"portable", &k::portable::rows_i8_xq, &k::portable::rows_i8_xq_batch}};
+    for (const k::SimdKernels &set : simd) isas.push_back({set.isa, set.rows_i8_xq, set.rows_i8_xq_batch});
+    std::mt19937 rng(29);
+    for (const Isa &isa : isas) {
+        CAPTURE(isa.name);
+        for (uint64_t n : {31u, 64u, 96u, 160u, 200u, 1024u}) {
+            for (uint64_t rows : {1u, 5u}) {
+                CAPTURE(n);
+                CAPTURE(rows);
+                const uint64_t nb = k::x_blocks(n), ld = n + 3, ldy = rows + 2;
+                std::vector<int8_t> w(rows * ld);
+                for (auto &v : w) v = static_cast<int8_t>(rng());
+                std::vector<uint8_t> sc(2 * rows);
+                for (uint64_t r = 0; r < rows; ++r) {
+                    uint16_t h = cmf::codecs::f32_to_f16(0.01f * static_cast<float>(r + 1));
+                    if (rows > 1 && r == 3) h = 0x7e00;
+                    std::memcpy(sc.data() + 2 * r, &h, 2);
+                }
+                constexpr uint64_t kMax = 17;
+                std::vector<int8_t> xq(kMax * 32 * nb);
+                std::vector<float> xd(kMax * nb), xd8(kMax * 8 * nb);
+                std::vector<int32_t> xo(kMax * 8 * nb);
+                std::vector<uint8_t> xu(kMax * 32 * nb);
+                for (uint64_t t = 0; t < kMax; ++t) {
+                    std::vector<float> x = gaussian(n, static_cast<uint32_t>(rng()), 0.01f);
+                    if (t == 6) x[n / 2] = std::numeric_limits<float>::infinity();
+                    k::quantize_x(x.data(), n, k::XOrder::natural, xq.data() + t * 32 * nb, xd.data() + t * nb);
+                    k::i8_offset(xq.data() + t * 32 * nb, nb, xo.data() + t * 8 * nb);
+                    k::i8_batch_forms(xq.data() + t * 32 * nb, xd.data() + t * nb, nb, xu.data() + t * 32 * nb,
+                                      xd8.data() + t * 8 * nb);
+                }
+                std::vector<float> alone(kMax * ldy, -7.0f);
+                for (uint64_t t = 0; t < kMax; ++t)
+                    isa.rows(w.data(), ld, sc.data(), xq.data() + t * 32 * nb, xo.data() + t * 8 * nb,
+                             xd.data() + t * nb, n, rows, alone.data() + t * ldy);
+                for (uint64_t kk = 1; kk <= kMax; ++kk) {
+                    CAPTURE(kk);
+                    std::vector<float> y((kk + 1) * ldy, -7.0f);
+                    isa.batch(w.data(), ld, sc.data(), xq.data(), xo.data(), xd.data(), xu.data(), xd8.data(), n, rows,
+                              kk, y.data(), ldy);
+                    for (uint64_t t = 0; t < kk; ++t) {
+                        CAPTURE(t);
+                        CHECK(std::memcmp(y.data() + t * ldy, alone.data() + t * ldy, rows * sizeof(float)) == 0);
+                        CHECK(y[t * ldy + rows] == -7.0f);
+                        CHECK(y[t * ldy + rows + 1] == -7.0f);
+                    }
+                    for (uint64_t i = kk * ldy; i < y.size(); ++i) CHECK(y[i] == -7.0f);
+                }
+                // The rows are what they claim: each token's y against the per-row dot.
+                for (uint64_t r = 0; r < rows; ++r) {
+                    const float s = cmf::codecs::f16_to_f32(static_cast<uint16_t>(sc[2 * r] | sc[2 * r + 1] << 8));
+                    const float want = s * k::portable::dot_i8_xq(w.data() + r * ld, xq.data(), xd.data(), n);
+                    double mag = 0;  // the sum of |terms|: f32 summation order moves the sum by far less
+                    for (uint64_t c = 0; c < n; ++c) mag += std::fabs(double(s) * w[r * ld + c] * xq[c] * xd[c / 32]);
+                    CHECK((std::isnan(want) ? std::isnan(alone[r]) : std::fabs(double(alone[r]) - want) <= 1e-5 * mag));
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("roundtrip: q4_pair_blocks x order and offsets match a scalar reference") {
     // Built from the natural order: element e of block b at
     // 64*(b/2) + 16*(b%2) + 32*(e%2) + e/2 when b has a partner, else

@@ -13,11 +13,16 @@ namespace {
 
 // The decode loop both layouts share: y[b][r] = scale_r * sum_c q[r][c] * x[b][c]
 // over int8 rows `codes` (stride cols) with f16 row scales, x quantized to
-// int8 blocks once per call (kernels.hpp).
+// int8 blocks once per call (kernels.hpp). A batched decode pass (several
+// activation rows) takes the k-token kernel, which gives each row's result
+// the bits it has alone.
 void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t cols, const float *x, uint64_t ldx,
                     uint64_t n_batch, uint64_t r0, uint64_t r1, float *y, uint64_t ldy) {
     const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
     const int8_t *q = reinterpret_cast<const int8_t *>(codes);
+    if (n_batch > 1)
+        return kernels::rows_i8_xq_batch(q + r0 * cols, cols, f16_scales + 2 * r0, xq.q(0), xq.offset(0), xq.d(0),
+                                         xq.u(0), xq.d8(0), cols, r1 - r0, n_batch, y + r0, ldy);
     for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
         kernels::rows_i8_xq(q + t0 * cols, cols, f16_scales + 2 * t0, xq.q(b), xq.offset(b), xq.d(b), cols, t1 - t0,
                             y + b * ldy + t0);

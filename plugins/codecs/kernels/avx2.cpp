@@ -271,6 +271,158 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
     });
 }
 
+#ifdef CMF_CODECS_VNNI
+namespace {
+// Row r's sum as rows4 makes it (both of its forms give the same bits), for
+// four tokens at once: lane i of the result is a[i]'s.
+inline __m128 row_sums4(const __m256 *a) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+inline __m256 lo256(__m512 v) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 0)); }
+// (Zero-masked forms with a full mask: see q4_pair_acc_rows_zmm below.)
+inline __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 1)); }
+inline __m512 cvt_ps(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
+
+// One q8 row (n columns, f16 scale `scale`) against T tokens, each token's
+// 8 partial sums made exactly as i8_acc makes them: blocks 4i..4i+3 into
+// accumulators 0..3 (here pairs of them in one zmm: A = acc0|acc1, B =
+// acc2|acc3, the same lane-wise fused multiply-adds), the blocks left over
+// into acc0, then (acc0 + acc1) + (acc2 + acc3), the partial last block in
+// lane 0. The integer block sums come from vpdpbusd of the unsigned
+// activations (xu = xq + 128) against the signed codes, started at
+// -128 * (sums of 4 codes): the same integers as i8_acc's, while the weight
+// bytes are loaded and their offset made once for all T tokens.
+template <int T>
+inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const float *xd, const uint8_t *xu,
+                          const float *xd8, uint64_t n, uint64_t nb, float *y, uint64_t ldy) {
+    const uint64_t full = n / 32;
+    const __m512i ones128 = _mm512_set1_epi8(char(0x80));
+    __m512 A[T], B[T];
+    for (int t = 0; t < T; ++t) A[t] = _mm512_setzero_ps(), B[t] = _mm512_setzero_ps();
+    uint64_t b = 0;
+    for (; b + 4 <= full; b += 4) {
+        prefetch_ahead(w + 32 * b);
+        prefetch_ahead(w + 32 * b + 64);
+        const __m512i w0 = _mm512_loadu_si512(w + 32 * b), w1 = _mm512_loadu_si512(w + 32 * b + 64);
+        const __m512i o0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w0));
+        const __m512i o1 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w1));
+        for (int t = 0; t < T; ++t) {
+            const uint8_t *u = xu + t * 32 * nb + 32 * b;
+            const float *d = xd8 + t * 8 * nb + 8 * b;
+            A[t] = _mm512_fmadd_ps(_mm512_loadu_ps(d), cvt_ps(_mm512_dpbusd_epi32(o0, _mm512_loadu_si512(u), w0)), A[t]);
+            B[t] = _mm512_fmadd_ps(_mm512_loadu_ps(d + 16),
+                                   cvt_ps(_mm512_dpbusd_epi32(o1, _mm512_loadu_si512(u + 64), w1)), B[t]);
+        }
+    }
+    if (n % 128 == 0) {
+        // No blocks left over: two tokens' sums at a time in one zmm, the
+        // same additions in the same order as below. (loA + hiA) + (loB +
+        // hiB) per 256-bit half, times the scale, then rows4's tree: lane
+        // 2j + 1 of 8 added to lane 2j, then 4j + 2 to 4j, then 4 to 0.
+        int t = 0;
+        for (; t + 2 <= T; t += 2) {
+            constexpr int lo = _MM_SHUFFLE(1, 0, 1, 0), hi = _MM_SHUFFLE(3, 2, 3, 2);
+            __m512 v = _mm512_add_ps(
+                _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, A[t], A[t + 1], lo), _mm512_maskz_shuffle_f32x4(0xFFFF, A[t], A[t + 1], hi)),
+                _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, B[t], B[t + 1], lo), _mm512_maskz_shuffle_f32x4(0xFFFF, B[t], B[t + 1], hi)));
+            v = _mm512_mul_ps(_mm512_set1_ps(scale), v);
+            v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, _MM_SHUFFLE(2, 3, 0, 1)));
+            v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, _MM_SHUFFLE(1, 0, 3, 2)));
+            v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(0xFFFF, v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+            y[t * ldy] = _mm512_cvtss_f32(v);
+            y[(t + 1) * ldy] = _mm_cvtss_f32(_mm512_maskz_extractf32x4_ps(0xF, v, 2));
+        }
+        if (t < T) {
+            const __m256 a = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_add_ps(_mm256_add_ps(lo256(A[t]), hi256(A[t])),
+                                                                                _mm256_add_ps(lo256(B[t]), hi256(B[t]))));
+            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, a), a);
+            y[t * ldy] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+        }
+        return;
+    }
+    __m256 acc0[T];
+    for (int t = 0; t < T; ++t) acc0[t] = lo256(A[t]);
+    for (; b < full; ++b) {
+        const __m256i wb = load32(w + 32 * b);
+        const __m256i ob = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(char(0x80)), wb));
+        for (int t = 0; t < T; ++t) {
+            const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xu + t * 32 * nb + 32 * b));
+            acc0[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(xd + t * nb + b), _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(ob, u, wb)),
+                                      acc0[t]);
+        }
+    }
+    __m256 a[T];
+    for (int t = 0; t < T; ++t) {
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(acc0[t], hi256(A[t])), _mm256_add_ps(lo256(B[t]), hi256(B[t])));
+        if (32 * full < n) {
+            const int8_t *q = xq + t * 32 * nb;
+            int32_t s = 0;
+            for (uint64_t i = 32 * full; i < n; ++i) s += int32_t{w[i]} * q[i];
+            sum = _mm256_add_ps(sum, _mm256_setr_ps(xd[t * nb + full] * static_cast<float>(s), 0, 0, 0, 0, 0, 0, 0));
+        }
+        a[t] = _mm256_mul_ps(_mm256_set1_ps(scale), sum);
+    }
+    int t = 0;
+    for (; t + 4 <= T; t += 4) {
+        alignas(16) float s4[4];
+        _mm_store_ps(s4, row_sums4(a + t));
+        for (int i = 0; i < 4; ++i) y[(t + i) * ldy] = s4[i];
+    }
+    for (; t < T; ++t) {
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[t], a[t]), a[t]);
+        y[t * ldy] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
+}
+
+template <int T>
+void i8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
+                    const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, float *y, uint64_t ldy) {
+    const uint64_t nb = x_blocks(n);
+    for (uint64_t r = 0; r < rows; ++r)
+        i8_row_tokens<T>(w + r * ld, f16_scalar(f16_scales + 2 * r), xq, xd, xu, xd8, n, nb, y + r, ldy);
+}
+}  // namespace
+
+// Tokens in groups of at most 8 (two zmm accumulators each: 16 of the 32
+// registers), as even as k allows; a row's codes stay in L1 between groups.
+// One or two tokens take the single-token kernel per token: the k-token
+// form ran two tokens slower than that (--gemm 3072x1024 --pp 2, weights
+// streamed from memory, 2 threads: 60-63 against 68-81 GFLOP/s per CPU
+// second), three and more faster (--pp 4: 108-145 against 81-97).
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                      const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
+                      float *y, uint64_t ldy) {
+    if (k <= 2) return i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+    const uint64_t nb = x_blocks(n);
+    for (uint64_t t0 = 0; t0 < k;) {
+        const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;  // g >= 3 for k >= 3
+        const int8_t *q = xq + t0 * 32 * nb;
+        const float *d = xd + t0 * nb, *d8 = xd8 + t0 * 8 * nb;
+        const uint8_t *u = xu + t0 * 32 * nb;
+        float *yt = y + t0 * ldy;
+        switch (g) {
+        case 3: i8_rows_tokens<3>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 4: i8_rows_tokens<4>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 5: i8_rows_tokens<5>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 6: i8_rows_tokens<6>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 7: i8_rows_tokens<7>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        default: i8_rows_tokens<8>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        }
+        t0 += g;
+    }
+}
+#else
+// The single-token kernel per token (a k-token AVX2 form would hold the
+// accumulators of three tokens in its 16 ymm registers: not written).
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                      const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
+                      uint64_t ldy) {
+    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+}
+#endif
+
 namespace {
 // 32 unsigned q4 codes (0..15) in q4_pairs order from 16 nibble bytes: the
 // bytes in both lanes, the upper lane shifted down a nibble, then masked.

@@ -81,6 +81,25 @@ float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);
 // AVX-512 VNNI form uses it; the others ignore it).
 void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                 const float *xd, uint64_t n, uint64_t rows, float *y);
+// The same rows against k activation rows at once (a batched decode pass of
+// k < 16 tokens): token t's x at xq + t*32*B, xoff + t*8*B, xd + t*B
+// (B = x_blocks(n), the QuantizedX layout), its results at y + t*ldy;
+// y[t*ldy + r] is what rows_i8_xq gives for token t alone, bit for bit (the
+// same integer block sums, the same f32 operations in the same order), so a
+// batched decode equals each sequence decoded alone. The AVX-512 VNNI form
+// reads each weight row once for all k >= 3 tokens and also takes xu and
+// xd8, i8_batch_forms of xq and xd (k <= 2 there, and the other forms at
+// any k, ignore them and run rows_i8_xq per token over 16-row tiles that
+// stay in L1).
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                      const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
+                      float *y, uint64_t ldy);
+// The forms of one natural-order x rows_i8_xq_batch's VNNI kernel takes:
+// xu[i] = xq[i] + 128 as an unsigned byte (vpdpbusd's unsigned operand; the
+// weight row's -128 * sum of codes then stands in for the offset term, once
+// per row for all tokens), xd8[8*b + j] = xd[b] for j < 8 (a block's scale
+// in each of its 8 lanes). blocks = x_blocks(n): xu 32*blocks, xd8 8*blocks.
+void i8_batch_forms(const int8_t *xq, const float *xd, uint64_t blocks, uint8_t *xu, float *xd8);
 // q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
 // q4_pair_blocks order over exactly `groups` blocks, xoff = q4_pair_offset of it
 // (the portable kernels recompute the offset from the codes and ignore xoff).

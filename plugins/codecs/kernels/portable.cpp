@@ -88,6 +88,13 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
     for (uint64_t r = 0; r < rows; ++r) y[r] = f16_at(f16_scales + 2 * r) * dot_i8_xq(w + r * ld, xq, xd, n);
 }
 
+// Per token over 16-row tiles: the reference for the SIMD forms.
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                      const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
+                      uint64_t ldy) {
+    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+}
+
 namespace {
 // Group g (16 nibble bytes) of a row of `groups` against its block of a
 // q4_pair_blocks x (kernels.hpp): sum (q-8)*xq, the offset taken from the

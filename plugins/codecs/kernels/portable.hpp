@@ -19,6 +19,9 @@
     float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);                                  \
     void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff, \
                     const float *xd, uint64_t n, uint64_t rows, float *y);                                           \
+    void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq,              \
+                          const int32_t *xoff, const float *xd, const uint8_t *xu, const float *xd8, uint64_t n,     \
+                          uint64_t rows, uint64_t k, float *y, uint64_t ldy);                                        \
     float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,              \
                           uint64_t groups);                                                                           \
     float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,  \
@@ -60,7 +63,7 @@ CMF_CODECS_KERNEL_DECLS
 // Every kernel above, by name, for X-macro tables.
 #define CMF_CODECS_KERNEL_NAMES(X)                                                                                    \
     X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1) X(dot_q1t) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
-    X(dot_i8_xq) X(rows_i8_xq)                                                                                        \
+    X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch)                                                                   \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(dot_q4_groups_xq)                \
     X(rows_q4_groups_xq) X(ladder_scales) X(dot_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(unpack_q4_groups)
 
@@ -76,4 +79,23 @@ struct SimdKernels {
 // The SIMD builds this binary has and this CPU can run (fastest first; empty
 // on a CPU without AVX2).
 std::vector<SimdKernels> simd_kernels();
+
+// rows_i8_xq_batch as one ISA's rows_i8_xq per token over 16-row tiles
+// (each tile's codes stay in L1 while every token passes over them). The
+// row kernel is a template argument and the template has internal linkage,
+// so each ISA's file has its own copy and no weak symbol
+// (tests/codecs/no_shared_inline_copies.sh).
+namespace {
+template <decltype(&portable::rows_i8_xq) Rows>
+void i8_tiles_per_token(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                        const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
+    const uint64_t nb = x_blocks(n);
+    for (uint64_t t0 = 0; t0 < rows; t0 += 16) {
+        const uint64_t t1 = rows - t0 < 16 ? rows : t0 + 16;
+        for (uint64_t t = 0; t < k; ++t)
+            Rows(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xoff + t * 8 * nb, xd + t * nb, n, t1 - t0,
+                 y + t * ldy + t0);
+    }
+}
+}  // namespace
 }  // namespace cmf::codecs::kernels
