@@ -618,7 +618,8 @@ def _(d):
 
 
 @row('SIGKILL', 'sign over an existing signature, killed at 40 moments', 'sign austen.cmf --key key2', -9, '',
-     'the old .sig or the complete new one')
+     'the old .sig or the complete new one; a kill between naming the finished temp file and renaming it over '
+     'the old one leaves that complete file as a hidden .austen.cmf.sig.tmp.* beside it')
 def _(d):
     m = copy_model(d, 'f32')
     k1, k2 = os.path.join(d, 'key1'), os.path.join(d, 'key2')
@@ -641,6 +642,13 @@ def _(d):
         now = open(m + '.sig', 'rb').read()
         assert now in (old, new), 'a torn signature after a kill at %.3f s' % (took * i / 40)
         open(m + '.sig', 'wb').write(old)
+        # The replace is link (name the finished anonymous file), then
+        # rename: a kill between the two can leave the named file, but only
+        # complete.
+        for extra in set(listing(d)) - set(before):
+            assert extra.startswith('.austen.cmf.sig.tmp.'), 'left behind: %r' % extra
+            assert open(os.path.join(d, extra), 'rb').read() == new, 'a partial temp file left behind: %r' % extra
+            os.unlink(os.path.join(d, extra))
         nothing_new(d, before)
     return Ran(-9, '')
 
