@@ -39,7 +39,7 @@ cmf_backend_weight *bind_vec(const cmf::BackendEntry &be, const std::vector<floa
 }
 
 bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
