@@ -548,9 +548,10 @@ Value Renderer::builtin(const std::string &name) {
             return Value::array(std::move(out));
         });
     if (name == "namespace" || name == "dict")
-        return func([name](CallArgs &a, int line) -> Value {
+        return func([this, name](CallArgs &a, int line) -> Value {
             Value v = Value::object();
             v.dict->is_namespace = name == "namespace";
+            made_.push_back(v.dict);
             for (auto &p : a.pos) {
                 if (p.kind != Value::Dict) fail(line, name + "() positional argument must be a mapping");
                 for (auto &kv : p.dict->items) v.dict->set(kv.first, kv.second);

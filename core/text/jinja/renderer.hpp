@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +25,16 @@ public:
     // `now`: the time strftime_now formats (unix seconds); < 0: the clock's.
     // The render's budget is this thread's while the renderer lives.
     Renderer(int64_t now, const RenderLimits &limits) : now_(now), budget_(limits) { scopes_.emplace_back(); }
+    // A template can make a namespace (or dict) hold itself ({% set ns.a =
+    // [ns] %}): shared ownership alone would never free it, so what the
+    // render made is emptied when it ends.
+    ~Renderer() {
+        for (auto &w : made_)
+            if (auto o = w.lock()) o->items.clear();
+    }
+    Renderer(const Renderer &) = delete;
+    Renderer &operator=(const Renderer &) = delete;
+    std::vector<std::weak_ptr<Object>> made_;  // namespaces and dicts from namespace() / dict()
 
     std::vector<std::unordered_map<std::string, Value>> scopes_;
     int64_t now_;
