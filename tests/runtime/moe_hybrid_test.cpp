@@ -85,16 +85,7 @@ void run_case(const std::string &name) {
 
     // 2. Greedy continuation through generate().
     s.truncate(0);
-    GenerateConfig g;
-    g.max_tokens = uint32_t(c.greedy.size());
-    g.sampler.temperature = 0;
-    g.sampler.repetition_penalty = 1.0f;
-    std::vector<int32_t> produced;
-    g.on_token = [&](int32_t tok) {
-        produced.push_back(tok);
-        return true;
-    };
-    auto st = s.generate(c.prompt, g);
+    auto [produced, st] = greedy_ids(s, c);
     CHECK(st.stop_reason == CMF_STOP_MAX_TOKENS);
     CHECK(produced == c.greedy);
 

@@ -22,6 +22,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace parity {
@@ -143,6 +144,21 @@ inline std::string parity_dir(const std::string &name) {
     const char *root = std::getenv("CMF_PARITY_DIR");
     REQUIRE_MESSAGE(root != nullptr, "CMF_PARITY_DIR is not set (run through meson test)");
     return std::string(root) + "/" + name;
+}
+
+// The case's prompt continued greedily by generate(): the ids and the stats.
+inline std::pair<std::vector<int32_t>, cmf::runtime::GenerateStats> greedy_ids(Session &s, const Case &c) {
+    cmf::runtime::GenerateConfig g;
+    g.max_tokens = uint32_t(c.greedy.size());
+    g.sampler.temperature = 0;
+    g.sampler.repetition_penalty = 1.0f;
+    std::vector<int32_t> produced;
+    g.on_token = [&](int32_t tok) {
+        produced.push_back(tok);
+        return true;
+    };
+    auto st = s.generate(c.prompt, g);
+    return {produced, st};
 }
 
 }  // namespace parity

@@ -53,21 +53,6 @@ namespace {
 
 using namespace parity;
 
-// The case's prompt continued greedily by generate(): the ids and the stats.
-std::pair<std::vector<int32_t>, cmf::runtime::GenerateStats> greedy_ids(Session &s, const Case &c) {
-    GenerateConfig g;
-    g.max_tokens = uint32_t(c.greedy.size());
-    g.sampler.temperature = 0;
-    g.sampler.repetition_penalty = 1.0f;
-    std::vector<int32_t> produced;
-    g.on_token = [&](int32_t tok) {
-        produced.push_back(tok);
-        return true;
-    };
-    auto st = s.generate(c.prompt, g);
-    return {produced, st};
-}
-
 void run_case(const std::string &name) {
     Case c = load_case(parity_dir(name));
     TestRuntime t;
