@@ -137,8 +137,11 @@ void build_layer_at(DecoderModel &m, Binder &b, const std::string &p, size_t ind
         all_neurons = neurons.size() == mask->ffn_bits;
         if (mask->experts != nullptr) {
             const uint8_t *row = mask->experts + index * mask->expert_row_bytes;
-            if (set_bits(row, mask->expert_bits).size() != mask->expert_bits)
+            if (set_bits(row, mask->expert_bits).size() != mask->expert_bits) {
                 L.routable_experts.assign(row, row + mask->expert_row_bytes);
+                for (uint64_t e = mask->expert_bits; e < 8 * mask->expert_row_bytes; ++e)  // padding: no expert
+                    L.routable_experts[e / 8] &= uint8_t(~(1u << (e % 8)));
+            }
         }
     }
     L.attn_on = all_heads || !heads.empty();
@@ -264,9 +267,9 @@ void build_layer_at(DecoderModel &m, Binder &b, const std::string &p, size_t ind
         bind_moe(m, b, p, where, L);
         if (!L.routable_experts.empty()) {
             uint64_t live = 0;
-            for (uint64_t e = 0; e < L.moe.experts.size(); ++e)
-                live += e < mask->expert_bits && ((L.routable_experts[e / 8] >> (e % 8)) & 1);
+            for (uint64_t e = 0; e < L.moe.experts.size(); ++e) live += L.routable(e);
             if (live == 0) throw Error(CMF_ERR_INVALID_ARGUMENT, masked + "no expert of " + name + " routable");
+            L.moe.top_k = uint32_t(std::min<uint64_t>(L.moe.top_k, live));  // top-k among the routable ones
         }
         return;
     }

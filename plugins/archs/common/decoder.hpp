@@ -115,6 +115,10 @@ struct Layer {
     // A MoE FFN's routable experts under a task mask: bit e (LSB-first) of
     // byte e / 8; empty = every expert. Routing picks top-k among these only.
     std::vector<uint8_t> routable_experts;
+    bool routable(uint64_t e) const {
+        return routable_experts.empty() ||
+               (e / 8 < routable_experts.size() && ((routable_experts[e / 8] >> (e % 8)) & 1));
+    }
     Weight in_norm;         // before the mixer
     Weight post_attn_norm;  // sandwich: on the mixer's output (post_attention_layernorm)
     Weight pre_ffn_norm;    // before the FFN (post_attention_layernorm, or pre_feedforward_layernorm in a sandwich)

@@ -120,16 +120,10 @@ void moe_ffn(const DecoderModel &m, DecoderState &s, const Layer &L, size_t coun
     void *bc = m.be_ctx;
     Scratch &sc = s.scratch;
     const MoeWeights &mw = L.moe;
-    const uint64_t H = m.cfg.hidden_size, E = mw.experts.size();
     // A task mask's expert row: top-k among the routable experts only (the
-    // softmax still runs over all of them, as the router computes it).
-    const auto routable = [&](uint32_t e) {
-        return L.routable_experts.empty() ||
-               (e / 8 < L.routable_experts.size() && ((L.routable_experts[e / 8] >> (e % 8)) & 1));
-    };
-    uint64_t n_routable = 0;
-    for (uint32_t e = 0; e < E; ++e) n_routable += routable(e);
-    const uint64_t k = std::min<uint64_t>(mw.top_k, n_routable);
+    // softmax still runs over all of them, as the router computes it); the
+    // layer's top_k is at most their number.
+    const uint64_t H = m.cfg.hidden_size, E = mw.experts.size(), k = mw.top_k;
     const bool shared = mw.shared.width > 0, gated = bool(mw.shared_gate);
 
     // 1. Router logits [n][E] (and the shared expert's gate logits [n]).
@@ -155,7 +149,7 @@ void moe_ffn(const DecoderModel &m, DecoderState &s, const Layer &L, size_t coun
         for (uint64_t e = 0; e < E; ++e) prob[e] = double(float(prob[e] / sum));  // p in f32, as HF
         order.clear();
         for (uint32_t e = 0; e < E; ++e)
-            if (routable(e)) order.push_back(e);
+            if (L.routable(e)) order.push_back(e);
         std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](uint32_t a, uint32_t b) {
             return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
         });
