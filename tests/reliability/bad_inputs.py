@@ -50,14 +50,18 @@ class Ran:
 STAGE = {}
 
 
+def as_uid(uid, cmd):
+    """cmd run as user and group uid, without supplementary groups."""
+    return ['setpriv', '--reuid', str(uid), '--regid', str(uid), '--clear-groups', '--'] + cmd
+
+
 def tools_for(uid):
     if uid in STAGE:
         return STAGE[uid]
-    probe = subprocess.run(['setpriv', '--reuid', str(uid), '--regid', str(uid), '--clear-groups', '--', CMFHOST,
-                            '--version'], capture_output=True, text=True, errors='replace', timeout=60,
+    probe = subprocess.run(as_uid(uid, [CMFHOST, '--version']), capture_output=True, text=True, errors='replace', timeout=60,
                            env=dict(os.environ, CMF_PLUGIN_PATH=':'.join(PLUGIN_DIRS)))
-    reach = subprocess.run(['setpriv', '--reuid', str(uid), '--regid', str(uid), '--clear-groups', '--', 'sh', '-c',
-                            'for p; do test -r "$p" -a -x "$p" || exit 1; done', 'sh'] + PLUGIN_DIRS + [AUSTEN],
+    reach = subprocess.run(as_uid(uid, ['sh', '-c', 'for p; do test -r "$p" -a -x "$p" || exit 1; done', 'sh'] +
+                                  PLUGIN_DIRS + [AUSTEN]),
                            capture_output=True, timeout=60)
     if probe.returncode == 0 and reach.returncode == 0:
         STAGE[uid] = (CMFHOST, PLUGIN_DIRS, None)
@@ -102,7 +106,7 @@ def run(args, env=None, limit_fsize=None, as_user=None, cwd=None):
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_fsize, limit_fsize))
     cmd = [host] + args
     if as_user:
-        cmd = ['setpriv', '--reuid', str(as_user), '--regid', str(as_user), '--clear-groups', '--'] + cmd
+        cmd = as_uid(as_user, cmd)
     p = subprocess.run(cmd, env=e, cwd=cwd, capture_output=True, text=True, errors='replace', preexec_fn=pre,
                        timeout=300)
     return Ran(p.returncode, p.stderr, p.stdout)
