@@ -26,6 +26,9 @@ namespace cmf::json {
 // parses again or goes away.
 inline simdjson::dom::element parse(simdjson::dom::parser &parser, std::string_view text, std::string_view source) {
     simdjson::dom::element doc;
+    // simdjson copies its input with memcpy, which must not see a null
+    // pointer even for zero bytes (an empty header region has no data()).
+    if (text.empty()) throw sdk::Error(CMF_ERR_PARSE, std::string(source) + ": not valid JSON: the text is empty");
     simdjson::error_code err = simdjson::SUCCESS;
     const bool bom = text.size() >= 3 && text.substr(0, 3) == "\xEF\xBB\xBF";
     if (!bom) {
