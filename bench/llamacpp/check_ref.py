@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks that a GGUF made by hf_to_gguf.py computes the same function in llama.cpp
-as the HF checkpoint it came from: a plain numpy (f32) Qwen3 forward pass over the
+as the HF checkpoint it came from: a plain numpy (f32) Qwen3 (or Qwen3-MoE) forward pass over the
 token ids bench.mjs --check-tokens feeds, compared with the logits it dumped.
 
 usage: /usr/bin/python3 check_ref.py HF_DIR LOGITS.f32 K [QK_NORM_SCALE=1] [MAX_REL_RMS=0.01]
@@ -35,6 +35,31 @@ def rope_neox(x, pos, theta):
     sin = np.sin(ang).astype(np.float32)[:, None, :]
     a, b = x[..., : d // 2], x[..., d // 2:]
     return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def swiglu(h, w, p):
+    g = h @ w(p + "gate_proj.weight").T
+    u = h @ w(p + "up_proj.weight").T
+    return ((g / (1 + np.exp(-g))) * u) @ w(p + "down_proj.weight").T
+
+
+def moe_ffn(h, w, p, cfg):
+    """Qwen3-MoE's sparse block as HF's Qwen3MoeSparseMoeBlock computes it: softmax
+    over all experts, top-k (ties to the lower index), renormalised when
+    norm_topk_prob, the chosen experts' SwiGLU outputs summed with those weights."""
+    logits = h @ w(p + "mlp.gate.weight").T
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    k = cfg["num_experts_per_tok"]
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        wt = probs[t, top[t]]
+        if cfg.get("norm_topk_prob", False):
+            wt = wt / wt.sum()
+        for e, we in zip(top[t], wt):
+            out[t] += we * swiglu(h[t:t + 1], w, p + f"mlp.experts.{e}.")[0]
+    return out
 
 
 def main():
@@ -80,9 +105,10 @@ def main():
         o = np.einsum("htu,uhd->thd", s, v).reshape(K, nh * hd)
         x = x + o @ w(p + "self_attn.o_proj.weight").T
         h = rmsnorm(x, w(p + "post_attention_layernorm.weight"), eps)
-        g = h @ w(p + "mlp.gate_proj.weight").T
-        u = h @ w(p + "mlp.up_proj.weight").T
-        x = x + ((g / (1 + np.exp(-g))) * u) @ w(p + "mlp.down_proj.weight").T
+        if cfg.get("model_type") == "qwen3_moe":
+            x = x + moe_ffn(h, w, p, cfg)
+        else:
+            x = x + swiglu(h, w, p + "mlp.")
     x = rmsnorm(x, w("model.norm.weight"), eps)
     head = "lm_head.weight" if "lm_head.weight" in st.header else "model.embed_tokens.weight"
     ref = np.empty((K, V), dtype=np.float32)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Convert a Qwen3 HF checkpoint (config.json + one model.safetensors, BF16/F16/F32)
-into a GGUF v3 file that llama.cpp's qwen3 loader accepts, so that llama.cpp can be
-benchmarked on exactly the weights `cmfhost bench` runs.
+"""Convert a Qwen3 or Qwen3-MoE HF checkpoint (config.json + one model.safetensors,
+BF16/F16/F32) into a GGUF v3 file that llama.cpp's qwen3 / qwen3moe loader accepts, so
+that llama.cpp can be benchmarked on exactly the weights `cmfhost bench` runs.
 
 usage: /usr/bin/python3 hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0|q4_0} [QK_NORM_SCALE]
 
@@ -21,6 +21,12 @@ nibbles min(15, trunc(x/d + 8.5)), as ggml's reference quantizer); 1-D norms
 stay F32, as llama.cpp's own converter does. Tensors are
 streamed one at a time (the embedding in row chunks) so peak memory stays ~100 MB.
 The output is written to OUT.gguf.tmp and renamed only when complete.
+
+Qwen3-MoE (model_type qwen3_moe): llama.cpp keeps each layer's experts in three
+stacked tensors, ffn_{gate,up,down}_exps of GGUF dims [cols, rows, n_expert] (expert
+e's HF matrix is slice e), and the router as ffn_gate_inp; its qwen3moe graph always
+renormalises the top-k weights, so only norm_topk_prob = true checkpoints are
+accepted, and every layer must be sparse (decoder_sparse_step 1, no mlp_only_layers).
 """
 import json
 import os
@@ -200,8 +206,16 @@ def main():
     qk_scale = float(sys.argv[4]) if len(sys.argv) == 5 else 1.0
     with open(os.path.join(hf, "config.json")) as f:
         cfg = json.load(f)
-    if cfg.get("model_type") != "qwen3":
-        fail(f"config.json model_type is {cfg.get('model_type')!r}, expected 'qwen3'")
+    model_type = cfg.get("model_type")
+    if model_type not in ("qwen3", "qwen3_moe"):
+        fail(f"config.json model_type is {model_type!r}, expected 'qwen3' or 'qwen3_moe'")
+    moe = model_type == "qwen3_moe"
+    arch = "qwen3moe" if moe else "qwen3"
+    if moe:
+        if not cfg.get("norm_topk_prob", False):
+            fail("qwen3_moe with norm_topk_prob false: llama.cpp's qwen3moe graph always renormalises")
+        if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+            fail("qwen3_moe with dense layers (decoder_sparse_step/mlp_only_layers): not expressible in qwen3moe GGUF")
     st = SafeTensors(os.path.join(hf, "model.safetensors"))
     n_embd, n_layer = cfg["hidden_size"], cfg["num_hidden_layers"]
     n_vocab = cfg["vocab_size"]
@@ -209,8 +223,9 @@ def main():
     tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in st.header
     wtype = WEIGHT_TYPE[kind]
 
-    # (gguf name, hf name, ggml type)
-    plan = [("token_embd.weight", "model.embed_tokens.weight", wtype)]
+    # (gguf name, hf names, ggml type): one HF tensor, or several stacked along a
+    # new leading dimension (the experts of an MoE layer).
+    plan = [("token_embd.weight", ["model.embed_tokens.weight"], wtype)]
     for i in range(n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         plan += [
@@ -222,28 +237,42 @@ def main():
             (b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", GGML_F32),
             (b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", GGML_F32),
             (b + "ffn_norm.weight", p + "post_attention_layernorm.weight", GGML_F32),
-            (b + "ffn_gate.weight", p + "mlp.gate_proj.weight", wtype),
-            (b + "ffn_up.weight", p + "mlp.up_proj.weight", wtype),
-            (b + "ffn_down.weight", p + "mlp.down_proj.weight", wtype),
         ]
+        if moe:
+            experts = range(cfg["num_experts"])
+            # The router stays F32, as llama.cpp's converter leaves ffn_gate_inp.
+            plan.append((b + "ffn_gate_inp.weight", p + "mlp.gate.weight", GGML_F32))
+            for g, h in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+                plan.append((b + f"ffn_{g}_exps.weight", [p + f"mlp.experts.{e}.{h}.weight" for e in experts], wtype))
+        else:
+            plan += [
+                (b + "ffn_gate.weight", p + "mlp.gate_proj.weight", wtype),
+                (b + "ffn_up.weight", p + "mlp.up_proj.weight", wtype),
+                (b + "ffn_down.weight", p + "mlp.down_proj.weight", wtype),
+            ]
     plan.append(("output_norm.weight", "model.norm.weight", GGML_F32))
     if not tied:
         plan.append(("output.weight", "lm_head.weight", wtype))
+    plan = [(g, [h] if isinstance(h, str) else h, t) for g, h, t in plan]
 
     kv = KV()
-    kv.str("general.architecture", "qwen3")
-    kv.str("general.name", "cmf-bench-qwen3-random")
+    kv.str("general.architecture", arch)
+    kv.str("general.name", f"cmf-bench-{arch}-random")
     kv.u32("general.file_type", FILE_TYPE[kind])
-    kv.u32("qwen3.context_length", cfg.get("max_position_embeddings", 4096))
-    kv.u32("qwen3.embedding_length", n_embd)
-    kv.u32("qwen3.block_count", n_layer)
-    kv.u32("qwen3.feed_forward_length", cfg["intermediate_size"])
-    kv.u32("qwen3.attention.head_count", cfg["num_attention_heads"])
-    kv.u32("qwen3.attention.head_count_kv", cfg["num_key_value_heads"])
-    kv.u32("qwen3.attention.key_length", head_dim)
-    kv.u32("qwen3.attention.value_length", head_dim)
-    kv.f32("qwen3.rope.freq_base", float(cfg.get("rope_theta", 1e6)))
-    kv.f32("qwen3.attention.layer_norm_rms_epsilon", float(cfg.get("rms_norm_eps", 1e-6)))
+    kv.u32(f"{arch}.context_length", cfg.get("max_position_embeddings", 4096))
+    kv.u32(f"{arch}.embedding_length", n_embd)
+    kv.u32(f"{arch}.block_count", n_layer)
+    kv.u32(f"{arch}.feed_forward_length", cfg["intermediate_size"])
+    kv.u32(f"{arch}.attention.head_count", cfg["num_attention_heads"])
+    kv.u32(f"{arch}.attention.head_count_kv", cfg["num_key_value_heads"])
+    kv.u32(f"{arch}.attention.key_length", head_dim)
+    kv.u32(f"{arch}.attention.value_length", head_dim)
+    kv.f32(f"{arch}.rope.freq_base", float(cfg.get("rope_theta", 1e6)))
+    kv.f32(f"{arch}.attention.layer_norm_rms_epsilon", float(cfg.get("rms_norm_eps", 1e-6)))
+    if moe:
+        kv.u32(f"{arch}.expert_count", cfg["num_experts"])
+        kv.u32(f"{arch}.expert_used_count", cfg["num_experts_per_tok"])
+        kv.u32(f"{arch}.expert_feed_forward_length", cfg["moe_intermediate_size"])
     # Dummy vocabulary: the 256 byte tokens (llama.cpp needs "\n" to tokenize to
     # something) then unique placeholders up to vocab_size.
     # The last one is "<|endoftext|>" (type 3 = control), bos = eos, so that
@@ -260,11 +289,16 @@ def main():
 
     # Tensor infos: GGUF dims are ne[0] = fastest-moving, i.e. HF's shape reversed.
     infos, offsets, off = [], [], 0
-    for gname, hname, gtype in plan:
-        shape = st.shape(hname)
+    for gname, hnames, gtype in plan:
+        shape = st.shape(hnames[0])
+        for h in hnames[1:]:
+            if st.shape(h) != shape:
+                fail(f"{h}: shape {st.shape(h)} differs from {hnames[0]}'s {shape}")
+        if len(hnames) > 1:
+            shape = [len(hnames)] + shape
         n = int(np.prod(shape))
         if gtype in (GGML_Q8_0, GGML_Q4_0) and shape[-1] % QK8_0:
-            fail(f"{hname}: row length {shape[-1]} is not a multiple of {QK8_0}")
+            fail(f"{hnames[0]}: row length {shape[-1]} is not a multiple of {QK8_0}")
         off = (off + ALIGN - 1) // ALIGN * ALIGN
         offsets.append(off)
         infos.append(gguf_str(gname) + struct.pack("<I", len(shape))
@@ -283,14 +317,15 @@ def main():
         pad = (-f.tell()) % ALIGN
         f.write(b"\0" * pad)
         base = f.tell()
-        for (gname, hname, gtype), toff in zip(plan, offsets):
+        for (gname, hnames, gtype), toff in zip(plan, offsets):
             f.write(b"\0" * (base + toff - f.tell()))
-            shape = st.shape(hname)
-            rows = shape[0] if len(shape) > 1 else 1
-            chunk = max(1, (1 << 22) // int(np.prod(shape[1:]) if len(shape) > 1 else shape[0]))
-            scale = qk_scale if hname.endswith(("q_norm.weight", "k_norm.weight")) else 1.0
-            for r in range(0, rows, chunk):
-                f.write(encode(gtype, scale * st.rows_f32(hname, r, min(chunk, rows - r))))
+            for hname in hnames:  # stacked experts: slice after slice
+                shape = st.shape(hname)
+                rows = shape[0] if len(shape) > 1 else 1
+                chunk = max(1, (1 << 22) // int(np.prod(shape[1:]) if len(shape) > 1 else shape[0]))
+                scale = qk_scale if hname.endswith(("q_norm.weight", "k_norm.weight")) else 1.0
+                for r in range(0, rows, chunk):
+                    f.write(encode(gtype, scale * st.rows_f32(hname, r, min(chunk, rows - r))))
         if f.tell() != base + data_size:
             fail(f"internal: wrote {f.tell() - base} data bytes, planned {data_size}")
     os.replace(tmp, out_path)

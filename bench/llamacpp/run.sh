@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# llama.cpp on the same Qwen3-0.6B-shaped checkpoint that bench/qwen06b.sh runs
-# through `cmfhost bench`, to compare decode/prefill speed side by side:
+# llama.cpp on the same checkpoint that bench/qwen06b.sh (or bench/qwen3_moe.sh,
+# with NAME=qwen3-moe and WORK_DIR=/tmp/cmf-qwen3-moe) runs through
+# `cmfhost bench`, to compare decode/prefill speed side by side:
 #   1. `npm install` here if node_modules is missing (node-llama-cpp, pinned; its
 #      @node-llama-cpp/linux-x64 package ships prebuilt llama.cpp CPU libraries,
 #      nothing is compiled);
-#   2. hf_to_gguf.py: the checkpoint -> qwen06b-{f16,q8_0,q4_0}.gguf in WORK_DIR
+#   2. hf_to_gguf.py: the checkpoint -> NAME-{f16,q8_0,q4_0}.gguf in WORK_DIR
 #      (skipped when the .gguf exists);
 #   3. correctness: (a) llama.cpp's logits on a check GGUF (f16, q_norm/k_norm
 #      scaled by 100 so attention is sharp and RoPE matters) against a numpy
@@ -17,7 +18,7 @@
 #      tok/s, with the ggml CPU variant library llama.cpp loaded.
 # The checkpoint (WORK_DIR/hf, 1.19 GB BF16, random weights) is made once by
 #   build-rel/bench/convert_bench --shape 0.6b --dir WORK_DIR/hf --checkpoint-only 1
-# usage: [TYPES="f16 q8_0 q4_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA="0 1"]
+# usage: [TYPES="f16 q8_0 q4_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA="0 1"] [NAME=qwen06b]
 #        bench/llamacpp/run.sh [WORK_DIR=/tmp/cmf-qwen06b]
 # Takes ~6 minutes on the 2-core machine. Run it on an idle machine.
 set -euo pipefail
@@ -25,6 +26,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="${1:-/tmp/cmf-qwen06b}"
 types="${TYPES:-f16 q8_0 q4_0}"
 threads="${THREADS:-2}"
+name="${NAME:-qwen06b}"
 case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 
 if [ ! -f "$work/hf/config.json" ] || [ ! -f "$work/hf/model.safetensors" ]; then
@@ -40,14 +42,14 @@ fi
 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in $types; do
-  out="$work/qwen06b-$t.gguf"
+  out="$work/$name-$t.gguf"
   if [ ! -f "$out" ]; then
     /usr/bin/python3 "$here/hf_to_gguf.py" "$work/hf" "$out" "$t"
   fi
 done
 
 # Correctness (a): the conversion computes the checkpoint's function.
-check="$work/qwen06b-check-f16.gguf"
+check="$work/$name-check-f16.gguf"
 [ -f "$check" ] || /usr/bin/python3 "$here/hf_to_gguf.py" "$work/hf" "$check" f16 100 >/dev/null
 node "$here/bench.mjs" "$check" --threads "$threads" --check-tokens 6 \
   --dump-logits "$work/llamacpp-logits-check.f32" >/dev/null
@@ -57,7 +59,7 @@ set -- $types
 if [ $# -ge 2 ]; then
   ref=""
   for t in $types; do
-    node "$here/bench.mjs" "$work/qwen06b-$t.gguf" --threads "$threads" --check-tokens 4 \
+    node "$here/bench.mjs" "$work/$name-$t.gguf" --threads "$threads" --check-tokens 4 \
       | grep '^check' | sed 's/.*argmax \([0-9]*\).*/\1/' > "$work/llamacpp-check-$t.txt"
     if [ -z "$ref" ]; then ref=$t
     elif cmp -s "$work/llamacpp-check-$ref.txt" "$work/llamacpp-check-$t.txt"; then
@@ -72,7 +74,7 @@ fi
 # (llama.cpp's "auto" turns it on for the CPU), measured faster here.
 for fa in ${FA:-0 1}; do
   for t in $types; do
-    node "$here/bench.mjs" "$work/qwen06b-$t.gguf" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" \
+    node "$here/bench.mjs" "$work/$name-$t.gguf" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" \
       --threads "$threads" --flash-attn "$fa" | grep -v '^ggml CPU' | sed "s/^/  $t fa$fa: /"
   done
 done
