@@ -2,8 +2,8 @@
 # Skill files written by the original implementation (tests/fixtures/upstream/
 # skills, see its README.md): cmfhost reads them, lists the skill, applies the
 # original's skill file to the original's backbone and gets what the original's
-# own apply wrote, tensor for tensor; its export of the original's specialist
-# gives the original's skill file back; a wrong base and a damaged payload are
+# own apply wrote, byte for byte; its export of the original's specialist
+# gives the original's skill file back, byte for byte; a wrong base and a damaged payload are
 # refused.
 # usage: cli_upstream_skills_test.sh CMFHOST FIXTURE_DIR WORK_DIR
 set -eu
@@ -58,6 +58,8 @@ grep -q '"name":"model.layers.1.mlp.down_proj.weight","dtype":"q8_row","dtype_id
 grep -q '"skills":\[{"id":"gfx","name":"graphics","layers":\[1\],"base_arch":"qwen3","task":"gfx",' "$work/applied.json" ||
   fail "the applied record must drop base_dir_hash: $(out applied.json)"
 "$host" masks "$work/applied.cmf" | grep -q '^  gfx  *12%  *unmeasured  *2 ' || fail "carried mask: $("$host" masks "$work/applied.cmf")"
+# ... byte for byte: same layout, same header text, same sections.
+cmp -s "$fix/applied.cmf" "$work/applied.cmf" || fail "our applied file is not byte-identical to the original's: $(cmp "$fix/applied.cmf" "$work/applied.cmf")"
 # ... and decodes to the values the original decoded from its applied file.
 for t in model.layers.1.mlp.down_proj.weight model.layers.1.self_attn.o_proj.weight; do
   "$host" dequant "$work/applied.cmf" --name "$t" --out "$work/$t.f32" >/dev/null || fail "dequant $t"
@@ -72,6 +74,7 @@ done
 grep -q '^Header/arch: identical\.$' "$work/diff2.txt" || fail "exported header: $(out diff2.txt)"
 grep -q '^Tensors: 2 shared verbatim (hash matched), +0 new, -0 removed, ~0 changed\.$' "$work/diff2.txt" ||
   fail "exported tensors: $(out diff2.txt)"
+cmp -s "$fix/gfx.skill.cmf" "$work/gfx.skill.cmf" || fail "our skill file is not byte-identical to the original's: $(cmp "$fix/gfx.skill.cmf" "$work/gfx.skill.cmf")"
 "$host" info --json "$work/gfx.skill.cmf" | grep -q '"base_dir_hash":"066f3d0a8de1a9e5","base_arch":"qwen3","task":"gfx"' ||
   fail "exported record keys"
 
