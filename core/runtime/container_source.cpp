@@ -279,8 +279,9 @@ std::shared_ptr<const cmf_model_source> make_container_source(const cmf_model *c
         // and the rows the mask leaves out are never brought into memory
         // (a fault anywhere within reach would otherwise read them: the
         // 2 MiB folio or the read-around window it falls in). The cost:
-        // the kept weights are mapped with 4 KiB pages, and a cold first
-        // pass reads page by page.
+        // 4 KiB pages, and a cold first pass reads page by page; the
+        // decoder gives the weights it reads whole their 2 MiB pages back
+        // on each one's aligned interior (archs/common, moe_ffn.cpp).
         for (const auto &sh : m.shards())
             if (sh.file->mapped()) {
                 void *p = const_cast<uint8_t *>(sh.file->data());

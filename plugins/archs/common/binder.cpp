@@ -63,6 +63,7 @@ Weight Binder::bind(const std::string &short_name, std::initializer_list<uint64_
     Weight w;
     check(be_->weight_bind(be_ctx_, &v, &w.w));
     owned_.push_back(w.w);
+    if (v.ndim == 2) whole_.emplace_back(prefix_ + short_name, v);
     w.rows = v.ndim == 2 ? v.shape[0] : 1;
     w.cols = v.ndim == 2 ? v.shape[1] : v.shape[0];
     return w;

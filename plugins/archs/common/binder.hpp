@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace cmf::archs {
@@ -62,6 +63,10 @@ public:
     // them it is row-major (a depthwise convolution's [C, 1, K] taps).
     Weight bind_values(const std::string &name, uint64_t len);
 
+    // The 2-D tensors bound whole by bind() (full name, stored view), in
+    // binding order: the weights a forward pass reads row after row.
+    const std::vector<std::pair<std::string, cmf_tensor_view>> &whole() const { return whole_; }
+
     // f(full name, view) for every tensor of the source (any prefix).
     template <class F>
     void each(F &&f) const {
@@ -74,6 +79,7 @@ private:
     std::string prefix_;
     std::vector<cmf_backend_weight *> &owned_;
     std::unordered_map<std::string, cmf_tensor_view> index_;
+    std::vector<std::pair<std::string, cmf_tensor_view>> whole_;
 };
 
 }  // namespace cmf::archs

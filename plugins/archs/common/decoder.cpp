@@ -397,7 +397,9 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     }
     m->norm_topk = c.moe_norm_topk_prob;
     Binder b(src, be, be_ctx, "", m->owned);
-    detail::advise_expert_pages(b);
+    // Pages read exactly (4 KiB, no read-ahead) where rows are skipped: a
+    // model with experts (advised here) or a task mask (by the runtime).
+    const bool exact_pages = detail::advise_expert_pages(b) || mask != nullptr;
     const std::string &body = names.body;
     const uint64_t H = c.hidden_size;
     m->embed = b.bind(body + "embed_tokens.weight", {0, H});
@@ -405,6 +407,7 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     m->final_norm = b.bind(body + "norm.weight", {H});
     if (names.head.empty()) {  // an encoder: hidden states only
         if (opts.mtp == 1) throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": mtp=on for a model without an output head");
+        if (exact_pages) detail::advise_whole_read_pages(b, body + "embed_tokens.weight");
         return m;
     }
     if (b.present(names.head))
@@ -420,6 +423,8 @@ std::unique_ptr<DecoderModel> create_decoder(const cmf_host_api *host, const cmf
     if (opts.mtp == 1 && !has_mtp)
         throw Error(CMF_ERR_MISSING_TENSOR, fam + ": mtp=on but the model has no MTP head (" + body + "mtp.*)");
     if (has_mtp && opts.mtp != 0) detail::bind_mtp(*m, b, body);
+    // The embedding is read a row per token unless it is also the head.
+    if (exact_pages) detail::advise_whole_read_pages(b, b.present(names.head) ? body + "embed_tokens.weight" : "");
     return m;
 }
 

@@ -26,7 +26,12 @@ void matmuls(const DecoderModel &m, const float *x, uint64_t n,
 // ---- mixture of experts (moe_ffn.cpp) ----
 // A model with experts (*.mlp.experts.*): advises all its payloads' pages
 // 4 KiB pages and no read-ahead, before anything is bound (see moe_ffn.cpp).
-void advise_expert_pages(const Binder &b);
+// True if the model has experts.
+bool advise_expert_pages(const Binder &b);
+// After binding, on a mapping advised 4 KiB pages (experts, a task mask):
+// gives the 2 MiB-aligned interior of every weight bound whole (b.whole(),
+// except experts and `skip`) its 2 MiB pages back (see moe_ffn.cpp).
+void advise_whole_read_pages(const Binder &b, const std::string &skip);
 // Binds layer p's router, experts and shared expert (mlp.gate.weight present).
 void bind_moe(DecoderModel &m, Binder &b, const std::string &p, const std::string &where, Layer &L);
 // sc.tmp = moe(sc.xn) over n tokens; counts the picks in layer `counted`
