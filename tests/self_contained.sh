@@ -15,7 +15,7 @@ if [ -n "$hits" ]; then
   echo "files point outside the repository:"; echo "$hits"; status=1
 fi
 # Work-tracking vocabulary.
-hits=$(git grep -n -I -E -i 'session [0-9]+|issues? #?[0-9]+|\(issue' -- . ':!*.lock' ':!*package-lock.json' \
+hits=$(git grep -n -I -E -i 'sessio[n] [0-9]+|issue[s]? #?[0-9]+|[(]issue' -- . ':!*.lock' ':!*package-lock.json' \
   ':!tests/self_contained.sh')
 if [ -n "$hits" ]; then
   echo "files speak of work sessions or issue numbers:"; echo "$hits"; status=1
