@@ -201,7 +201,7 @@ typedef struct cmf_codec_vt {
  * the block is d * q[i]. Written as d = max|x| / 127 over the block's f32
  * values (stored rounded to nearest even), q[i] = x[i] * (1 / d) rounded
  * half away from zero (all q = 0 when d = 0), the rounding of llama.cpp's
- * Q8_0. A block holding a NaN or an infinity stores d = NaN. */
+ * Q8_0. A block holding a NaN or an infinity stores d = NaN and codes 0. */
 #define CMF_KV_DTYPE_Q8_32 256
 #define CMF_KV_Q8_32_ROW_BYTES(row_len) (((uint64_t)(row_len) / 32u) * 34u)
 

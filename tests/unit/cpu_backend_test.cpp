@@ -841,6 +841,7 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
         REQUIRE(vt.kv_write(c, buf.data(), CMF_KV_DTYPE_Q8_32, 64, 0, row64.data(), 1) == nullptr);
         const auto *qb = reinterpret_cast<const uint8_t *>(buf.data());
         CHECK(std::isnan(cmf::codecs::f16_to_f32(static_cast<uint16_t>(qb[0] | qb[1] << 8))));
+        for (int i = 0; i < 32; ++i) CHECK(qb[2 + i] == 0);
         CHECK(cmf::codecs::f16_to_f32(static_cast<uint16_t>(qb[34] | qb[35] << 8)) == doctest::Approx(0.25f / 127).epsilon(1e-3));
         CHECK(static_cast<int8_t>(qb[36]) == 127);
     }

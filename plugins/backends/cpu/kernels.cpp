@@ -41,7 +41,11 @@ void quant_q8_32(const float *src, uint64_t n_blocks, uint8_t *dst) {
         const uint16_t h = codecs::f32_to_f16(d);
         dst[0] = static_cast<uint8_t>(h & 0xFF);
         dst[1] = static_cast<uint8_t>(h >> 8);
-        const float id = finite && d != 0.0f ? 1.0f / d : 0.0f;
+        if (!finite || d == 0.0f) {  // the codes of a NaN-scaled or all-zero block are 0
+            std::memset(dst + 2, 0, 32);
+            continue;
+        }
+        const float id = 1.0f / d;
         for (int i = 0; i < 32; ++i)
             dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::round(src[i] * id), -127.0f, 127.0f)));
     }
