@@ -193,6 +193,18 @@ typedef struct cmf_codec_vt {
 
 /* ---- backends: where compute happens ------------------------------------ */
 
+/* A KV cache element type that is not a file dtype (the CMF_DTYPE_* ids are
+ * the spec's; this one exists only in memory, for kv_write / attention_kv /
+ * attention_ring). A row of row_len elements (row_len a multiple of 32) is
+ * row_len / 32 blocks of 34 bytes, in element order: the block's scale d as
+ * IEEE f16 bits (little-endian), then its 32 codes q as int8; element i of
+ * the block is d * q[i]. Written as d = max|x| / 127 over the block's f32
+ * values (stored rounded to nearest even), q[i] = x[i] * (1 / d) rounded
+ * half away from zero (all q = 0 when d = 0), the rounding of llama.cpp's
+ * Q8_0. A block holding a NaN or an infinity stores d = NaN and codes 0. */
+#define CMF_KV_DTYPE_Q8_32 256
+#define CMF_KV_Q8_32_ROW_BYTES(row_len) (((uint64_t)(row_len) / 32u) * 34u)
+
 /*
  * A backend executes the operations architectures need. Activations live in
  * backend buffers (`void *` the arch treats as opaque handles, except on the
@@ -287,6 +299,10 @@ typedef struct cmf_backend_vt {
      * CMF_DTYPE_F16, allocate n_rows * row_len * 2 bytes with buffer_alloc.
      * The arch never offsets into such a buffer: rows are named by index.
      * CMF_DTYPE_F32 is accepted too (then the buffer is plain f32 rows).
+     * CMF_KV_DTYPE_Q8_32 (above): blocks of 32 int8 codes, allocate n_rows *
+     * CMF_KV_Q8_32_ROW_BYTES(row_len) bytes; row_len (attention's
+     * n_kv_heads * head_dim) must be a multiple of 32, else
+     * CMF_ERR_INVALID_ARGUMENT (a head may start and end mid-block).
      * Other dtypes: CMF_ERR_UNSUPPORTED. */
 
     /* Rows [row0, row0 + n_rows) of `cache` = src ([n_rows][row_len] f32),

@@ -74,8 +74,7 @@ int cmd_serve(const std::vector<std::string> &args) {
     if (parallel == 0) throw Failure("--parallel must be at least 1", 2);
     if (prefill_chunk == 0) throw Failure("--prefill-chunk must be at least 1", 2);
     if (!(grace >= 0)) throw Failure("--shutdown-grace must be >= 0", 2);
-    if (session_flags.kv_cache != "f32" && session_flags.kv_cache != "f16")
-        throw Failure("--kv-cache must be f32 or f16, not '" + session_flags.kv_cache + "'", 2);
+    check_kv_cache_flag(session_flags);
     // The batch engine serves the whole model: a selection would be ignored.
     for (const auto &[flag, value] : {std::pair<const char *, const std::string &>{"--task", session_flags.task},
                                       {"--skill", session_flags.skill},

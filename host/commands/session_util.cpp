@@ -36,7 +36,8 @@ std::string resolve_model(const std::string &given) {
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
     namespace po = boost::program_options;
     desc.add_options()("kv-cache", po::value(&flags.kv_cache)->default_value(flags.kv_cache),
-                       "KV cache element type: f32, or f16 (half the memory and the bytes attention reads)")
+                       "KV cache element type: f32; f16 (half the memory and the bytes attention reads); or q8, "
+                       "blocks of 32 int8 values with an f16 scale (0.27 of f32's)")
         ("backend", po::value(&flags.backend)->default_value(""),
          "compute backend by name (cmfhost plugins lists them); default: the first one loaded")
         ("mtp", po::value(&flags.mtp)->default_value(flags.mtp),
@@ -63,15 +64,19 @@ bool model_has_mtp(const cmf_model *m) {
     return e == nullptr;
 }
 
+void check_kv_cache_flag(const SessionFlags &flags) {
+    if (flags.kv_cache != "f32" && flags.kv_cache != "f16" && flags.kv_cache != "q8")
+        throw Failure("--kv-cache must be f32, f16 or q8, not '" + flags.kv_cache + "'", 2);
+}
+
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags) {
-    if (flags.kv_cache != "f32" && flags.kv_cache != "f16")
-        throw Failure("--kv-cache must be f32 or f16, not '" + flags.kv_cache + "'", 2);
+    check_kv_cache_flag(flags);
     if (flags.mtp != "on" && flags.mtp != "off") throw Failure("--mtp must be on or off, not '" + flags.mtp + "'", 2);
     cmf_session_options o;
     cmf_session_options_init(&o);
     o.n_ctx = n_ctx;
     if (flags.profile) o.flags |= CMF_SESSION_PROFILE;
-    // The arch's model options (kv_cache=f32|f16, mtp=off), passed only when
+    // The arch's model options (kv_cache=f16|q8, mtp=off), passed only when
     // they are not the default, so that defaults run with any arch plugin.
     std::string arch_options;
     if (flags.kv_cache != "f32") arch_options = "kv_cache=" + flags.kv_cache;

@@ -44,7 +44,7 @@ std::string resolve_model(const std::string &given);
 // which never generate.
 struct SessionFlags {
     explicit SessionFlags(std::string kv) : kv_cache(std::move(kv)) {}
-    std::string kv_cache;  // --kv-cache: the KV cache's element type, f32 or f16
+    std::string kv_cache;  // --kv-cache: the KV cache's element type, f32, f16 or q8
     bool profile = false;  // bench --profile: CMF_SESSION_PROFILE
     std::string backend = "";  // --backend: a backend by name; "" = the first one loaded
     // What of the model runs (docs/tasks-and-skills.md): --task, --skill,
@@ -58,6 +58,8 @@ struct SessionFlags {
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags);
 // --route-stats FILE (run and ppl).
 void add_route_stats_option(boost::program_options::options_description &desc, SessionFlags &flags);
+// --kv-cache is f32, f16 or q8 (a usage error, exit status 2, otherwise).
+void check_kv_cache_flag(const SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);
 // The model has an MTP head (model.mtp.* tensors).
 bool model_has_mtp(const cmf_model *m);

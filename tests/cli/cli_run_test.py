@@ -16,6 +16,7 @@ writer, then checks:
   bench --profile           per-op backend times: calls per forward, depth excluded;
   --kv-cache f16 / f32      logits with an f16 cache within 1e-3 of PyTorch, run's
                             greedy text the same with either cache, a bad value refused;
+  --kv-cache q8             logits within 2e-2 of PyTorch, the same top-1 everywhere;
   clear errors for bad arguments and a missing default model.
 Exit 77 (skip) without torch.
 """
@@ -86,6 +87,21 @@ if got.size == len(ids) * V:
               f"logits --kv-cache f16 vs PyTorch: max |diff| / max |ref| = {rel16:.2e} <= 1e-3")
     else:
         check(False, "logits --kv-cache f16 writes the same number of floats")
+
+    # The q8 KV cache (blocks of 32 int8 values and an f16 scale; this
+    # model's 48-dim heads start mid-block): close to PyTorch, in use, and
+    # the same top-1 token at every position.
+    out8 = os.path.join(work, "logits8.f32")
+    run(["logits", model_path, "--ids", ",".join(map(str, ids)), "--out", out8, "--kv-cache", "q8"])
+    g8 = np.fromfile(out8, dtype="<f4").astype(np.float64)
+    if g8.size == got.size:
+        g8 = g8.reshape(got.shape)
+        rel8 = np.abs(g8 - want).max() / np.abs(want).max()
+        check(0 < np.abs(g8 - got).max() and rel8 <= 2e-2,
+              f"logits --kv-cache q8 vs PyTorch: max |diff| / max |ref| = {rel8:.2e} <= 2e-2")
+        check((g8.argmax(1) == want.argmax(1)).all(), "logits --kv-cache q8: the same top-1 token at every position")
+    else:
+        check(False, "logits --kv-cache q8 writes the same number of floats")
 
 # logits -p (chat template) == logits --raw of the ChatML text
 a, b = os.path.join(work, "chat_a.f32"), os.path.join(work, "chat_b.f32")
@@ -227,8 +243,8 @@ p = run(["logits", model_path, "--ids", "1,x", "--out", out], expect=2)
 check("not a token id" in p.stderr.decode(), "logits --ids with a bad id: clear error")
 p = run(["run", os.path.join(work, "missing.cmf"), "-p", "x"], expect=1)
 check("missing.cmf" in p.stderr.decode(), "run on a missing file names it")
-p = run(["bench", model_path, "-p", "8", "-n", "0", "--kv-cache", "q8"], expect=2)
-check("--kv-cache must be f32 or f16" in p.stderr.decode(), "bench --kv-cache q8: clear error")
+p = run(["bench", model_path, "-p", "8", "-n", "0", "--kv-cache", "q4"], expect=2)
+check("--kv-cache must be f32, f16 or q8" in p.stderr.decode(), "bench --kv-cache q4: clear error")
 p = run(["ppl", model_path], expect=2)
 check("file" in p.stderr.decode(), "ppl without --file: clear error")
 # ---- default model hook ---------------------------------------------------------

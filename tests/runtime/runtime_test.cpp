@@ -143,6 +143,38 @@ void run_case(const std::string &name) {
     const double kvk = kv_decode_error(sk, seq, seq.size(), gk);
     MESSAGE(name << " f16 KV cache, KV decode vs full recompute: " << kvk);
     CHECK(kvk < 5e-4);
+
+    // 6. The q8 KV cache (blocks of 32 int8 values, f16 scale): close to the
+    //    reference where the K/V rows are whole blocks, refused by name
+    //    where they are not.
+    uint64_t kv_dim = 0;
+    for (const Case::T &tt : c.tensors)
+        if (tt.name == "model.layers.0.self_attn.k_proj.weight") kv_dim = tt.shape[0];
+    REQUIRE(kv_dim > 0);
+    SessionConfig q8 = cfg;
+    q8.arch_options = "kv_cache=q8";
+    if (kv_dim % 32 != 0) {
+        CHECK_THROWS_WITH_AS(Session(*t.rt, *model->source(), q8), doctest::Contains("kv_cache=q8 stores blocks of 32 values"),
+                             cmf::Error);
+        return;
+    }
+    Session s8(*t.rt, *model->source(), q8);
+    auto g8 = all_logits(s8, seq);
+    double e8 = 0;
+    agree = 0;
+    for (uint64_t p = 0; p < c.positions; ++p) {
+        e8 = std::max(e8, rel_err(g8.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
+        agree += cmf::text::argmax({g8.data() + p * c.vocab, c.vocab}) ==
+                 cmf::text::argmax({c.logits.data() + p * c.vocab, c.vocab});
+    }
+    MESSAGE(name << " q8 KV cache: max rel logit diff " << e8 << ", argmax agrees at " << agree << "/" << c.positions
+                 << " positions");
+    CHECK(e8 < 3e-2);
+    CHECK(e8 > 0);  // the cache really is q8
+    CHECK(agree >= c.positions * 9 / 10);
+    const double kv8 = kv_decode_error(s8, seq, seq.size(), g8);
+    MESSAGE(name << " q8 KV cache, KV decode vs full recompute: " << kv8);
+    CHECK(kv8 < 3e-2);
 }
 
 }  // namespace
@@ -603,9 +635,9 @@ TEST_CASE("session: errors are specific") {
     CHECK_THROWS_WITH_AS(Session(*t.rt, *act.source(), SessionConfig{}),
                          doctest::Contains("arch.hidden_act \"gelu\" is not an activation the qwen arch runs"), cmf::Error);
     SessionConfig bad_kv;
-    bad_kv.arch_options = "kv_cache=q8";
-    CHECK_THROWS_WITH_AS(Session(*t.rt, *e.source(), bad_kv), doctest::Contains("kv_cache must be f32 or f16, not \"q8\""),
-                         cmf::Error);
+    bad_kv.arch_options = "kv_cache=q4";
+    CHECK_THROWS_WITH_AS(Session(*t.rt, *e.source(), bad_kv),
+                         doctest::Contains("kv_cache must be f32, f16 or q8, not \"q4\""), cmf::Error);
     // A RoPE scaling the runtime does not implement is refused by name.
     for (const char *rs : {R"("rope_scaling":{"rope_type":"longrope","factor":2.0,"short_factor":[1.0],"long_factor":[1.0]},)",
                            R"("rope_scaling":{"rope_type":"su"},)"}) {

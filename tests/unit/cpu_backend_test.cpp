@@ -690,13 +690,16 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
     // a KV head and an odd last head: MHA with 5 heads (head_dim 32),
     // groups of 3 (head_dim 48), and groups of 3 at head_dim 128 (the
     // widest attention kernels, whose value pass pairs the heads of a group).
-    // The last is the blocked path deep in a windowed context (its ring wraps).
+    // Then the blocked path deep in a windowed context (its ring wraps), and
+    // two blocked cases at head_dim 32 and 64. q8 caches run in every case
+    // whose K/V rows are whole blocks (heads at 48 or 40 dims start mid-block).
     for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f},
                               AttnCase{16, 61, 20, 30, 0.0f}, AttnCase{40, 1, 300, 0, 0.0f},
                               AttnCase{64, 2, 100, 50, 1.5f}, AttnCase{40, 1, 77, 0, 0.0f, 3, 1},
                               AttnCase{16, 1, 5, 0, 0.0f, 8, 4}, AttnCase{8, 1, 40, 10, 1.5f, 6, 3},
                               AttnCase{32, 1, 90, 0, 0.0f, 5, 5}, AttnCase{48, 2, 64, 0, 0.0f, 6, 2},
-                              AttnCase{128, 1, 70, 0, 0.0f, 9, 3}, AttnCase{16, 30, 50, 12, 1.5f}}) {
+                              AttnCase{128, 1, 70, 0, 0.0f, 9, 3}, AttnCase{16, 30, 50, 12, 1.5f},
+                              AttnCase{32, 40, 10, 0, 0.0f}, AttnCase{64, 45, 30, 20, 1.5f}}) {
         CAPTURE(ac.n);
         CAPTURE(ac.pos0);
         const uint32_t nh = ac.nh, nkv = ac.nkv, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;
@@ -710,15 +713,19 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
         // written at row p % ring in order, so the ring holds only the last
         // ring_rows positions (the rest were overwritten).
         const uint32_t first = pos0 + 1 > win ? pos0 + 1 - win : 0;
-        std::vector<std::pair<int32_t, uint32_t>> caches = {{-1, 0}, {CMF_DTYPE_F32, 0}, {CMF_DTYPE_F16, 0}};
+        std::vector<int32_t> dtypes = {CMF_DTYPE_F32, CMF_DTYPE_F16};
+        if (nkv * hd % 32 == 0) dtypes.push_back(CMF_KV_DTYPE_Q8_32);  // heads may start mid-block
+        std::vector<std::pair<int32_t, uint32_t>> caches = {{-1, 0}};
+        for (int32_t d : dtypes) caches.emplace_back(d, 0);
         if (win > 0)
-            for (int32_t d : {CMF_DTYPE_F32, CMF_DTYPE_F16})
+            for (int32_t d : dtypes)
                 for (uint32_t extra : {0u, 5u}) caches.emplace_back(d, rows - first + extra);
         for (const auto &[kv, ring] : caches) {
             CAPTURE(kv);
             CAPTURE(ring);
-            const size_t elem = kv == CMF_DTYPE_F16 ? 2 : 4, row = size_t(nkv) * hd;
-            std::vector<float> kbuf((rows * row * elem + 3) / 4, -1.0f), vbuf = kbuf;
+            const size_t row = size_t(nkv) * hd;
+            const size_t row_bytes = kv == CMF_KV_DTYPE_Q8_32 ? CMF_KV_Q8_32_ROW_BYTES(row) : row * (kv == CMF_DTYPE_F16 ? 2 : 4);
+            std::vector<float> kbuf((rows * row_bytes + 3) / 4, -1.0f), vbuf = kbuf;
             std::vector<float> out(n * nh * hd);
             if (ring > 0) {
                 for (uint32_t p = 0; p < rows; ++p) {
@@ -754,6 +761,30 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
                     kref[i] = cmf::codecs::f16_to_f32(kh[at]);
                     vref[i] = cmf::codecs::f16_to_f32(vh[at]);
                     REQUIRE(std::fabs(kref[i] - kc[i]) <= std::fabs(kc[i]) * 0x1p-11f + 0x1p-25f);  // rounded, not garbage
+                }
+            }
+            if (kv == CMF_KV_DTYPE_Q8_32) {
+                // The bytes are the layout cmf_plugin.h states, computed here
+                // from the f32 values: per 32 elements the f16 of max|x|/127,
+                // then round(x * 127/max|x|) half away from zero.
+                const auto *kb = reinterpret_cast<const uint8_t *>(kbuf.data()), *vb = reinterpret_cast<const uint8_t *>(vbuf.data());
+                for (size_t blk = 0; blk < kref.size() / 32; ++blk) {
+                    const size_t p = blk * 32 / row, at = (ring > 0 ? (p % ring) * row + blk * 32 % row : blk * 32) / 32 * 34;
+                    if (ring > 0 && p + ring < rows) continue;
+                    for (auto [src, bytes, ref] : {std::tuple{&kc, kb, &kref}, std::tuple{&vc, vb, &vref}}) {
+                        const float *x = src->data() + blk * 32;
+                        float amax = 0;
+                        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+                        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                        const uint16_t h = cmf::codecs::f32_to_f16(d);
+                        REQUIRE(bytes[at] == (h & 0xFF));
+                        REQUIRE(bytes[at + 1] == (h >> 8));
+                        for (int i = 0; i < 32; ++i) {
+                            const int8_t q = static_cast<int8_t>(bytes[at + 2 + i]);
+                            REQUIRE(q == static_cast<int>(std::round(x[i] * id)));
+                            (*ref)[blk * 32 + i] = cmf::codecs::f16_to_f32(h) * static_cast<float>(q);
+                        }
+                    }
                 }
             }
             for (uint32_t tk = 0; tk < n; ++tk)
@@ -792,6 +823,27 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
         REQUIRE(ek != nullptr);
         CHECK(cmf_error_code(ek) == CMF_ERR_UNSUPPORTED);
         cmf_error_free(ek);
+        // q8 blocks need rows and heads of whole blocks.
+        ek = vt.kv_write(c, buf.data(), CMF_KV_DTYPE_Q8_32, 8, 0, src.data(), 2);
+        REQUIRE(ek != nullptr);
+        CHECK(cmf_error_code(ek) == CMF_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(cmf_error_message(ek)).find("multiple of 32 elements, not 8") != std::string::npos);
+        cmf_error_free(ek);
+        ek = vt.attention_kv(c, qv.data(), buf.data(), buf.data(), CMF_KV_DTYPE_Q8_32, ov.data(), 1, 0, 1, 1, 8, 1.0f, 0, 0.0f);
+        REQUIRE(ek != nullptr);
+        CHECK(cmf_error_code(ek) == CMF_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(cmf_error_message(ek)).find("rows of a multiple of 32 elements, not 8") != std::string::npos);
+        cmf_error_free(ek);
+        // A block with an infinity stores a NaN scale (never a finite guess);
+        // the next block is unaffected.
+        std::vector<float> row64(64, 0.25f);
+        row64[3] = INFINITY;
+        REQUIRE(vt.kv_write(c, buf.data(), CMF_KV_DTYPE_Q8_32, 64, 0, row64.data(), 1) == nullptr);
+        const auto *qb = reinterpret_cast<const uint8_t *>(buf.data());
+        CHECK(std::isnan(cmf::codecs::f16_to_f32(static_cast<uint16_t>(qb[0] | qb[1] << 8))));
+        for (int i = 0; i < 32; ++i) CHECK(qb[2 + i] == 0);
+        CHECK(cmf::codecs::f16_to_f32(static_cast<uint16_t>(qb[34] | qb[35] << 8)) == doctest::Approx(0.25f / 127).epsilon(1e-3));
+        CHECK(static_cast<int8_t>(qb[36]) == 127);
     }
 
     // gelu_tanh gated product.

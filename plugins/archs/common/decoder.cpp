@@ -44,10 +44,10 @@ bool has_ring_attention(const cmf_backend_vt *be) {
     return CMF_BACKEND_HAS(be, kv_write) && CMF_BACKEND_HAS(be, attention_ring);
 }
 
-// Model options ("key=value,..."): kv_cache=f32|f16, the KV cache's dtype;
-// mtp=on|off, the draft head (default: on when the file has one). Unknown
-// keys, values and a backend without the f16 cache operations are errors,
-// never ignored.
+// Model options ("key=value,..."): kv_cache=f32|f16|q8, the KV cache's
+// dtype (q8: CMF_KV_DTYPE_Q8_32 blocks); mtp=on|off, the draft head
+// (default: on when the file has one). Unknown keys, values and a backend
+// without the cache operations a dtype needs are errors, never ignored.
 struct ModelOptions {
     int32_t kv_dtype = CMF_DTYPE_F32;
     int mtp = -1;  // -1: when present, 0: off, 1: required
@@ -65,16 +65,16 @@ ModelOptions parse_model_options(const cmf_backend_vt *be, const std::string &fa
         }
         if (key != "kv_cache")
             throw Error(CMF_ERR_INVALID_ARGUMENT,
-                        fam + ": unknown model option \"" + key + "\" (known: kv_cache=f32|f16, mtp=on|off)");
+                        fam + ": unknown model option \"" + key + "\" (known: kv_cache=f32|f16|q8, mtp=on|off)");
         if (value == "f32") {
             o.kv_dtype = CMF_DTYPE_F32;
-        } else if (value == "f16") {
+        } else if (value == "f16" || value == "q8") {
             if (!has_kv_ops(be))
-                throw Error(CMF_ERR_UNSUPPORTED, fam + ": backend '" + (be->name ? be->name : "?") +
-                                                     "' has no f16 KV cache (kv_write, attention_kv)");
-            o.kv_dtype = CMF_DTYPE_F16;
+                throw Error(CMF_ERR_UNSUPPORTED, fam + ": backend '" + (be->name ? be->name : "?") + "' has no " +
+                                                     value + " KV cache (kv_write, attention_kv)");
+            o.kv_dtype = value == "f16" ? CMF_DTYPE_F16 : CMF_KV_DTYPE_Q8_32;
         } else {
-            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": kv_cache must be f32 or f16, not \"" + value + "\"");
+            throw Error(CMF_ERR_INVALID_ARGUMENT, fam + ": kv_cache must be f32, f16 or q8, not \"" + value + "\"");
         }
     }
     return o;
@@ -463,6 +463,10 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
             const uint64_t window = L.choice.window;
             ring = rings && window > 0 && window + s->chunk - 1 < n_ctx;
             rows = ring ? window + s->chunk - 1 : n_ctx;
+            if (m.kv_dtype == CMF_KV_DTYPE_Q8_32 && L.kv_dim % 32 != 0)
+                throw Error(CMF_ERR_UNSUPPORTED, "kv_cache=q8 stores blocks of 32 values, and layer " + std::to_string(i) +
+                                                     "'s K/V rows hold " + std::to_string(L.kv_dim) +
+                                                     " (a multiple of 32 is needed): use kv_cache=f16");
             check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(L), &s->k_cache.back()));
             check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(L), &s->v_cache.back()));
         }

@@ -161,9 +161,13 @@ struct DecoderModel {
     uint64_t physical_layers = 0; // arch.num_layers; layers.size() = physical_layers * num_loops
     std::string task;             // the task mask applied ("" = none)
     // The KV cache's element type (model option kv_cache): CMF_DTYPE_F32, or
-    // CMF_DTYPE_F16 through the backend's kv_write / attention_kv.
+    // CMF_DTYPE_F16 / CMF_KV_DTYPE_Q8_32 through the backend's kv_write /
+    // attention_kv.
     int32_t kv_dtype = CMF_DTYPE_F32;
-    uint64_t kv_row_bytes(const Layer &l) const { return l.kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4); }
+    uint64_t kv_row_bytes(const Layer &l) const {
+        if (kv_dtype == CMF_KV_DTYPE_Q8_32) return CMF_KV_Q8_32_ROW_BYTES(l.kv_dim);
+        return l.kv_dim * (kv_dtype == CMF_DTYPE_F16 ? 2 : 4);
+    }
     // The backend has matmul_multi: q/k/v and gate/up go as one call each.
     bool fused_matmuls = false;
     // cfg.rope_scaling is not default: its layers rotate through the

@@ -847,35 +847,94 @@ cmf_error *rope_freqs(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint3
 // scalar transpose of V were ~5 % more.
 constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
 
-// ---- KV cache rows: f32, or f16 bits (kv_write / attention_kv) ----
-// A run of cache rows against every head (Kernels::heads_dot / heads_axpy).
-template <class T>
-void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, const T *rows, uint64_t ldrow, uint64_t n_keys,
-                  uint32_t n_heads, uint32_t group, uint32_t head_dim, float *out, uint64_t ldo) {
-    if constexpr (std::is_same_v<T, float>)
-        k.heads_dot(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
-    else
-        k.heads_dot_f16(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
+// ---- KV cache rows: f32, f16 bits or q8 blocks (kv_write / attention_kv) ----
+// The cache is named by a pointer type P: const float *, const uint16_t *
+// (f16 bits) or KvQ8 (CMF_KV_DTYPE_Q8_32 blocks), each with pointer
+// arithmetic in elements.
+struct KvQ8 {
+    const uint8_t *p;    // the block holding the element
+    uint32_t phase = 0;  // the element's index in it (a head may start mid-block)
+    KvQ8 operator+(uint64_t elems) const {
+        const uint64_t e = phase + elems;
+        return {p + e / 32 * 34, static_cast<uint32_t>(e % 32)};
+    }
+};
+template <class P>
+constexpr bool kv_is_f32 = std::is_same_v<P, const float *>;
+template <class P>
+constexpr bool kv_is_q8 = std::is_same_v<P, KvQ8>;
+// n_rows rows of `cols` elements (row stride ld elements, a multiple of 32:
+// every row starts at the same phase) of a q8 cache as f32 rows of `cols`
+// floats in out. A range that starts or ends mid-block widens its whole
+// blocks into a buffer first.
+void kv_q8_rows(const cmf::cpu::Kernels &k, KvQ8 src, uint64_t ld, uint64_t n_rows, uint64_t cols, float *out) {
+    const uint64_t blocks = (src.phase + cols + 31) / 32;
+    if (src.phase == 0 && cols % 32 == 0) {
+        for (uint64_t r = 0; r < n_rows; ++r) k.dequant_q8_32((src + r * ld).p, blocks, out + r * cols);
+        return;
+    }
+    thread_local std::vector<float> whole;
+    whole.resize(blocks * 32);
+    for (uint64_t r = 0; r < n_rows; ++r) {
+        k.dequant_q8_32((src + r * ld).p, blocks, whole.data());
+        std::memcpy(out + r * cols, whole.data() + src.phase, cols * sizeof(float));
+    }
 }
-template <class T>
-void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, uint64_t lda, const T *rows, uint64_t ldrow,
-                   uint64_t n_keys, uint32_t n_heads, uint32_t group, uint32_t head_dim, float *o) {
-    if constexpr (std::is_same_v<T, float>)
+// A q8 run is widened this many keys at a time into a buffer that stays in
+// L1/L2, then goes through the f32 kernels.
+constexpr uint64_t kQ8KeysPerSlice = 32;
+
+// A run of cache rows against every head (Kernels::heads_dot / heads_axpy).
+template <class P>
+void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, P rows, uint64_t ldrow, uint64_t n_keys,
+                  uint32_t n_heads, uint32_t group, uint32_t head_dim, float *out, uint64_t ldo) {
+    if constexpr (kv_is_f32<P>) {
+        k.heads_dot(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
+    } else if constexpr (kv_is_q8<P>) {
+        thread_local std::vector<float> tmp;
+        const uint64_t cols = uint64_t(n_heads / group) * head_dim;  // the KV heads these query heads read
+        tmp.resize(kQ8KeysPerSlice * cols);
+        for (uint64_t j = 0; j < n_keys; j += kQ8KeysPerSlice) {
+            const uint64_t n = std::min(kQ8KeysPerSlice, n_keys - j);
+            kv_q8_rows(k, rows + j * ldrow, ldrow, n, cols, tmp.data());
+            k.heads_dot(q, tmp.data(), cols, n, n_heads, group, head_dim, out + j, ldo);
+        }
+    } else {
+        k.heads_dot_f16(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
+    }
+}
+template <class P>
+void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, uint64_t lda, P rows, uint64_t ldrow, uint64_t n_keys,
+                   uint32_t n_heads, uint32_t group, uint32_t head_dim, float *o) {
+    if constexpr (kv_is_f32<P>) {
         k.heads_axpy(a, lda, rows, ldrow, n_keys, n_heads, group, head_dim, o);
-    else
+    } else if constexpr (kv_is_q8<P>) {
+        thread_local std::vector<float> tmp;
+        const uint64_t cols = uint64_t(n_heads / group) * head_dim;
+        tmp.resize(kQ8KeysPerSlice * cols);
+        for (uint64_t j = 0; j < n_keys; j += kQ8KeysPerSlice) {  // the keys still added in order
+            const uint64_t n = std::min(kQ8KeysPerSlice, n_keys - j);
+            kv_q8_rows(k, rows + j * ldrow, ldrow, n, cols, tmp.data());
+            k.heads_axpy(a + j, lda, tmp.data(), cols, n, n_heads, group, head_dim, o);
+        }
+    } else {
         k.heads_axpy_f16(a, lda, rows, ldrow, n_keys, n_heads, group, head_dim, o);
+    }
 }
 // n_rows rows of `cols` cache elements (row stride ld) as f32: an f32
 // cache's rows themselves (*ld_out = ld), else widened into tmp (*ld_out = cols).
-template <class T>
-const float *kv_rows_f32(const cmf::cpu::Kernels &k, const T *src, uint64_t ld, uint64_t n_rows, uint64_t cols,
+template <class P>
+const float *kv_rows_f32(const cmf::cpu::Kernels &k, P src, uint64_t ld, uint64_t n_rows, uint64_t cols,
                          std::vector<float> &tmp, uint64_t *ld_out) {
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kv_is_f32<P>) {
         *ld_out = ld;
         return src;
     } else {
         tmp.resize(n_rows * cols);
-        for (uint64_t r = 0; r < n_rows; ++r) k.convert_f16(src + r * ld, cols, tmp.data() + r * cols);
+        if constexpr (kv_is_q8<P>)
+            kv_q8_rows(k, src, ld, n_rows, cols, tmp.data());
+        else
+            for (uint64_t r = 0; r < n_rows; ++r) k.convert_f16(src + r * ld, cols, tmp.data() + r * cols);
         *ld_out = cols;
         return tmp.data();
     }
@@ -885,16 +944,18 @@ const float *kv_rows_f32(const cmf::cpu::Kernels &k, const T *src, uint64_t ld, 
 // `head` elements into each row) as f32: position j is row j, or row
 // j % ring in a ring of `ring` rows (ring > 0). Consecutive rows go through
 // kv_rows_f32; a run that wraps around the ring is gathered into tmp.
-template <class T>
-const float *kv_positions_f32(const cmf::cpu::Kernels &k, const T *cache, uint64_t kvd, uint64_t head, uint64_t ring,
+template <class P>
+const float *kv_positions_f32(const cmf::cpu::Kernels &k, P cache, uint64_t kvd, uint64_t head, uint64_t ring,
                               uint64_t p, uint64_t n_rows, uint64_t cols, std::vector<float> &tmp, uint64_t *ld_out) {
     const uint64_t r = ring ? p % ring : p;
     if (ring == 0 || r + n_rows <= ring) return kv_rows_f32(k, cache + r * kvd + head, kvd, n_rows, cols, tmp, ld_out);
     tmp.resize(n_rows * cols);
     for (uint64_t j = 0; j < n_rows; ++j) {
-        const T *src = cache + ((p + j) % ring) * kvd + head;
-        if constexpr (std::is_same_v<T, float>)
+        const P src = cache + ((p + j) % ring) * kvd + head;
+        if constexpr (kv_is_f32<P>)
             std::memcpy(tmp.data() + j * cols, src, cols * sizeof(float));
+        else if constexpr (kv_is_q8<P>)
+            kv_q8_rows(k, src, kvd, 1, cols, tmp.data() + j * cols);
         else
             k.convert_f16(src, cols, tmp.data() + j * cols);
     }
@@ -906,8 +967,8 @@ const float *kv_positions_f32(const cmf::cpu::Kernels &k, const T *cache, uint64
 // GEMM operands into kp (n_kv * packed_w_floats(n_keys, hd) floats: K as
 // "weights" with rows = keys, cols = head dims) and vp (n_kv *
 // packed_w_floats(hd, n_keys): V^T, rows = head dims, cols = keys).
-template <class T>
-void pack_kv_heads(Backend *be, const T *k_cache, const T *v_cache, uint64_t ring, uint64_t kbase, uint64_t n_keys,
+template <class P>
+void pack_kv_heads(Backend *be, P k_cache, P v_cache, uint64_t ring, uint64_t kbase, uint64_t n_keys,
                    uint32_t n_kv, uint64_t hd, uint64_t kvd, float *kp, float *vp) {
     using cmf::cpu::kGemmRows;
     const auto &k = cmf::cpu::kernels();
@@ -981,8 +1042,8 @@ void trim_packed(std::vector<float> &k_buf, std::vector<float> &v_buf) {
     }
 }
 
-template <class T>
-void attention_blocked(Backend *be, const float *q, const T *k_cache, const T *v_cache, uint64_t ring, float *out,
+template <class P>
+void attention_blocked(Backend *be, const float *q, P k_cache, P v_cache, uint64_t ring, float *out,
                        uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t group, uint32_t head_dim,
                        uint64_t qd, uint64_t kvd, float scale, uint32_t window, float softcap) {
     using cmf::cpu::kGemmRows;
@@ -1098,10 +1159,10 @@ struct SplitPart {
     float *sum() const { return max() + n_heads; }
 };
 
-// attention / attention_kv over cache rows of T (float or f16 bits).
+// attention / attention_kv over cache rows named by P (kv_heads_dot above).
 // ring > 0: the caches are rings of that many rows, position j in row j % ring.
-template <class T>
-void attention_rows(Backend *be, const float *q, const T *k_cache, const T *v_cache, uint64_t ring, float *out,
+template <class P>
+void attention_rows(Backend *be, const float *q, P k_cache, P v_cache, uint64_t ring, float *out,
                     uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
                     float scale, uint32_t window, float softcap) {
     if (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
@@ -1225,9 +1286,25 @@ cmf_error *attention(void *ctx, const float *q, const float *k_cache, const floa
 }
 
 void check_kv_dtype(int32_t dtype, const char *op) {
-    if (dtype != CMF_DTYPE_F32 && dtype != CMF_DTYPE_F16)
+    if (dtype != CMF_DTYPE_F32 && dtype != CMF_DTYPE_F16 && dtype != CMF_KV_DTYPE_Q8_32)
         throw Error(CMF_ERR_UNSUPPORTED, std::string(op) + ": KV cache dtype " + std::to_string(dtype) +
-                                             " is not supported (f32 = 0 and f16 = 1 are)");
+                                             " is not supported (f32 = 0, f16 = 1 and q8 blocks = " +
+                                             std::to_string(CMF_KV_DTYPE_Q8_32) + " are)");
+}
+
+// f(k, v) with the caches typed as their dtype says (attention_rows' P).
+template <class F>
+void with_kv_caches(int32_t dtype, uint32_t n_kv_heads, uint32_t head_dim, const float *k_cache, const float *v_cache, const char *op,
+                    F &&f) {
+    check_kv_dtype(dtype, op);
+    if (dtype == CMF_DTYPE_F32) return f(k_cache, v_cache);
+    if (dtype == CMF_DTYPE_F16)
+        return f(reinterpret_cast<const uint16_t *>(k_cache), reinterpret_cast<const uint16_t *>(v_cache));
+    if (uint64_t(n_kv_heads) * head_dim % 32 != 0)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": a q8 KV cache needs rows of a multiple of 32 "
+                                                                "elements, not " +
+                                                  std::to_string(uint64_t(n_kv_heads) * head_dim));
+    f(KvQ8{reinterpret_cast<const uint8_t *>(k_cache)}, KvQ8{reinterpret_cast<const uint8_t *>(v_cache)});
 }
 
 cmf_error *attention_kv(void *ctx, const float *q, const float *k_cache, const float *v_cache, int32_t cache_dtype,
@@ -1235,12 +1312,10 @@ cmf_error *attention_kv(void *ctx, const float *q, const float *k_cache, const f
                         uint32_t head_dim, float scale, uint32_t window, float softcap) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
-        check_kv_dtype(cache_dtype, "attention_kv");
-        if (cache_dtype == CMF_DTYPE_F32)
-            return attention_rows(be, q, k_cache, v_cache, 0, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim,
-                                  scale, window, softcap);
-        attention_rows(be, q, reinterpret_cast<const uint16_t *>(k_cache), reinterpret_cast<const uint16_t *>(v_cache),
-                       0, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap);
+        with_kv_caches(cache_dtype, n_kv_heads, head_dim, k_cache, v_cache, "attention_kv", [&](auto kc, auto vc) {
+            attention_rows(be, q, kc, vc, 0, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window,
+                           softcap);
+        });
     });
 }
 
@@ -1256,11 +1331,10 @@ cmf_error *attention_ring(void *ctx, const float *q, const float *k_cache, const
             throw Error(CMF_ERR_BOUNDS, "attention_ring: positions " + std::to_string(first) + ".." +
                                             std::to_string(pos0 + n_tokens - 1) + " do not fit a ring of " +
                                             std::to_string(ring_rows) + " rows");
-        if (cache_dtype == CMF_DTYPE_F32)
-            return attention_rows(be, q, k_cache, v_cache, ring_rows, out, n_tokens, pos0, n_heads, n_kv_heads,
-                                  head_dim, scale, window, softcap);
-        attention_rows(be, q, reinterpret_cast<const uint16_t *>(k_cache), reinterpret_cast<const uint16_t *>(v_cache),
-                       ring_rows, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap);
+        with_kv_caches(cache_dtype, n_kv_heads, head_dim, k_cache, v_cache, "attention_ring", [&](auto kc, auto vc) {
+            attention_rows(be, q, kc, vc, ring_rows, out, n_tokens, pos0, n_heads, n_kv_heads, head_dim, scale,
+                           window, softcap);
+        });
     });
 }
 
@@ -1269,16 +1343,24 @@ cmf_error *kv_write(void *ctx, float *cache, int32_t dtype, uint64_t row_len, ui
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
         check_kv_dtype(dtype, "kv_write");
+        if (dtype == CMF_KV_DTYPE_Q8_32 && row_len % 32 != 0)
+            throw Error(CMF_ERR_INVALID_ARGUMENT,
+                        "kv_write: a q8 KV cache needs rows of a multiple of 32 elements, not " + std::to_string(row_len));
         const uint64_t n = n_rows * row_len;
         if (n == 0) return;
         if (cache == nullptr || src == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "kv_write: NULL argument");
+        const auto &k = cmf::cpu::kernels();
         if (dtype == CMF_DTYPE_F32) {
             std::memcpy(cache + row0 * row_len, src, n * sizeof(float));
-            return;
+        } else if (dtype == CMF_DTYPE_F16) {
+            uint16_t *dst = reinterpret_cast<uint16_t *>(cache) + row0 * row_len;
+            parallel(be, n, 16384, [&](uint64_t i0, uint64_t i1) { k.narrow_f16(src + i0, i1 - i0, dst + i0); });
+        } else {
+            uint8_t *dst = reinterpret_cast<uint8_t *>(cache) + row0 * CMF_KV_Q8_32_ROW_BYTES(row_len);
+            parallel(be, n / 32, 512, [&](uint64_t b0, uint64_t b1) {
+                k.quant_q8_32(src + b0 * 32, b1 - b0, dst + b0 * 34);
+            });
         }
-        uint16_t *dst = reinterpret_cast<uint16_t *>(cache) + row0 * row_len;
-        const auto &k = cmf::cpu::kernels();
-        parallel(be, n, 16384, [&](uint64_t i0, uint64_t i1) { k.narrow_f16(src + i0, i1 - i0, dst + i0); });
     });
 }
 

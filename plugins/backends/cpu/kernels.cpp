@@ -28,6 +28,35 @@ using codecs::f16_to_f32;
 inline float wide1(float v) { return v; }
 inline float wide1(uint16_t h) { return f16_to_f32(h); }
 
+// q8 KV cache blocks (QuantQ8Fn / DequantQ8Fn).
+void quant_q8_32(const float *src, uint64_t n_blocks, uint8_t *dst) {
+    for (uint64_t b = 0; b < n_blocks; ++b, src += 32, dst += 34) {
+        float amax = 0.0f;
+        bool finite = true;
+        for (int i = 0; i < 32; ++i) {
+            finite = finite && std::isfinite(src[i]);
+            amax = std::max(amax, std::fabs(src[i]));
+        }
+        const float d = finite ? amax / 127.0f : NAN;
+        const uint16_t h = codecs::f32_to_f16(d);
+        dst[0] = static_cast<uint8_t>(h & 0xFF);
+        dst[1] = static_cast<uint8_t>(h >> 8);
+        if (!finite || d == 0.0f) {  // the codes of a NaN-scaled or all-zero block are 0
+            std::memset(dst + 2, 0, 32);
+            continue;
+        }
+        const float id = 1.0f / d;
+        for (int i = 0; i < 32; ++i)
+            dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::round(src[i] * id), -127.0f, 127.0f)));
+    }
+}
+void dequant_q8_32_portable(const uint8_t *src, uint64_t n_blocks, float *dst) {
+    for (uint64_t b = 0; b < n_blocks; ++b, src += 34, dst += 32) {
+        const float d = f16_to_f32(static_cast<uint16_t>(src[0] | src[1] << 8));
+        for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(static_cast<int8_t>(src[2 + i]));
+    }
+}
+
 // Eight independent accumulators keep the FP adder pipeline full without
 // -ffast-math (which we do not use: results must not depend on flags).
 template <class T>
@@ -576,6 +605,15 @@ AVX2 void convert_f16_avx2(const uint16_t *src, uint64_t n, float *dst) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_f16(src + i));
     for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
+AVX2 void dequant_q8_32_avx2(const uint8_t *src, uint64_t n_blocks, float *dst) {
+    for (uint64_t b = 0; b < n_blocks; ++b, src += 34, dst += 32) {
+        const __m256 d = _mm256_set1_ps(f16_to_f32(static_cast<uint16_t>(src[0] | src[1] << 8)));
+        for (int j = 0; j < 4; ++j) {
+            const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(src + 2 + 8 * j));
+            _mm256_storeu_ps(dst + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
+        }
+    }
+}
 AVX2 void convert_bf16_avx2(const uint16_t *src, uint64_t n, float *dst) {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_bf16(src + i));
@@ -982,6 +1020,8 @@ const Kernels kPortable{"portable",
                         heads_dot_portable<uint16_t>,
                         heads_axpy_portable<float>,
                         heads_axpy_portable<uint16_t>,
+                        quant_q8_32,
+                        dequant_q8_32_portable,
                         silu_portable,
                         sigmoid_mul_portable};
 #ifdef CMF_X86
@@ -991,7 +1031,8 @@ const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, 
                     pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2,
                     exp_sum_avx2,     scale_max_avx2,    silu_mul_avx2,         dot_f16_avx2,
                     axpy_f16_avx2,    narrow_f16_avx2,   heads_dot_avx2<float>, heads_dot_avx2<uint16_t>,
-                    heads_axpy_avx2<float>, heads_axpy_avx2<uint16_t>, silu_avx2, sigmoid_mul_avx2};
+                    heads_axpy_avx2<float>, heads_axpy_avx2<uint16_t>, quant_q8_32, dequant_q8_32_avx2,
+                    silu_avx2,        sigmoid_mul_avx2};
 // AVX-512 machines get the 512-bit f32 dot, GEMM micro-kernel and decode
 // attention; the 16-bit matmul kernels are the AVX2 ones (memory-bound: the
 // width does not matter).
@@ -1001,7 +1042,8 @@ const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false
                       pack_x_avx2,      gemm_packed_avx512, dot_avx512,            axpy_avx2,
                       exp_sum_avx2,     scale_max_avx2,    silu_mul_avx2,          dot_f16_avx2,
                       axpy_f16_avx2,    narrow_f16_avx2,   heads_dot_avx512<float>, heads_dot_avx512<uint16_t>,
-                      heads_axpy_avx512<float>, heads_axpy_avx512<uint16_t>, silu_avx2, sigmoid_mul_avx2};
+                      heads_axpy_avx512<float>, heads_axpy_avx512<uint16_t>, quant_q8_32, dequant_q8_32_avx2,
+                      silu_avx2,        sigmoid_mul_avx2};
 #endif
 
 }  // namespace

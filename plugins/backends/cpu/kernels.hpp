@@ -73,6 +73,13 @@ using AxpyFn = void (*)(float a, const float *x, float *y, uint64_t n);
 using DotF16Fn = float (*)(const float *a, const uint16_t *h, uint64_t n);
 using AxpyF16Fn = void (*)(float a, const uint16_t *h, float *y, uint64_t n);
 using NarrowF16Fn = void (*)(const float *src, uint64_t n, uint16_t *dst);
+// The KV cache in q8 blocks (CMF_KV_DTYPE_Q8_32, cmf_plugin.h: per 32
+// elements an f16 scale and 32 int8 codes, 34 bytes): n_blocks blocks from
+// f32 (the layout's rounding; the same function in every set, so a cache
+// holds the same bytes whichever ISA wrote it), and back to f32 (d * q, one
+// multiply per element: every set gives the same bits).
+using QuantQ8Fn = void (*)(const float *src, uint64_t n_blocks, uint8_t *dst);
+using DequantQ8Fn = void (*)(const uint8_t *src, uint64_t n_blocks, float *dst);
 
 // Decode attention over a run of n_keys KV-cache rows (`ldrow` elements
 // apart, each holding every KV head `head_dim` apart), f32 or f16 bits, for
@@ -118,6 +125,8 @@ struct Kernels {
     HeadsDotF16Fn heads_dot_f16;
     HeadsAxpyFn heads_axpy;
     HeadsAxpyF16Fn heads_axpy_f16;
+    QuantQ8Fn quant_q8_32;
+    DequantQ8Fn dequant_q8_32;
     SiluFn silu;
     SiluMulFn sigmoid_mul;  // out[i] = u[i] / (1 + exp(-g[i])): a sigmoid gate
 };
