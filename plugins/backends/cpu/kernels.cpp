@@ -645,6 +645,9 @@ AVX2 void dequant_q8_32_avx2(const uint8_t *src, uint64_t n_blocks, float *dst) 
         }
     }
 }
+// The q8 attention kernels read a row's heads once, in key order; rows this
+// many keys ahead are prefetched (as kDotKeysAhead for the f16/f32 ones).
+constexpr uint64_t kQ8KeysAhead = 8;
 // A q8 block's 32 codes as four vectors of 8 floats.
 AVX2 inline void q8_codes(const uint8_t *blk, __m256 c[4]) {
     for (int i = 0; i < 4; ++i)
@@ -657,8 +660,7 @@ AVX2 void heads_dot_q8_avx2(const float *q, const uint8_t *rows, uint64_t ld_byt
     const uint64_t span = uint64_t((n_heads + group - 1) / group) * nb * 34;
     for (uint64_t j = 0; j < n_keys; ++j) {
         const uint8_t *row = rows + j * ld_bytes;
-        if (j + 8 < n_keys)
-            for (uint64_t off = 0; off < span; off += 64) _mm_prefetch(reinterpret_cast<const char *>(row + 8 * ld_bytes + off), _MM_HINT_T0);
+        if (j + kQ8KeysAhead < n_keys) prefetch_span(row + kQ8KeysAhead * ld_bytes, span);
         for (uint32_t h0 = 0; h0 < n_heads; h0 += group) {
             const uint8_t *kb0 = row + uint64_t(h0 / group) * nb * 34;
             const uint32_t h1 = std::min(n_heads, h0 + group);
@@ -693,8 +695,7 @@ AVX2 void heads_axpy_q8_avx2(const float *a, uint64_t lda, const uint8_t *rows, 
     // for the whole group, whose outputs (n_heads * hd floats) stay in L1.
     for (uint64_t j = 0; j < n_keys; ++j) {
         const uint8_t *row = rows + j * ld_bytes;
-        if (j + 8 < n_keys)
-            for (uint64_t off = 0; off < span; off += 64) _mm_prefetch(reinterpret_cast<const char *>(row + 8 * ld_bytes + off), _MM_HINT_T0);
+        if (j + kQ8KeysAhead < n_keys) prefetch_span(row + kQ8KeysAhead * ld_bytes, span);
         for (uint32_t h0 = 0; h0 < n_heads; h0 += group) {
             const uint32_t h1 = std::min(n_heads, h0 + group);
             const uint8_t *vb = row + uint64_t(h0 / group) * nb * 34;
