@@ -7,12 +7,16 @@
 //          the logits of its token (the output projection runs every step; the next
 //          input is a random id, as in llama-bench, so sampling does not matter).
 // Every test: one warm-up run, then -r timed runs; the KV cache is cleared before
-// each run. Prints median (min-max) tok/s per test, and which llama.cpp build and
+// each run and, with -d D, filled with D random tokens (untimed) first, as
+// llama-bench -d does. Prints median (min-max) tok/s per test, and which llama.cpp build and
 // ggml CPU variant library were loaded (read from /proc/self/maps: ggml picks the
 // best of its libggml-cpu-*.so variants for this CPU at load time).
 //
-// usage: node bench.mjs MODEL.gguf [-p 512] [-n 128] [-r 3] [--threads 2]
-//                                  [--flash-attn 0|1] [--check-tokens K [--dump-logits FILE]]
+// usage: node bench.mjs MODEL.gguf [-p 512] [-n 128] [-r 3] [-d 0] [--threads 2]
+//                                  [--flash-attn 0|1] [--cache-type f16|q8_0|f32]
+//                                  [--check-tokens K [--dump-logits FILE]]
+//   --cache-type T:   the KV cache's K and V type (llama-bench -ctk T -ctv T;
+//                     a quantized V cache needs --flash-attn 1 in llama.cpp)
 //   --check-tokens K: instead of timing, evaluate K fixed token ids one at a time
 //                     and print the argmax next token and the logits of a fixed set
 //                     of token ids after each (to compare two quantizations);
@@ -23,11 +27,12 @@ import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
 function usage(code) {
     (code ? process.stderr : process.stdout).write(
-        "usage: node bench.mjs MODEL.gguf [-p 512] [-n 128] [-r 3] [--threads 2] [--flash-attn 0|1] [--check-tokens K [--dump-logits FILE]]\n");
+        "usage: node bench.mjs MODEL.gguf [-p 512] [-n 128] [-r 3] [-d 0] [--threads 2] [--flash-attn 0|1] [--cache-type f16|q8_0|f32] [--check-tokens K [--dump-logits FILE]]\n");
     process.exit(code);
 }
 
-const opts = { p: 512, n: 128, r: 3, threads: 2, fa: 0, check: 0, dump: null };
+const opts = { p: 512, n: 128, r: 3, d: 0, threads: 2, fa: 0, cache: "f16", check: 0, dump: null };
+const cacheTypes = { f16: "F16", q8_0: "Q8_0", f32: "F32" };
 let modelPath = null;
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
@@ -41,6 +46,11 @@ for (let i = 0; i < argv.length; i++) {
     else if (a === "-p") opts.p = num();
     else if (a === "-n") opts.n = num();
     else if (a === "-r") opts.r = num();
+    else if (a === "-d") opts.d = num();
+    else if ((a === "--cache-type" || a === "-ctk") && i + 1 < argv.length) {
+        opts.cache = argv[++i];
+        if (!(opts.cache in cacheTypes)) { console.error(`bench.mjs: --cache-type is f16, q8_0 or f32, not ${opts.cache}`); usage(2); }
+    }
     else if (a === "-t" || a === "--threads") opts.threads = num();
     else if (a === "--flash-attn" || a === "-fa") opts.fa = num();
     else if (a === "--check-tokens") opts.check = num();
@@ -69,12 +79,16 @@ const embd = (model.fileInfo.fullTensorInfo ?? model.fileInfo.tensorInfo ?? [])
     .find((t) => t.name === "token_embd.weight");
 const nVocab = Number(embd?.dimensions?.[1]);
 if (!Number.isInteger(nVocab) || nVocab < 2) throw new Error(`cannot find the vocabulary size (token_embd.weight) in ${modelPath}`);
-const ctxSize = Math.max(opts.p + opts.n, opts.check + 1, 64);
+// (llama.cpp pads the context to a multiple of 256 and node-llama-cpp shifts a
+// full one, dropping tokens: leave room above what a run holds.)
+const ctxSize = Math.ceil((Math.max(opts.d + Math.max(opts.p, opts.n), opts.check + 1, 64) + 1) / 256) * 256;
 const context = await model.createContext({
     contextSize: ctxSize,
-    batchSize: Math.max(opts.p, 1),
+    batchSize: Math.max(opts.p, opts.d ? 512 : 1),
     threads: { ideal: opts.threads, min: opts.threads },
     flashAttention: opts.fa !== 0,
+    experimentalKvCacheKeyType: cacheTypes[opts.cache],
+    experimentalKvCacheValueType: cacheTypes[opts.cache],
     sequences: 1,
     performanceTracking: true,
 });
@@ -94,29 +108,42 @@ function randomToken() {
     return rng % nVocab;
 }
 
+// An empty cache, then -d random tokens in batches of up to 512 (untimed).
+async function fillDepth() {
+    await seq.clearHistory();
+    for (let done = 0; done < opts.d;) {
+        const k = Math.min(512, opts.d - done);
+        const input = Array.from({ length: k }, randomToken);
+        input[k - 1] = [input[k - 1], { generateNext: { token: true } }];
+        await seq.controlledEvaluate(input);
+        done += k;
+    }
+    if (seq.nextTokenIndex !== opts.d) throw new Error(`depth: sequence holds ${seq.nextTokenIndex} tokens, expected ${opts.d}`);
+}
+
 // pp: one evaluation of P tokens; only the last asks for a next token (= logits).
 async function runPrompt(P) {
-    await seq.clearHistory();
+    await fillDepth();
     const input = Array.from({ length: P }, randomToken);
     input[P - 1] = [input[P - 1], { generateNext: { token: true } }];
     const t0 = process.hrtime.bigint();
     const out = await seq.controlledEvaluate(input);
     const dt = Number(process.hrtime.bigint() - t0) / 1e9;
     if (out[P - 1]?.next?.token == null) throw new Error("pp: no output for the last token");
-    if (seq.nextTokenIndex !== P) throw new Error(`pp: sequence holds ${seq.nextTokenIndex} tokens, expected ${P}`);
+    if (seq.nextTokenIndex !== opts.d + P) throw new Error(`pp: sequence holds ${seq.nextTokenIndex} tokens, expected ${opts.d + P}`);
     return P / dt;
 }
 
 // tg: N evaluations of exactly one token each, each producing logits (greedy token).
 async function runGen(N) {
-    await seq.clearHistory();
+    await fillDepth();
     const t0 = process.hrtime.bigint();
     for (let i = 0; i < N; i++) {
         const out = await seq.controlledEvaluate([[randomToken(), { generateNext: { token: true } }]]);
         if (out[0]?.next?.token == null) throw new Error("tg: no output token");
     }
     const dt = Number(process.hrtime.bigint() - t0) / 1e9;
-    if (seq.nextTokenIndex !== N) throw new Error(`tg: sequence holds ${seq.nextTokenIndex} tokens, expected ${N}`);
+    if (seq.nextTokenIndex !== opts.d + N) throw new Error(`tg: sequence holds ${seq.nextTokenIndex} tokens, expected ${opts.d + N}`);
     return N / dt;
 }
 
@@ -150,17 +177,19 @@ async function check(K) {
 
 const rel = llama.llamaCppRelease;
 console.log(`llama.cpp ${rel?.release ?? "?"} (${llama.buildType}, node-llama-cpp), CPU backend ${cpuVariant()}, ` +
-    `${opts.threads} threads (context uses ${context.currentThreads}), flash-attn ${opts.fa ? 1 : 0}, ctx ${context.contextSize}, batch ${context.batchSize}`);
+    `${opts.threads} threads (context uses ${context.currentThreads}), flash-attn ${opts.fa ? 1 : 0}, KV cache ${opts.cache}, ctx ${context.contextSize}, batch ${context.batchSize}`);
 console.log(`ggml ${llama.systemInfo.trim()}`);
 console.log(`model ${modelPath} (${(fs.statSync(modelPath).size / 1e6).toFixed(0)} MB), n_vocab ${nVocab}`);
 if (opts.check) await check(opts.check);
 else {
-    if (opts.p) await measure(`pp${opts.p}`, runPrompt, opts.p);
-    if (opts.n) await measure(`tg${opts.n}`, runGen, opts.n);
+    const at = opts.d ? ` @ d${opts.d}` : "";
+    if (opts.p) await measure(`pp${opts.p}${at}`, runPrompt, opts.p);
+    if (opts.n) await measure(`tg${opts.n}${at}`, runGen, opts.n);
     // Cross-check without node/JS overhead: llama.cpp's timers over all runs
-    // including warm-ups ("prompt eval" = the pp batches, "eval" = the tg steps).
+    // including warm-ups ("prompt eval" = the pp batches, "eval" = the tg steps;
+    // not printed with -d, where the prompt evals include the depth fills).
     await context.printTimings();
-    for (const l of perfLines) {
+    for (const l of opts.d ? [] : perfLines) {
         const m = /(prompt eval|eval) time =\s*([\d.]+) ms \/\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second/.exec(l);
         if (m) console.log(`llama.cpp timers: ${m[1].padEnd(11)} ${Number(m[4]).toFixed(2).padStart(9)} tok/s over ${m[3]} tokens (all runs incl. warm-up)`);
     }

@@ -19,6 +19,8 @@
 # The checkpoint (WORK_DIR/hf, 1.19 GB BF16, random weights) is made once by
 #   build-rel/bench/convert_bench --shape 0.6b --dir WORK_DIR/hf --checkpoint-only 1
 # usage: [TYPES="f16 q8_0 q4_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA="0 1"] [NAME=qwen06b]
+#        [DEPTH=0] [CACHE=f16|q8_0|f32]   (both tests after DEPTH cached tokens, llama-bench -d;
+#                                        the KV cache type, -ctk/-ctv: q8_0 needs FA=1)
 #        bench/llamacpp/run.sh [WORK_DIR=/tmp/cmf-qwen06b]
 # Takes ~6 minutes on the 2-core machine. Run it on an idle machine.
 set -euo pipefail
@@ -75,6 +77,7 @@ fi
 for fa in ${FA:-0 1}; do
   for t in $types; do
     node "$here/bench.mjs" "$work/$name-$t.gguf" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-3}" \
+      -d "${DEPTH:-0}" --cache-type "${CACHE:-f16}" \
       --threads "$threads" --flash-attn "$fa" | grep -v '^ggml CPU' | sed "s/^/  $t fa$fa: /"
   done
 done

@@ -259,6 +259,67 @@ TEST_CASE("cpu backend: heads_dot and heads_axpy match a double reference per he
     }
 }
 
+TEST_CASE("cpu backend: the q8 KV cache kernels (quantize, widen, heads_dot_q8, heads_axpy_q8) on every ISA") {
+    // Rows of q8 blocks written by quant_q8_32 (the same bytes from every
+    // ISA), widened back within about half a step of each block's scale, and the
+    // fused attention kernels over a run of keys against a double reference
+    // on the widened values: GQA, MHA, MQA with 7 heads, head_dim 32-256.
+    for (auto [nh, group, hd] : {std::tuple<uint32_t, uint32_t, uint32_t>{16, 2, 128}, {4, 1, 64}, {7, 7, 32},
+                                 {12, 4, 256}, {6, 3, 96}}) {
+        CAPTURE(nh);
+        CAPTURE(group);
+        CAPTURE(hd);
+        const uint32_t nkv = nh / group, n_keys = 21;
+        const uint64_t row_len = uint64_t(nkv) * hd, ld_bytes = row_len / 32 * 34;
+        auto x = random_vec(n_keys * row_len, 41), q = random_vec(size_t(nh) * hd, 42);
+        auto a = random_vec(size_t(nh) * n_keys, 43), o0 = random_vec(size_t(nh) * hd, 44);
+        std::vector<uint8_t> rows(n_keys * ld_bytes);
+        std::vector<float> wide(x.size());
+        cmf::cpu::kernels_for("portable")->quant_q8_32(x.data(), x.size() / 32, rows.data());
+        cmf::cpu::kernels_for("portable")->dequant_q8_32(rows.data(), x.size() / 32, wide.data());
+        for (size_t i = 0; i < x.size(); ++i) {
+            const float d = cmf::codecs::f16_to_f32(static_cast<uint16_t>(rows[i / 32 * 34] | rows[i / 32 * 34 + 1] << 8));
+            // half a step, plus the f16 rounding of the scale the codes were
+            // not made with (up to 2^-11 of it, times a code of up to 127)
+            REQUIRE(std::fabs(wide[i] - x[i]) <= (0.5f + 127.0f * 0x1p-11f) * d * 1.001f + 1e-7f);
+        }
+        for_each_isa([&](const cmf::cpu::Kernels *k) {
+            std::vector<uint8_t> mine(rows.size());
+            k->quant_q8_32(x.data(), x.size() / 32, mine.data());
+            CHECK(mine == rows);
+            std::vector<float> w2(wide.size());
+            k->dequant_q8_32(rows.data(), x.size() / 32, w2.data());
+            CHECK(w2 == wide);
+            std::vector<float> out(size_t(nh) * n_keys + 1, NAN), o = o0;
+            out.back() = 12345.0f;
+            k->heads_dot_q8(q.data(), rows.data(), ld_bytes, n_keys, nh, group, hd, out.data(), n_keys);
+            k->heads_axpy_q8(a.data(), n_keys, rows.data(), ld_bytes, n_keys, nh, group, hd, o.data());
+            CHECK(out.back() == 12345.0f);
+            for (uint32_t h = 0; h < nh; ++h) {
+                CAPTURE(h);
+                for (uint32_t j = 0; j < n_keys; ++j) {
+                    double want = 0, mag = 0;
+                    for (uint32_t d = 0; d < hd; ++d) {
+                        const double t = double(q[size_t(h) * hd + d]) * wide[j * row_len + size_t(h / group) * hd + d];
+                        want += t;
+                        mag += std::fabs(t);
+                    }
+                    CHECK(std::fabs(out[size_t(h) * n_keys + j] - want) <= 1e-5 * mag + 1e-7);
+                }
+                for (uint32_t d = 0; d < hd; ++d) {
+                    double w = o0[size_t(h) * hd + d], mag = std::fabs(w);
+                    for (uint32_t j = 0; j < n_keys; ++j) {
+                        const double t = double(a[size_t(h) * n_keys + j]) * wide[j * row_len + size_t(h / group) * hd + d];
+                        w += t;
+                        mag += std::fabs(t);
+                    }
+                    CHECK(std::fabs(o[size_t(h) * hd + d] - w) <= 1e-5 * mag + 1e-7);
+                }
+            }
+        });
+    }
+}
+
 TEST_CASE("cpu backend: heads_dot over a run of keys equals one-key calls, bit for bit") {
     // Runs of 0-9 keys (whole 4-key blocks and every tail), rows with a
     // stride wider than a row, scores with a stride wider than the run;

@@ -891,6 +891,8 @@ void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, P rows, uint64_t l
     if constexpr (kv_is_f32<P>) {
         k.heads_dot(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
     } else if constexpr (kv_is_q8<P>) {
+        if (rows.phase == 0 && head_dim % 32 == 0)  // heads of whole blocks: the fused kernel
+            return k.heads_dot_q8(q, rows.p, ldrow / 32 * 34, n_keys, n_heads, group, head_dim, out, ldo);
         thread_local std::vector<float> tmp;
         const uint64_t cols = uint64_t(n_heads / group) * head_dim;  // the KV heads these query heads read
         tmp.resize(kQ8KeysPerSlice * cols);
@@ -909,6 +911,8 @@ void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, uint64_t lda, P r
     if constexpr (kv_is_f32<P>) {
         k.heads_axpy(a, lda, rows, ldrow, n_keys, n_heads, group, head_dim, o);
     } else if constexpr (kv_is_q8<P>) {
+        if (rows.phase == 0 && head_dim % 32 == 0)
+            return k.heads_axpy_q8(a, lda, rows.p, ldrow / 32 * 34, n_keys, n_heads, group, head_dim, o);
         thread_local std::vector<float> tmp;
         const uint64_t cols = uint64_t(n_heads / group) * head_dim;
         tmp.resize(kQ8KeysPerSlice * cols);

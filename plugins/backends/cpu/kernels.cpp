@@ -57,6 +57,37 @@ void dequant_q8_32_portable(const uint8_t *src, uint64_t n_blocks, float *dst) {
     }
 }
 
+inline float q8_scale(const uint8_t *blk) { return f16_to_f32(static_cast<uint16_t>(blk[0] | blk[1] << 8)); }
+void heads_dot_q8_portable(const float *q, const uint8_t *rows, uint64_t ld_bytes, uint64_t n_keys, uint32_t n_heads,
+                           uint32_t group, uint32_t hd, float *out, uint64_t ldo) {
+    const uint32_t nb = hd / 32;
+    for (uint64_t j = 0; j < n_keys; ++j)
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            const uint8_t *kb = rows + j * ld_bytes + uint64_t(h / group) * nb * 34;
+            const float *qh = q + uint64_t(h) * hd;
+            float s = 0.0f;
+            for (uint32_t b = 0; b < nb; ++b, kb += 34) {
+                float t = 0.0f;
+                for (int i = 0; i < 32; ++i) t += qh[32 * b + i] * static_cast<float>(static_cast<int8_t>(kb[2 + i]));
+                s += q8_scale(kb) * t;
+            }
+            out[h * ldo + j] = s;
+        }
+}
+void heads_axpy_q8_portable(const float *a, uint64_t lda, const uint8_t *rows, uint64_t ld_bytes, uint64_t n_keys,
+                            uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
+    const uint32_t nb = hd / 32;
+    for (uint64_t j = 0; j < n_keys; ++j)
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            const uint8_t *vb = rows + j * ld_bytes + uint64_t(h / group) * nb * 34;
+            float *oh = o + uint64_t(h) * hd;
+            for (uint32_t b = 0; b < nb; ++b, vb += 34) {
+                const float s = a[h * lda + j] * q8_scale(vb);
+                for (int i = 0; i < 32; ++i) oh[32 * b + i] += s * static_cast<float>(static_cast<int8_t>(vb[2 + i]));
+            }
+        }
+}
+
 // Eight independent accumulators keep the FP adder pipeline full without
 // -ffast-math (which we do not use: results must not depend on flags).
 template <class T>
@@ -614,6 +645,74 @@ AVX2 void dequant_q8_32_avx2(const uint8_t *src, uint64_t n_blocks, float *dst) 
         }
     }
 }
+// The q8 attention kernels read a row's heads once, in key order; rows this
+// many keys ahead are prefetched (as kDotKeysAhead for the f16/f32 ones).
+constexpr uint64_t kQ8KeysAhead = 8;
+// A q8 block's 32 codes as four vectors of 8 floats.
+AVX2 inline void q8_codes(const uint8_t *blk, __m256 c[4]) {
+    for (int i = 0; i < 4; ++i)
+        c[i] = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk + 2 + 8 * i))));
+}
+AVX2 void heads_dot_q8_avx2(const float *q, const uint8_t *rows, uint64_t ld_bytes, uint64_t n_keys, uint32_t n_heads,
+                            uint32_t group, uint32_t hd, float *out, uint64_t ldo) {
+    const uint32_t nb = hd / 32;
+    const uint64_t span = uint64_t((n_heads + group - 1) / group) * nb * 34;
+    for (uint64_t j = 0; j < n_keys; ++j) {
+        const uint8_t *row = rows + j * ld_bytes;
+        if (j + kQ8KeysAhead < n_keys) prefetch_span(row + kQ8KeysAhead * ld_bytes, span);
+        for (uint32_t h0 = 0; h0 < n_heads; h0 += group) {
+            const uint8_t *kb0 = row + uint64_t(h0 / group) * nb * 34;
+            const uint32_t h1 = std::min(n_heads, h0 + group);
+            // the group's heads four at a time: each block widened once per four heads
+            for (uint32_t hc = h0; hc < h1; hc += 4) {
+                const uint32_t nh = std::min(4u, h1 - hc);
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                const uint8_t *kb = kb0;
+                for (uint32_t b = 0; b < nb; ++b, kb += 34) {
+                    __m256 c[4];
+                    q8_codes(kb, c);
+                    const __m256 d = _mm256_set1_ps(q8_scale(kb));
+                    for (uint32_t i = 0; i < nh; ++i) {
+                        const float *qb = q + uint64_t(hc + i) * hd + 32 * b;
+                        __m256 t = _mm256_mul_ps(_mm256_loadu_ps(qb), c[0]);
+                        t = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 8), c[1], t);
+                        t = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16), c[2], t);
+                        t = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 24), c[3], t);
+                        acc[i] = _mm256_fmadd_ps(d, t, acc[i]);
+                    }
+                }
+                for (uint32_t i = 0; i < nh; ++i) out[(hc + i) * ldo + j] = hsum(acc[i]);
+            }
+        }
+    }
+}
+AVX2 void heads_axpy_q8_avx2(const float *a, uint64_t lda, const uint8_t *rows, uint64_t ld_bytes, uint64_t n_keys,
+                             uint32_t n_heads, uint32_t group, uint32_t hd, float *o) {
+    const uint32_t nb = hd / 32;
+    const uint64_t span = uint64_t((n_heads + group - 1) / group) * nb * 34;
+    // Keys in order, each row read once: per block the codes are widened once
+    // for the whole group, whose outputs (n_heads * hd floats) stay in L1.
+    for (uint64_t j = 0; j < n_keys; ++j) {
+        const uint8_t *row = rows + j * ld_bytes;
+        if (j + kQ8KeysAhead < n_keys) prefetch_span(row + kQ8KeysAhead * ld_bytes, span);
+        for (uint32_t h0 = 0; h0 < n_heads; h0 += group) {
+            const uint32_t h1 = std::min(n_heads, h0 + group);
+            const uint8_t *vb = row + uint64_t(h0 / group) * nb * 34;
+            for (uint32_t b = 0; b < nb; ++b, vb += 34) {
+                __m256 c[4];
+                q8_codes(vb, c);
+                const float d = q8_scale(vb);
+                for (uint32_t h = h0; h < h1; ++h) {
+                    const __m256 s = _mm256_set1_ps(a[h * lda + j] * d);
+                    float *ob = o + uint64_t(h) * hd + 32 * b;
+                    for (int i = 0; i < 4; ++i)
+                        _mm256_storeu_ps(ob + 8 * i, _mm256_fmadd_ps(s, c[i], _mm256_loadu_ps(ob + 8 * i)));
+                }
+            }
+        }
+    }
+}
 AVX2 void convert_bf16_avx2(const uint16_t *src, uint64_t n, float *dst) {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_bf16(src + i));
@@ -1022,6 +1121,8 @@ const Kernels kPortable{"portable",
                         heads_axpy_portable<uint16_t>,
                         quant_q8_32,
                         dequant_q8_32_portable,
+                        heads_dot_q8_portable,
+                        heads_axpy_q8_portable,
                         silu_portable,
                         sigmoid_mul_portable};
 #ifdef CMF_X86
@@ -1031,7 +1132,7 @@ const Kernels kAvx2{"avx2",           matmul_avx2,      matmul_h16_avx2<false>, 
                     pack_x_avx2,      gemm_packed_avx2,  dot_avx2,              axpy_avx2,
                     exp_sum_avx2,     scale_max_avx2,    silu_mul_avx2,         dot_f16_avx2,
                     axpy_f16_avx2,    narrow_f16_avx2,   heads_dot_avx2<float>, heads_dot_avx2<uint16_t>,
-                    heads_axpy_avx2<float>, heads_axpy_avx2<uint16_t>, quant_q8_32, dequant_q8_32_avx2,
+                    heads_axpy_avx2<float>, heads_axpy_avx2<uint16_t>, quant_q8_32, dequant_q8_32_avx2, heads_dot_q8_avx2, heads_axpy_q8_avx2,
                     silu_avx2,        sigmoid_mul_avx2};
 // AVX-512 machines get the 512-bit f32 dot, GEMM micro-kernel and decode
 // attention; the 16-bit matmul kernels are the AVX2 ones (memory-bound: the
@@ -1042,7 +1143,7 @@ const Kernels kAvx512{"avx512",         matmul_avx512,     matmul_h16_avx2<false
                       pack_x_avx2,      gemm_packed_avx512, dot_avx512,            axpy_avx2,
                       exp_sum_avx2,     scale_max_avx2,    silu_mul_avx2,          dot_f16_avx2,
                       axpy_f16_avx2,    narrow_f16_avx2,   heads_dot_avx512<float>, heads_dot_avx512<uint16_t>,
-                      heads_axpy_avx512<float>, heads_axpy_avx512<uint16_t>, quant_q8_32, dequant_q8_32_avx2,
+                      heads_axpy_avx512<float>, heads_axpy_avx512<uint16_t>, quant_q8_32, dequant_q8_32_avx2, heads_dot_q8_avx2, heads_axpy_q8_avx2,
                       silu_avx2,        sigmoid_mul_avx2};
 #endif
 

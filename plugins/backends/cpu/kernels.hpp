@@ -80,6 +80,16 @@ using NarrowF16Fn = void (*)(const float *src, uint64_t n, uint16_t *dst);
 // multiply per element: every set gives the same bits).
 using QuantQ8Fn = void (*)(const float *src, uint64_t n_blocks, uint8_t *dst);
 using DequantQ8Fn = void (*)(const uint8_t *src, uint64_t n_blocks, float *dst);
+// heads_dot / heads_axpy over q8 rows whose heads are whole blocks
+// (hd % 32 == 0): row j at rows + j * ld_bytes, KV head k's blocks at
+// k * (hd / 32) * 34 bytes into it. Per block the codes are widened once
+// for every query head of the group: dot = sum over blocks of d * (q . c),
+// axpy adds (a * d) * c per key in key order. Rounds differently from
+// widening to f32 first (the scale is applied per block, not per element).
+using HeadsDotQ8Fn = void (*)(const float *q, const uint8_t *rows, uint64_t ld_bytes, uint64_t n_keys,
+                              uint32_t n_heads, uint32_t group, uint32_t head_dim, float *out, uint64_t ldo);
+using HeadsAxpyQ8Fn = void (*)(const float *a, uint64_t lda, const uint8_t *rows, uint64_t ld_bytes,
+                               uint64_t n_keys, uint32_t n_heads, uint32_t group, uint32_t head_dim, float *o);
 
 // Decode attention over a run of n_keys KV-cache rows (`ldrow` elements
 // apart, each holding every KV head `head_dim` apart), f32 or f16 bits, for
@@ -127,6 +137,8 @@ struct Kernels {
     HeadsAxpyF16Fn heads_axpy_f16;
     QuantQ8Fn quant_q8_32;
     DequantQ8Fn dequant_q8_32;
+    HeadsDotQ8Fn heads_dot_q8;
+    HeadsAxpyQ8Fn heads_axpy_q8;
     SiluFn silu;
     SiluMulFn sigmoid_mul;  // out[i] = u[i] / (1 + exp(-g[i])): a sigmoid gate
 };
