@@ -127,15 +127,21 @@ void run_case(const std::string &name) {
     half.arch_options = "kv_cache=f16";
     Session sk(*t.rt, *model->source(), half);
     auto gk = all_logits(sk, seq);
-    double ek = 0;
-    size_t agree = 0;
-    for (uint64_t p = 0; p < c.positions; ++p) {
-        ek = std::max(ek, rel_err(gk.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
-        agree += cmf::text::argmax({gk.data() + p * c.vocab, c.vocab}) ==
-                 cmf::text::argmax({c.logits.data() + p * c.vocab, c.vocab});
-    }
-    MESSAGE(name << " f16 KV cache: max rel logit diff " << ek << ", argmax agrees at " << agree << "/" << c.positions
-                 << " positions");
+    // The largest relative logit error over the positions, and at how many
+    // the argmax is the reference's.
+    auto against_reference = [&](const std::vector<float> &g, const std::string &what) {
+        double e = 0;
+        size_t agree = 0;
+        for (uint64_t p = 0; p < c.positions; ++p) {
+            e = std::max(e, rel_err(g.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
+            agree += cmf::text::argmax({g.data() + p * c.vocab, c.vocab}) ==
+                     cmf::text::argmax({c.logits.data() + p * c.vocab, c.vocab});
+        }
+        MESSAGE(name << " " << what << ": max rel logit diff " << e << ", argmax agrees at " << agree << "/"
+                     << c.positions << " positions");
+        return std::pair{e, agree};
+    };
+    const double ek = against_reference(gk, "f16 KV cache").first;
     CHECK(ek < 2e-3);
     CHECK(ek > 0);  // the cache really is f16
     sk.truncate(0);
@@ -160,15 +166,7 @@ void run_case(const std::string &name) {
     }
     Session s8(*t.rt, *model->source(), q8);
     auto g8 = all_logits(s8, seq);
-    double e8 = 0;
-    agree = 0;
-    for (uint64_t p = 0; p < c.positions; ++p) {
-        e8 = std::max(e8, rel_err(g8.data() + p * c.vocab, c.logits.data() + p * c.vocab, c.vocab));
-        agree += cmf::text::argmax({g8.data() + p * c.vocab, c.vocab}) ==
-                 cmf::text::argmax({c.logits.data() + p * c.vocab, c.vocab});
-    }
-    MESSAGE(name << " q8 KV cache: max rel logit diff " << e8 << ", argmax agrees at " << agree << "/" << c.positions
-                 << " positions");
+    const auto [e8, agree] = against_reference(g8, "q8 KV cache");
     CHECK(e8 < 3e-2);
     CHECK(e8 > 0);  // the cache really is q8
     CHECK(agree >= c.positions * 9 / 10);
