@@ -880,9 +880,20 @@ void kv_q8_rows(const cmf::cpu::Kernels &k, KvQ8 src, uint64_t ld, uint64_t n_ro
         std::memcpy(out + r * cols, whole.data() + src.phase, cols * sizeof(float));
     }
 }
-// A q8 run is widened this many keys at a time into a buffer that stays in
-// L1/L2, then goes through the f32 kernels.
+// A q8 run whose heads start mid-block is widened this many keys at a time
+// into a buffer that stays in L1/L2: f(j, n, rows) gets keys [j, j + n) as
+// f32 rows of the KV heads `cols` covers, in key order.
 constexpr uint64_t kQ8KeysPerSlice = 32;
+template <class F>
+void kv_q8_slices(const cmf::cpu::Kernels &k, KvQ8 rows, uint64_t ldrow, uint64_t n_keys, uint64_t cols, F &&f) {
+    thread_local std::vector<float> tmp;
+    tmp.resize(kQ8KeysPerSlice * cols);
+    for (uint64_t j = 0; j < n_keys; j += kQ8KeysPerSlice) {
+        const uint64_t n = std::min(kQ8KeysPerSlice, n_keys - j);
+        kv_q8_rows(k, rows + j * ldrow, ldrow, n, cols, tmp.data());
+        f(j, n, static_cast<const float *>(tmp.data()));
+    }
+}
 
 // A run of cache rows against every head (Kernels::heads_dot / heads_axpy).
 template <class P>
@@ -893,14 +904,10 @@ void kv_heads_dot(const cmf::cpu::Kernels &k, const float *q, P rows, uint64_t l
     } else if constexpr (kv_is_q8<P>) {
         if (rows.phase == 0 && head_dim % 32 == 0)  // heads of whole blocks: the fused kernel
             return k.heads_dot_q8(q, rows.p, ldrow / 32 * 34, n_keys, n_heads, group, head_dim, out, ldo);
-        thread_local std::vector<float> tmp;
         const uint64_t cols = uint64_t(n_heads / group) * head_dim;  // the KV heads these query heads read
-        tmp.resize(kQ8KeysPerSlice * cols);
-        for (uint64_t j = 0; j < n_keys; j += kQ8KeysPerSlice) {
-            const uint64_t n = std::min(kQ8KeysPerSlice, n_keys - j);
-            kv_q8_rows(k, rows + j * ldrow, ldrow, n, cols, tmp.data());
-            k.heads_dot(q, tmp.data(), cols, n, n_heads, group, head_dim, out + j, ldo);
-        }
+        kv_q8_slices(k, rows, ldrow, n_keys, cols, [&](uint64_t j, uint64_t n, const float *wide) {
+            k.heads_dot(q, wide, cols, n, n_heads, group, head_dim, out + j, ldo);
+        });
     } else {
         k.heads_dot_f16(q, rows, ldrow, n_keys, n_heads, group, head_dim, out, ldo);
     }
@@ -913,14 +920,10 @@ void kv_heads_axpy(const cmf::cpu::Kernels &k, const float *a, uint64_t lda, P r
     } else if constexpr (kv_is_q8<P>) {
         if (rows.phase == 0 && head_dim % 32 == 0)
             return k.heads_axpy_q8(a, lda, rows.p, ldrow / 32 * 34, n_keys, n_heads, group, head_dim, o);
-        thread_local std::vector<float> tmp;
         const uint64_t cols = uint64_t(n_heads / group) * head_dim;
-        tmp.resize(kQ8KeysPerSlice * cols);
-        for (uint64_t j = 0; j < n_keys; j += kQ8KeysPerSlice) {  // the keys still added in order
-            const uint64_t n = std::min(kQ8KeysPerSlice, n_keys - j);
-            kv_q8_rows(k, rows + j * ldrow, ldrow, n, cols, tmp.data());
-            k.heads_axpy(a + j, lda, tmp.data(), cols, n, n_heads, group, head_dim, o);
-        }
+        kv_q8_slices(k, rows, ldrow, n_keys, cols, [&](uint64_t j, uint64_t n, const float *wide) {
+            k.heads_axpy(a + j, lda, wide, cols, n, n_heads, group, head_dim, o);
+        });
     } else {
         k.heads_axpy_f16(a, lda, rows, ldrow, n_keys, n_heads, group, head_dim, o);
     }
@@ -1296,6 +1299,14 @@ void check_kv_dtype(int32_t dtype, const char *op) {
                                              std::to_string(CMF_KV_DTYPE_Q8_32) + " are)");
 }
 
+// q8 blocks hold 32 elements: a q8 cache's rows must be whole blocks.
+void check_q8_row_len(uint64_t row_len, const char *op) {
+    if (row_len % 32 != 0)
+        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": a q8 KV cache needs rows of a multiple of 32 "
+                                                                "elements, not " +
+                                                  std::to_string(row_len));
+}
+
 // f(k, v) with the caches typed as their dtype says (attention_rows' P).
 template <class F>
 void with_kv_caches(int32_t dtype, uint32_t n_kv_heads, uint32_t head_dim, const float *k_cache, const float *v_cache, const char *op,
@@ -1304,10 +1315,7 @@ void with_kv_caches(int32_t dtype, uint32_t n_kv_heads, uint32_t head_dim, const
     if (dtype == CMF_DTYPE_F32) return f(k_cache, v_cache);
     if (dtype == CMF_DTYPE_F16)
         return f(reinterpret_cast<const uint16_t *>(k_cache), reinterpret_cast<const uint16_t *>(v_cache));
-    if (uint64_t(n_kv_heads) * head_dim % 32 != 0)
-        throw Error(CMF_ERR_INVALID_ARGUMENT, std::string(op) + ": a q8 KV cache needs rows of a multiple of 32 "
-                                                                "elements, not " +
-                                                  std::to_string(uint64_t(n_kv_heads) * head_dim));
+    check_q8_row_len(uint64_t(n_kv_heads) * head_dim, op);
     f(KvQ8{reinterpret_cast<const uint8_t *>(k_cache)}, KvQ8{reinterpret_cast<const uint8_t *>(v_cache)});
 }
 
@@ -1347,9 +1355,7 @@ cmf_error *kv_write(void *ctx, float *cache, int32_t dtype, uint64_t row_len, ui
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
         check_kv_dtype(dtype, "kv_write");
-        if (dtype == CMF_KV_DTYPE_Q8_32 && row_len % 32 != 0)
-            throw Error(CMF_ERR_INVALID_ARGUMENT,
-                        "kv_write: a q8 KV cache needs rows of a multiple of 32 elements, not " + std::to_string(row_len));
+        if (dtype == CMF_KV_DTYPE_Q8_32) check_q8_row_len(row_len, "kv_write");
         const uint64_t n = n_rows * row_len;
         if (n == 0) return;
         if (cache == nullptr || src == nullptr) throw Error(CMF_ERR_INVALID_ARGUMENT, "kv_write: NULL argument");

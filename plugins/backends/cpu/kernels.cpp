@@ -28,7 +28,8 @@ using codecs::f16_to_f32;
 inline float wide1(float v) { return v; }
 inline float wide1(uint16_t h) { return f16_to_f32(h); }
 
-// q8 KV cache blocks (QuantQ8Fn / DequantQ8Fn).
+// q8 KV cache blocks (QuantQ8Fn / DequantQ8Fn): a block's f16 scale.
+inline float q8_scale(const uint8_t *blk) { return f16_to_f32(static_cast<uint16_t>(blk[0] | blk[1] << 8)); }
 void quant_q8_32(const float *src, uint64_t n_blocks, uint8_t *dst) {
     for (uint64_t b = 0; b < n_blocks; ++b, src += 32, dst += 34) {
         float amax = 0.0f;
@@ -52,12 +53,11 @@ void quant_q8_32(const float *src, uint64_t n_blocks, uint8_t *dst) {
 }
 void dequant_q8_32_portable(const uint8_t *src, uint64_t n_blocks, float *dst) {
     for (uint64_t b = 0; b < n_blocks; ++b, src += 34, dst += 32) {
-        const float d = f16_to_f32(static_cast<uint16_t>(src[0] | src[1] << 8));
+        const float d = q8_scale(src);
         for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(static_cast<int8_t>(src[2 + i]));
     }
 }
 
-inline float q8_scale(const uint8_t *blk) { return f16_to_f32(static_cast<uint16_t>(blk[0] | blk[1] << 8)); }
 void heads_dot_q8_portable(const float *q, const uint8_t *rows, uint64_t ld_bytes, uint64_t n_keys, uint32_t n_heads,
                            uint32_t group, uint32_t hd, float *out, uint64_t ldo) {
     const uint32_t nb = hd / 32;
@@ -638,7 +638,7 @@ AVX2 void convert_f16_avx2(const uint16_t *src, uint64_t n, float *dst) {
 }
 AVX2 void dequant_q8_32_avx2(const uint8_t *src, uint64_t n_blocks, float *dst) {
     for (uint64_t b = 0; b < n_blocks; ++b, src += 34, dst += 32) {
-        const __m256 d = _mm256_set1_ps(f16_to_f32(static_cast<uint16_t>(src[0] | src[1] << 8)));
+        const __m256 d = _mm256_set1_ps(q8_scale(src));
         for (int j = 0; j < 4; ++j) {
             const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(src + 2 + 8 * j));
             _mm256_storeu_ps(dst + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
