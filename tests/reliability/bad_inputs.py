@@ -229,26 +229,27 @@ def damaged_payload(d):
     return p
 
 
+def on_damaged(d, args_of):
+    """Runs cmfhost args_of(path of a damaged model) and asserts it wrote nothing."""
+    m = damaged_payload(d)
+    before = listing(d)
+    r = run(args_of(m))
+    nothing_new(d, before)
+    return r
+
+
 @row('model file', 'one payload byte flipped, requantized', 'requant austen.cmf -q q4 -o out.cmf', 1,
      "cmfhost requant: requant DIR/austen.cmf: HashMismatch: DIR/austen.cmf: tensor 'model.embed_tokens.weight': payload hash64 31f22e2ccfd7d538 does not match its directory's 7cefab1fe0cbcd6f (the file is damaged; cmfhost verify lists every such tensor)",
      'no output file, no temp file')
 def _(d):
-    m = damaged_payload(d)
-    before = listing(d)
-    r = run(['requant', m, '-q', 'q4', '-o', os.path.join(d, 'out.cmf'), '--no-progress'])
-    nothing_new(d, before)
-    return r
+    return on_damaged(d, lambda m: ['requant', m, '-q', 'q4', '-o', os.path.join(d, 'out.cmf'), '--no-progress'])
 
 
 @row('model file', 'one payload byte flipped, compacted', 'compact austen.cmf -o out.cmf', 1,
      "cmfhost compact: DIR/austen.cmf: HashMismatch: DIR/austen.cmf: tensor 'model.embed_tokens.weight': payload hash64 31f22e2ccfd7d538 does not match its directory's 7cefab1fe0cbcd6f (the file is damaged; cmfhost verify lists every such tensor)",
      'no output file, no temp file')
 def _(d):
-    m = damaged_payload(d)
-    before = listing(d)
-    r = run(['compact', m, '-o', os.path.join(d, 'out.cmf')])
-    nothing_new(d, before)
-    return r
+    return on_damaged(d, lambda m: ['compact', m, '-o', os.path.join(d, 'out.cmf')])
 
 
 # ---- shards ------------------------------------------------------------------
