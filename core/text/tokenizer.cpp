@@ -579,7 +579,11 @@ std::unique_ptr<PostProcessor> make_post_processor(element e, const std::string 
     if (type == "ByteLevel") return std::make_unique<NoopPost>();
     if (type == "TemplateProcessing") {
         auto p = std::make_unique<TemplatePost>();
-        object specials = obj_of(field(o, "special_tokens").value_or(element()), c + ".special_tokens");
+        // special_tokens may be absent (Hugging Face defaults it to empty):
+        // then a SpecialToken item names a token that is not there.
+        const std::optional<element> specials_e = field(o, "special_tokens");
+        const std::optional<object> specials =
+            specials_e ? std::optional<object>(obj_of(*specials_e, c + ".special_tokens")) : std::nullopt;
         for (element x : arr_field(o, "single", c)) {
             object xo = obj_of(x, c + ".single[]");
             if (auto s = field(xo, "Sequence")) {
@@ -588,7 +592,7 @@ std::unique_ptr<PostProcessor> make_post_processor(element e, const std::string 
                 p->single.push_back({true, {}});
             } else if (auto t = field(xo, "SpecialToken")) {
                 std::string id = str_field(obj_of(*t, c), "id", c + ".single[].SpecialToken");
-                auto st = field(specials, id);
+                auto st = specials ? field(*specials, id) : std::nullopt;
                 if (!st) parse_error(c + ": special token '" + id + "' is not in special_tokens");
                 TemplatePost::Item item{false, {}};
                 for (element v : arr_field(obj_of(*st, c), "ids", c + ".special_tokens." + id)) {

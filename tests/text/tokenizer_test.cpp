@@ -200,6 +200,21 @@ TEST_CASE("tokenizer: TemplateProcessing adds special tokens only when asked") {
             "pair":[],"special_tokens":{"<s>":{"id":"<s>","ids":[9],"tokens":["<s>"]}}})"));
     CHECK(tok->encode("ab", true) == std::vector<int32_t>{9, 4});
     CHECK(tok->encode("ab", false) == std::vector<int32_t>{4});
+    // Without special_tokens (a key Hugging Face defaults to empty): a
+    // template of the sequence alone loads; one naming a special token is a
+    // parse error that names it (this once read a JSON element of no document).
+    auto seq = Tokenizer::from_json(tiny("null", "null", "null", "[]", R"(["a b","ab c"])",
+        R"({"type":"TemplateProcessing","single":[{"Sequence":{"id":"A","type_id":0}}],"pair":[]})"));
+    CHECK(seq->encode("ab", true) == std::vector<int32_t>{4});
+    try {
+        Tokenizer::from_json(tiny("null", "null", "null", "[]", R"(["a b","ab c"])",
+            R"({"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}}],"pair":[],
+                "special_toklns":{"<s>":{"id":"<s>","ids":[9],"tokens":["<s>"]}}})"));
+        CHECK_MESSAGE(false, "a SpecialToken without special_tokens was accepted");
+    } catch (const cmf::Error &e) {
+        CHECK(e.code() == CMF_ERR_PARSE);
+        CHECK(e.message().find("special token '<s>' is not in special_tokens") != std::string::npos);
+    }
 }
 
 TEST_CASE("streaming detokenizer holds partial UTF-8 from byte-fallback tokens") {
