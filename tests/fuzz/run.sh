@@ -38,7 +38,10 @@ if [ ! -f "$asan_rt" ]; then
   echo "run.sh: clang's shared ASan runtime not found ($asan_rt); Debian: apt install libclang-rt-14-dev" >&2
   exit 1
 fi
-work=$(mktemp -d)
+# In memory where the system has a tmpfs: fuzz_open writes every input to a
+# file there, and on a disk filesystem each rewrite costs a writeback
+# (perf: a fifth of fuzz_open's time in ext4's release of the file).
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then work=$(mktemp -d -p /dev/shm); else work=$(mktemp -d); fi
 trap 'rm -rf "$work"' EXIT
 export TMPDIR="$work"  # fuzz_open writes its input there
 export CMF_PLUGIN_PATH="$build/plugins/codecs:$build/plugins/archs/qwen:$build/plugins/archs"
