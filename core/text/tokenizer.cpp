@@ -961,8 +961,23 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
         bpe.vocab.emplace(std::string(kv.key), int32_t(id));
         max_id = std::max(max_id, int32_t(id));
     }
+    // One token per id: a file that gives an id to two tokens is ambiguous
+    // (Hugging Face's reverse map keeps whichever its hash order puts last),
+    // and one of the two could be encoded but never decoded. Checked in the
+    // file's order, so the message names the first holder.
     bpe.id_to_tok.resize(size_t(max_id + 1));
-    for (auto &[k, v] : bpe.vocab) bpe.id_to_tok[size_t(v)] = k;
+    std::vector<bool> held(size_t(max_id + 1), false);
+    for (auto kv : vocab) {
+        const size_t id = size_t(kv.value.get_int64().value_unsafe());
+        auto it = bpe.vocab.find(kv.key);
+        if (it == bpe.vocab.end() || size_t(it->second) != id) continue;  // a repeated key: the first one counts
+        if (held[id] && bpe.id_to_tok[id] == kv.key) continue;  // the same pair twice
+        if (held[id])
+            parse_error("model.vocab: id " + std::to_string(id) + " is given to both '" + bpe.id_to_tok[id] + "' and '" +
+                        std::string(kv.key) + "'");
+        held[id] = true;
+        bpe.id_to_tok[id] = std::string(kv.key);
+    }
 
     auto lookup = [&](std::string_view t, const std::string &ctx) {
         auto it = bpe.vocab.find(t);

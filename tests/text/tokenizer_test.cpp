@@ -137,6 +137,10 @@ TEST_CASE("tokenizer: unsupported components and malformed files are named error
     auto [c6, m6] = code_msg(tiny("null", "null", "null", "[]", R"(["a zz"])"));
     CHECK(c6 == CMF_ERR_PARSE);
     CHECK(m6.find("'zz' is not in the vocab") != std::string::npos);
+    // One id for two tokens: ambiguous (and one of them could never be decoded).
+    auto [c8, m8] = code_msg(R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"":1},"merges":[]}})");
+    CHECK(c8 == CMF_ERR_PARSE);
+    CHECK(m8.find("id 1 is given to both 'b' and ''") != std::string::npos);
     auto [c7, m7] = code_msg(tiny("null", R"({"type":"Split","pattern":{"Regex":"(unclosed"},"behavior":"Isolated"})", "null"));
     CHECK(c7 == CMF_ERR_PARSE);
     CHECK(m7.find("regex does not compile") != std::string::npos);
