@@ -13,7 +13,7 @@
 #   --max-time S  seconds per target at most (default 0: no limit)
 #   --nice N      scheduling niceness of the fuzzer (default 19; on a machine
 #                 busy with builds 19 gets a few percent of a core)
-#   TARGET        open tokenizer chat convert sections codecs gguf (default: all)
+#   TARGET        open tokenizer chat convert sections codecs gguf pipeline (default: all)
 # Corpora: DIR/fuzz-corpus/TARGET; logs: DIR/meson-logs/campaign-TARGET.log;
 # findings: DIR/meson-logs/fuzz-TARGET-{crash,leak,timeout,oom}-*.
 # Exit status 1 if any target found something.
@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(open tokenizer chat convert sections codecs gguf)
+[ ${#targets[@]} -gt 0 ] || targets=(open tokenizer chat convert sections codecs gguf pipeline)
 
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ LDFLAGS=-shared-libasan meson setup "$build" -Dbuildtype=plain -Doptimization=2 \

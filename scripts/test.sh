@@ -27,7 +27,7 @@ if command -v clang++ >/dev/null 2>&1; then
       -Dc_args=-gline-tables-only -Dcpp_args=-gline-tables-only -Dbenches=false \
       -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
   fi
-  meson compile -C build-fuzz fuzz_open fuzz_tokenizer fuzz_chat fuzz_convert fuzz_sections fuzz_codecs fuzz_gguf \
+  meson compile -C build-fuzz fuzz_open fuzz_tokenizer fuzz_chat fuzz_convert fuzz_sections fuzz_codecs fuzz_gguf fuzz_pipeline \
     cmf-test-container-codecs cmf-codecs cmf-arch-qwen cmf-arch-gemma tiny_models || exit 1
   meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs || status=1
 else

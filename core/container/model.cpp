@@ -1,5 +1,6 @@
 #include "container/model.hpp"
 
+#include "common/hash64.hpp"
 #include "common/json.hpp"
 #include "container/in_place.hpp"
 
@@ -421,6 +422,15 @@ void Model::open(Model &m, Runtime &rt, const std::string &path, uint32_t flags)
 const TensorRec *Model::find(std::string_view name) const {
     auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+const uint8_t *Model::verified(const TensorRec &t) const {
+    const uint64_t h = hash64(t.data, size_t(t.nbytes));
+    if (h != t.hash)
+        throw Error(CMF_ERR_HASH_MISMATCH, shards_.at(t.shard).file->path() + ": tensor '" + t.name + "': payload hash64 " +
+                                               hex16(h) + " does not match its directory's " + hex16(t.hash) +
+                                               " (the file is damaged; cmfhost verify lists every such tensor)");
+    return t.data;
 }
 
 void Model::dequantize(size_t i, uint64_t row_begin, uint64_t row_end, float *dst, uint64_t dst_count) const {

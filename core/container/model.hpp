@@ -92,6 +92,13 @@ public:
     const uint8_t *vocab() const { return shards_[0].section(kVocab); }
     uint64_t vocab_len() const { return shards_[0].env.len[kVocab]; }
 
+    // t's payload, once its bytes match the hash in its directory record
+    // (HashMismatch naming the file and the tensor otherwise): what the
+    // tools that copy or re-encode tensors into a new file read, so damaged
+    // bytes are refused instead of being written out under a fresh hash
+    // that would make them look sound.
+    const uint8_t *verified(const TensorRec &t) const;
+
     // Dequantizes rows [row_begin, row_end) of tensor `i` into dst through its
     // codec, in parallel on the runtime's pool.
     void dequantize(size_t i, uint64_t row_begin, uint64_t row_end, float *dst, uint64_t dst_count) const;

@@ -284,7 +284,7 @@ void compact(Runtime &rt, const std::string &in, const std::string &out_path) {
     std::optional<std::string> task;
     if (!m.masks().empty()) task = m.default_task();
     Writer w(rt, out_path, json::emit_header(header), 0, task);
-    for (auto &t : m.tensors()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+    for (auto &t : m.tensors()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, m.verified(t), t.nbytes);
     copy_masks_and_vocab(m, w);
     w.finish();
 }

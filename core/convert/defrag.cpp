@@ -244,7 +244,7 @@ SlicedTensor take_rows(Runtime &rt, const Model &m, const TensorRec &t, const st
     const uint64_t rows = t.shape[0], cols = t.ndim >= 2 ? t.shape[1] : 1;
     std::vector<uint64_t> shape = shape_of(t);
     shape[0] = keep.size();
-    const auto *src = static_cast<const uint8_t *>(t.data);
+    const uint8_t *src = m.verified(t);
     std::vector<uint64_t> section_row_bytes;
     if (const uint64_t es = float_size(t.dtype)) {
         section_row_bytes = {cols * es};
@@ -294,7 +294,7 @@ namespace {
 SlicedTensor take_columns(Runtime &rt, const Model &m, const TensorRec &t, const std::vector<uint32_t> &keep) {
     const uint64_t rows = t.shape[0], cols = t.shape[1];
     std::vector<uint64_t> shape = {rows, keep.size()};
-    const auto *src = static_cast<const uint8_t *>(t.data);
+    const uint8_t *src = m.verified(t);
     if (const uint64_t es = float_size(t.dtype)) {
         SlicedTensor p{t.dtype, shape, std::vector<uint8_t>(rows * keep.size() * es), true};
         uint8_t *d = p.bytes.data();
@@ -406,7 +406,7 @@ std::string defrag_ffn(Runtime &rt, const DefragOptions &o) {
     for (const auto &t : m.tensors()) {
         auto it = cuts.find(t.name);
         if (it == cuts.end()) {
-            w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+            w.add_tensor(t.name, t.dtype, t.ndim, t.shape, m.verified(t), t.nbytes);
             continue;
         }
         SlicedTensor p = it->second.columns ? take_columns(rt, m, t, *it->second.keep) : take_rows(rt, m, t, *it->second.keep);

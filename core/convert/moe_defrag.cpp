@@ -209,11 +209,11 @@ std::string moe_defrag(Runtime &rt, const MoeDefragOptions &o) {
                     continue;
                 }
                 names.push_back("model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(e->second) + "." + rest);
-                w.add_tensor(names.back(), t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+                w.add_tensor(names.back(), t.dtype, t.ndim, t.shape, m.verified(t), t.nbytes);
                 continue;
             }
         }
-        w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+        w.add_tensor(t.name, t.dtype, t.ndim, t.shape, m.verified(t), t.nbytes);
     }
     // Masks stay; their expert rows follow the renumbering. A mask that
     // would leave a cut layer nothing to route to cannot run and is left out.
@@ -309,7 +309,7 @@ std::string moe_mask(Runtime &rt, const MoeDefragOptions &o) {
     std::optional<std::string> default_task;
     if (!m.masks().empty()) default_task = m.default_task();
     container::Writer w(rt, o.output, container::json::emit_header(header), 0, default_task);
-    for (const auto &t : m.tensors()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+    for (const auto &t : m.tensors()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, m.verified(t), t.nbytes);
     container::copy_masks_and_vocab(m, w);
     w.add_mask(std::move(pm));
     if (o.say)

@@ -76,7 +76,7 @@ void patch_tensors(Runtime &rt, const PatchOptions &opts, const std::vector<Patc
     for (size_t i = 0; i < m.tensors().size(); ++i) {
         const auto &t = m.tensors()[i];
         auto it = by_index.find(i);
-        if (it == by_index.end()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+        if (it == by_index.end()) w.add_tensor(t.name, t.dtype, t.ndim, t.shape, m.verified(t), t.nbytes);
         else w.add_tensor(t.name, it->second->dtype, t.ndim, t.shape, it->second->bytes.data(), it->second->bytes.size());
     }
     container::copy_masks_and_vocab(m, w);

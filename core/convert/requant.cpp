@@ -145,8 +145,9 @@ RequantStats requant(Runtime &rt, const RequantOptions &opts) {
             options = std::move(c.options);
         }
         // f32 tensors the policy keeps whole (e.g. tid2eid) and unchanged dtypes are copied byte for byte.
+        const uint8_t *bytes = m.verified(t);
         if (dtype == t.dtype) {
-            w.add_tensor(t.name, t.dtype, t.ndim, t.shape, t.data, t.nbytes);
+            w.add_tensor(t.name, t.dtype, t.ndim, t.shape, bytes, t.nbytes);
         } else {
             uint64_t count = 1;
             for (uint32_t d = 0; d < t.ndim; ++d) count *= t.shape[d];

@@ -414,7 +414,7 @@ std::string skill_export(Runtime &rt, const SkillExportOptions &o) {
     std::optional<std::string> task;
     if (!spec.masks().empty()) task = spec.default_task();
     container::Writer w(rt, o.output, container::json::emit_header(header), 0, task);
-    for (const TensorRec *t : cut) w.add_tensor(t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes);
+    for (const TensorRec *t : cut) w.add_tensor(t->name, t->dtype, t->ndim, t->shape, spec.verified(*t), t->nbytes);
     container::copy_masks(spec, w);
     w.finish();
     return bj::serialize(bj::object{{"id", o.id}, {"tensors", cut.size()}, {"layers", ls}, {"masks", spec.masks().size()},
@@ -459,7 +459,7 @@ std::string skill_apply(Runtime &rt, const SkillApplyOptions &o) {
         const TensorRec *s = skill.find(t.name);
         const TensorRec &src = s != nullptr ? *s : t;
         replaced += s != nullptr;
-        w.add_tensor(src.name, src.dtype, src.ndim, src.shape, src.data, src.nbytes);
+        w.add_tensor(src.name, src.dtype, src.ndim, src.shape, (s != nullptr ? skill : base).verified(src), src.nbytes);
     }
     container::copy_masks(skill, w);
     if (base.has_vocab()) w.set_vocab(base.vocab(), base.vocab_len());

@@ -553,12 +553,12 @@ TEST_CASE("roundtrip: ladder_scales builds each row's ladder and picks rungs by 
     // without q2tp's zero rung; the rungs built here one product at a time.
     namespace k = cmf::codecs::kernels;
     std::mt19937 rng(5);
-    float first[8], ratio[8];
-    for (int j = 0; j < 8; ++j) first[j] = 0.001f * static_cast<float>(j + 1), ratio[j] = 1.1f + 0.01f * static_cast<float>(j);
+    float first[k::kLadderMaxRows], ratio[k::kLadderMaxRows];
+    for (unsigned j = 0; j < k::kLadderMaxRows; ++j) first[j] = 0.001f * static_cast<float>(j + 1), ratio[j] = 1.1f + 0.01f * static_cast<float>(j);
     for (bool zero_rung : {false, true})
-    for (uint64_t groups : {1u, 7u, 8u, 9u, 32u, 45u, 96u}) {
+    for (uint64_t groups : {1u, 7u, 8u, 9u, 15u, 16u, 17u, 32u, 45u, 96u}) {
         const uint64_t code_stride = (5 * groups + 7) / 8 + 1;
-        for (unsigned rows = 1; rows <= 8; ++rows) {
+        for (unsigned rows = 1; rows <= k::kLadderMaxRows; ++rows) {
             CAPTURE(zero_rung);
             CAPTURE(groups);
             CAPTURE(rows);

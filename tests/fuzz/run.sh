@@ -3,7 +3,7 @@
 # in a -Dfuzz=true build (scripts/test.sh runs the suite in CI from
 # ./build-fuzz; scripts/fuzz_campaign.sh runs long campaigns with it).
 # usage: tests/fuzz/run.sh BUILD_DIR TARGET SECONDS [libFuzzer options...]
-#   TARGET: open, tokenizer, chat, convert, sections, codecs or gguf (fuzz_TARGET)
+#   TARGET: open, tokenizer, chat, convert, sections, codecs, gguf or pipeline (fuzz_TARGET)
 # BUILD_DIR must be configured with clang and -Dfuzz=true, as scripts/test.sh does:
 #   CC=clang CXX=clang++ LDFLAGS=-shared-libasan meson setup build-fuzz -Dbuildtype=plain \
 #     -Doptimization=0 -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false
@@ -14,7 +14,7 @@
 # preloads the shared runtime.)
 #
 # The corpus starts from the target's seeds (tests/fuzz/make_seeds.py, or
-# tests/fuzz/seeds/{open,gguf}, or the codecs target's own) and its
+# tests/fuzz/seeds/{open,gguf,pipeline}, or the codecs target's own) and its
 # regression inputs (tests/fuzz/regressions/TARGET) in a scratch directory,
 # or lives in $CMF_FUZZ_CORPUS when set (seeded when empty; the campaign
 # keeps it between runs). The repo is never written. Limits per input:
@@ -53,7 +53,7 @@ corpus=${CMF_FUZZ_CORPUS:-$work/corpus}
 mkdir -p "$corpus"
 if [ -z "$(ls -A "$corpus")" ]; then
   case "$target" in
-    open|gguf) cp "$src/seeds/$target"/* "$corpus/" ;;
+    open|gguf|pipeline) cp "$src/seeds/$target"/* "$corpus/" ;;
     codecs) LD_PRELOAD="$asan_rt" CMF_FUZZ_WRITE_SEEDS="$corpus" \
               CMF_FUZZ_FIXTURES="$root/tests/fixtures/upstream/sample.f32dir" "$bin" || exit 1 ;;
     *) /usr/bin/python3 "$src/make_seeds.py" "$root" "$work/seeds" "$target" "$build/tests/convert/tiny_models" || exit 1

@@ -214,6 +214,44 @@ def _(d):
     return run(['info', os.path.join(d, 'nothere.cmf')])
 
 
+def damaged_payload(d):
+    """austen.cmf with one byte of its data section flipped (a bit rot or a
+    bad copy: every structure still parses, one tensor's hash no longer
+    matches)."""
+    p = copy_model(d)
+    with open(p, 'r+b') as f:
+        f.seek(16 + 16 * 2)
+        data_off, = struct.unpack('<Q', f.read(8))
+        f.seek(data_off + 4096)
+        b = f.read(1)
+        f.seek(data_off + 4096)
+        f.write(bytes([b[0] ^ 0x40]))
+    return p
+
+
+def on_damaged(d, args_of):
+    """Runs cmfhost args_of(path of a damaged model) and asserts it wrote nothing."""
+    m = damaged_payload(d)
+    before = listing(d)
+    r = run(args_of(m))
+    nothing_new(d, before)
+    return r
+
+
+@row('model file', 'one payload byte flipped, requantized', 'requant austen.cmf -q q4 -o out.cmf', 1,
+     "cmfhost requant: requant DIR/austen.cmf: HashMismatch: DIR/austen.cmf: tensor 'model.embed_tokens.weight': payload hash64 31f22e2ccfd7d538 does not match its directory's 7cefab1fe0cbcd6f (the file is damaged; cmfhost verify lists every such tensor)",
+     'no output file, no temp file')
+def _(d):
+    return on_damaged(d, lambda m: ['requant', m, '-q', 'q4', '-o', os.path.join(d, 'out.cmf'), '--no-progress'])
+
+
+@row('model file', 'one payload byte flipped, compacted', 'compact austen.cmf -o out.cmf', 1,
+     "cmfhost compact: DIR/austen.cmf: HashMismatch: DIR/austen.cmf: tensor 'model.embed_tokens.weight': payload hash64 31f22e2ccfd7d538 does not match its directory's 7cefab1fe0cbcd6f (the file is damaged; cmfhost verify lists every such tensor)",
+     'no output file, no temp file')
+def _(d):
+    return on_damaged(d, lambda m: ['compact', m, '-o', os.path.join(d, 'out.cmf')])
+
+
 # ---- shards ------------------------------------------------------------------
 
 SHARD_GB = 0.001  # ~1 MiB of payload per shard: austen-tiny q8 makes 3

@@ -48,7 +48,7 @@ float exp2f_f16_computed(uint16_t h) noexcept {
 
 }  // namespace
 
-float exp2f_f16(uint16_t h) noexcept {
+const float *exp2f_f16_table() noexcept {
     // Every f16 argument's value, computed once (256 KiB, a few ms): q4tp /
     // q2tp decode needs two per weight row, and the double exp2 plus the
     // search cost about as much as the row's whole dot product.
@@ -59,8 +59,10 @@ float exp2f_f16(uint16_t h) noexcept {
             for (uint32_t i = 0; i < 65536; ++i) v[i] = exp2f_f16_computed(static_cast<uint16_t>(i));
         }
     } table;
-    return table.v[h];
+    return table.v;
 }
+
+float exp2f_f16(uint16_t h) noexcept { return exp2f_f16_table()[h]; }
 
 float log2f_f16(uint16_t h) noexcept {
     float r = static_cast<float>(std::log2(static_cast<double>(f16_to_f32(h))));

@@ -62,6 +62,9 @@ inline float round_half_away(float x) noexcept { return std::round(x); }
 // glibc-exact exp2f/log2f at f16 arguments (double exp2/log2 rounded to f32, plus the tables of the f16
 // arguments where glibc is one ulp off).
 float exp2f_f16(uint16_t h) noexcept;
+// exp2f_f16 of every f16 argument, indexed by its bits (built on first use):
+// for loops that take two values per weight row, without a call each.
+const float *exp2f_f16_table() noexcept;
 float log2f_f16(uint16_t h) noexcept;
 
 // ---- little-endian byte access ---------------------------------------------

@@ -19,11 +19,11 @@ namespace {
 // Rung values: q4tp t[c] = exp2f(lo) * exp2f(step)^c (31 sequential f32
 // multiplies); q2tp puts an exact 0 at rung 0 and shifts the q4tp ladder up
 // by one. The encoder's ladder of one row; the decoders take their scales
-// from kernels::ladder_scales, which makes the same products eight rows at a
-// time (a single row's chain of 31 dependent multiplies cost about as much
+// from kernels::ladder_scales, which makes the same products for up to 64
+// rows at a time, one row per vector lane (a single row's chain of 31 dependent multiplies cost about as much
 // as its whole dot product in decode: ~100 of ~350 cycles per 1024-wide
 // q4tp row).
-constexpr unsigned kLadderRows = 8;
+constexpr unsigned kLadderRows = kernels::kLadderMaxRows;
 template <bool Two>
 std::array<float, 32> ladder(uint16_t lo_h, uint16_t step_h) {
     std::array<float, 32> t{};
@@ -91,12 +91,13 @@ public:
         if (r0 >= r1) return;
         thread_local std::vector<float> scales;
         scales.resize(kLadderRows * l.gpr);
+        const float *exp2 = exp2f_f16_table();
         for (uint64_t rb = r0; rb < r1; rb += kLadderRows) {
             const unsigned n = static_cast<unsigned>(std::min<uint64_t>(kLadderRows, r1 - rb));
             float first[kLadderRows], ratio[kLadderRows];
             for (unsigned j = 0; j < n; ++j) {
-                first[j] = exp2f_f16(load_u16(l.params + 4 * (rb + j)));
-                ratio[j] = exp2f_f16(load_u16(l.params + 4 * (rb + j) + 2));
+                first[j] = exp2[load_u16(l.params + 4 * (rb + j))];
+                ratio[j] = exp2[load_u16(l.params + 4 * (rb + j) + 2)];
             }
             kernels::ladder_scales(first, ratio, Two, l.codes + rb * stride(l.gpr), stride(l.gpr), l.gpr, n,
                                    scales.data());

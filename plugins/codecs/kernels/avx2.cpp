@@ -827,6 +827,112 @@ void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
     });
 }
 
+
+#ifdef CMF_CODECS_VNNI
+namespace {
+// 16x16 floats transposed in registers: r[i] lane j -> r[j] lane i
+// (unpack pairs, then quads within 128-bit lanes, then 128-bit lanes across
+// registers: 64 shuffles).
+inline void transpose16x16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_maskz_unpacklo_ps(0xFFFF, r[i], r[i + 1]);
+        t[i + 1] = _mm512_maskz_unpackhi_ps(0xFFFF, r[i], r[i + 1]);
+    }
+    // u[4k + m], 128-bit lane L: column 4L + m of rows 4k .. 4k+3.
+    for (int k = 0; k < 16; k += 4) {
+        u[k] = _mm512_maskz_shuffle_ps(0xFFFF, t[k], t[k + 2], 0x44);
+        u[k + 1] = _mm512_maskz_shuffle_ps(0xFFFF, t[k], t[k + 2], 0xEE);
+        u[k + 2] = _mm512_maskz_shuffle_ps(0xFFFF, t[k + 1], t[k + 3], 0x44);
+        u[k + 3] = _mm512_maskz_shuffle_ps(0xFFFF, t[k + 1], t[k + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; ++m) {
+        const __m512 a = _mm512_maskz_shuffle_f32x4(0xFFFF, u[m], u[4 + m], 0x44);
+        const __m512 b = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + m], u[12 + m], 0x44);
+        const __m512 c = _mm512_maskz_shuffle_f32x4(0xFFFF, u[m], u[4 + m], 0xEE);
+        const __m512 d = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + m], u[12 + m], 0xEE);
+        r[m] = _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0x88);
+        r[4 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0xDD);
+        r[8 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0x88);
+        r[12 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0xDD);
+    }
+}
+}  // namespace
+
+// Up to 64 rows' ladders as four interleaved chains of 512-bit multiplies
+// (lane j of chain k = row 16k + j). A row's 31 products are dependent,
+// each waiting on the multiply latency: one chain costs the same for 1 row
+// as for 16, and four independent chains cost about what one does (the
+// multiplies of a rung issue together), so a block of 64 rows pays the
+// latency once. Each chain's 32 rungs are then turned row-major by two
+// 16x16 transposes in registers, and per row 16 groups per step: their 80
+// code bits (10 bytes, a masked load that never reads past the row's codes)
+// put two bytes per 32-bit lane by a byte shuffle, each lane shifted to its
+// code, and the rungs picked from the row's 32 by one two-register permute;
+// a short last step stores through a mask. Against the 8-row form (one
+// chain per 8 rows, 8x8 transposes through memory, 8 groups per step by two
+// permutes, a test and a blend): docs/performance.md, q4tp decode.
+void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
+                   uint64_t groups, unsigned rows, float *out) {
+    constexpr int kChains = kLadderMaxRows / 16;
+    rows = std::min(rows, kLadderMaxRows);
+    alignas(64) float f[kLadderMaxRows] = {}, e[kLadderMaxRows] = {};
+    for (unsigned j = 0; j < rows; ++j) f[j] = first[j], e[j] = ratio[j];
+    alignas(64) float t[kChains][32][16];  // rung c of rows 16k .. 16k+15
+    const int c0 = zero_rung ? 1 : 0;
+    __m512 cur[kChains], ek[kChains];
+    for (int k = 0; k < kChains; ++k) {
+        cur[k] = _mm512_load_ps(f + 16 * k);
+        ek[k] = _mm512_load_ps(e + 16 * k);
+        _mm512_store_ps(t[k][0], _mm512_setzero_ps());
+        _mm512_store_ps(t[k][c0], cur[k]);
+    }
+    for (int c = c0 + 1; c < 32; ++c)
+        for (int k = 0; k < kChains; ++k) {
+            cur[k] = _mm512_mul_ps(cur[k], ek[k]);
+            _mm512_store_ps(t[k][c], cur[k]);
+        }
+    // Group 4L + q of a step (lane 4L + q, in 128-bit lane L): its code's
+    // two bytes, (5(4L + q)) / 8 and the next, in the lane's low 16 bits.
+    alignas(64) int8_t pick[64];
+    alignas(64) int32_t shift[16];
+    for (int i = 0; i < 16; ++i) {
+        const int bit = 5 * i;
+        for (int b = 0; b < 4; ++b) pick[4 * i + b] = b < 2 ? int8_t(bit / 8 + b) : int8_t(-1);  // -1: a zero byte
+        shift[i] = bit % 8;
+    }
+    const __m512i pk = _mm512_load_si512(pick), sh = _mm512_load_si512(shift), mask = _mm512_set1_epi32(31);
+    for (unsigned k = 0; 16 * k < rows; ++k) {
+        __m512 lo[16], hi[16];  // rungs 0-15, 16-31 of the chain's rows; transposed, register j is row 16k + j
+        for (int c = 0; c < 16; ++c) lo[c] = _mm512_load_ps(t[k][c]), hi[c] = _mm512_load_ps(t[k][16 + c]);
+        transpose16x16(lo);
+        transpose16x16(hi);
+        for (unsigned j = 0; j < 16 && 16 * k + j < rows; ++j) {
+            const uint8_t *c = codes + code_stride * (16 * k + j);
+            float *o = out + groups * (16 * k + j);
+            // Groups g .. g+n-1 (n <= 16): their codes' ceil(5n/8) bytes, n scales stored.
+            auto step = [&](uint64_t g, __mmask16 bytes, __mmask16 store) {
+                const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
+                const __m512i idx = _mm512_and_si512(
+                    _mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), mask);
+                _mm512_mask_storeu_ps(o + g, store, _mm512_permutex2var_ps(lo[j], idx, hi[j]));
+            };
+            uint64_t g = 0;
+            for (; g + 16 <= groups; g += 16) step(g, 0x3FF, 0xFFFF);
+            if (const uint64_t n = groups - g; n > 0)
+                step(g, __mmask16((1u << ((5 * n + 7) / 8)) - 1u), __mmask16((1u << n) - 1u));
+        }
+    }
+}
+#else
+// The eight rows' ladders as one chain of vector multiplies (lane j = row j:
+// a single row's 31 dependent multiplies would wait on the multiply latency
+// at every rung), turned row-major (four 8x8 transposes), then per row eight
+// groups per step: their 40 code bits as two 32-bit words (bits 0-31 and
+// 8-39), each lane shifted to its code, and the rungs picked from the row's
+// 32 by a gather (the AVX-512 build has its own form above).
+// Picked one by one in scalar code, the scales took about as long as the
+// q4tp rows' dots themselves (perf, 3072x1024, one thread).
 namespace {
 // rows[0..8) (8 floats each) -> columns: out[ld*j + i] = rows[i][j].
 inline void transpose8x8(const float *in, float *out, uint64_t ld) {
@@ -844,18 +950,8 @@ inline void transpose8x8(const float *in, float *out, uint64_t ld) {
         _mm256_storeu_ps(out + ld * (i + 4), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
     }
 }
-}  // namespace
-
-// The eight rows' ladders as one chain of vector multiplies (lane j = row j:
-// a single row's 31 dependent multiplies would wait on the multiply latency
-// at every rung), turned row-major (four 8x8 transposes), then per row eight
-// groups per step: their 40 code bits as two 32-bit words (bits 0-31 and
-// 8-39), each lane shifted to its code, and the rungs picked from the row's
-// 32 by two two-register permutes and a blend (AVX-512 VL) or a gather (AVX2).
-// Picked one by one in scalar code, the scales took about as long as the
-// q4tp rows' dots themselves (perf, 3072x1024, one thread).
-void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
-                   uint64_t groups, unsigned rows, float *out) {
+void ladder_scales8(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
+                    uint64_t groups, unsigned rows, float *out) {
     alignas(32) float f8[8] = {}, e8[8] = {};
     for (unsigned j = 0; j < rows && j < 8; ++j) f8[j] = first[j], e8[j] = ratio[j];
     alignas(64) float t[32][8], lt[8][32];
@@ -874,10 +970,6 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
     for (unsigned j = 0; j < rows; ++j) {
         const uint8_t *c = codes + code_stride * j;
         float *o = out + groups * j;
-#ifdef CMF_CODECS_VNNI
-        const __m256 q0 = _mm256_load_ps(lt[j]), q1 = _mm256_load_ps(lt[j] + 8), q2 = _mm256_load_ps(lt[j] + 16),
-                     q3 = _mm256_load_ps(lt[j] + 24);
-#endif
         uint64_t g = 0;
         for (; g + 8 <= groups; g += 8) {
             const uint8_t *p = c + 5 * g / 8;
@@ -886,13 +978,7 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
             const uint32_t w8 = (w >> 8) | (uint32_t{p[4]} << 24);
             const __m256i v = _mm256_blend_epi32(_mm256_set1_epi32(int(w)), _mm256_set1_epi32(int(w8)), 0xC0);
             const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask);
-#ifdef CMF_CODECS_VNNI
-            // Rungs 0-15 and 16-31 by two 16-entry permutes, bit 4 of the code choosing.
-            const __m256 a = _mm256_permutex2var_ps(q0, idx, q1), b = _mm256_permutex2var_ps(q2, idx, q3);
-            _mm256_storeu_ps(o + g, _mm256_mask_blend_ps(_mm256_test_epi32_mask(idx, _mm256_set1_epi32(16)), a, b));
-#else
             _mm256_storeu_ps(o + g, _mm256_i32gather_ps(lt[j], idx, 4));
-#endif
         }
         for (; g < groups; ++g) {
             const uint64_t bit = 5 * g;
@@ -901,6 +987,16 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
         }
     }
 }
+}  // namespace
+
+// Up to kLadderMaxRows rows, eight at a time.
+void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
+                   uint64_t groups, unsigned rows, float *out) {
+    for (unsigned j = 0; j < rows && j < kLadderMaxRows; j += 8)
+        ladder_scales8(first + j, ratio + j, zero_rung, codes + code_stride * j, code_stride, groups,
+                       std::min(rows - j, 8u), out + groups * j);
+}
+#endif
 
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
                        uint64_t groups) {

@@ -122,13 +122,14 @@ float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
 // a time as rows_q4_split_xq.
 void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y);
-// q4tp / q2tp group scales of up to 8 rows: row j's ladder of 32 rungs is
+// q4tp / q2tp group scales of up to kLadderMaxRows rows: row j's ladder of 32 rungs is
 // t[0] = first[j], t[c] = t[c-1] * ratio[j] (with zero_rung, q2tp's: t[0] = 0,
 // t[1] = first[j], then the same products), each product rounded to f32 in
 // that order, as the encoder builds it; out[groups*j + g] = t[c], c being row
 // j's 5-bit code of group g (row j's codes at codes + code_stride*j,
 // LSB-first). The same f32 products and pure lookups: every implementation
 // gives the same bits.
+constexpr unsigned kLadderMaxRows = 64;
 void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
                    uint64_t groups, unsigned rows, float *out);
 // q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.
