@@ -951,6 +951,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
     if (!vocab_el) parse_error("model: missing 'vocab'");
     object vocab = obj_of(*vocab_el, "model.vocab");
     int32_t max_id = -1;
+    std::vector<std::pair<int32_t, std::string_view>> order;  // each key's first entry, in the file's order
     for (auto kv : vocab) {
         int64_t id;
         if (kv.value.get_int64().get(id) || id < 0)
@@ -958,7 +959,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
         if (id > kMaxTokenId)
             parse_error("model.vocab: id " + std::to_string(id) + " of '" + std::string(kv.key) + "' is above " +
                         std::to_string(kMaxTokenId) + ", the largest this tokenizer takes");
-        bpe.vocab.emplace(std::string(kv.key), int32_t(id));
+        if (bpe.vocab.emplace(std::string(kv.key), int32_t(id)).second) order.emplace_back(int32_t(id), kv.key);
         max_id = std::max(max_id, int32_t(id));
     }
     // One token per id: a file that gives an id to two tokens is ambiguous
@@ -967,16 +968,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json) {
     // file's order, so the message names the first holder.
     bpe.id_to_tok.resize(size_t(max_id + 1));
     std::vector<bool> held(size_t(max_id + 1), false);
-    for (auto kv : vocab) {
-        const size_t id = size_t(kv.value.get_int64().value_unsafe());
-        auto it = bpe.vocab.find(kv.key);
-        if (it == bpe.vocab.end() || size_t(it->second) != id) continue;  // a repeated key: the first one counts
-        if (held[id] && bpe.id_to_tok[id] == kv.key) continue;  // the same pair twice
-        if (held[id])
-            parse_error("model.vocab: id " + std::to_string(id) + " is given to both '" + bpe.id_to_tok[id] + "' and '" +
-                        std::string(kv.key) + "'");
-        held[id] = true;
-        bpe.id_to_tok[id] = std::string(kv.key);
+    for (const auto &[id, key] : order) {
+        if (held[size_t(id)])
+            parse_error("model.vocab: id " + std::to_string(id) + " is given to both '" + bpe.id_to_tok[size_t(id)] +
+                        "' and '" + std::string(key) + "'");
+        held[size_t(id)] = true;
+        bpe.id_to_tok[size_t(id)] = std::string(key);
     }
 
     auto lookup = [&](std::string_view t, const std::string &ctx) {
