@@ -277,7 +277,8 @@ CMF_API cmf_error *cmf_tensor_dequantize(const cmf_model *m, size_t index, uint6
 /* ---- verify and detached signatures -------------------------------------- */
 
 /* Progress of cmf_verify in payload bytes hashed. Called from pool threads,
- * never concurrently; keep it cheap. */
+ * never concurrently; keep it cheap. `done` never falls from call to call, and the
+ * last call of a verify that hashed every payload has done == total. */
 typedef void (*cmf_progress_fn)(void *user, uint64_t done, uint64_t total);
 
 #define CMF_VERIFY_SKIP_SIGNATURE 0x1u  /* do not look for <file>.sig */

@@ -39,6 +39,7 @@ struct HashJob {
     cmf_progress_fn progress = nullptr;
     void *user = nullptr;
     std::mutex progress_mu;
+    uint64_t reported = 0;  // under progress_mu
     explicit HashJob(size_t n) : acc(n) {}
 };
 
@@ -98,8 +99,13 @@ void verify_shard(cmf::Runtime &rt, const Shard &s, const std::string &label, co
             j->acc[p.tensor].fetch_xor(cmf::hash64_partial(t.data + p.begin, size_t(p.len), p.begin / 8));
             uint64_t d = j->done.fetch_add(p.len) + p.len;
             if (j->progress) {
+                // Threads reach the lock in any order: report only forward
+                // steps, so `done` never falls and the last call is (total, total).
                 std::lock_guard<std::mutex> lock(j->progress_mu);
-                j->progress(j->user, d, j->total);
+                if (d > j->reported) {
+                    j->reported = d;
+                    j->progress(j->user, d, j->total);
+                }
             }
         }
     }, &job);

@@ -87,8 +87,17 @@ std::vector<std::string> verify_problems(cmf_model *m, std::vector<const char *>
     cmf_verify_options_init(&o);
     o.trusted_keys = trusted.data();
     o.n_trusted_keys = trusted.size();
+    // Progress (every verify here): pool threads call in any order, yet the
+    // calls never go back and the last one has done == total.
+    std::vector<std::pair<uint64_t, uint64_t>> seen;
+    o.progress = [](void *u, uint64_t done, uint64_t total) {
+        static_cast<std::vector<std::pair<uint64_t, uint64_t>> *>(u)->emplace_back(done, total);
+    };
+    o.progress_user = &seen;
     cmf_verify_report *r = nullptr;
     REQUIRE(cmf_verify(m, &o, &r) == nullptr);
+    for (size_t i = 1; i < seen.size(); ++i) CHECK(seen[i].first >= seen[i - 1].first);
+    if (!seen.empty()) CHECK(seen.back().first == seen.back().second);
     std::vector<std::string> out;
     for (size_t i = 0; i < cmf_verify_problem_count(r); ++i) out.push_back(cmf_verify_problem(r, i));
     cmf_verify_report_free(r);

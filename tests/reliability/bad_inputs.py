@@ -55,6 +55,20 @@ def as_uid(uid, cmd):
     return ['setpriv', '--reuid', str(uid), '--regid', str(uid), '--clear-groups', '--'] + cmd
 
 
+def stage_binary(src, dst):
+    """src made reachable at dst: the same file linked (a sanitizer build's
+    libraries and plugins are hundreds of MB; copies filled a small CI disk),
+    a copy only across file systems. Symlinks stay symlinks."""
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    os.chmod(dst, 0o755)
+
+
 def tools_for(uid):
     if uid in STAGE:
         return STAGE[uid]
@@ -68,23 +82,28 @@ def tools_for(uid):
         return STAGE[uid]
     root = tempfile.mkdtemp(prefix='cmf-matrix-tools-')
     os.chmod(root, 0o755)
-    shutil.copytree(os.path.join(BUILD, 'core'), os.path.join(root, 'core'),
-                    ignore=lambda d, names: [n for n in names if not n.startswith('libcmf.so')])
+    os.makedirs(os.path.join(root, 'core'))
+    for n in os.listdir(os.path.join(BUILD, 'core')):
+        if n.startswith('libcmf.so') and not os.path.isdir(os.path.join(BUILD, 'core', n)):  # not libcmf.so.*.p/
+            stage_binary(os.path.join(BUILD, 'core', n), os.path.join(root, 'core', n))
     os.makedirs(os.path.join(root, 'host'))
-    shutil.copy2(CMFHOST, os.path.join(root, 'host'))  # its RUNPATH $ORIGIN/../core finds the copy
+    # its RUNPATH $ORIGIN/../core finds the staged library
+    stage_binary(CMFHOST, os.path.join(root, 'host', os.path.basename(CMFHOST)))
     dirs = []
     for i, p in enumerate(PLUGIN_DIRS):
         dst = os.path.join(root, 'plugins', str(i))
         os.makedirs(dst)
         for n in os.listdir(p):
-            if n.endswith('.so'):
-                shutil.copy2(os.path.join(p, n), dst)
+            if n.endswith('.so') and not os.path.isdir(os.path.join(p, n)):
+                stage_binary(os.path.join(p, n), os.path.join(dst, n))
         dirs.append(dst)
     shutil.copytree(AUSTEN, os.path.join(root, 'models', 'austen-tiny'))
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, 'models')):
         os.chmod(dirpath, 0o755)
         for n in filenames:
-            os.chmod(os.path.join(dirpath, n), 0o755)
+            os.chmod(os.path.join(dirpath, n), 0o644)
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
     STAGE[uid] = (os.path.join(root, 'host', os.path.basename(CMFHOST)), dirs, root)
     return STAGE[uid]
 
