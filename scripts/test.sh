@@ -23,8 +23,8 @@ status=0
 if meson test -C build --print-errorlogs --num-processes 2; then prune_test_work build; else status=1; fi
 
 if [ ! -f build-asan/build.ninja ]; then
-  # Line tables only (-g1): sanitizer reports keep file:line, the objects are
-  # half the size (a small CI disk) and compile faster.
+  # Line tables only (-g1): sanitizer reports keep file:line, and the objects
+  # are half the size (a small CI disk).
   meson setup build-asan -Dbuildtype=debugoptimized -Dwerror=true -Dbenches=false -Dc_args=-g1 -Dcpp_args=-g1 \
     -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
 fi

@@ -69,6 +69,15 @@ def stage_binary(src, dst):
     os.chmod(dst, 0o755)
 
 
+def stage_binaries(src_dir, dst_dir, wanted):
+    """stage_binary for each file of src_dir whose name is wanted (not the
+    directories beside them, as meson's libcmf.so.0.1.0.p/)."""
+    os.makedirs(dst_dir)
+    for n in os.listdir(src_dir):
+        if wanted(n) and not os.path.isdir(os.path.join(src_dir, n)):
+            stage_binary(os.path.join(src_dir, n), os.path.join(dst_dir, n))
+
+
 def tools_for(uid):
     if uid in STAGE:
         return STAGE[uid]
@@ -82,28 +91,21 @@ def tools_for(uid):
         return STAGE[uid]
     root = tempfile.mkdtemp(prefix='cmf-matrix-tools-')
     os.chmod(root, 0o755)
-    os.makedirs(os.path.join(root, 'core'))
-    for n in os.listdir(os.path.join(BUILD, 'core')):
-        if n.startswith('libcmf.so') and not os.path.isdir(os.path.join(BUILD, 'core', n)):  # not libcmf.so.*.p/
-            stage_binary(os.path.join(BUILD, 'core', n), os.path.join(root, 'core', n))
+    stage_binaries(os.path.join(BUILD, 'core'), os.path.join(root, 'core'), lambda n: n.startswith('libcmf.so'))
     os.makedirs(os.path.join(root, 'host'))
     # its RUNPATH $ORIGIN/../core finds the staged library
     stage_binary(CMFHOST, os.path.join(root, 'host', os.path.basename(CMFHOST)))
     dirs = []
     for i, p in enumerate(PLUGIN_DIRS):
-        dst = os.path.join(root, 'plugins', str(i))
-        os.makedirs(dst)
-        for n in os.listdir(p):
-            if n.endswith('.so') and not os.path.isdir(os.path.join(p, n)):
-                stage_binary(os.path.join(p, n), os.path.join(dst, n))
-        dirs.append(dst)
-    shutil.copytree(AUSTEN, os.path.join(root, 'models', 'austen-tiny'))
-    for dirpath, dirnames, filenames in os.walk(os.path.join(root, 'models')):
-        os.chmod(dirpath, 0o755)
-        for n in filenames:
-            os.chmod(os.path.join(dirpath, n), 0o644)
+        dirs.append(os.path.join(root, 'plugins', str(i)))
+        stage_binaries(p, dirs[-1], lambda n: n.endswith('.so'))
+    models = os.path.join(root, 'models')
+    shutil.copytree(AUSTEN, os.path.join(models, 'austen-tiny'))
     for dirpath, dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
+        if dirpath.startswith(models):
+            for n in filenames:
+                os.chmod(os.path.join(dirpath, n), 0o644)
     STAGE[uid] = (os.path.join(root, 'host', os.path.basename(CMFHOST)), dirs, root)
     return STAGE[uid]
 
