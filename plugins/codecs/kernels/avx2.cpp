@@ -293,12 +293,18 @@ inline __m512 cvt_ps(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
 // activations (xu = xq + 128) against the signed codes, started at
 // -128 * (sums of 4 codes): the same integers as i8_acc's, while the weight
 // bytes are loaded and their offset made once for all T tokens.
+// Every loop over the T tokens is unrolled by pragma: without it GCC 12
+// kept A and B in a stack array, cleared it with `rep stos` and stored and
+// reloaded all 2T accumulators around the main loop in every row (a tenth
+// of the kernel's time in the two `rep stos` alone; --gemm 1024x1024 --pp 8
+// --threads 1: 82-89 -> 108-111 GFLOP/s per CPU second).
 template <int T>
 inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const float *xd, const uint8_t *xu,
                           const float *xd8, uint64_t n, uint64_t nb, float *y, uint64_t ldy) {
     const uint64_t full = n / 32;
     const __m512i ones128 = _mm512_set1_epi8(char(0x80));
     __m512 A[T], B[T];
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) A[t] = _mm512_setzero_ps(), B[t] = _mm512_setzero_ps();
     uint64_t b = 0;
     for (; b + 4 <= full; b += 4) {
@@ -307,6 +313,7 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
         const __m512i w0 = _mm512_loadu_si512(w + 32 * b), w1 = _mm512_loadu_si512(w + 32 * b + 64);
         const __m512i o0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w0));
         const __m512i o1 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w1));
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
             const uint8_t *u = xu + t * 32 * nb + 32 * b;
             const float *d = xd8 + t * 8 * nb + 8 * b;
@@ -321,6 +328,7 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
         // hiB) per 256-bit half, times the scale, then rows4's tree: lane
         // 2j + 1 of 8 added to lane 2j, then 4j + 2 to 4j, then 4 to 0.
         int t = 0;
+#pragma GCC unroll 8
         for (; t + 2 <= T; t += 2) {
             constexpr int lo = _MM_SHUFFLE(1, 0, 1, 0), hi = _MM_SHUFFLE(3, 2, 3, 2);
             __m512 v = _mm512_add_ps(
@@ -342,11 +350,13 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
         return;
     }
     __m256 acc0[T];
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc0[t] = lo256(A[t]);
     for (; b < full; ++b) {
         const __m256i wb = load32(w + 32 * b);
         const __m256i ob = _mm256_sub_epi32(_mm256_setzero_si256(),
                                             _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(char(0x80)), wb));
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
             const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xu + t * 32 * nb + 32 * b));
             acc0[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(xd + t * nb + b), _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(ob, u, wb)),
@@ -354,6 +364,7 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
         }
     }
     __m256 a[T];
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
         __m256 sum = _mm256_add_ps(_mm256_add_ps(acc0[t], hi256(A[t])), _mm256_add_ps(lo256(B[t]), hi256(B[t])));
         if (32 * full < n) {
@@ -365,11 +376,14 @@ inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const 
         a[t] = _mm256_mul_ps(_mm256_set1_ps(scale), sum);
     }
     int t = 0;
+#pragma GCC unroll 8
     for (; t + 4 <= T; t += 4) {
         alignas(16) float s4[4];
         _mm_store_ps(s4, row_sums4(a + t));
+#pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) y[(t + i) * ldy] = s4[i];
     }
+#pragma GCC unroll 8
     for (; t < T; ++t) {
         const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[t], a[t]), a[t]);
         y[t * ldy] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
@@ -599,11 +613,18 @@ constexpr bool kQ4Zmm = true;
 // (GCC 12 flags the plain forms of several AVX-512 intrinsics as reading an
 // uninitialized value, -Wuninitialized: the zero-masked forms with a full
 // mask are the same instructions without that.)
+// The loops over the R rows are unrolled by pragma (here and in the 256-bit
+// form below): GCC 12 otherwise left the accumulators in a stack array
+// that the row loop loaded and stored (--gemm 1024x1024 --pp 1, one thread,
+// L2-resident: q4 24.1-24.5 -> 30.3-31.9 GB/s, q4tp 22 -> 24.7-24.8 in two
+// of three pairs; streamed from memory it is the stream that bounds, and
+// 2 threads read 2-4 % more).
 template <int R, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                                 const int32_t *off, uint64_t groups, Scales8 scales8,
                                                                 Scale1 scale1, __m256 *out) {
     __m512 acc[R][2];
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(15);
     // [s(g) x4 | s(g+1) x4 | s(g+2) x4 | s(g+3) x4] for g = 4j of 8 products broadcast to both halves.
@@ -613,6 +634,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
     uint64_t k = 0;
     for (; k + 4 <= pairs; k += 4) {
         __m512 s8[R];
+#pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             for (uint64_t o = 0; o < 128; o += 64)
                 _mm_prefetch(reinterpret_cast<const char *>(nib + r * ld + 32 * k + o) +
@@ -627,6 +649,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
             const __m512i xlo = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
             const __m512i xhi = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
             const __m512i o = _mm512_loadu_si512(off + 8 * kk);
+#pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 __m512i v = _mm512_loadu_si512(nib + r * ld + 32 * kk);
                 __asm__("" : "+v"(v));  // one load, kept in a register (see q4_pair_load)
@@ -637,6 +660,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
             }
         }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
         const uint8_t *nb = nib + r * ld;
         __m256 rest = _mm256_setzero_ps();
@@ -668,6 +692,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, 
     }
 #endif
     __m256 acc[R][4];
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
         for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
     // sA x4 | sB x4 for the pair whose products sit in lanes j, j+1 of an 8-float register.
@@ -678,6 +703,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, 
     uint64_t k = 0;
     for (; k + 4 <= pairs; k += 4) {
         __m256 s8[R];
+#pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
             for (uint64_t o = 0; o < 8 * Stride; o += 64)
@@ -690,12 +716,14 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, 
         for (int j = 0; j < 4; ++j) {
             const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * (k + j)));
             const __m256i x0 = load32(x + 64 * (k + j)), x1 = load32(x + 64 * (k + j) + 32);
+#pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const __m256i p = q4_pair_isum(q4_pair_load<Stride>(nib + r * ld + 2 * Stride * (k + j)), x0, x1, o);
                 acc[r][j] = _mm256_fmadd_ps(pair_scales(s8[r], 2 * j), _mm256_cvtepi32_ps(p), acc[r][j]);
             }
         }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
         const uint8_t *nb = nib + r * ld;
         for (uint64_t kk = k; kk < pairs; ++kk) {
