@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 // Compiled twice (meson.build): as kernels::avx2 with -mavx2 -mfma -mf16c,
 // and as kernels::avx512vnni with AVX-512 VL/BW/VNNI added and
@@ -1040,6 +1041,43 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
                       });
 }
 
+#ifdef CMF_CODECS_VNNI
+// A group's 32 bits are a mask register: each 16-lane half of x takes its
+// sign flipped where the bit is clear (one masked xor), the halves are
+// added and the sum meets the group's scale in one FMA; 16 lanes, so the
+// sums are taken in another order than the 8-lane form below (about 3x
+// fewer vector operations per group than expanding the bits by compares).
+float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
+    const __m512i sign = _mm512_set1_epi32(int32_t(0x80000000u));
+    // (The xor on integer lanes: the float form needs AVX-512 DQ.)
+    auto flip = [&](__m512 v, __mmask16 k) {
+        const __m512i i = _mm512_castps_si512(v);
+        return _mm512_castsi512_ps(_mm512_mask_xor_epi32(i, k, i, sign));
+    };
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    uint64_t g = 0;
+    auto group = [&](uint64_t gg) {
+        const uint8_t *t = tiles + 6 * gg;
+        uint32_t bits;
+        std::memcpy(&bits, t + 2, 4);
+        const __mmask16 clear_lo = __mmask16(~bits), clear_hi = __mmask16(~bits >> 16);
+        const __m512 x0 = _mm512_loadu_ps(x + 32 * gg), x1 = _mm512_loadu_ps(x + 32 * gg + 16);
+        return std::pair{_mm512_set1_ps(f16_scalar(t)), _mm512_add_ps(flip(x0, clear_lo), flip(x1, clear_hi))};
+    };
+    for (; g + 2 <= groups; g += 2) {  // two accumulators: the FMA latency of one group hides behind the next
+        const auto [s0, a0] = group(g);
+        const auto [s1, a1] = group(g + 1);
+        acc0 = _mm512_fmadd_ps(s0, a0, acc0);
+        acc1 = _mm512_fmadd_ps(s1, a1, acc1);
+    }
+    if (g < groups) {
+        const auto [s0, a0] = group(g);
+        acc0 = _mm512_fmadd_ps(s0, a0, acc0);
+    }
+    const __m512 a = _mm512_add_ps(acc0, acc1);
+    return hsum(_mm256_add_ps(lo256(a), hi256(a)));
+}
+#else
 float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
     const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     __m256 acc = _mm256_setzero_ps();
@@ -1057,6 +1095,7 @@ float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
     }
     return hsum(acc);
 }
+#endif
 
 namespace {
 // Byte value -> its 5 base-3 digits as weights (0, +1, -1) in lanes 0..4 of
