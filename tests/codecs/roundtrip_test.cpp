@@ -15,6 +15,9 @@
 #include <limits>
 #include <random>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace {
 
 using namespace codec_test;
@@ -544,6 +547,65 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
     }
     }
+}
+
+TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read only their bytes, on every ISA") {
+    // Codes end exactly at a page whose successor is unmapped, so a read
+    // past a group's 4*b bytes faults. Values against a scalar reading of
+    // the MSB-first bit stream; the fused dot against the same ISA's dot_f32
+    // of the decoded groups, bit for bit.
+    namespace k = cmf::codecs::kernels;
+    const long page = sysconf(_SC_PAGESIZE);
+    void *map = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(map != MAP_FAILED);
+    REQUIRE(mprotect(static_cast<char *>(map) + page, page, PROT_NONE) == 0);
+    struct Isa {
+        const char *name;
+        decltype(&k::portable::dequant_vbit_groups) dequant;
+        decltype(&k::portable::dot_vbit_groups) dot;
+        decltype(&k::portable::dot_f32) dot_f32;
+    };
+    std::vector<Isa> isas{{"portable", &k::portable::dequant_vbit_groups, &k::portable::dot_vbit_groups, &k::portable::dot_f32}};
+    for (const k::SimdKernels &set : k::simd_kernels()) isas.push_back({set.isa, set.dequant_vbit_groups, set.dot_vbit_groups, set.dot_f32});
+    std::mt19937 rng(8);
+    for (unsigned b : {3u, 4u, 5u, 6u, 8u}) {
+        for (uint64_t groups : {1u, 3u, 32u}) {
+            CAPTURE(b);
+            CAPTURE(groups);
+            const uint64_t n = 4 * b * groups;
+            uint8_t *codes = static_cast<uint8_t *>(map) + page - n;
+            for (uint64_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(rng());
+            if (groups > 1) std::memset(codes + 4 * b, 0xFF, 4 * b);  // a group of all-ones codes
+            std::vector<uint8_t> scales(2 * groups);
+            for (uint64_t g = 0; g < groups; ++g) {
+                uint16_t h = cmf::codecs::f32_to_f16(0.001f * static_cast<float>(g + 1) * (g % 2 ? -1.0f : 1.0f));
+                std::memcpy(scales.data() + 2 * g, &h, 2);
+            }
+            std::vector<float> want(32 * groups), x = gaussian(32 * groups, b * 100 + static_cast<uint32_t>(groups), 1.0f);
+            const int32_t L = (1 << (b - 1)) - 1;
+            for (uint64_t i = 0; i < 32 * groups; ++i) {
+                uint32_t u = 0;
+                for (unsigned j = 0; j < b; ++j) {
+                    const uint64_t bit = i * b + j;
+                    u = (u << 1) | ((codes[bit / 8] >> (7 - bit % 8)) & 1u);
+                }
+                uint16_t h;
+                std::memcpy(&h, scales.data() + 2 * (i / 32), 2);
+                want[i] = static_cast<float>(static_cast<int32_t>(u) - L) * cmf::codecs::f16_to_f32(h);
+            }
+            for (const Isa &isa : isas) {
+                CAPTURE(isa.name);
+                std::vector<float> got(32 * groups + 1, -7.0f);
+                isa.dequant(codes, b, scales.data(), groups, got.data());
+                CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+                CHECK(got.back() == -7.0f);
+                const float fused = isa.dot(codes, b, scales.data(), groups, x.data());
+                const float split = isa.dot_f32(want.data(), x.data(), 32 * groups);
+                CHECK(std::memcmp(&fused, &split, sizeof(float)) == 0);
+            }
+        }
+    }
+    munmap(map, 2 * page);
 }
 
 TEST_CASE("roundtrip: ladder_scales builds each row's ladder and picks rungs by 5-bit codes, on every ISA") {

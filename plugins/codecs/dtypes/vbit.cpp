@@ -105,38 +105,10 @@ public:
         return CMF_SIZE_VARIABLE;
     }
     void validate(const cmf_tensor_view &t) const override { view_of<RowOffsets>(t, name()); }
-    // Codes are read MSB-first through a small bit window refilled a byte at a
-    // time; it never reads beyond the row's ceil(cols*b/8) bytes.
+    // A row is gpr whole groups of 4*b code bytes (kernels::dequant_vbit_groups
+    // reads exactly those).
     static void decode_row(const VbitView &v, uint64_t r, float *dst) {
-        unsigned b = v.widths[r];
-        int32_t L = (1 << (b - 1)) - 1;
-        uint32_t mask = (1u << b) - 1;
-        const uint8_t *row = v.packed + v.row_start[r];
-        if (b == 8 || b == 4) {  // byte-aligned widths: no bit window needed
-            for (uint64_t g = 0; g < v.gpr; ++g) {
-                float s = load_f16(v.scales + 2 * (r * v.gpr + g));
-                if (b == 8) {
-                    for (int i = 0; i < 32; ++i) *dst++ = static_cast<float>(static_cast<int32_t>(*row++) - L) * s;
-                } else {
-                    for (int i = 0; i < 16; ++i, ++row) {  // MSB-first: high nibble is the earlier code
-                        *dst++ = static_cast<float>(static_cast<int32_t>(*row >> 4) - L) * s;
-                        *dst++ = static_cast<float>(static_cast<int32_t>(*row & 15) - L) * s;
-                    }
-                }
-            }
-            return;
-        }
-        uint32_t window = 0;
-        unsigned have = 0;
-        for (uint64_t g = 0; g < v.gpr; ++g) {
-            float s = load_f16(v.scales + 2 * (r * v.gpr + g));
-            for (int i = 0; i < 32; ++i) {
-                while (have < b) window = (window << 8) | *row++, have += 8;
-                have -= b;
-                uint32_t u = (window >> have) & mask;
-                *dst++ = static_cast<float>(static_cast<int32_t>(u) - L) * s;
-            }
-        }
+        kernels::dequant_vbit_groups(v.packed + v.row_start[r], v.widths[r], v.scales + 2 * r * v.gpr, v.gpr, dst);
     }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         VbitView v = view_of<RowOffsets>(t, name());
@@ -183,6 +155,11 @@ public:
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
         VbitView v = view_of<RowOffsets>(w, name());
+        if (n_batch == 1) {  // decode: each row decoded and dotted in registers
+            for (uint64_t r = r0; r < r1; ++r)
+                y[r] = kernels::dot_vbit_groups(v.packed + v.row_start[r], v.widths[r], v.scales + 2 * r * v.gpr, v.gpr, x);
+            return;
+        }
         std::vector<float> row(v.m.cols);
         for (uint64_t r = r0; r < r1; ++r) {
             decode_row(v, r, row.data());

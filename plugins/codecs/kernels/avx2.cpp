@@ -1170,6 +1170,82 @@ void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t grou
     }
 }
 
+#ifdef CMF_CODECS_VNNI
+namespace {
+// Eight codes of b bits are b whole bytes, so each 128-bit lane takes its
+// own b bytes (a masked load: nothing past a group is read) and holds 8
+// codes: a byte shuffle puts code j's two bytes (k = j*b/8 and k+1)
+// big-endian into 16-bit lane j, a per-lane shift and a mask leave the code.
+// Then (u - L) widened to int32, converted and scaled: the scalar form's
+// operations, so the same floats. each(g, lo, hi) gets group g's values
+// 0-15 and 16-31.
+template <class Each>
+inline void vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, Each each) {
+    alignas(16) int8_t idx[16];
+    alignas(16) int16_t shift[8];
+    for (unsigned j = 0; j < 8; ++j) {
+        const unsigned p = j * b, k = p / 8;
+        idx[2 * j] = int8_t(k + 1 < b ? k + 1 : 0x80);  // the low byte; 0x80: a zero byte
+        idx[2 * j + 1] = int8_t(k);
+        shift[j] = int16_t(16 - p % 8 - b);
+    }
+    const __m512i sh_idx = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(idx)));
+    const __m512i sh = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(shift)));
+    const __m512i mask = _mm512_set1_epi16(int16_t((1 << b) - 1)), L = _mm512_set1_epi16(int16_t((1 << (b - 1)) - 1));
+    const __mmask16 bytes = __mmask16((1u << b) - 1);
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *c = codes + 4 * b * g;
+        __m512i z = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c));  // lane 0 (1-3 replaced below)
+        z = _mm512_maskz_inserti32x4(0xFFFF, z, _mm_maskz_loadu_epi8(bytes, c + b), 1);
+        z = _mm512_maskz_inserti32x4(0xFFFF, z, _mm_maskz_loadu_epi8(bytes, c + 2 * b), 2);
+        z = _mm512_maskz_inserti32x4(0xFFFF, z, _mm_maskz_loadu_epi8(bytes, c + 3 * b), 3);
+        z = _mm512_maskz_shuffle_epi8(__mmask64(~0ull), z, sh_idx);
+        z = _mm512_sub_epi16(_mm512_and_si512(_mm512_maskz_srlv_epi16(0xFFFFFFFF, z, sh), mask), L);
+        const __m512 s = _mm512_set1_ps(f16_scalar(f16_scales + 2 * g));
+        const __m512i lo = _mm512_maskz_cvtepi16_epi32(0xFFFF, _mm512_maskz_extracti64x4_epi64(0xF, z, 0));
+        const __m512i hi = _mm512_maskz_cvtepi16_epi32(0xFFFF, _mm512_maskz_extracti64x4_epi64(0xF, z, 1));
+        each(g, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, lo), s), _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, hi), s));
+    }
+}
+}  // namespace
+
+void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst) {
+    vbit_groups(codes, b, f16_scales, groups, [&](uint64_t g, __m512 lo, __m512 hi) {
+        _mm512_storeu_ps(dst + 32 * g, lo);
+        _mm512_storeu_ps(dst + 32 * g + 16, hi);
+    });
+}
+// dot_f32 of the decoded row, fused: its two 8-lane accumulators (elements
+// 16i..16i+7 and 16i+8..16i+15) are the halves of one 512-bit one, with the
+// same multiply-adds in the same order, so the bits of decode + dot_f32.
+float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x) {
+    __m512 acc = _mm512_setzero_ps();
+    vbit_groups(codes, b, f16_scales, groups, [&](uint64_t g, __m512 lo, __m512 hi) {
+        acc = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + 32 * g), acc);
+        acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 32 * g + 16), acc);
+    });
+    return hsum(_mm256_add_ps(lo256(acc), hi256(acc)));
+}
+#else
+// No AVX2 form: the scalar bit window.
+void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst) {
+    portable::dequant_vbit_groups(codes, b, f16_scales, groups, dst);
+}
+// A group decoded by the scalar window, then dot_f32's two accumulators.
+float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (uint64_t g = 0; g < groups; ++g) {
+        alignas(32) float w[32];
+        portable::dequant_vbit_groups(codes + 4 * b * g, b, f16_scales + 2 * g, 1, w);
+        for (int i = 0; i < 32; i += 16) {
+            s0 = _mm256_fmadd_ps(_mm256_load_ps(w + i), _mm256_loadu_ps(x + 32 * g + i), s0);
+            s1 = _mm256_fmadd_ps(_mm256_load_ps(w + i + 8), _mm256_loadu_ps(x + 32 * g + i + 8), s1);
+        }
+    }
+    return hsum(_mm256_add_ps(s0, s1));
+}
+#endif
+
 void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes) {
     const __m128i mask = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
     for (uint64_t g = 0; g < groups; ++g) {

@@ -118,6 +118,12 @@ void dequant_q4_groups(const uint8_t *n, uint64_t stride, const float *s, uint64
     CMF_PICK(dequant_q4_groups, n, stride, s, g, dst);
 }
 void dequant_q2_groups(const uint8_t *c, const float *s, uint64_t g, float *dst) { CMF_PICK(dequant_q2_groups, c, s, g, dst); }
+void dequant_vbit_groups(const uint8_t *c, unsigned b, const uint8_t *s, uint64_t g, float *dst) {
+    CMF_PICK(dequant_vbit_groups, c, b, s, g, dst);
+}
+float dot_vbit_groups(const uint8_t *c, unsigned b, const uint8_t *s, uint64_t g, const float *x) {
+    return CMF_PICK(dot_vbit_groups, c, b, s, g, x);
+}
 void unpack_q4_groups(const uint8_t *n, uint64_t stride, uint64_t g, int8_t *codes) {
     CMF_PICK(unpack_q4_groups, n, stride, g, codes);
 }

@@ -143,6 +143,13 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 // q2 (c - 1.5) * scale from 8 bytes per group (element 4k+j in bits [2j, 2j+2) of byte k).
 void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst);
 void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);
+// vbit/vbit_ro: `groups` groups of 32 codes of b bits (b in 3..8), packed
+// MSB-first, 4*b bytes per group, value (u - L) * scale with L = 2^(b-1) - 1
+// and one f16 scale per group; reads exactly 4*b*groups code bytes.
+void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst);
+// The decoded groups' dot with x (f32 activations): the bits dot_f32 of the
+// decoded row gives on the same ISA.
+float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x);
 // The q4 codes themselves, q - 8 in natural element order (int8_rows).
 void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes);
 

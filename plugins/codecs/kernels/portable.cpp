@@ -216,6 +216,34 @@ void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t grou
             *dst++ = (static_cast<float>((chunks[8 * g + i / 4] >> (2 * (i % 4))) & 3u) - 1.5f) * scales[g];
 }
 
+// Codes read MSB-first through a bit window refilled a byte at a time; it
+// never reads beyond the 4*b*groups bytes.
+void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst) {
+    const int32_t L = (1 << (b - 1)) - 1;
+    const uint32_t mask = (1u << b) - 1;
+    uint32_t window = 0;
+    unsigned have = 0;
+    for (uint64_t g = 0; g < groups; ++g) {
+        const float s = f16_at(f16_scales + 2 * g);
+        for (int i = 0; i < 32; ++i) {
+            while (have < b) window = (window << 8) | *codes++, have += 8;
+            have -= b;
+            *dst++ = static_cast<float>(static_cast<int32_t>((window >> have) & mask) - L) * s;
+        }
+    }
+}
+
+// Decoded into a stack row a group at a time, then dot_f32's order.
+float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x) {
+    float acc = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g) {
+        float w[32];
+        dequant_vbit_groups(codes + 4 * b * g, b, f16_scales + 2 * g, 1, w);
+        for (int i = 0; i < 32; ++i) acc += w[i] * x[32 * g + i];
+    }
+    return acc;
+}
+
 void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes) {
     for (uint64_t g = 0; g < groups; ++g) {
         const uint8_t *nib = nibbles + stride * g;

@@ -40,6 +40,10 @@
                            uint64_t groups);                                                                          \
     void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst); \
     void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);                  \
+    void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups,            \
+                             float *dst);                                                                             \
+    float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups,               \
+                          const float *x);                                                                            \
     void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes);
 
 namespace cmf::codecs::kernels::portable {
@@ -65,7 +69,9 @@ CMF_CODECS_KERNEL_DECLS
     X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1) X(dot_q1t) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
     X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch)                                                                   \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(dot_q4_groups_xq)                \
-    X(rows_q4_groups_xq) X(ladder_scales) X(dot_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(unpack_q4_groups)
+    X(rows_q4_groups_xq) X(ladder_scales) X(dot_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
+    X(dot_vbit_groups)                                                                                                \
+    X(unpack_q4_groups)
 
 namespace cmf::codecs::kernels {
 // One ISA's kernels as function pointers, so tests can hold every SIMD build
