@@ -6,6 +6,13 @@
 
 namespace cmf::cpu::gdn {
 
+// The loops below are element-wise over a head's contiguous dims, which the
+// compiler vectorizes; each heavy function is also built for AVX2 and
+// AVX-512 and picked at load by the CPU (GCC's target_clones). No multiply
+// is fused into an add (ISO C++ mode: -ffp-contract=off), so every build
+// does the same operations on each element and gives the same bits.
+#define CMF_GDN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 namespace {
 
 // PyTorch's softplus (beta 1, threshold 20), in f32.
@@ -45,7 +52,7 @@ void prepare(const Dims &d, const float *qkv, uint64_t t0, uint64_t t1, const fl
     }
 }
 
-void step(const Dims &d, uint32_t h, const Head &in, uint64_t t, const float *S_src, float *S_dst) {
+CMF_GDN_CLONES void step(const Dims &d, uint32_t h, const Head &in, uint64_t t, const float *S_src, float *S_dst) {
     const uint32_t dk = d.dk, dv = d.dv, kh = h / d.rep();
     const uint64_t kd = uint64_t(d.nk) * dk;
     const float *q = in.q + t * kd + uint64_t(kh) * dk, *k = in.k + t * kd + uint64_t(kh) * dk;
@@ -88,7 +95,7 @@ void recurrent(const Dims &d, uint32_t h, const Head &in, uint64_t n, float *S) 
 //   U = T diag(beta) V,  W = T diag(beta e^G) K,  Vn = U - W S
 //   O = diag(e^G) Q S + ((Q K^T) * D, j <= i) Vn
 //   S = e^(G_last) S + (diag(e^(G_last - G)) K)^T Vn
-void chunked(const Dims &d, uint32_t h, const Head &in, uint64_t n, float *S, uint64_t chunk) {
+CMF_GDN_CLONES void chunked(const Dims &d, uint32_t h, const Head &in, uint64_t n, float *S, uint64_t chunk) {
     const uint64_t dk = d.dk, dv = d.dv, kd = uint64_t(d.nk) * dk, ld = d.qkv_len();
     const uint32_t kh = h / d.rep();
     thread_local std::vector<float> G, K, Q, KT, A, T, U, W, Vn, QK, tmp;
