@@ -8,9 +8,11 @@ namespace cmf::cpu::gdn {
 
 // The loops below are element-wise over a head's contiguous dims, which the
 // compiler vectorizes; each heavy function is also built for AVX2 and
-// AVX-512 and picked at load by the CPU (GCC's target_clones). No multiply
-// is fused into an add (ISO C++ mode: -ffp-contract=off), so every build
-// does the same operations on each element and gives the same bits.
+// AVX-512 and picked at load by the CPU (GCC's target_clones). Where the
+// target has FMA, GCC fuses a multiply into its add (C++'s default
+// -ffp-contract=fast), so those builds round differently from the baseline
+// one: equal up to rounding, as between the chunked and recurrent forms
+// (tests/unit/cpu_backend_moe_gdn_test.cpp).
 #define CMF_GDN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 namespace {
