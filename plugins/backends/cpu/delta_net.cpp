@@ -34,6 +34,47 @@ inline void axpy(float a, const float *x, float *y, uint64_t n) {
     for (uint64_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
 
+// Rows r < R of Y (ldy apart, n columns) += sum over i < K of c(r, i) * row i
+// of X (ldx apart), each element's terms added in i order: what R rows of
+// K axpy calls do, with a block of 32 columns of the R rows held in
+// registers across the K terms, so each X row is read once per R rows
+// instead of once per row (the chunked form's products are all this shape).
+template <int R, class Coef>
+inline void rows_update(float *Y, uint64_t ldy, const float *X, uint64_t ldx, uint64_t K, uint64_t n, Coef c) {
+    constexpr uint64_t W = 32;
+    uint64_t j0 = 0;
+    for (; j0 + W <= n; j0 += W) {
+        float acc[R][W];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            for (uint64_t j = 0; j < W; ++j) acc[r][j] = Y[r * ldy + j0 + j];
+        for (uint64_t i = 0; i < K; ++i) {
+            const float *x = X + i * ldx + j0;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const float a = c(r, i);
+                for (uint64_t j = 0; j < W; ++j) acc[r][j] += a * x[j];
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            for (uint64_t j = 0; j < W; ++j) Y[r * ldy + j0 + j] = acc[r][j];
+    }
+    if (j0 < n)
+        for (int r = 0; r < R; ++r)
+            for (uint64_t i = 0; i < K; ++i) axpy(c(r, i), X + i * ldx + j0, Y + r * ldy + j0, n - j0);
+}
+// rows_update over `rows` rows, four at a time: c(r, i) for row r of all.
+template <class Coef>
+inline void rows_update_all(float *Y, uint64_t ldy, uint64_t rows, const float *X, uint64_t ldx, uint64_t K, uint64_t n,
+                            Coef c) {
+    uint64_t r0 = 0;
+    for (; r0 + 4 <= rows; r0 += 4)
+        rows_update<4>(Y + r0 * ldy, ldy, X, ldx, K, n, [&](int r, uint64_t i) { return c(r0 + r, i); });
+    for (; r0 < rows; ++r0)
+        rows_update<1>(Y + r0 * ldy, ldy, X, ldx, K, n, [&](int, uint64_t i) { return c(r0, i); });
+}
+
 }  // namespace
 
 void prepare(const Dims &d, const float *qkv, uint64_t t0, uint64_t t1, const float *a, const float *b,
@@ -120,12 +161,10 @@ CMF_GDN_CLONES void chunked(const Dims &d, uint32_t h, const Head &in, uint64_t 
         auto beta = [&](uint64_t i) { return in.beta[(c0 + i) * d.nv + h]; };
         auto value = [&](uint64_t i) { return in.qkv + (c0 + i) * ld + 2 * kd + uint64_t(h) * dv; };
         // A[i][:] = K_i K^T (all j; the strict lower part is kept), QK likewise.
+        rows_update_all(A.data(), L, L, KT.data(), L, dk, L, [&](uint64_t i, uint64_t c) { return K[i * dk + c]; });
+        rows_update_all(QK.data(), L, L, KT.data(), L, dk, L, [&](uint64_t i, uint64_t c) { return Q[i * dk + c]; });
         for (uint64_t i = 0; i < L; ++i) {
             float *ar = A.data() + i * L, *qr = QK.data() + i * L;
-            for (uint64_t c = 0; c < dk; ++c) {
-                axpy(K[i * dk + c], KT.data() + c * L, ar, L);
-                axpy(Q[i * dk + c], KT.data() + c * L, qr, L);
-            }
             for (uint64_t j = 0; j < L; ++j) {
                 ar[j] = j < i ? -(beta(i) * ar[j]) * std::exp(G[i] - G[j]) : 0.0f;
                 qr[j] = j <= i ? qr[j] * std::exp(G[i] - G[j]) : 0.0f;
@@ -150,26 +189,18 @@ CMF_GDN_CLONES void chunked(const Dims &d, uint32_t h, const Head &in, uint64_t 
             }
         }
         // Vn = U - W S; O = e^G Q S + QK Vn.
-        for (uint64_t t = 0; t < L; ++t) {
-            float *vr = Vn.data() + t * dv;
-            std::copy(U.begin() + t * dv, U.begin() + (t + 1) * dv, vr);
-            for (uint64_t i = 0; i < dk; ++i) axpy(-W[t * dk + i], S + i * dv, vr, dv);
-        }
-        for (uint64_t t = 0; t < L; ++t) {
-            float *o = in.out + (c0 + t) * in.ldo + uint64_t(h) * dv;
-            std::fill(o, o + dv, 0.0f);
-            const float e = std::exp(G[t]);
-            for (uint64_t i = 0; i < dk; ++i) axpy(e * Q[t * dk + i], S + i * dv, o, dv);
-            for (uint64_t j = 0; j <= t; ++j) axpy(QK[t * L + j], Vn.data() + j * dv, o, dv);
-        }
+        std::copy(U.begin(), U.begin() + L * dv, Vn.begin());
+        rows_update_all(Vn.data(), dv, L, S, dv, dk, dv, [&](uint64_t t, uint64_t i) { return -W[t * dk + i]; });
+        float *out = in.out + c0 * in.ldo + uint64_t(h) * dv;
+        for (uint64_t t = 0; t < L; ++t) std::fill(out + t * in.ldo, out + t * in.ldo + dv, 0.0f), tmp[t] = std::exp(G[t]);
+        rows_update_all(out, in.ldo, L, S, dv, dk, dv, [&](uint64_t t, uint64_t i) { return tmp[t] * Q[t * dk + i]; });
+        for (uint64_t t = 0; t < L; ++t)
+            for (uint64_t j = 0; j <= t; ++j) axpy(QK[t * L + j], Vn.data() + j * dv, out + t * in.ldo, dv);
         // S = e^(G_last) S + (diag(e^(G_last - G)) K)^T Vn.
         const float glast = G[L - 1], elast = std::exp(glast);
         for (uint64_t t = 0; t < L; ++t) tmp[t] = std::exp(glast - G[t]);
-        for (uint64_t i = 0; i < dk; ++i) {
-            float *sr = S + i * dv;
-            for (uint64_t j = 0; j < dv; ++j) sr[j] *= elast;
-            for (uint64_t t = 0; t < L; ++t) axpy(K[t * dk + i] * tmp[t], Vn.data() + t * dv, sr, dv);
-        }
+        for (uint64_t j = 0; j < dk * dv; ++j) S[j] *= elast;
+        rows_update_all(S, dv, dk, Vn.data(), dv, L, dv, [&](uint64_t i, uint64_t t) { return K[t * dk + i] * tmp[t]; });
     }
 }
 
