@@ -1498,15 +1498,8 @@ cmf_error *causal_conv1d_silu(void *ctx, const float *x, uint64_t n_tokens, uint
         parallel(be, (C + kBlock - 1) / kBlock, 1, [&](uint64_t b0, uint64_t b1) {
             for (uint64_t b = b0; b < b1; ++b) {
                 const uint64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
-                for (uint64_t t = 0; t < n_tokens; ++t) {
-                    float *o = out + t * C;
-                    for (uint64_t c = c0; c < c1; ++c) o[c] = 0.0f;
-                    for (uint64_t j = 0; j < K; ++j) {
-                        const float *ur = u(t + j);
-                        for (uint64_t c = c0; c < c1; ++c) o[c] += wv[c * K + j] * ur[c];
-                    }
-                    k.silu(o + c0, c1 - c0, o + c0);
-                }
+                cmf::cpu::gdn::conv1d_block(state, x, C, wv, K, c0, c1, n_tokens, out);
+                for (uint64_t t = 0; t < n_tokens; ++t) k.silu(out + t * C + c0, c1 - c0, out + t * C + c0);
             }
         });
         if (hist == 0) return;

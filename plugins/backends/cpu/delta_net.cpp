@@ -34,6 +34,11 @@ inline void axpy(float a, const float *x, float *y, uint64_t n) {
     for (uint64_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
 
+// y[j] += a[j] * x[j] for j < n.
+inline void axpy_mul(const float *a, const float *x, float *y, uint64_t n) {
+    for (uint64_t j = 0; j < n; ++j) y[j] += a[j] * x[j];
+}
+
 // Rows r < R of Y (ldy apart, n columns) += sum over i < K of c(r, i) * row i
 // of X (ldx apart), each element's terms added in i order: what R rows of
 // K axpy calls do, with a block of 32 columns of the R rows held in
@@ -201,6 +206,25 @@ CMF_GDN_CLONES void chunked(const Dims &d, uint32_t h, const Head &in, uint64_t 
         for (uint64_t t = 0; t < L; ++t) tmp[t] = std::exp(glast - G[t]);
         for (uint64_t j = 0; j < dk * dv; ++j) S[j] *= elast;
         rows_update_all(S, dv, dk, Vn.data(), dv, L, dv, [&](uint64_t i, uint64_t t) { return K[t * dk + i] * tmp[t]; });
+    }
+}
+
+CMF_GDN_CLONES void conv1d_block(const float *state, const float *x, uint64_t C, const float *w, uint64_t K, uint64_t c0,
+                                 uint64_t c1, uint64_t n, float *out) {
+    // The block's taps turned tap-major, so the channel loop reads them
+    // contiguously (w is channel-major, K apart) and vectorizes.
+    const uint64_t nc = c1 - c0, hist = K - 1;
+    thread_local std::vector<float> taps;
+    taps.resize(K * nc);
+    for (uint64_t c = 0; c < nc; ++c)
+        for (uint64_t j = 0; j < K; ++j) taps[j * nc + c] = w[(c0 + c) * K + j];
+    for (uint64_t t = 0; t < n; ++t) {
+        float *o = out + t * C + c0;
+        for (uint64_t c = 0; c < nc; ++c) o[c] = 0.0f;
+        for (uint64_t j = 0; j < K; ++j) {
+            const float *u = (t + j < hist ? state + (t + j) * C : x + (t + j - hist) * C) + c0;
+            axpy_mul(taps.data() + j * nc, u, o, nc);
+        }
     }
 }
 

@@ -46,4 +46,11 @@ void recurrent(const Dims &d, uint32_t h, const Head &in, uint64_t n, float *S);
 // in place. The same values as recurrent up to rounding.
 void chunked(const Dims &d, uint32_t h, const Head &in, uint64_t n, float *S, uint64_t chunk = 64);
 
+// The causal depthwise convolution in front of the rule (before its SiLU),
+// for channels [c0, c1) (at most 256) of tokens [0, n): out[t][c] = sum over
+// j < K of w[c*K + j] * u[t + j][c], the input stream u being the `hist` =
+// K - 1 state rows, then x's rows (C floats each), terms added in j order.
+void conv1d_block(const float *state, const float *x, uint64_t C, const float *w, uint64_t K, uint64_t c0, uint64_t c1,
+                  uint64_t n, float *out);
+
 }  // namespace cmf::cpu::gdn
