@@ -261,7 +261,7 @@ TEST_CASE("roundtrip: matmul kernels match the reference decode") {
     std::mt19937 rng(99);
     const int32_t ids[] = {CMF_DTYPE_F16,  CMF_DTYPE_BF16,     CMF_DTYPE_F32,  CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F,
                            CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_Q4_TILED, CMF_DTYPE_Q4TP, CMF_DTYPE_VBIT_RO, CMF_DTYPE_Q1,
-                           CMF_DTYPE_Q1T,  CMF_DTYPE_Q2TP};
+                           CMF_DTYPE_Q1T,  CMF_DTYPE_Q2TP, CMF_DTYPE_Q1S};
     MESSAGE("kernels: " << std::string(cmf::codecs::kernels::active_isa()));
     for (int32_t id : ids) {
         for (int iter = 0; iter < 6; ++iter) {
@@ -273,7 +273,8 @@ TEST_CASE("roundtrip: matmul kernels match the reference decode") {
             CAPTURE(cols);
             std::vector<uint64_t> shape{rows, cols};
             std::vector<float> w = gaussian(rows * cols, rng(), 0.01f);
-            std::vector<uint8_t> p = encode(id, shape, w.data(), id == CMF_DTYPE_Q1T ? "keep=0.03" : "");
+            std::vector<uint8_t> p =
+                encode(id, shape, w.data(), id == CMF_DTYPE_Q1T ? "keep=0.03" : id == CMF_DTYPE_Q1S ? "keep=0.05" : "");
             std::vector<float> ref = decode(id, shape, p);
             std::vector<float> x = gaussian(batch * (cols + 3), rng());
             const uint64_t ldx = cols + 3, ldy = rows + 1;
@@ -546,6 +547,52 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         k::portable::dequant_q2_groups(bytes.data(), gs.data(), g, p.data());
         CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
     }
+    }
+}
+
+TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or not") {
+    // The kernel applies an ascending overlay as corrections to the q1 dot;
+    // an overlay out of order or with a repeated index (the last value
+    // wins) goes through the decode. Both against decode + f32 dot.
+    const uint64_t rows = 6, cols = 96;
+    const std::vector<uint64_t> shape{rows, cols};
+    std::vector<float> w = gaussian(rows * cols, 5, 0.01f);
+    const std::vector<uint8_t> sorted = encode(CMF_DTYPE_Q1S, shape, w.data(), "keep=0.05");
+    const uint64_t base = 6 * rows * cols / 32;
+    uint32_t count;
+    std::memcpy(&count, sorted.data() + base, 4);
+    REQUIRE(count >= 4);
+    // Reversed entries, then the first entry again with another value.
+    std::vector<uint8_t> shuffled(sorted.begin(), sorted.begin() + base + 4);
+    for (uint32_t e = count; e-- > 0;)
+        shuffled.insert(shuffled.end(), sorted.begin() + base + 4 + 6 * e, sorted.begin() + base + 10 + 6 * e);
+    shuffled.insert(shuffled.end(), sorted.begin() + base + 4, sorted.begin() + base + 8);
+    const uint16_t repeat = cmf::codecs::f32_to_f16(0.75f);
+    shuffled.insert(shuffled.end(), reinterpret_cast<const uint8_t *>(&repeat), reinterpret_cast<const uint8_t *>(&repeat) + 2);
+    const uint32_t count2 = count + 1;
+    std::memcpy(shuffled.data() + base, &count2, 4);
+    uint32_t first;
+    std::memcpy(&first, sorted.data() + base + 4, 4);
+    for (const std::vector<uint8_t> *p : {&sorted, static_cast<const std::vector<uint8_t> *>(&shuffled)}) {
+        CAPTURE(p == &shuffled);
+        std::vector<float> ref = decode(CMF_DTYPE_Q1S, shape, *p);
+        if (p == &shuffled) CHECK(ref[first] == 0.75f);
+        const uint64_t batch = 3, ldx = cols + 1, ldy = rows + 2;
+        std::vector<float> x = gaussian(batch * ldx, 6), y(batch * ldy, -7.0f);
+        cmf_tensor_view t = view(CMF_DTYPE_Q1S, shape, *p);
+        dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 0, 4, y.data(), ldy);
+        dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 4, rows, y.data(), ldy);
+        for (uint64_t b = 0; b < batch; ++b) {
+            for (uint64_t r = 0; r < rows; ++r) {
+                double want = 0, mag = 0;
+                for (uint64_t c = 0; c < cols; ++c) {
+                    want += double(ref[r * cols + c]) * x[b * ldx + c];
+                    mag += std::fabs(double(ref[r * cols + c]) * x[b * ldx + c]);
+                }
+                CHECK(std::fabs(y[b * ldy + r] - want) <= 1e-5 * mag + 1e-30);
+            }
+            CHECK(y[b * ldy + rows] == -7.0f);
+        }
     }
 }
 

@@ -138,8 +138,10 @@ public:
                                         " >= element count " + std::to_string(v.n));
         }
     }
+    // No validate() per call: the host validates every tensor once at load
+    // (an index >= n is an error there), and here an entry is only written
+    // when its index falls in the rows asked for.
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
-        validate(t);
         Q1sView v = q1s_view(t);
         uint64_t len = sdk::row_len_of(t);
         uint64_t begin = r0 * len, end = r1 * len;
@@ -147,6 +149,35 @@ public:
         for (uint64_t e = 0; e < v.count; ++e) {
             uint32_t idx = load_u32(v.entries + 6 * e);
             if (idx >= begin && idx < end) dst[idx - begin] = load_f16(v.entries + 6 * e + 4);
+        }
+    }
+    // The q1 base through the q1 dot, then each outlier of the rows as a
+    // correction (value - base value) * x. The overlay is read once per call;
+    // a list whose indices do not strictly ascend (the original writes them
+    // ascending; a repeated index means its last value wins) takes the
+    // decode-then-dot path, which applies the entries in their order.
+    // Without this kernel a matmul dequantized 16-row tiles, each scanning
+    // the whole overlay twice (docs/performance.md).
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        Q1sView v = q1s_view(w);
+        const uint64_t cols = sdk::row_len_of(w);
+        if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
+        const uint64_t begin = r0 * cols, end = r1 * cols, gpr = cols / 32;
+        for (uint64_t r = r0; r < r1; ++r)
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] = kernels::dot_q1(v.tiles + 6 * r * gpr, x + b * ldx, gpr);
+        uint64_t prev = 0;
+        for (uint64_t e = 0; e < v.count; ++e) {
+            const uint32_t idx = load_u32(v.entries + 6 * e);
+            // (y's rows are written again from scratch there.)
+            if (e > 0 && idx <= prev) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
+            prev = idx;
+            if (idx < begin || idx >= end) continue;
+            const uint64_t r = idx / cols, c = idx % cols;
+            const float delta = load_f16(v.entries + 6 * e + 4) - q1_value(v.tiles, idx);
+            for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] += delta * x[b * ldx + c];
         }
     }
     bool can_quantize() const override { return true; }
