@@ -419,7 +419,8 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
     // Every SIMD build this CPU runs (avx512vnni, avx2), not only the one
     // dispatch picks.
     namespace k = cmf::codecs::kernels;
-    for (const k::SimdKernels &isa : k::simd_kernels()) {
+    const std::vector<k::SimdKernels> simd = k::simd_kernels();
+    for (const k::SimdKernels &isa : simd) {
     CAPTURE(isa.isa);
     std::mt19937 rng(5);
     std::vector<uint8_t> bytes(32 * 64 * 2);  // enough for every kernel at 64 groups
@@ -477,8 +478,21 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         k::portable::quantize_x(x.data(), n, k::XOrder::natural, xq.data(), xd.data());
         CHECK(near(isa.dot_i8_xq(w8, xq.data(), xd.data(), n), k::portable::dot_i8_xq(w8, xq.data(), xd.data(), n)));
         k::portable::quantize_x(x.data(), 32 * g, k::XOrder::q2_quads, xq.data(), xd.data());
-        CHECK(near(isa.dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g),
-                   k::portable::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xd.data(), g)));
+        std::vector<int32_t> xo(8 * g);
+        k::q2_offset(xq.data(), g, xo.data());
+        for (uint64_t i = 0; i < 8 * g; ++i) {  // -3 * the sum of each 4 consecutive codes
+            int32_t sum = 0;
+            for (int j = 0; j < 4; ++j) sum += xq[4 * i + j];
+            CHECK(xo[i] == -3 * sum);
+        }
+        // Every SIMD form (VNNI: vpdpbusd from the offsets; AVX2: vpmaddubsw
+        // and a subtraction) makes the same int32 lane sums and the same
+        // f32 operations: the same bits.
+        for (const k::SimdKernels &other : simd)
+            CHECK(isa.dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xo.data(), xd.data(), g) ==
+                  other.dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xo.data(), xd.data(), g));
+        CHECK(near(isa.dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xo.data(), xd.data(), g),
+                   k::portable::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xo.data(), xd.data(), g)));
     }
     // Decode kernels: bit-identical, every group with its own scale.
     std::vector<float> gs(64);

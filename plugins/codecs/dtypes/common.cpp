@@ -182,8 +182,9 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
     cache.x.resize(n_batch * cols);
     r.codes.resize(n_batch * 32 * r.blocks);
     r.scales.resize(n_batch * r.blocks);
-    const bool pairs = order == kernels::XOrder::q4_pair_blocks, natural = order == kernels::XOrder::natural;
-    r.offsets_per_row = pairs ? 8 * (r.blocks / 2) : natural ? 8 * r.blocks : 0;
+    const bool pairs = order == kernels::XOrder::q4_pair_blocks, natural = order == kernels::XOrder::natural,
+               quads = order == kernels::XOrder::q2_quads;
+    r.offsets_per_row = pairs ? 8 * (r.blocks / 2) : natural || quads ? 8 * r.blocks : 0;
     r.offsets.resize(n_batch * r.offsets_per_row);
     const bool batch_forms = natural && n_batch > 1;
     r.ucodes.resize(batch_forms ? n_batch * 32 * r.blocks : 0);
@@ -194,6 +195,7 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
         int32_t *off = r.offsets.data() + b * r.offsets_per_row;
         if (pairs) kernels::q4_pair_offset(r.q(b), r.blocks, off);
         if (natural) kernels::i8_offset(r.q(b), r.blocks, off);
+        if (quads) kernels::q2_offset(r.q(b), r.blocks, off);
         if (batch_forms)
             kernels::i8_batch_forms(r.q(b), r.d(b), r.blocks, r.ucodes.data() + b * 32 * r.blocks,
                                     r.scales8.data() + b * 8 * r.blocks);

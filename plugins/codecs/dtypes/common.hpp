@@ -132,7 +132,8 @@ struct QuantizedX {
     // The offset terms of each activation row b's codes, offsets_per_row
     // int32 each: XOrder::q4_pair_blocks kernels::q4_pair_offset (8 per pair
     // of blocks; an unpaired last block has none), XOrder::natural
-    // kernels::i8_offset (8 per block), other orders none.
+    // kernels::i8_offset (8 per block), XOrder::q2_quads kernels::q2_offset
+    // (8 per block), other orders none.
     std::vector<int32_t> offsets;
     uint64_t offsets_per_row = 0;
     // XOrder::natural with more than one activation row: each row's

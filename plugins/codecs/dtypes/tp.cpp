@@ -146,7 +146,7 @@ public:
                 float *yb = y + b * ldy + rb;
                 if constexpr (Two) {
                     for (unsigned j = 0; j < n; ++j)
-                        yb[j] = kernels::dot_q2_groups_xq(chunks + j * l.gpr * kChunk, scales + j * l.gpr, xq.q(b),
+                        yb[j] = kernels::dot_q2_groups_xq(chunks + j * l.gpr * kChunk, scales + j * l.gpr, xq.q(b), xq.offset(b),
                                                           xq.d(b), l.gpr);
                 } else {
                     kernels::rows_q4_groups_xq(chunks, scales, xq.q(b), xq.offset(b), xq.d(b), l.gpr, n, yb);

@@ -110,8 +110,14 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
                    uint64_t groups, unsigned rows, float *out) {
     CMF_PICK(ladder_scales, first, ratio, zero_rung, codes, code_stride, groups, rows, out);
 }
-float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const float *xd, uint64_t g) {
-    return CMF_PICK(dot_q2_groups_xq, c, s, xq, xd, g);
+float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const int32_t *xoff, const float *xd,
+                       uint64_t g) {
+    return CMF_PICK(dot_q2_groups_xq, c, s, xq, xoff, xd, g);
+}
+void q2_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
+    // i8_offset's lane sums (-128 * sum of 4 codes), rescaled: exact.
+    i8_offset(q, blocks, offset);
+    for (uint64_t i = 0; i < 8 * blocks; ++i) offset[i] = offset[i] / 128 * 3;
 }
 float dot_q1(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1, t, x, g); }
 void dequant_q4_groups(const uint8_t *n, uint64_t stride, const float *s, uint64_t g, float *dst) {

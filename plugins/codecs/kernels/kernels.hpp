@@ -133,8 +133,13 @@ constexpr unsigned kLadderMaxRows = 64;
 void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
                    uint64_t groups, unsigned rows, float *out);
 // q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.
-float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
-                       uint64_t groups);
+// xoff = q2_offset of xq (the AVX-512 VNNI form uses it; the others ignore it).
+float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
+                       const float *xd, uint64_t groups);
+// -3 * (sum of each 4 consecutive codes) of every x block (8 int32 per
+// block, exact): the offset term of Σ(2c - 3)·x, which the VNNI q2 dot
+// starts its integer sums from.
+void q2_offset(const int8_t *q, uint64_t blocks, int32_t *offset);
 
 // ---- decode (prefill widens weight panels to f32 through these) --------------
 // Whole groups of 32 in natural element order, bit-identical to the scalar

@@ -161,8 +161,8 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
         }
     }
 }
-float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,
-                       uint64_t groups) {
+float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *,
+                       const float *xd, uint64_t groups) {
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g) {
         // (c - 1.5) * s = (2c - 3) * (s / 2): an integer sum, halved once.

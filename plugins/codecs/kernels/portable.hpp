@@ -36,8 +36,8 @@
                            const float *xd, uint64_t groups, uint64_t rows, float *y);                                \
     void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,                \
                        uint64_t code_stride, uint64_t groups, unsigned rows, float *out);                             \
-    float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const float *xd,             \
-                           uint64_t groups);                                                                          \
+    float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,        \
+                           const float *xd, uint64_t groups);                                                         \
     void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst); \
     void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);                  \
     void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups,            \
