@@ -463,19 +463,21 @@ inline __m256i q2_codes_2u(const uint8_t *chunk) {
 // maddubs(codes, x) - maddubs(Bias, x), exact (pair sums stay under 2^15:
 // at most 2*15*127).
 template <int Bias>
-inline __m256 biased_step(__m256i codes, __m256i x, __m256 s, __m256 acc) {
+inline __m256i biased_isum(__m256i codes, __m256i x) {
     __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes, x), _mm256_maddubs_epi16(_mm256_set1_epi8(Bias), x));
-    return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1))), acc);
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
-// sum over groups of sx[g] * <codes(g) - Bias, xq block g>; sx[g] is the
-// group's weight scale times x's block scale. Four accumulators: one FMA
-// chain per group would run at the FMA latency.
-template <int Bias, class Codes>
-inline float biased_dot(uint64_t groups, const int8_t *xq, const float *sx, Codes codes) {
+template <int Bias>
+inline __m256 biased_step(__m256i codes, __m256i x, __m256 s, __m256 acc) {
+    return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(biased_isum<Bias>(codes, x)), acc);
+}
+// sum over groups of sx[g] * isum(g), isum(g) a group's int32 lane sums; sx[g]
+// is the group's weight scale times x's block scale. Four accumulators: one
+// FMA chain per group would run at the FMA latency.
+template <class ISum>
+inline float groups_dot(uint64_t groups, const float *sx, ISum isum) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    auto step = [&](uint64_t g, __m256 &a) {
-        a = biased_step<Bias>(codes(g), load32(xq + 32 * g), _mm256_broadcast_ss(sx + g), a);
-    };
+    auto step = [&](uint64_t g, __m256 &a) { a = _mm256_fmadd_ps(_mm256_broadcast_ss(sx + g), _mm256_cvtepi32_ps(isum(g)), a); };
     uint64_t g = 0;
     for (; g + 4 <= groups; g += 4) {
         step(g, acc[0]);
@@ -485,6 +487,11 @@ inline float biased_dot(uint64_t groups, const int8_t *xq, const float *sx, Code
     }
     for (; g < groups; ++g) step(g, acc[0]);
     return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+// groups_dot of <codes(g) - Bias, xq block g>.
+template <int Bias, class Codes>
+inline float biased_dot(uint64_t groups, const int8_t *xq, const float *sx, Codes codes) {
+    return groups_dot(groups, sx, [&](uint64_t g) { return biased_isum<Bias>(codes(g), load32(xq + 32 * g)); });
 }
 
 // Runs `dot(g0, n, sx)` over the groups in slices of kSlice, with sx[i] =
@@ -1045,21 +1052,10 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
                           // multiply-adds and subtraction, in one operation.
                           const int8_t *q = xq + 32 * g0;
                           const int32_t *o = xoff + 8 * g0;
-                          __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-                          auto step = [&](uint64_t g, __m256 &a) {
-                              const __m256i p = _mm256_dpbusd_epi32(
-                                  _mm256_loadu_si256(reinterpret_cast<const __m256i *>(o + 8 * g)), codes(g), load32(q + 32 * g));
-                              a = _mm256_fmadd_ps(_mm256_broadcast_ss(sx + g), _mm256_cvtepi32_ps(p), a);
-                          };
-                          uint64_t g = 0;
-                          for (; g + 4 <= n; g += 4) {
-                              step(g, acc[0]);
-                              step(g + 1, acc[1]);
-                              step(g + 2, acc[2]);
-                              step(g + 3, acc[3]);
-                          }
-                          for (; g < n; ++g) step(g, acc[0]);
-                          return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+                          return groups_dot(n, sx, [&](uint64_t g) {
+                              return _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(o + 8 * g)),
+                                                         codes(g), load32(q + 32 * g));
+                          });
 #else
                           return biased_dot<3>(n, xq + 32 * g0, sx, codes);
 #endif
