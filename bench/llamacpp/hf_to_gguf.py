@@ -3,7 +3,7 @@
 BF16/F16/F32) into a GGUF v3 file that llama.cpp's qwen3 / qwen3moe loader accepts, so
 that llama.cpp can be benchmarked on exactly the weights `cmfhost bench` runs.
 
-usage: /usr/bin/python3 hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0|q4_0} [QK_NORM_SCALE]
+usage: /usr/bin/python3 hf_to_gguf.py HF_DIR OUT.gguf {f16|bf16|q8_0|q4_0|q4_k_m} [QK_NORM_SCALE]
 
 QK_NORM_SCALE (for check_ref.py only, never for benchmarks) multiplies the q_norm
 and k_norm weights: convert_bench's random norms (std 0.02) make attention almost
@@ -17,7 +17,8 @@ feeds token ids directly, tokenization never runs on real text.
 
 2-D weights are stored as F16, Q8_0 (blocks of 32: f16 scale d = amax/127, int8
 q = round(x/d)) or Q4_0 (blocks of 32: f16 d = -(the value of largest |x|)/8,
-nibbles min(15, trunc(x/d + 8.5)), as ggml's reference quantizer); 1-D norms
+nibbles min(15, trunc(x/d + 8.5)), as ggml's reference quantizer), BF16, or
+llama.cpp's Q4_K_M mix of Q4_K and Q6_K (encode_q4_k, encode_q6_k, q4_k_m_type); 1-D norms
 stay F32, as llama.cpp's own converter does. Tensors are
 streamed one at a time (the embedding in row chunks) so peak memory stays ~100 MB.
 The output is written to OUT.gguf.tmp and renamed only when complete.
@@ -40,12 +41,16 @@ ALIGN = 32  # GGUF default alignment (no general.alignment key written)
 # GGUF metadata value types
 T_UINT32, T_INT32, T_FLOAT32, T_STRING, T_ARRAY = 4, 5, 6, 8, 9
 # ggml tensor types
-GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0 = 0, 1, 2, 8
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_Q6_K, GGML_BF16 = 0, 1, 2, 8, 12, 14, 30
 # llama_ftype for general.file_type
-FILE_TYPE = {"f16": 1, "q8_0": 7, "q4_0": 2}
-WEIGHT_TYPE = {"f16": GGML_F16, "q8_0": GGML_Q8_0, "q4_0": GGML_Q4_0}
+FILE_TYPE = {"f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_k_m": 15}
+WEIGHT_TYPE = {"f16": GGML_F16, "bf16": GGML_BF16, "q8_0": GGML_Q8_0, "q4_0": GGML_Q4_0, "q4_k_m": GGML_Q4_K}
 QK8_0 = 32
 QK4_0 = 32
+QK_K = 256
+# (values per block, bytes per block) of the block formats
+BLOCK = {GGML_Q8_0: (QK8_0, 2 + QK8_0), GGML_Q4_0: (QK4_0, 2 + QK4_0 // 2),
+         GGML_Q4_K: (QK_K, 144), GGML_Q6_K: (QK_K, 210)}
 
 
 def fail(msg):
@@ -136,24 +141,105 @@ def encode_q4_0(x):
     return out.tobytes()
 
 
+def round_half_away(v):
+    return np.trunc(v + np.copysign(0.5, v))
+
+
+def encode_q4_k(x):
+    """Q4_K super-blocks of 256 = 8 sub-blocks of 32, value = d*sc*q - dmin*m with q in
+    0..15 and 6-bit sc, m per sub-block. Layout (ggml's block_q4_K, 144 bytes): f16 d,
+    f16 dmin, 12 bytes of packed scales (sub-blocks 0-3: sc and m in the low 6 bits of
+    bytes 0-3 and 4-7; sub-blocks 4-7: low nibbles in bytes 8-11, top 2 bits in the top
+    of bytes 0-7), then 128 bytes where byte 32c+l holds sub-block 2c's value l (low
+    nibble) and sub-block 2c+1's (high nibble). Scales from each sub-block's min/max
+    (one pass, not ggml's iterative search: the benchmark needs the format, and random
+    weights have no outliers for a search to find)."""
+    b = x.reshape(-1, QK_K // 32, 32).astype(np.float32)
+    lo = np.minimum(b.min(axis=2), 0.0)
+    scale = (b.max(axis=2) - lo) / 15.0
+    mins = -lo
+    d = scale.max(axis=1) / 63.0
+    dmin = mins.max(axis=1) / 63.0
+    d16, dmin16 = d.astype(np.float16), dmin.astype(np.float16)
+    dq, dminq = d16.astype(np.float32), dmin16.astype(np.float32)
+    sc = np.clip(round_half_away(np.divide(scale, dq[:, None], out=np.zeros_like(scale), where=dq[:, None] != 0)), 0, 63).astype(np.uint8)
+    m = np.clip(round_half_away(np.divide(mins, dminq[:, None], out=np.zeros_like(mins), where=dminq[:, None] != 0)), 0, 63).astype(np.uint8)
+    step = dq[:, None] * sc
+    off = dminq[:, None] * m
+    q = np.divide(b + off[:, :, None], step[:, :, None], out=np.zeros_like(b), where=step[:, :, None] != 0)
+    q = np.clip(round_half_away(q), 0, 15).astype(np.uint8)
+    scales = np.empty((b.shape[0], 12), dtype=np.uint8)
+    scales[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(b.shape[0], 128)
+    out = np.empty(b.shape[0], dtype=[("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)])
+    out["d"], out["dmin"], out["scales"], out["qs"] = d16, dmin16, scales, qs
+    return out.tobytes()
+
+
+def encode_q6_k(x):
+    """Q6_K super-blocks of 256 = 16 sub-blocks of 16, value = d*sc*(q - 32) with q in
+    0..63 and an int8 sc per sub-block. Layout (ggml's block_q6_K, 210 bytes): ql[128]
+    low nibbles, qh[64] top 2 bits, scales[16], f16 d; per half n of 128 values, value
+    32k+l (k = 0..3) has its low nibble in ql[64n + 32(k&1) + l] (k < 2 low, else high
+    nibble) and its top bits at bit 2k of qh[32n + l]."""
+    b = x.reshape(-1, QK_K // 16, 16).astype(np.float32)
+    amax_i = np.abs(b).argmax(axis=2)
+    mval = np.take_along_axis(b, amax_i[:, :, None], axis=2)[:, :, 0]
+    scale = mval / -32.0  # as Q4_0: the largest |x| maps to the end with -32
+    smax_i = np.abs(scale).argmax(axis=1)
+    d = np.take_along_axis(scale, smax_i[:, None], axis=1)[:, 0] / -128.0
+    d16 = d.astype(np.float16)
+    dq = d16.astype(np.float32)
+    sc = np.clip(round_half_away(np.divide(scale, dq[:, None], out=np.zeros_like(scale), where=dq[:, None] != 0)), -128, 127).astype(np.int8)
+    step = dq[:, None] * sc
+    q = np.divide(b, step[:, :, None], out=np.zeros_like(b), where=step[:, :, None] != 0)
+    q = (np.clip(round_half_away(q), -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)
+    lo, hi = q & 0xF, q >> 4
+    ql = np.concatenate([lo[:, :, 0] | (lo[:, :, 2] << 4), lo[:, :, 1] | (lo[:, :, 3] << 4)], axis=2)
+    qh = hi[:, :, 0] | (hi[:, :, 1] << 2) | (hi[:, :, 2] << 4) | (hi[:, :, 3] << 6)
+    out = np.empty(b.shape[0], dtype=[("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")])
+    out["ql"], out["qh"], out["scales"], out["d"] = ql.reshape(-1, 128), qh.reshape(-1, 64), sc, d16
+    return out.tobytes()
+
+
+def encode_bf16(x):
+    """bf16 by round-to-nearest-even of the f32 (exact for a BF16 checkpoint)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+
+
 def encoded_size(gtype, n):
     if gtype == GGML_F32:
         return 4 * n
-    if gtype == GGML_F16:
+    if gtype in (GGML_F16, GGML_BF16):
         return 2 * n
-    if gtype == GGML_Q4_0:
-        return n // QK4_0 * (2 + QK4_0 // 2)
-    return n // QK8_0 * (2 + QK8_0)
+    per, size = BLOCK[gtype]
+    return n // per * size
+
+
+ENCODERS = {GGML_F32: lambda x: x.astype("<f4").tobytes(), GGML_F16: lambda x: x.astype("<f2").tobytes(),
+            GGML_BF16: encode_bf16, GGML_Q8_0: encode_q8_0, GGML_Q4_0: encode_q4_0,
+            GGML_Q4_K: encode_q4_k, GGML_Q6_K: encode_q6_k}
 
 
 def encode(gtype, x):
-    if gtype == GGML_F32:
-        return x.astype("<f4").tobytes()
-    if gtype == GGML_F16:
-        return x.astype("<f2").tobytes()
-    if gtype == GGML_Q4_0:
-        return encode_q4_0(x)
-    return encode_q8_0(x)
+    return ENCODERS[gtype](x)
+
+
+def q4_k_m_type(gname, n_layer, tied):
+    """The tensor types of llama.cpp's Q4_K_M mix for a qwen3 model (llama-quant.cpp):
+    Q6_K for the output matrix (the embedding when tied), for attn_v and ffn_down in
+    the first and last eighth of the layers and every third layer between, Q4_K
+    elsewhere."""
+    if gname == "output.weight" or (tied and gname == "token_embd.weight"):
+        return GGML_Q6_K
+    if gname.endswith(("attn_v.weight", "ffn_down.weight", "ffn_down_exps.weight")):
+        i = int(gname.split(".")[1])
+        if i < n_layer // 8 or i >= 7 * n_layer // 8 or (i - n_layer // 8) % 3 == 2:
+            return GGML_Q6_K
+    return GGML_Q4_K
 
 
 # ---- GGUF writer ---------------------------------------------------------------
@@ -201,7 +287,7 @@ def byte_level_alphabet():
 
 def main():
     if len(sys.argv) not in (4, 5) or sys.argv[3] not in FILE_TYPE:
-        fail("usage: hf_to_gguf.py HF_DIR OUT.gguf {f16|q8_0|q4_0} [QK_NORM_SCALE]")
+        fail("usage: hf_to_gguf.py HF_DIR OUT.gguf {f16|bf16|q8_0|q4_0|q4_k_m} [QK_NORM_SCALE]")
     hf, out_path, kind = sys.argv[1:4]
     qk_scale = float(sys.argv[4]) if len(sys.argv) == 5 else 1.0
     with open(os.path.join(hf, "config.json")) as f:
@@ -254,6 +340,8 @@ def main():
     if not tied:
         plan.append(("output.weight", "lm_head.weight", wtype))
     plan = [(g, [h] if isinstance(h, str) else h, t) for g, h, t in plan]
+    if kind == "q4_k_m":
+        plan = [(g, h, q4_k_m_type(g, n_layer, tied) if t == GGML_Q4_K else t) for g, h, t in plan]
 
     kv = KV()
     kv.str("general.architecture", arch)
@@ -297,8 +385,8 @@ def main():
         if len(hnames) > 1:
             shape = [len(hnames)] + shape
         n = int(np.prod(shape))
-        if gtype in (GGML_Q8_0, GGML_Q4_0) and shape[-1] % QK8_0:
-            fail(f"{hnames[0]}: row length {shape[-1]} is not a multiple of {QK8_0}")
+        if gtype in BLOCK and shape[-1] % BLOCK[gtype][0]:
+            fail(f"{hnames[0]}: row length {shape[-1]} is not a multiple of {BLOCK[gtype][0]}")
         off = (off + ALIGN - 1) // ALIGN * ALIGN
         offsets.append(off)
         infos.append(gguf_str(gname) + struct.pack("<I", len(shape))

@@ -5,28 +5,28 @@
 #   1. `npm install` here if node_modules is missing (node-llama-cpp, pinned; its
 #      @node-llama-cpp/linux-x64 package ships prebuilt llama.cpp CPU libraries,
 #      nothing is compiled);
-#   2. hf_to_gguf.py: the checkpoint -> NAME-{f16,q8_0,q4_0}.gguf in WORK_DIR
+#   2. hf_to_gguf.py: the checkpoint -> NAME-{f16,bf16,q8_0,q4_0,q4_k_m}.gguf in WORK_DIR
 #      (skipped when the .gguf exists);
 #   3. correctness: (a) llama.cpp's logits on a check GGUF (f16, q_norm/k_norm
 #      scaled by 100 so attention is sharp and RoPE matters) against a numpy
 #      forward pass of the checkpoint (check_ref.py: same argmax, rel RMS error
 #      <= 1e-2 at 6 positions); (b) the quantized files agree with the f16 one on
-#      the argmax next token at 4 positions (q4_0 may differ on random weights,
+#      the argmax next token at 4 positions (4-bit files may differ on random weights,
 #      where the top logits are close: reported, not fatal);
 #   4. bench.mjs on each file, with and without flash attention: pp512 and tg128 as llama-bench measures them (one
 #      warm-up, REPS timed runs, KV cache cleared before each), median (min-max)
 #      tok/s, with the ggml CPU variant library llama.cpp loaded.
 # The checkpoint (WORK_DIR/hf, 1.19 GB BF16, random weights) is made once by
 #   build-rel/bench/convert_bench --shape 0.6b --dir WORK_DIR/hf --checkpoint-only 1
-# usage: [TYPES="f16 q8_0 q4_0"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA="0 1"] [NAME=qwen06b]
+# usage: [TYPES="f16 bf16 q8_0 q4_0 q4_k_m"] [PP=512] [TG=128] [REPS=3] [THREADS=2] [FA="0 1"] [NAME=qwen06b]
 #        [DEPTH=0] [CACHE=f16|q8_0|f32]   (both tests after DEPTH cached tokens, llama-bench -d;
 #                                        the KV cache type, -ctk/-ctv: q8_0 needs FA=1)
 #        bench/llamacpp/run.sh [WORK_DIR=/tmp/cmf-qwen06b]
-# Takes ~6 minutes on the 2-core machine. Run it on an idle machine.
+# Takes ~10 minutes on the 2-core machine. Run it on an idle machine.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="${1:-/tmp/cmf-qwen06b}"
-types="${TYPES:-f16 q8_0 q4_0}"
+types="${TYPES:-f16 bf16 q8_0 q4_0 q4_k_m}"
 threads="${THREADS:-2}"
 name="${NAME:-qwen06b}"
 case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac

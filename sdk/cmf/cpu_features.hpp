@@ -43,6 +43,18 @@ inline bool cpu_has_avx512_vnni() {
 #endif
 }
 
+// AVX-512 F + BF16 (with AVX2 + FMA + F16C): the CPU backend's bf16 GEMM
+// (vdpbf16ps, two bf16 products per f32 lane).
+inline bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+    static const bool yes =
+        cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return yes;
+#else
+    return false;
+#endif
+}
+
 // The SIMD level an environment variable caps a plugin's kernel choice at
 // (CMF_CODECS_ISA, CMF_CPU_ISA): "portable" 0, "avx2" 1, unset or anything
 // else 2 (no cap). Read when called; callers keep the answer.

@@ -23,6 +23,7 @@
 #include "gemma/choices.hpp"
 
 #include <cmf/cmf.h>
+#include <cmf/cpu_features.hpp>
 
 #include <simdjson.h>
 
@@ -113,8 +114,18 @@ void run_case(const std::string &name) {
         MESSAGE(name << " " << dn << " weights: max rel logit diff " << e << ", argmax agrees at " << agree << "/"
                      << c.positions << " positions");
         CHECK(e < (dtype == CMF_DTYPE_F16 ? 5e-3 : 5e-2));
-        // The KV path must agree with the batched path in any dtype.
-        CHECK(kv_decode_error(sh, seq, 8, gh) < 1e-5);
+        // The KV path must agree with the batched path in any dtype; with bf16
+        // weights on a CPU with AVX-512 BF16 the batched path's GEMM rounds the
+        // activations to bf16 (docs/runtime.md, "bf16 prefill") and decode
+        // does not, so the two differ by that rounding.
+        const double kv_err = kv_decode_error(sh, seq, 8, gh);
+        const char *bf16_env = std::getenv("CMF_CPU_BF16_GEMM");
+        const bool bf16_gemm = dtype == CMF_DTYPE_BF16 && cmf::cpu_has_avx512_bf16() &&
+                               cmf::isa_cap_from_env("CMF_CPU_ISA") >= 2 &&
+                               !(bf16_env != nullptr && std::strcmp(bf16_env, "0") == 0);
+        MESSAGE(name << " " << dn << " weights: KV decode vs batched " << kv_err
+                     << std::string(bf16_gemm ? " (bf16 GEMM)" : ""));
+        CHECK(kv_err < (bf16_gemm ? 2e-2 : 1e-5));  // measured up to 9.3e-3 (gemma3)
     }
 
     // 5. The f16 KV cache (f32 weights): close to the reference, the same
@@ -215,7 +226,7 @@ struct QuantCase {
     // file's weights decoded to f32 and run through the f32 path. 1e-4 where
     // prefill is exact over the decoded weights; where the CPU backend's int8
     // prefill GEMM runs (dtypes with cmf_codec_vt.int8_rows: q8_row, q4_block,
-    // q4_tiled) the activations are rounded to int8 blocks as in decode, and
+    // q4_tiled, q4tp, q2tp) the activations are rounded to int8 blocks as in decode, and
     // the difference is that rounding's: 2.1e-2..2.9e-2 measured here, the
     // same as decode's "vs batched" figure before the int8 GEMM.
     double max_kernel_err;
@@ -226,7 +237,7 @@ const QuantCase kQuantCases[] = {
     {"q8", 0.999, 0.9995, 0.95, 5e-2},   // [0.99966, 0.99986, 94/95]
     {"q4", 0.85, 0.95, 0.60, 5e-2},      // [0.8968, 0.9645, 65/95]
     {"q4t", 0.85, 0.95, 0.60, 5e-2},     // q4's groups and scales, tiled layout: same figures
-    {"q4tp", 0.85, 0.95, 0.60, 1e-4},    // [0.9037, 0.9641, 63/95]
+    {"q4tp", 0.85, 0.95, 0.60, 5e-2},    // [0.9037, 0.9641, 63/95]
 };
 // The sliding-window fixtures (gemma2: window 4, soft-caps 1 and 2;
 // gemma3: six layers, window 28). Their rings make a forward run in chunks

@@ -1,13 +1,13 @@
 // The int8 prefill GEMM (plugins/backends/cpu/gemm_i8.hpp) and the codec
 // hook that feeds it (cmf_codec_vt.int8_rows):
 //  - the hook's codes x scales equal dequantize_rows exactly (q8_row,
-//    q4_block, q4_tiled), dtypes/shapes without a view say so;
+//    q4_block, q4_tiled, q4tp, q2tp), dtypes/shapes without a view say so;
 //  - the kernels' packing and activation quantization have the documented
 //    layout and quantize like the codecs' quantize_x;
 //  - every ISA's GEMM matches a double reference over the same quantized
 //    operands (partial row groups, token tiles and column blocks, zero and
 //    non-finite blocks), and the AVX2 and portable results are identical;
-//  - through the backend's matmul: q8_row/q4 prefill takes the int8 path,
+//  - through the backend's matmul: q8_row/q4/q4tp/q2tp prefill takes the int8 path,
 //    q8_2f and q4 with cols % 32 != 0 keep the f32 path.
 #include <doctest/doctest.h>
 #include "support/encoded_weight.hpp"
@@ -106,6 +106,7 @@ TEST_CASE("cpu backend int8: the codecs' int8_rows view equals dequantize_rows")
     for (Case c : {Case{CMF_DTYPE_Q8_ROW, 13, 70, true}, Case{CMF_DTYPE_Q8_ROW, 5, 64, true},
                    Case{CMF_DTYPE_Q4_BLOCK, 9, 96, true}, Case{CMF_DTYPE_Q4_TILED, 9, 96, true},
                    Case{CMF_DTYPE_Q4_BLOCK, 9, 40, false}, Case{CMF_DTYPE_Q4_TILED, 3, 40, false},
+                   Case{CMF_DTYPE_Q4TP, 9, 96, true}, Case{CMF_DTYPE_Q2TP, 9, 96, true},
                    Case{CMF_DTYPE_Q8_2F, 6, 64, false}}) {
         CAPTURE(c.dtype);
         CAPTURE(c.cols);
@@ -149,7 +150,10 @@ TEST_CASE("cpu backend int8: the codecs' int8_rows view equals dequantize_rows")
                 REQUIRE(v == deq[r * c.cols + col]);
             }
         if (c.dtype == CMF_DTYPE_Q8_ROW) CHECK(hi == 127);
+        else if (c.dtype == CMF_DTYPE_Q2TP) CHECK((lo == -3 && hi == 3));  // codes 2c - 3, odd
         else CHECK((lo >= -8 && hi <= 7 && lo < 0));
+        if (c.dtype == CMF_DTYPE_Q2TP)
+            for (int8_t q : codes) CHECK((q == -3 || q == -1 || q == 1 || q == 3));
         // Out-of-range rows are refused.
         err = codec->int8_rows(ctx, &e.v, 0, c.rows + 1, codes.data(), scales.data());
         CHECK(err != nullptr);
@@ -311,6 +315,7 @@ TEST_CASE("cpu backend int8: matmul takes the int8 path for q8_row/q4 prefill an
     const size_t batch = 19;  // >= 16: the prefill path for codec dtypes
     for (Case c : {Case{CMF_DTYPE_Q8_ROW, 37, 100, true}, Case{CMF_DTYPE_Q4_TILED, 21, 64, true},
                    Case{CMF_DTYPE_Q4_BLOCK, 21, 64, true}, Case{CMF_DTYPE_Q4_BLOCK, 21, 40, false},
+                   Case{CMF_DTYPE_Q4TP, 21, 64, true}, Case{CMF_DTYPE_Q2TP, 21, 96, true},
                    Case{CMF_DTYPE_Q8_2F, 17, 64, false}}) {
         CAPTURE(c.dtype);
         CAPTURE(c.cols);
@@ -326,6 +331,13 @@ TEST_CASE("cpu backend int8: matmul takes the int8 path for q8_row/q4 prefill an
         REQUIRE(be->vt.weight_bind(be->ctx, &e.v, &bw) == nullptr);
         std::vector<float> y(batch * c.rows, -1.0f);
         REQUIRE(be->vt.matmul(be->ctx, bw, x.data(), batch, y.data()) == nullptr);
+        std::vector<int8_t> vcodes;
+        std::vector<float> vscales;
+        if (c.int8) {
+            vcodes.resize(c.rows * i8::blocks(c.cols) * 32);
+            vscales.resize(c.rows * i8::blocks(c.cols));
+            REQUIRE(codec->int8_rows(ctx, &e.v, 0, c.rows, vcodes.data(), vscales.data()) == nullptr);
+        }
         be->vt.weight_free(be->ctx, bw);
         // The int8 path is exact over the quantized activations up to f32
         // rounding; the f32 path over the original ones. Each reference
@@ -340,8 +352,12 @@ TEST_CASE("cpu backend int8: matmul takes the int8 path for q8_row/q4 prefill an
                         int8_t q[32];
                         const size_t n = std::min<size_t>(32, c.cols - b * 32);
                         const float d = ref_quantize_block(x.data() + tok * c.cols + b * 32, n, q);
-                        double s = 0;  // decoded weights are code*scale exactly; scale per block for q4
-                        for (size_t k = 0; k < n; ++k) s += double(deq[r * c.cols + b * 32 + k]) * q[k];
+                        // The weights as the view gives them, code * scale in double: the
+                        // decoded f32 values round that product where the scale has more
+                        // significant bits than an f16 (q4tp's rungs).
+                        double s = 0;
+                        for (size_t k = 0; k < n; ++k)
+                            s += double(vcodes[(r * nb + b) * 32 + k]) * double(vscales[r * nb + b]) * q[k];
                         ref += double(d) * s;
                         mag += std::fabs(double(d) * s);
                     }

@@ -17,9 +17,13 @@
 //  - many tokens and a codec with an exact int8 view of the weight
 //    (cmf_codec_vt.int8_rows: q8_row, q4_block/q4_tiled): the int8 GEMM of
 //    gemm_i8.hpp instead (matmul_int8 below), unless kInt8Gemm is false or
-//    the environment sets CMF_CPU_INT8_GEMM=0 (A/B benchmarks).
+//    the environment sets CMF_CPU_INT8_GEMM=0 (A/B benchmarks);
+//  - many tokens, bf16 weights and a CPU with AVX-512 BF16: the bf16 GEMM of
+//    gemm_bf16.hpp (the activations rounded to bf16), unless the
+//    environment sets CMF_CPU_BF16_GEMM=0.
 #include "backend.hpp"
 #include "delta_net.hpp"
+#include "gemm_bf16.hpp"
 #include "gemm_i8.hpp"
 #include "kernels.hpp"
 
@@ -253,6 +257,7 @@ struct MatmulJob {
     const float *xd;    //   and its block scales
     uint64_t x_id;      // this call's cmf_codec_vt.matmul_rows_x id
     cmf_range_fn inner = nullptr;  // matmul_chunk_runs: the row loop of one run
+    const uint32_t *xb = nullptr;  // bf16 prefill: x rounded and packed (gemm_bf16.hpp layout)
 };
 
 // A fresh nonzero x_id per matmul call, unique in the process: every row
@@ -412,6 +417,50 @@ void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
     }
 }
 
+// bf16 prefill: [p0, p1) are panels of kPanelRows weight rows, packed as
+// stored (no widening) and multiplied with every token block of job->xb.
+void matmul_chunk_bf16(void *user, uint64_t p0, uint64_t p1) {
+    auto *job = static_cast<MatmulJob *>(user);
+    const cmf_backend_weight *w = job->w;
+    namespace b16 = cmf::cpu::bf16;
+    const uint64_t cols = w->cols;
+    const auto *src = static_cast<const uint16_t *>(w->view.data);
+    thread_local std::vector<uint32_t> packed;
+    packed.resize(b16::packed_w_words(kPanelRows, cols));
+    const b16::GemmFn gemm = b16::gemm();
+    for (uint64_t p = p0; p < p1; ++p) {
+        const uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows);
+        if (r1 - r0 < kPanelRows) std::fill(packed.begin(), packed.end(), 0u);
+        for_source_rows(w, r0, r1, [&](uint64_t s0, uint64_t s1, uint64_t off) {
+            b16::pack_w(src + s0 * cols, cols, s1 - s0, cols, off, packed.data());
+        });
+        gemm(packed.data(), r1 - r0, cols, job->xb, job->n_batch, job->y + r0, w->rows);
+    }
+}
+
+cmf_error *matmul_bf16(Backend *be, MatmulJob &job) {
+    namespace b16 = cmf::cpu::bf16;
+    const uint64_t cols = job.w->cols;
+    thread_local std::vector<uint32_t> xb;  // the calling thread's: it waits for both loops
+    xb.resize(b16::packed_x_words(job.n_batch, cols));
+    job.xb = xb.data();
+    struct PackJob {
+        const float *x;
+        uint64_t n_batch, cols;
+        uint32_t *xb;
+    } pj{job.x, job.n_batch, cols, xb.data()};
+    be->host->parallel_for(
+        be->host->host_ctx, 0, b16::x_blocks(job.n_batch), 8,
+        [](void *u, uint64_t b0, uint64_t b1) {
+            auto *j = static_cast<PackJob *>(u);
+            b16::pack_x(j->x, j->cols, j->n_batch, j->cols, b0, b1, j->xb);
+        },
+        &pj);
+    const uint64_t panels = (job.w->rows + kPanelRows - 1) / kPanelRows;
+    be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_bf16, &job);
+    return job.error;
+}
+
 // The row loop of a decode-size matmul (n_batch below the GEMM paths).
 cmf_range_fn decode_chunk_fn(const cmf_backend_weight *w) {
     if (native_dtype(w->view.dtype)) return matmul_chunk_native;
@@ -502,6 +551,8 @@ cmf_error *matmul_op(void *ctx, const cmf_backend_weight *w, const float *x, uin
     MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr, nullptr, nullptr, next_x_id()};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
     if (w->int8 && n_batch >= kGemmMinBatchCodec) return matmul_int8(be, job);
+    if (w->view.dtype == CMF_DTYPE_BF16 && n_batch >= kGemmMinBatch && cmf::cpu::bf16::gemm() != nullptr)
+        return matmul_bf16(be, job);
     if (n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch)) {
         // The activations are packed once, shared by every chunk. The
         // buffer belongs to the calling thread (it waits for the loop).

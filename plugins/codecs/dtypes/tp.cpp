@@ -9,6 +9,7 @@
 
 #include <array>
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -130,6 +131,30 @@ public:
         elements(shape);  // overflow check
         return {rows * gpr * kChunk, 4 * rows, rows * stride(gpr)};
     }
+    // The int8 view (the CPU backend's prefill GEMM): q4tp's codes q - 8 with
+    // the group's rung t; q2tp's codes 2c - 3 with t / 2, whose products are
+    // the values (c - 1.5) * t the decoder rounds once (t / 2 is exact unless
+    // t is subnormal, where the decoder's value is within an ulp).
+    bool has_int8_rows() const override { return true; }
+    bool int8_view(const cmf_tensor_view &t) const override {
+        return t.ndim == 2 && t.shape[1] > 0 && t.shape[1] % CMF_INT8_BLOCK == 0;
+    }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        Layout l = layout(t);
+        for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *rungs) {
+            const uint8_t *chunks = l.chunks + rb * l.gpr * kChunk;
+            const uint64_t groups = n * l.gpr;
+            if constexpr (Two) {
+                unpack_q2_groups(chunks, groups, codes);
+                for (uint64_t g = 0; g < groups; ++g) scales[g] = 0.5f * rungs[g];
+            } else {
+                kernels::unpack_q4_groups(chunks, kChunk, groups, codes);
+                std::copy(rungs, rungs + groups, scales);
+            }
+            codes += 32 * groups;
+            scales += groups;
+        });
+    }
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
@@ -156,6 +181,18 @@ public:
     }
 
 private:
+    // q2 chunks to int8 codes 2c - 3, weight 4k + j from bits 2j..2j+1 of
+    // byte k: one table lookup per byte (prefill panels only; the GEMM that
+    // consumes them does 32x the work per code).
+    static void unpack_q2_groups(const uint8_t *chunks, uint64_t groups, int8_t *codes) {
+        static const std::array<std::array<int8_t, 4>, 256> table = [] {
+            std::array<std::array<int8_t, 4>, 256> t{};
+            for (unsigned b = 0; b < 256; ++b)
+                for (unsigned j = 0; j < 4; ++j) t[b][j] = static_cast<int8_t>(2 * int((b >> (2 * j)) & 3u) - 3);
+            return t;
+        }();
+        for (uint64_t k = 0; k < 8 * groups; ++k, codes += 4) std::memcpy(codes, table[chunks[k]].data(), 4);
+    }
     // Codes of one group for rung value t, and the f32 squared error.
     static float group_error(const float *w, float t) {
         float err = 0.0f;
