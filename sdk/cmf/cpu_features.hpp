@@ -77,6 +77,11 @@ inline int isa_cap_from_env(const char *name) {
 //    unused; two alternating rounds, 1 KiB -> 4 and 8 KiB: f16 14.7-15.4
 //    -> 18.0-19.5 tok/s, q8 26.6-28.0 -> 32.3-34.1.
 //    q4 3 KiB, as on AMD (2-6 KiB: the same or slower).
+//  - AMD with AVX-512 (EPYC Zen 5 VM): the q4 streams go into L2 (T1
+//    hint, prefetch_q4_into_l2), 6 KiB ahead. Prefetched into L1
+//    the q4 row kernels streamed 11 GB/s on one core whatever the distance
+//    (1-24 KiB), a third of the core's read pass and a quarter of their
+//    L2-resident rate. docs/performance.md, history, 2026-12-03.
 // CMF_PREFETCH_AHEAD=BYTES (64..65536) overrides every distance, for A/B
 // runs on a new machine.
 enum class PrefetchStream {
@@ -102,6 +107,23 @@ inline bool cpu_is_amd() {
 #endif
 }
 
+// Whether the q4 streams are prefetched into L2 rather than L1: AMD CPUs
+// with AVX-512 (Zen 4 and later; measured on Zen 5, above). Zen 3 and the
+// Intel VM were tuned with L1 prefetches and stay so. CMF_PREFETCH_Q4_L2=0
+// or =1 overrides (A/B runs).
+inline bool prefetch_q4_into_l2() {
+#if defined(__x86_64__)
+    static const bool yes = [] {
+        const char *env = std::getenv("CMF_PREFETCH_Q4_L2");
+        if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return env[0] == '1';
+        return cpu_is_amd() && __builtin_cpu_supports("avx512f");
+    }();
+    return yes;
+#else
+    return false;
+#endif
+}
+
 inline long prefetch_ahead_bytes(PrefetchStream stream) {
     static const long forced = [] {
         const char *env = std::getenv("CMF_PREFETCH_AHEAD");
@@ -109,7 +131,7 @@ inline long prefetch_ahead_bytes(PrefetchStream stream) {
         return v >= 64 && v <= 65536 ? v : 0;
     }();
     if (forced != 0) return forced;
-    if (stream == PrefetchStream::q4) return 3072;
+    if (stream == PrefetchStream::q4) return prefetch_q4_into_l2() ? 6144 : 3072;
     return cpu_is_amd() ? 1024 : 8192;
 }
 

@@ -525,6 +525,17 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
 // 3 KiB - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs
 // 36.6 (3 KiB). On the Intel VM 3 KiB is as good as any (cmf/cpu_features.hpp).
 const long kQ4PrefetchAhead = prefetch_ahead_q4();
+// ... and their own cache level: into L2 on AMD with AVX-512, else L1
+// (cmf/cpu_features.hpp has the measurements). A template parameter of the
+// kernels, chosen once per call: a run-time test beside each prefetch made
+// GCC 12 give up the register allocation of the unrolled row loops (the
+// q4 kernels ran at half speed).
+const bool kQ4PrefetchL2 = prefetch_q4_into_l2();
+template <bool L2>
+__attribute__((always_inline)) inline void prefetch_q4(const uint8_t *p) {
+    if constexpr (L2) _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T1);
+    else _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
+}
 
 // q4 rows against a q4_pair_blocks x, two groups (A = 2k, B = 2k+1) per step:
 // one 32-byte load holds both groups' nibbles (tiled: two 16-byte loads,
@@ -627,7 +638,7 @@ constexpr bool kQ4Zmm = true;
 // L2-resident: q4 24.1-24.5 -> 30.3-31.9 GB/s, q4tp 22 -> 24.7-24.8 in two
 // of three pairs; streamed from memory it is the stream that bounds, and
 // 2 threads read 2-4 % more).
-template <int R, class Scales8, class Scale1>
+template <int R, bool L2, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                                 const int32_t *off, uint64_t groups, Scales8 scales8,
                                                                 Scale1 scale1, __m256 *out) {
@@ -645,9 +656,8 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             for (uint64_t o = 0; o < 128; o += 64)
-                _mm_prefetch(reinterpret_cast<const char *>(nib + r * ld + 32 * k + o) +
-                                 (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead),
-                             _MM_HINT_T0);
+                prefetch_q4<L2>(nib + r * ld + 32 * k + o +
+                                (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead));
             s8[r] = _mm512_castpd_ps(_mm512_maskz_broadcast_f64x4(0xFF, _mm256_castps_pd(scales8(r, 2 * k))));
         }
 #pragma GCC unroll 2
@@ -690,13 +700,13 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
 }
 #endif
 
-template <int R, uint64_t Stride, class Scales8, class Scale1>
+template <int R, bool L2, uint64_t Stride, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                             const int32_t *off, uint64_t groups, Scales8 scales8,
                                                             Scale1 scale1, __m256 *out) {
 #ifdef CMF_CODECS_VNNI
     if constexpr (Stride == 16) {
-        if (kQ4Zmm) return q4_pair_acc_rows_zmm<R>(nib, ld, x, off, groups, scales8, scale1, out);
+        if (kQ4Zmm) return q4_pair_acc_rows_zmm<R, L2>(nib, ld, x, off, groups, scales8, scale1, out);
     }
 #endif
     __m256 acc[R][4];
@@ -715,9 +725,8 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, 
         for (int r = 0; r < R; ++r) {
             // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
             for (uint64_t o = 0; o < 8 * Stride; o += 64)
-                _mm_prefetch(reinterpret_cast<const char *>(nib + r * ld + 2 * Stride * k + o) +
-                                 (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead),
-                             _MM_HINT_T0);
+                prefetch_q4<L2>(nib + r * ld + 2 * Stride * k + o +
+                                (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead));
             s8[r] = scales8(r, 2 * k);
         }
 #pragma GCC unroll 4
@@ -778,27 +787,27 @@ inline __m256 f16_scales8(const uint8_t *h, const float *xd) {
     return _mm256_mul_ps(_mm256_cvtph_ps(v), _mm256_loadu_ps(xd));
 }
 // R rows of each q4 layout (row r at r rows past the first) as 8 partial sums each.
-template <int R>
+template <int R, bool L2 = false>
 inline void q4_tiled_rows(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                           uint64_t groups, __m256 *out) {
     const uint64_t ld = 18 * groups;
-    q4_pair_acc_rows<R, 18>(
+    q4_pair_acc_rows<R, L2, 18>(
         tiles + 2, ld, xq, xoff, groups,
         [&](int r, uint64_t g) { return f16_scales8<18>(tiles + r * ld + 18 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(tiles + r * ld + 18 * g) * xd[g]; }, out);
 }
-template <int R>
+template <int R, bool L2 = false>
 inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                           const float *xd, uint64_t groups, __m256 *out) {
-    q4_pair_acc_rows<R, 16>(
+    q4_pair_acc_rows<R, L2, 16>(
         nibbles, 16 * groups, xq, xoff, groups,
         [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + 2 * groups * r + 2 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(f16_scales + 2 * groups * r + 2 * g) * xd[g]; }, out);
 }
-template <int R>
+template <int R, bool L2 = false>
 inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                            const float *xd, uint64_t groups, __m256 *out) {
-    q4_pair_acc_rows<R, 16>(
+    q4_pair_acc_rows<R, L2, 16>(
         nibbles, 16 * groups, xq, xoff, groups,
         [&](int r, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + groups * r + g), _mm256_loadu_ps(xd + g)); },
         [&](int r, uint64_t g) { return scales[groups * r + g] * xd[g]; }, out);
@@ -806,6 +815,13 @@ inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const in
 // rows4_quads over a q4 layout: run(r, R, out) fills out[0..R) with rows
 // r..r+R-1 as 8 partial sums each, R an std::integral_constant: kQ4Rows
 // rows per pass for the groups of four, one for the last 1-3 rows.
+// body(l2) with l2 the prefetch level as an std::bool_constant (one
+// instance of the row-range kernels per level).
+template <class Body>
+inline void q4_rows4_prefetch(Body body) {
+    if (kQ4PrefetchL2) body(std::true_type{});
+    else body(std::false_type{});
+}
 template <class Run>
 inline void q4_rows4(uint64_t rows, float *y, Run run) {
     rows4_quads(
@@ -844,22 +860,30 @@ float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
 
 void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y) {
-    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
-        q4_tiled_rows<decltype(rn)::value>(tiles + 18 * groups * q, xq, xoff, xd, groups, o);
+    q4_rows4_prefetch([&](auto l2) {
+        q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+            q4_tiled_rows<decltype(rn)::value, decltype(l2)::value>(tiles + 18 * groups * q, xq, xoff, xd, groups, o);
+        });
     });
 }
 
 void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
-        q4_split_rows<decltype(rn)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q, xq, xoff, xd, groups, o);
+    q4_rows4_prefetch([&](auto l2) {
+        q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+            q4_split_rows<decltype(rn)::value, decltype(l2)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
+                                                                    xq, xoff, xd, groups, o);
+        });
     });
 }
 
 void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
-        q4_groups_rows<decltype(rn)::value>(nibbles + 16 * groups * q, scales + groups * q, xq, xoff, xd, groups, o);
+    q4_rows4_prefetch([&](auto l2) {
+        q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+            q4_groups_rows<decltype(rn)::value, decltype(l2)::value>(nibbles + 16 * groups * q, scales + groups * q, xq,
+                                                                     xoff, xd, groups, o);
+        });
     });
 }
 
