@@ -587,14 +587,21 @@ TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or no
     std::memcpy(shuffled.data() + base, &count2, 4);
     uint32_t first;
     std::memcpy(&first, sorted.data() + base + 4, 4);
+    // Without a matmul id, and under one id shared by both tensors and all
+    // their row ranges (the kernel remembers per matmul whether a list
+    // ascends; the tensor is part of what it remembers).
+    for (uint64_t id : {uint64_t{0}, uint64_t{42}})
     for (const std::vector<uint8_t> *p : {&sorted, static_cast<const std::vector<uint8_t> *>(&shuffled)}) {
+        CAPTURE(id);
         CAPTURE(p == &shuffled);
         std::vector<float> ref = decode(CMF_DTYPE_Q1S, shape, *p);
         if (p == &shuffled) CHECK(ref[first] == 0.75f);
         const uint64_t batch = 3, ldx = cols + 1, ldy = rows + 2;
         std::vector<float> x = gaussian(batch * ldx, 6), y(batch * ldy, -7.0f);
         cmf_tensor_view t = view(CMF_DTYPE_Q1S, shape, *p);
-        dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 0, 4, y.data(), ldy);
+        cmf::codecs::XIdScope scope(id, x.data());
+        dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 0, 1, y.data(), ldy);
+        dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 1, 4, y.data(), ldy);
         dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 4, rows, y.data(), ldy);
         for (uint64_t b = 0; b < batch; ++b) {
             for (uint64_t r = 0; r < rows; ++r) {

@@ -151,6 +151,7 @@ XIdScope::~XIdScope() {
     current_x_id = saved_id_;
     current_x = saved_x_;
 }
+uint64_t current_matmul_id() { return current_x_id; }
 
 const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, kernels::XOrder order) {
     struct Cache {

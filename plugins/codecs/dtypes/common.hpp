@@ -161,6 +161,9 @@ private:
     uint64_t saved_id_;
     const float *saved_x_;
 };
+// The x_id of the matmul_rows_x call running on this thread (0: none, or a
+// plain matmul_rows): one matmul, whatever row ranges it is split into.
+uint64_t current_matmul_id();
 // Valid until the calling thread's next call. With a nonzero x_id in scope
 // that matches the cached entry's, the entry is reused without comparing x
 // (the caller promised the same contents); otherwise x is compared in full,

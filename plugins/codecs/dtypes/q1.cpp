@@ -152,34 +152,62 @@ public:
         }
     }
     // The q1 base through the q1 dot, then each outlier of the rows as a
-    // correction (value - base value) * x. The overlay is read once per call;
-    // a list whose indices do not strictly ascend (the original writes them
-    // ascending; a repeated index means its last value wins) takes the
-    // decode-then-dot path, which applies the entries in their order.
+    // correction (value - base value) * x. A list whose indices do not
+    // strictly ascend (the original writes them ascending; a repeated index
+    // means its last value wins) takes the decode-then-dot path, which
+    // applies the entries in their order. Whether they ascend takes a read
+    // of the whole list: done once per thread and matmul (the caller's x_id
+    // names one matmul, split into many row ranges), after which each range
+    // finds its entries by binary search. Scanned per range, the list cost
+    // about twice the base dots of the 0.6B shape (docs/performance.md).
     // Without this kernel a matmul dequantized 16-row tiles, each scanning
-    // the whole overlay twice (docs/performance.md).
+    // the whole overlay twice.
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
         Q1sView v = q1s_view(w);
         const uint64_t cols = sdk::row_len_of(w);
-        if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
+        if (cols % 32 != 0 || !ascending(v)) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
         const uint64_t begin = r0 * cols, end = r1 * cols, gpr = cols / 32;
         for (uint64_t r = r0; r < r1; ++r)
             for (uint64_t b = 0; b < n_batch; ++b)
                 y[b * ldy + r] = kernels::dot_q1(v.tiles + 6 * r * gpr, x + b * ldx, gpr);
-        uint64_t prev = 0;
-        for (uint64_t e = 0; e < v.count; ++e) {
+        // The first entry at or past `begin`, then the entries before `end`.
+        uint64_t lo = 0, hi = v.count;
+        while (lo < hi) {
+            const uint64_t mid = lo + (hi - lo) / 2;
+            if (load_u32(v.entries + 6 * mid) < begin) lo = mid + 1;
+            else hi = mid;
+        }
+        for (uint64_t e = lo; e < v.count; ++e) {
             const uint32_t idx = load_u32(v.entries + 6 * e);
-            // (y's rows are written again from scratch there.)
-            if (e > 0 && idx <= prev) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
-            prev = idx;
-            if (idx < begin || idx >= end) continue;
+            if (idx >= end) break;
             const uint64_t r = idx / cols, c = idx % cols;
             const float delta = load_f16(v.entries + 6 * e + 4) - q1_value(v.tiles, idx);
             for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] += delta * x[b * ldx + c];
         }
     }
+
+private:
+    // Whether the overlay's indices strictly ascend; remembered for the
+    // matmul in progress on this thread (a nonzero x_id: the tensor cannot
+    // change within one matmul), read in full otherwise.
+    static bool ascending(const Q1sView &v) {
+        thread_local struct {
+            uint64_t id = 0;
+            const uint8_t *entries = nullptr;
+            uint64_t count = 0;
+            bool ascending = false;
+        } seen;
+        const uint64_t id = current_matmul_id();
+        if (id != 0 && seen.id == id && seen.entries == v.entries && seen.count == v.count) return seen.ascending;
+        bool up = true;
+        for (uint64_t e = 1; e < v.count && up; ++e) up = load_u32(v.entries + 6 * e) > load_u32(v.entries + 6 * (e - 1));
+        seen = {id, v.entries, v.count, up};
+        return up;
+    }
+
+public:
     bool can_quantize() const override { return true; }
     // Option keep=F: outlier fraction (default 0.01, clamped to [0, 0.25]), as CMF_Q1S_KEEP upstream.
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
