@@ -86,8 +86,10 @@ def rel_err(a, b):
 # vs the GGUF's own weights). Random tiny models amplify weight error; the
 # bounds are about 1.5x what this fixture measures, so a decoder or mapping
 # bug (errors of order 1) cannot pass.
-# (q4tp, keep's target for 4 bits and fewer, adds a 4-bit grid's error of its own.)
-TOL = {'F16': (0.005, 0.002), 'BF16': (0.02, 0.002), 'Q8_0': (0.05, 0.03), 'Q6_K': (0.1, 0.05), 'Q5_0': (0.2, 0.05),
+# (q4tp, keep's target for 4 bits and fewer, adds a 4-bit grid's error of its own.
+# BF16 kept as bf16 runs the bf16 prefill GEMM on CPUs with AVX-512 BF16,
+# which rounds the activations to bf16: 0.0033 measured there, 0.0000 without.)
+TOL = {'F16': (0.005, 0.002), 'BF16': (0.02, 0.006), 'Q8_0': (0.05, 0.03), 'Q6_K': (0.1, 0.05), 'Q5_0': (0.2, 0.05),
        'Q5_1': (0.2, 0.05), 'Q5_K': (0.2, 0.05), 'Q4_0': (0.5, 0.45), 'Q4_1': (0.6, 0.45), 'Q4_K': (0.6, 0.45),
        'Q3_K': (1.0, 0.45), 'Q2_K': (1.4, 0.45)}
 
