@@ -21,9 +21,9 @@
 
 #include "common/decoder.hpp"
 #include "gemma/choices.hpp"
+#include "gemm_bf16.hpp"
 
 #include <cmf/cmf.h>
-#include <cmf/cpu_features.hpp>
 
 #include <simdjson.h>
 
@@ -119,10 +119,7 @@ void run_case(const std::string &name) {
         // activations to bf16 (docs/runtime.md, "bf16 prefill") and decode
         // does not, so the two differ by that rounding.
         const double kv_err = kv_decode_error(sh, seq, 8, gh);
-        const char *bf16_env = std::getenv("CMF_CPU_BF16_GEMM");
-        const bool bf16_gemm = dtype == CMF_DTYPE_BF16 && cmf::cpu_has_avx512_bf16() &&
-                               cmf::isa_cap_from_env("CMF_CPU_ISA") >= 2 &&
-                               !(bf16_env != nullptr && std::strcmp(bf16_env, "0") == 0);
+        const bool bf16_gemm = dtype == CMF_DTYPE_BF16 && cmf::cpu::bf16::gemm() != nullptr;
         MESSAGE(name << " " << dn << " weights: KV decode vs batched " << kv_err
                      << std::string(bf16_gemm ? " (bf16 GEMM)" : ""));
         CHECK(kv_err < (bf16_gemm ? 2e-2 : 1e-5));  // measured up to 9.3e-3 (gemma3)

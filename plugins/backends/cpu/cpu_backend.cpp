@@ -443,19 +443,10 @@ cmf_error *matmul_bf16(Backend *be, MatmulJob &job) {
     const uint64_t cols = job.w->cols;
     thread_local std::vector<uint32_t> xb;  // the calling thread's: it waits for both loops
     xb.resize(b16::packed_x_words(job.n_batch, cols));
-    job.xb = xb.data();
-    struct PackJob {
-        const float *x;
-        uint64_t n_batch, cols;
-        uint32_t *xb;
-    } pj{job.x, job.n_batch, cols, xb.data()};
-    be->host->parallel_for(
-        be->host->host_ctx, 0, b16::x_blocks(job.n_batch), 8,
-        [](void *u, uint64_t b0, uint64_t b1) {
-            auto *j = static_cast<PackJob *>(u);
-            b16::pack_x(j->x, j->cols, j->n_batch, j->cols, b0, b1, j->xb);
-        },
-        &pj);
+    uint32_t *dst = xb.data();  // by pointer: in a pool thread `xb` names that thread's own buffer
+    job.xb = dst;
+    parallel(be, b16::x_blocks(job.n_batch), 8,
+             [&](uint64_t b0, uint64_t b1) { b16::pack_x(job.x, cols, job.n_batch, cols, b0, b1, dst); });
     const uint64_t panels = (job.w->rows + kPanelRows - 1) / kPanelRows;
     be->host->parallel_for(be->host->host_ctx, 0, panels, 1, matmul_chunk_bf16, &job);
     return job.error;

@@ -98,6 +98,12 @@ struct Matrix {
 // 2-D shape with cols % 32 == 0 and cols > 0 (q4tp, q2tp, vbit and the writers of
 // q4_tiled/q1*); throws a clear error otherwise.
 Matrix require_2d_groups(Shape shape, const char *dtype);
+// Whether a 2-D tensor's rows are whole CMF_INT8_BLOCK-column blocks: the
+// shape a grouped dtype's int8 view (Dtype::int8_view) needs, its groups
+// then never straddling two rows.
+inline bool rows_of_int8_blocks(const cmf_tensor_view &t) {
+    return t.ndim == 2 && t.shape[1] > 0 && t.shape[1] % CMF_INT8_BLOCK == 0;
+}
 // ndim >= 2: rows = shape[0], cols = product of the rest (q8_row, q8_2f).
 Matrix require_rows(Shape shape, const char *dtype);
 inline uint64_t groups_of(uint64_t n) noexcept { return n / 32 + (n % 32 != 0); }

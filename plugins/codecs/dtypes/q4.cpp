@@ -76,9 +76,7 @@ public:
     // int8 view: codes q-8 (-8..7) and the group's scale, when every row is
     // whole groups (cols % 32 == 0; otherwise groups straddle rows).
     bool has_int8_rows() const override { return true; }
-    bool int8_view(const cmf_tensor_view &t) const override {
-        return t.ndim == 2 && t.shape[1] > 0 && t.shape[1] % CMF_INT8_BLOCK == 0;
-    }
+    bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
     void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
         validate(t);
         const uint64_t gpr = t.shape[1] / 32, groups = groups_of(elements(shape_of(t)));

@@ -136,9 +136,7 @@ public:
     // the values (c - 1.5) * t the decoder rounds once (t / 2 is exact unless
     // t is subnormal, where the decoder's value is within an ulp).
     bool has_int8_rows() const override { return true; }
-    bool int8_view(const cmf_tensor_view &t) const override {
-        return t.ndim == 2 && t.shape[1] > 0 && t.shape[1] % CMF_INT8_BLOCK == 0;
-    }
+    bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
     void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
         Layout l = layout(t);
         for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *rungs) {

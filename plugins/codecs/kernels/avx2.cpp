@@ -812,9 +812,6 @@ inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const in
         [&](int r, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + groups * r + g), _mm256_loadu_ps(xd + g)); },
         [&](int r, uint64_t g) { return scales[groups * r + g] * xd[g]; }, out);
 }
-// rows4_quads over a q4 layout: run(r, R, out) fills out[0..R) with rows
-// r..r+R-1 as 8 partial sums each, R an std::integral_constant: kQ4Rows
-// rows per pass for the groups of four, one for the last 1-3 rows.
 // body(l2) with l2 the prefetch level as an std::bool_constant (one
 // instance of the row-range kernels per level).
 template <class Body>
@@ -822,6 +819,9 @@ inline void q4_rows4_prefetch(Body body) {
     if (kQ4PrefetchL2) body(std::true_type{});
     else body(std::false_type{});
 }
+// rows4_quads over a q4 layout: run(r, R, out) fills out[0..R) with rows
+// r..r+R-1 as 8 partial sums each, R an std::integral_constant: kQ4Rows
+// rows per pass for the groups of four, one for the last 1-3 rows.
 template <class Run>
 inline void q4_rows4(uint64_t rows, float *y, Run run) {
     rows4_quads(
