@@ -79,10 +79,10 @@ inline int isa_cap_from_env(const char *name) {
 //    q4 3 KiB, as on AMD (2-6 KiB: the same or slower).
 //  - AMD with AVX-512 (EPYC Zen 5 VM): the q4 streams go into L2 (T1
 //    hint, prefetch_q4_into_l2), 6 KiB ahead. Prefetched into L1
-//    the q4 row kernels streamed 11 GB/s on one core whatever the distance
-//    (1-24 KiB), a third of the core's read pass and a quarter of their
-//    L2-resident rate; into L2, tg128 on the 0.6B files rose 30-60 % (q4
-//    59-61 -> 77-86 tok/s). docs/performance.md, history, 2026-12-03.
+//    the q4 row kernels streamed 9.5-11 GB/s on one core whatever the
+//    distance (1-24 KiB), under a third of the core's read pass and a
+//    quarter to two fifths of their L2-resident rate; into L2, tg128 on the 0.6B q4 file went 59-60 ->
+//    77-78 tok/s. docs/performance.md, history, 2026-12-03.
 // CMF_PREFETCH_AHEAD=BYTES (64..65536) overrides every distance, for A/B
 // runs on a new machine.
 enum class PrefetchStream {
