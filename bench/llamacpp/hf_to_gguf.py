@@ -111,15 +111,25 @@ class SafeTensors:
 
 # ---- encoders ------------------------------------------------------------------
 
+def round_half_away(v):
+    """Round half away from zero (C roundf), not numpy's half-to-even."""
+    return np.trunc(v + np.copysign(0.5, v))
+
+
+def div0(a, b):
+    """a / b elementwise (broadcast), 0 where b == 0."""
+    a, b = np.broadcast_arrays(a, b)
+    return np.divide(a, b, out=np.zeros(a.shape, dtype=np.result_type(a, b)), where=b != 0)
+
+
 def encode_q8_0(x):
     """Q8_0 blocks: per 32 values an f16 scale d = amax/127 and 32 int8 round(x/d)."""
     b = x.reshape(-1, QK8_0)
     amax = np.abs(b).max(axis=1)
     d = amax / 127.0
-    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    inv = div0(np.float32(1.0), d)
     v = b * inv[:, None]
-    # round half away from zero (C roundf), not numpy's half-to-even
-    q = np.trunc(v + np.copysign(0.5, v)).clip(-127, 127).astype(np.int8)
+    q = round_half_away(v).clip(-127, 127).astype(np.int8)
     out = np.empty(b.shape[0], dtype=[("d", "<f2"), ("qs", "i1", QK8_0)])
     out["d"] = d.astype(np.float16)
     out["qs"] = q
@@ -133,16 +143,12 @@ def encode_q4_0(x):
     b = x.reshape(-1, QK4_0).astype(np.float32)
     m = b[np.arange(b.shape[0]), np.abs(b).argmax(axis=1)]
     d = (m / np.float32(-8.0)).astype(np.float32)
-    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d != 0)
+    inv = div0(np.float32(1.0), d)
     q = np.minimum(15, np.trunc(b * inv[:, None] + np.float32(8.5)).astype(np.int8)).astype(np.uint8)
     out = np.empty(b.shape[0], dtype=[("d", "<f2"), ("qs", "u1", QK4_0 // 2)])
     out["d"] = d.astype(np.float16)
     out["qs"] = q[:, :16] | (q[:, 16:] << 4)
     return out.tobytes()
-
-
-def round_half_away(v):
-    return np.trunc(v + np.copysign(0.5, v))
 
 
 def encode_q4_k(x):
@@ -162,11 +168,11 @@ def encode_q4_k(x):
     dmin = mins.max(axis=1) / 63.0
     d16, dmin16 = d.astype(np.float16), dmin.astype(np.float16)
     dq, dminq = d16.astype(np.float32), dmin16.astype(np.float32)
-    sc = np.clip(round_half_away(np.divide(scale, dq[:, None], out=np.zeros_like(scale), where=dq[:, None] != 0)), 0, 63).astype(np.uint8)
-    m = np.clip(round_half_away(np.divide(mins, dminq[:, None], out=np.zeros_like(mins), where=dminq[:, None] != 0)), 0, 63).astype(np.uint8)
+    sc = np.clip(round_half_away(div0(scale, dq[:, None])), 0, 63).astype(np.uint8)
+    m = np.clip(round_half_away(div0(mins, dminq[:, None])), 0, 63).astype(np.uint8)
     step = dq[:, None] * sc
     off = dminq[:, None] * m
-    q = np.divide(b + off[:, :, None], step[:, :, None], out=np.zeros_like(b), where=step[:, :, None] != 0)
+    q = div0(b + off[:, :, None], step[:, :, None])
     q = np.clip(round_half_away(q), 0, 15).astype(np.uint8)
     scales = np.empty((b.shape[0], 12), dtype=np.uint8)
     scales[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
@@ -192,9 +198,9 @@ def encode_q6_k(x):
     d = np.take_along_axis(scale, smax_i[:, None], axis=1)[:, 0] / -128.0
     d16 = d.astype(np.float16)
     dq = d16.astype(np.float32)
-    sc = np.clip(round_half_away(np.divide(scale, dq[:, None], out=np.zeros_like(scale), where=dq[:, None] != 0)), -128, 127).astype(np.int8)
+    sc = np.clip(round_half_away(div0(scale, dq[:, None])), -128, 127).astype(np.int8)
     step = dq[:, None] * sc
-    q = np.divide(b, step[:, :, None], out=np.zeros_like(b), where=step[:, :, None] != 0)
+    q = div0(b, step[:, :, None])
     q = (np.clip(round_half_away(q), -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)
     lo, hi = q & 0xF, q >> 4
     ql = np.concatenate([lo[:, :, 0] | (lo[:, :, 2] << 4), lo[:, :, 1] | (lo[:, :, 3] << 4)], axis=2)
