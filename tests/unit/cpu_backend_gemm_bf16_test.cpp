@@ -1,6 +1,6 @@
 // The bf16 prefill GEMM (plugins/backends/cpu/gemm_bf16.hpp):
-//  - round_bf16 rounds to nearest even and keeps NaN a NaN;
-//  - pack_x / pack_w write the documented layouts (odd column counts,
+//  - pack_x / pack_w write the documented layouts (x rounded as
+//    codecs::f32_to_bf16, which tests/unit/half_test.cpp holds to its rules; odd column counts,
 //    tokens and rows past the end);
 //  - the AVX-512 BF16 kernel (where the CPU has it) matches a double
 //    reference over the bf16 operands for partial panels and token blocks;
@@ -13,13 +13,13 @@
 #include "support/test_runtime.hpp"
 
 #include "gemm_bf16.hpp"
+#include "half.hpp"
 #include "plugin_host/runtime.hpp"
 
 #include <cmf/cmf.h>
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -29,24 +29,15 @@ namespace {
 
 namespace b16 = cmf::cpu::bf16;
 
-float widen(uint16_t h) {
-    const uint32_t u = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-float from_bits(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
+using cmf::codecs::bf16_to_f32;
+using cmf::codecs::f32_to_bf16;
 
 // A bf16 matrix of random normal-range values (no subnormals: the
 // instruction reads those as 0).
 std::vector<uint16_t> random_bf16(size_t n, unsigned seed) {
     auto v = random_vec(n, seed);
     std::vector<uint16_t> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = b16::round_bf16(v[i]);
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(v[i]);
     return h;
 }
 
@@ -58,7 +49,7 @@ void ref_gemm(const std::vector<uint16_t> &w, size_t rows, size_t cols, const st
     for (size_t t = 0; t < n_batch; ++t)
         for (size_t r = 0; r < rows; ++r)
             for (size_t k = 0; k < cols; ++k) {
-                const double term = double(widen(w[r * cols + k])) * double(widen(b16::round_bf16(x[t * cols + k])));
+                const double term = double(bf16_to_f32(w[r * cols + k])) * double(bf16_to_f32(f32_to_bf16(x[t * cols + k])));
                 y[t * rows + r] += term;
                 mag[t * rows + r] += std::fabs(term);
             }
@@ -69,23 +60,7 @@ void ref_gemm(const std::vector<uint16_t> &w, size_t rows, size_t cols, const st
 // |y - ref| <= (cols + 1) u sum |terms|, doubled for slack.
 double tolerance(size_t cols, double mag) { return 2.0 * double(cols + 1) * std::ldexp(1.0, -24) * mag + 1e-30; }
 
-struct Bf16Runtime : TestRuntime {
-    const cmf_codec_vt *codec(int32_t dtype, void **ctx) const { return find_test_codec(rt, dtype, ctx); }
-};
-
 }  // namespace
-
-TEST_CASE("cpu backend bf16: round_bf16 rounds to nearest even and keeps NaN") {
-    CHECK(b16::round_bf16(1.0f) == 0x3F80);
-    CHECK(b16::round_bf16(from_bits(0x3F808000u)) == 0x3F80);  // tie, even below
-    CHECK(b16::round_bf16(from_bits(0x3F818000u)) == 0x3F82);  // tie, even above
-    CHECK(b16::round_bf16(from_bits(0x3F808001u)) == 0x3F81);  // above the tie
-    CHECK(b16::round_bf16(-2.5f) == 0xC020);
-    CHECK(b16::round_bf16(std::numeric_limits<float>::infinity()) == 0x7F80);
-    CHECK(b16::round_bf16(from_bits(0x7F7FFFFFu)) == 0x7F80);  // FLT_MAX rounds to inf
-    const uint16_t n = b16::round_bf16(from_bits(0x7F800001u));  // a NaN whose payload is all low bits
-    CHECK(std::isnan(widen(n)));
-}
 
 TEST_CASE("cpu backend bf16: packed operands have the documented layout") {
     for (auto [rows, cols, n_batch] : {std::tuple<size_t, size_t, size_t>{21, 70, 7}, {3, 5, 1}, {32, 64, 12}}) {
@@ -101,8 +76,8 @@ TEST_CASE("cpu backend bf16: packed operands have the documented layout") {
                     const size_t tok = b * b16::kTokens + t;
                     uint32_t want = 0;
                     if (tok < n_batch) {
-                        want = b16::round_bf16(x[tok * cols + 2 * j]);
-                        if (2 * j + 1 < cols) want |= uint32_t(b16::round_bf16(x[tok * cols + 2 * j + 1])) << 16;
+                        want = f32_to_bf16(x[tok * cols + 2 * j]);
+                        if (2 * j + 1 < cols) want |= uint32_t(f32_to_bf16(x[tok * cols + 2 * j + 1])) << 16;
                     }
                     REQUIRE(xp[(b * kp + j) * b16::kTokens + t] == want);
                 }
@@ -156,11 +131,11 @@ TEST_CASE("cpu backend bf16: the AVX-512 BF16 kernel matches a double reference"
 }
 
 TEST_CASE("cpu backend bf16: matmul of a bf16 weight over a batch takes the bf16 GEMM where the CPU has it") {
-    Bf16Runtime t;
+    TestRuntime t;
     const cmf::BackendEntry *be = t.rt->backend("cpu");
     REQUIRE(be != nullptr);
     void *ctx = nullptr;
-    const cmf_codec_vt *codec = t.codec(CMF_DTYPE_BF16, &ctx);
+    const cmf_codec_vt *codec = find_test_codec(t.rt, CMF_DTYPE_BF16, &ctx);
     REQUIRE(codec != nullptr);
     const size_t rows = 45, cols = 130, batch = 19;
     auto wf = random_vec(rows * cols, 51);
@@ -185,8 +160,8 @@ TEST_CASE("cpu backend bf16: matmul of a bf16 weight over a batch takes the bf16
             } else {
                 double exact = 0, m = 0;
                 for (size_t k = 0; k < cols; ++k) {
-                    exact += double(widen(w[r * cols + k])) * x[tok * cols + k];
-                    m += std::fabs(double(widen(w[r * cols + k])) * x[tok * cols + k]);
+                    exact += double(bf16_to_f32(w[r * cols + k])) * x[tok * cols + k];
+                    m += std::fabs(double(bf16_to_f32(w[r * cols + k])) * x[tok * cols + k]);
                 }
                 REQUIRE(std::fabs(v - exact) <= 1e-5 * m);
             }

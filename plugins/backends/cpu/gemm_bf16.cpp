@@ -1,6 +1,8 @@
 #include "gemm_bf16.hpp"
 #include "kernels.hpp"
 
+#include "../../codecs/half.hpp"
+
 #include <cmf/cpu_features.hpp>
 
 #include <algorithm>
@@ -13,6 +15,8 @@
 #endif
 
 namespace cmf::cpu::bf16 {
+
+using codecs::f32_to_bf16;
 
 // Packing is scalar: per matmul it touches each activation once and each
 // weight once per panel, against pairs * 12 multiply-adds per packed word
@@ -29,8 +33,8 @@ void pack_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint6
             }
             const float *row = x + tok * ldx;
             for (uint64_t j = 0; j < cols / 2; ++j)
-                dst[j * kTokens + t] = uint32_t(round_bf16(row[2 * j])) | uint32_t(round_bf16(row[2 * j + 1])) << 16;
-            if (cols % 2) dst[(kp - 1) * kTokens + t] = round_bf16(row[cols - 1]);
+                dst[j * kTokens + t] = uint32_t(f32_to_bf16(row[2 * j])) | uint32_t(f32_to_bf16(row[2 * j + 1])) << 16;
+            if (cols % 2) dst[(kp - 1) * kTokens + t] = f32_to_bf16(row[cols - 1]);
         }
     }
 }

@@ -28,7 +28,8 @@ inline uint64_t packed_w_words(uint64_t n_rows, uint64_t cols) {
 
 // Packed activations, block-major, one 32-bit word per (column pair, token):
 //   xp[(b * pairs + j) * kTokens + t] = bf16(x[tok][2j]) | bf16(x[tok][2j+1]) << 16,  tok = b*kTokens + t,
-// rounded to nearest even (a NaN stays a NaN); columns past cols and tokens
+// rounded to nearest even as codecs::f32_to_bf16 does (a NaN stays a NaN;
+// the converter's rounding); columns past cols and tokens
 // past n_batch are 0. Packs blocks [b0, b1).
 void pack_x(const float *x, uint64_t ldx, uint64_t n_batch, uint64_t cols, uint64_t b0, uint64_t b1, uint32_t *xp);
 // Packed weights, panel-major, one word per (row, column pair):
@@ -47,13 +48,5 @@ GemmFn gemm();
 // The kernel whatever the environment says (tests); nullptr without the CPU
 // feature or native kernels.
 GemmFn gemm_native();
-
-// f32 -> bf16 bits, round to nearest even; NaN stays NaN (quieted).
-inline uint16_t round_bf16(float f) {
-    uint32_t u;
-    __builtin_memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
 
 }  // namespace cmf::cpu::bf16
