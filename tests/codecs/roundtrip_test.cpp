@@ -222,7 +222,7 @@ namespace {
 // The dtypes whose matmul_rows quantizes the activations to int8 blocks.
 bool int8_path(int32_t id) {
     return id == CMF_DTYPE_Q8_ROW || id == CMF_DTYPE_Q8_2F || id == CMF_DTYPE_Q4_BLOCK || id == CMF_DTYPE_Q4_TILED ||
-           id == CMF_DTYPE_Q4TP || id == CMF_DTYPE_Q2TP;
+           id == CMF_DTYPE_Q4TP || id == CMF_DTYPE_Q2TP || id == CMF_DTYPE_Q1 || id == CMF_DTYPE_Q1S;
 }
 
 // q8_2f quantizes col[c] * x[c] (its f16 column field folded in); the others x itself.
@@ -364,7 +364,7 @@ TEST_CASE("roundtrip: int8 matmul paths equal the decode against quantized activ
     // (the x quantization alone moves results by ~1e-3 relative).
     std::mt19937 rng(7);
     const int32_t ids[] = {CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F, CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_Q4_TILED,
-                           CMF_DTYPE_Q4TP,   CMF_DTYPE_Q2TP};
+                           CMF_DTYPE_Q4TP,   CMF_DTYPE_Q2TP,  CMF_DTYPE_Q1,       CMF_DTYPE_Q1S};
     for (int32_t id : ids) {
         for (int iter = 0; iter < 4; ++iter) {
             uint64_t rows = 3 + rng() % 5, cols = 32 * (1 + rng() % 8), batch = 1 + rng() % 3;
@@ -469,6 +469,58 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
     }
     std::vector<int8_t> xq(64 * 32);
     std::vector<float> xd(64);
+    // q1 rows: 5 rows (a pass of four and one alone), groups short of,
+    // past and at whole steps of 16; a row's bits do not depend on the
+    // row the range starts at.
+    for (uint64_t g : {1u, 3u, 21u, 64u}) {
+        CAPTURE(g);
+        k::portable::quantize_x(x.data(), 32 * g, k::XOrder::natural, xq.data(), xd.data());
+        std::vector<int32_t> xo(8 * g);
+        k::portable::i8_offset(xq.data(), g, xo.data());
+        float ya[6], yp[6], y1 = 0;
+        ya[5] = yp[5] = -7.0f;
+        isa.rows_q1_xq(bytes.data(), xq.data(), xo.data(), xd.data(), g, 5, ya);
+        k::portable::rows_q1_xq(bytes.data(), xq.data(), xo.data(), xd.data(), g, 5, yp);
+        for (int r = 0; r < 5; ++r) CHECK(near(ya[r], yp[r]));
+        CHECK(ya[5] == -7.0f);
+        isa.rows_q1_xq(bytes.data() + 4 * 6 * g, xq.data(), xo.data(), xd.data(), g, 1, &y1);
+        CHECK(bits(y1) == bits(ya[4]));
+        isa.rows_q1_xq(bytes.data() + 6 * g, xq.data(), xo.data(), xd.data(), g, 4, ya);
+        CHECK(bits(ya[3]) == bits(y1));
+        // q1s overlay entries on rows 1..3 of a 4-row range starting at row
+        // 1 (rows 0 and 3 of the range without any, row 2 with several), the
+        // same f32 operations on every ISA: the same bits.
+        const uint64_t cols = 32 * g, begin = cols;
+        std::vector<uint64_t> at{begin + cols, begin + cols + cols / 2, begin + 2 * cols - 1, begin + 2 * cols + 3};
+        if (g == 1) at = {begin + cols + 5, begin + 2 * cols + 1};
+        std::vector<uint8_t> entries;
+        for (uint64_t i : at) {
+            const uint32_t idx = uint32_t(i);
+            const uint16_t val = cmf::codecs::f32_to_f16(0.25f + 0.001f * float(i % 97));
+            entries.insert(entries.end(), reinterpret_cast<const uint8_t *>(&idx), reinterpret_cast<const uint8_t *>(&idx) + 4);
+            entries.insert(entries.end(), reinterpret_cast<const uint8_t *>(&val), reinterpret_cast<const uint8_t *>(&val) + 2);
+        }
+        float oa[5] = {1, 2, 3, 4, -7}, op[5] = {1, 2, 3, 4, -7};
+        isa.q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, xq.data(), xd.data(), oa);
+        k::portable::q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, xq.data(), xd.data(), op);
+        CHECK(std::memcmp(oa, op, sizeof oa) == 0);
+        CHECK(oa[0] == 1.0f);
+        CHECK(oa[4] == -7.0f);
+        double want2 = 3.0;  // row 2 of the range by hand
+        for (uint64_t i : at) {
+            if (i < begin + 2 * cols || i >= begin + 3 * cols) continue;
+            const uint8_t *tile = bytes.data() + 6 * (i / 32);
+            uint32_t b;
+            std::memcpy(&b, tile + 2, 4);
+            uint16_t h;
+            std::memcpy(&h, tile, 2);
+            const double s = cmf::codecs::f16_to_f32(h), base = ((b >> (i % 32)) & 1u) ? s : -s;
+            const uint64_t c = i - begin - 2 * cols;
+            const double value = cmf::codecs::f16_to_f32(cmf::codecs::f32_to_f16(0.25f + 0.001f * float(i % 97)));
+            want2 += (value - base) * double(xd[c / 32]) * xq[c];
+        }
+        CHECK(std::fabs(oa[2] - want2) <= 1e-5 * std::fabs(want2) + 1e-6);
+    }
     for (uint64_t g : {1u, 3u, 64u}) {
         CHECK(near(isa.dot_q1(bytes.data(), x.data(), g), k::portable::dot_q1(bytes.data(), x.data(), g)));
         CHECK(near(isa.dot_q1t(bytes.data(), x.data(), g), k::portable::dot_q1t(bytes.data(), x.data(), g)));
@@ -565,9 +617,10 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
 }
 
 TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or not") {
-    // The kernel applies an ascending overlay as corrections to the q1 dot;
-    // an overlay out of order or with a repeated index (the last value
-    // wins) goes through the decode. Both against decode + f32 dot.
+    // The kernel applies an ascending overlay as corrections to the q1 dot,
+    // both against x quantized to int8 blocks: the decode against that x.
+    // An overlay out of order or with a repeated index (the last value
+    // wins) goes through the decode: decode + f32 dot.
     const uint64_t rows = 6, cols = 96;
     const std::vector<uint64_t> shape{rows, cols};
     std::vector<float> w = gaussian(rows * cols, 5, 0.01f);
@@ -604,11 +657,13 @@ TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or no
         dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 1, 4, y.data(), ldy);
         dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), ldx, batch, 4, rows, y.data(), ldy);
         for (uint64_t b = 0; b < batch; ++b) {
+            const std::vector<double> xq = quantized_x(x.data() + b * ldx, std::vector<float>(cols, 1.0f));
             for (uint64_t r = 0; r < rows; ++r) {
                 double want = 0, mag = 0;
                 for (uint64_t c = 0; c < cols; ++c) {
-                    want += double(ref[r * cols + c]) * x[b * ldx + c];
-                    mag += std::fabs(double(ref[r * cols + c]) * x[b * ldx + c]);
+                    const double xc = p == &sorted ? xq[c] : double(x[b * ldx + c]);
+                    want += double(ref[r * cols + c]) * xc;
+                    mag += std::fabs(double(ref[r * cols + c]) * xc);
                 }
                 CHECK(std::fabs(y[b * ldy + r] - want) <= 1e-5 * mag + 1e-30);
             }

@@ -55,6 +55,26 @@ void encode_q1_tiles(const float *src, Matrix m, bool diffuse, const std::vector
     }
 }
 
+// The q1 rows [r0, r1) of a matrix of gpr groups a row against x quantized
+// to int8 blocks in natural order (kernels::rows_q1_xq): q1 and q1s's base.
+void q1_base_rows(const uint8_t *tiles, uint64_t gpr, const QuantizedX &xq, uint64_t n_batch, uint64_t r0, uint64_t r1,
+                  float *y, uint64_t ldy) {
+    for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
+        kernels::rows_q1_xq(tiles + 6 * t0 * gpr, xq.q(b), xq.offset(b), xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
+    });
+}
+
+// Rows [r0, r1) of q1 tiles (gpr groups a row) as int8 codes +-1 and one
+// scale per group: exactly the decoded values.
+void q1_int8_rows(const uint8_t *tiles, uint64_t gpr, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) {
+    for (uint64_t g = r0 * gpr; g < r1 * gpr; ++g) {
+        const uint8_t *tile = tiles + 6 * g;
+        const uint32_t bits = load_u32(tile + 2);
+        for (int k = 0; k < 32; ++k) *codes++ = ((bits >> k) & 1u) ? 1 : -1;
+        *scales++ = load_f16(tile);
+    }
+}
+
 class Q1 final : public Dtype {
 public:
     int32_t id() const override { return CMF_DTYPE_Q1; }
@@ -91,10 +111,15 @@ public:
         validate(w);
         uint64_t cols = sdk::row_len_of(w);
         if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
-        uint64_t gpr = cols / 32;
-        for (uint64_t r = r0; r < r1; ++r)
-            for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] = kernels::dot_q1(bytes_of(w) + 6 * r * gpr, x + b * ldx, gpr);
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
+        q1_base_rows(bytes_of(w), cols / 32, xq, n_batch, r0, r1, y, ldy);
+    }
+    // int8 view: codes +-1 and the group's scale (whole groups per row).
+    bool has_int8_rows() const override { return true; }
+    bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        validate(t);
+        q1_int8_rows(bytes_of(t), t.shape[1] / 32, r0, r1, codes, scales);
     }
 };
 
@@ -151,8 +176,9 @@ public:
             if (idx >= begin && idx < end) dst[idx - begin] = load_f16(v.entries + 6 * e + 4);
         }
     }
-    // The q1 base through the q1 dot, then each outlier of the rows as a
-    // correction (value - base value) * x. A list whose indices do not
+    // The q1 base through rows_q1_xq, then each outlier of the rows as a
+    // correction (value - base value) * x (q1s_overlay_xq), both against x
+    // quantized to int8 blocks. A list whose indices do not
     // strictly ascend (the original writes them ascending; a repeated index
     // means its last value wins) takes the decode-then-dot path, which
     // applies the entries in their order. Whether they ascend takes a read
@@ -168,24 +194,24 @@ public:
         Q1sView v = q1s_view(w);
         const uint64_t cols = sdk::row_len_of(w);
         if (cols % 32 != 0 || !ascending(v)) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
-        const uint64_t begin = r0 * cols, end = r1 * cols, gpr = cols / 32;
-        for (uint64_t r = r0; r < r1; ++r)
-            for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] = kernels::dot_q1(v.tiles + 6 * r * gpr, x + b * ldx, gpr);
-        // The first entry at or past `begin`, then the entries before `end`.
-        uint64_t lo = 0, hi = v.count;
-        while (lo < hi) {
-            const uint64_t mid = lo + (hi - lo) / 2;
-            if (load_u32(v.entries + 6 * mid) < begin) lo = mid + 1;
-            else hi = mid;
-        }
-        for (uint64_t e = lo; e < v.count; ++e) {
-            const uint32_t idx = load_u32(v.entries + 6 * e);
-            if (idx >= end) break;
-            const uint64_t r = idx / cols, c = idx % cols;
-            const float delta = load_f16(v.entries + 6 * e + 4) - q1_value(v.tiles, idx);
-            for (uint64_t b = 0; b < n_batch; ++b) y[b * ldy + r] += delta * x[b * ldx + c];
-        }
+        const uint64_t begin = r0 * cols, end = r1 * cols;
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
+        q1_base_rows(v.tiles, cols / 32, xq, n_batch, r0, r1, y, ldy);
+        // The entries [lo, hi) of the range, found by binary search (the
+        // list ascends), against the same quantized x as the base: the row
+        // is its decoded values against that x.
+        auto first_at = [&](uint64_t index) {
+            uint64_t lo = 0, hi = v.count;
+            while (lo < hi) {
+                const uint64_t mid = lo + (hi - lo) / 2;
+                if (load_u32(v.entries + 6 * mid) < index) lo = mid + 1;
+                else hi = mid;
+            }
+            return lo;
+        };
+        const uint64_t lo = first_at(begin), hi = first_at(end);
+        for (uint64_t b = 0; b < n_batch; ++b)
+            kernels::q1s_overlay_xq(v.tiles, v.entries + 6 * lo, hi - lo, begin, cols, xq.q(b), xq.d(b), y + b * ldy + r0);
     }
 
 private:

@@ -4,6 +4,7 @@
 // to f32 rounding, not bit-for-bit. quantize_x is the exception: it performs
 // the same f32 operations as the portable one and gives identical bytes.
 #include "kernels/portable.hpp"
+#include "kernels/q1s_overlay.hpp"
 
 #include <immintrin.h>
 
@@ -887,6 +888,128 @@ void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
     });
 }
 
+
+namespace {
+// q1 rows against a natural-order x (rows_q1_xq). A group's int32 lanes are
+// the sums of (2b-1)*q over 4 consecutive elements (lane j: elements
+// 4j..4j+3), the same integers in every form; a group then adds
+// s * d[g] * lane to 8 f32 lanes.
+#ifdef CMF_CODECS_VNNI
+// vpdpbusd of the bits as bytes 2b (a zero-masked move of 2s under the
+// group's 32 bits as a k-mask) against x, started at the negated sums of
+// 4 codes (xoff / 128): 2*sum(b*q) - sum(q) = sum((2b-1)*q), one operation
+// per 32 weights where the f32 form (dot_q1) took two 64-byte x loads,
+// two masked sign flips and an add. 16 groups (96 bytes, 1.5 lines) per
+// step: their 16 f16 scales picked from the tiles by one word permute,
+// widened and multiplied by x's block scales once per row and step, then
+// spread to [s(2j) x8 | s(2j+1) x8] per pair of groups. R rows share each
+// x load; each row takes the same operations in the same order whatever R
+// is (rows4_quads' contract).
+template <int R>
+__attribute__((always_inline)) inline void q1_acc_rows(const uint8_t *tiles, uint64_t ld, const int8_t *xq,
+                                                       const int32_t *xoff, const float *xd, uint64_t groups,
+                                                       __m256 *out) {
+    alignas(64) static constexpr uint16_t kScaleWords[32] = {0,  3,  6,  9,  12, 15, 18, 21, 24, 27, 30,
+                                                             33, 36, 39, 42, 45};
+    const __m512i scale_words = _mm512_load_si512(kScaleWords);
+    const __m512i twos = _mm512_set1_epi8(2);
+    const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
+    __m512 acc[R][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    uint64_t g0 = 0;
+    for (; g0 + 16 <= groups; g0 += 16) {
+        __m512 sc[R];
+        const __m512 xd16 = _mm512_loadu_ps(xd + g0);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *t = tiles + r * ld + 6 * g0;
+            _mm_prefetch(reinterpret_cast<const char *>(t + ahead), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char *>(t + ahead + 64), _MM_HINT_T0);
+            const __m512i lo = _mm512_loadu_si512(t);
+            const __m512i hi = _mm512_maskz_loadu_epi64(0x0F, t + 64);  // bytes 64..95, the 16th tile's end
+            const __m256i h = _mm512_maskz_extracti64x4_epi64(0xF, _mm512_permutex2var_epi16(lo, scale_words, hi), 0);
+            sc[r] = _mm512_mul_ps(_mm512_maskz_cvtph_ps(0xFFFF, h), xd16);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const uint64_t g = g0 + 2 * j;
+            const __m512i xv = _mm512_loadu_si512(xq + 32 * g);
+            const __m512i o = _mm512_maskz_srai_epi32(0xFFFF, _mm512_loadu_si512(xoff + 8 * g), 7);
+            const __m512i sel = _mm512_add_epi32(pair0, _mm512_set1_epi32(2 * j));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *t = tiles + r * ld + 6 * g;
+                uint32_t b0, b1;
+                std::memcpy(&b0, t + 2, 4);
+                std::memcpy(&b1, t + 8, 4);
+                const __m512i u = _mm512_maskz_mov_epi8(_cvtu64_mask64(uint64_t(b0) | uint64_t(b1) << 32), twos);
+                const __m512i p = _mm512_dpbusd_epi32(o, u, xv);
+                acc[r][j & 1] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, sel, sc[r]),
+                                                _mm512_maskz_cvtepi32_ps(0xFFFF, p), acc[r][j & 1]);
+            }
+        }
+    }
+    const __m256i twos8 = _mm256_set1_epi8(2);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+        __m256 rest = _mm256_setzero_ps();
+        for (uint64_t g = g0; g < groups; ++g) {  // the last groups short of 16, one at a time
+            const uint8_t *t = tiles + r * ld + 6 * g;
+            uint32_t b;
+            std::memcpy(&b, t + 2, 4);
+            const __m256i o = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xoff + 8 * g)), 7);
+            const __m256i p = _mm256_dpbusd_epi32(o, _mm256_maskz_mov_epi8(_cvtu32_mask32(b), twos8), load32(xq + 32 * g));
+            rest = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(t) * xd[g]), _mm256_cvtepi32_ps(p), rest);
+        }
+        const __m512d a = _mm512_castps_pd(_mm512_add_ps(acc[r][0], acc[r][1]));
+        out[r] = _mm256_add_ps(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 0)),
+                                             _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 1))),
+                               rest);
+    }
+}
+#else
+// One row: the group's bits spread to bytes (byte k = bit k), -1 where set
+// and +1 where clear after an or with 1; vpsignb, vpmaddubsw against 1 and
+// vpmaddwd against -1 give the same int32 lanes as the VNNI form.
+inline __m256 q1_acc_row(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                            3, 3, 3, 3, 3, 3, 3);
+    const __m256i bitsel = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+    const __m256i one8 = _mm256_set1_epi8(1), minus_one16 = _mm256_set1_epi16(-1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *t = tiles + 6 * g;
+        if (g % 8 == 0) prefetch_ahead(t);
+        uint32_t b;
+        std::memcpy(&b, t + 2, 4);
+        const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(b)), spread);
+        const __m256i w = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bitsel), bitsel), one8);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, _mm256_sign_epi8(load32(xq + 32 * g), w)),
+                                            minus_one16);
+        acc[g & 1] = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(t) * xd[g]), _mm256_cvtepi32_ps(p), acc[g & 1]);
+    }
+    return _mm256_add_ps(acc[0], acc[1]);
+}
+#endif
+}  // namespace
+
+void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
+                    const int8_t *xq, const float *xd, float *y) {
+    q1s_overlay_rows<&f16_scalar>(tiles, entries, count, begin, cols, xq, xd, y);
+}
+
+void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, [[maybe_unused]] const int32_t *xoff, const float *xd,
+                uint64_t groups, uint64_t rows, float *y) {
+#ifdef CMF_CODECS_VNNI
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q1_acc_rows<decltype(rn)::value>(tiles + 6 * groups * q, 6 * groups, xq, xoff, xd, groups, o);
+    });
+#else
+    rows4(rows, y, [&](uint64_t r) { return q1_acc_row(tiles + 6 * groups * r, xq, xd, groups); });
+#endif
+}
 
 #ifdef CMF_CODECS_VNNI
 namespace {

@@ -121,6 +121,14 @@ void q2_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     for (uint64_t i = 0; i < 8 * blocks; ++i) offset[i] = offset[i] / 128 * 3;
 }
 float dot_q1(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1, t, x, g); }
+void rows_q1_xq(const uint8_t *t, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t g, uint64_t rows,
+                float *y) {
+    CMF_PICK(rows_q1_xq, t, xq, xoff, xd, g, rows, y);
+}
+void q1s_overlay_xq(const uint8_t *t, const uint8_t *e, uint64_t count, uint64_t begin, uint64_t cols, const int8_t *xq,
+                    const float *xd, float *y) {
+    CMF_PICK(q1s_overlay_xq, t, e, count, begin, cols, xq, xd, y);
+}
 void dequant_q4_groups(const uint8_t *n, uint64_t stride, const float *s, uint64_t g, float *dst) {
     CMF_PICK(dequant_q4_groups, n, stride, s, g, dst);
 }

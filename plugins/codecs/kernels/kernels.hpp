@@ -100,6 +100,24 @@ void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, c
 // per row for all tokens), xd8[8*b + j] = xd[b] for j < 8 (a block's scale
 // in each of its 8 lanes). blocks = x_blocks(n): xu 32*blocks, xd8 8*blocks.
 void i8_batch_forms(const int8_t *xq, const float *xd, uint64_t blocks, uint8_t *xu, float *xd8);
+// q1 rows against a natural-order x: row r is the `groups` tiles at
+// tiles + 6*groups*r, tile g = [f16 s][4 B bits, LSB-first], element k of
+// the group +s where bit k is set and -s where it is clear; y[r] for r <
+// rows = the sum over groups of s * d[g] * (exact integer sum of (2b-1)*q).
+// xoff = i8_offset of xq (the AVX-512 VNNI form uses xoff/128, the negated
+// sums of 4 codes, as the start of its vpdpbusd lanes; the others ignore it).
+// Against f32 activations (dot_q1) this trades the x rounding bounded above
+// for a 1-bit row that no longer costs two 64-byte x loads and a masked
+// sign flip per 32 weights in every row.
+void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                uint64_t rows, float *y);
+// q1s's overlay on the rows_q1_xq base of a row range: y[r] += (value - base
+// value) * d[c/32] * q[c] for each entry (6 B: u32 element index, f16 value;
+// `count` of them, strictly ascending, all in [begin, begin + rows*cols)),
+// row r of the range holding elements [begin + r*cols, begin + (r+1)*cols),
+// tiles the whole tensor's q1 base.
+void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
+                    const int8_t *xq, const float *xd, float *y);
 // q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
 // q4_pair_blocks order over exactly `groups` blocks, xoff = q4_pair_offset of it
 // (the portable kernels recompute the offset from the codes and ignore xoff).

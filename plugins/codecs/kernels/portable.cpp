@@ -1,4 +1,5 @@
 #include "kernels/portable.hpp"
+#include "kernels/q1s_overlay.hpp"
 
 #include <cmf/block_quant.hpp>
 
@@ -93,6 +94,27 @@ void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, c
                       const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
                       uint64_t ldy) {
     i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+}
+
+void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *, const float *xd, uint64_t groups,
+                uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (uint64_t g = 0; g < groups; ++g) {
+            const uint8_t *t = tiles + 6 * (groups * r + g);
+            uint32_t bits;
+            std::memcpy(&bits, t + 2, 4);
+            int32_t s = 0;
+            for (unsigned k = 0; k < 32; ++k) s += ((bits >> k) & 1u) ? xq[32 * g + k] : -xq[32 * g + k];
+            acc += f16_at(t) * xd[g] * static_cast<float>(s);
+        }
+        y[r] = acc;
+    }
+}
+
+void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
+                    const int8_t *xq, const float *xd, float *y) {
+    q1s_overlay_rows<&f16_at>(tiles, entries, count, begin, cols, xq, xd, y);
 }
 
 namespace {
