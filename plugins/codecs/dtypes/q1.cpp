@@ -216,20 +216,32 @@ public:
 
 private:
     // Whether the overlay's indices strictly ascend; remembered for the
-    // matmul in progress on this thread (a nonzero x_id: the tensor cannot
-    // change within one matmul), read in full otherwise.
+    // matmul in progress on this thread (a nonzero x_id: no tensor can
+    // change within one matmul), read in full otherwise. Up to 8 tensors per
+    // matmul: a fused matmul_multi (q, k and v; gate and up) hands this
+    // thread row ranges of its weights in turn, and with one remembered
+    // tensor each switch read the whole list again (most of a q1s decode's
+    // time went to that scan).
     static bool ascending(const Q1sView &v) {
+        struct Seen {
+            const uint8_t *entries;
+            uint64_t count;
+            bool ascending;
+        };
         thread_local struct {
             uint64_t id = 0;
-            const uint8_t *entries = nullptr;
-            uint64_t count = 0;
-            bool ascending = false;
-        } seen;
+            Seen seen[8];
+            unsigned n = 0;
+        } memo;
         const uint64_t id = current_matmul_id();
-        if (id != 0 && seen.id == id && seen.entries == v.entries && seen.count == v.count) return seen.ascending;
+        if (id != 0 && memo.id == id)
+            for (unsigned i = 0; i < memo.n; ++i)
+                if (memo.seen[i].entries == v.entries && memo.seen[i].count == v.count) return memo.seen[i].ascending;
         bool up = true;
         for (uint64_t e = 1; e < v.count && up; ++e) up = load_u32(v.entries + 6 * e) > load_u32(v.entries + 6 * (e - 1));
-        seen = {id, v.entries, v.count, up};
+        if (id == 0) return up;
+        if (memo.id != id) memo.id = id, memo.n = 0;
+        memo.seen[memo.n < 8 ? memo.n++ : 7] = {v.entries, v.count, up};
         return up;
     }
 
