@@ -487,6 +487,15 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         CHECK(bits(y1) == bits(ya[4]));
         isa.rows_q1_xq(bytes.data() + 6 * g, xq.data(), xo.data(), xd.data(), g, 4, ya);
         CHECK(bits(ya[3]) == bits(y1));
+        // q1's int8 view: the same bytes and scales on every ISA, +-1 by the bits.
+        std::vector<int8_t> ca(32 * g + 1, 99), cp(32 * g + 1, 99);
+        std::vector<float> sa(g), sp(g);
+        isa.unpack_q1_groups(bytes.data(), g, ca.data(), sa.data());
+        k::portable::unpack_q1_groups(bytes.data(), g, cp.data(), sp.data());
+        CHECK(ca == cp);
+        CHECK(std::memcmp(sa.data(), sp.data(), g * sizeof(float)) == 0);
+        CHECK(ca[32 * g] == 99);
+        for (uint64_t i = 0; i < 32 * g; ++i) CHECK(int(ca[i]) == (((bytes[6 * (i / 32) + 2 + (i % 32) / 8] >> (i % 8)) & 1) ? 1 : -1));
         // q1s overlay entries of a 4-row range starting at row 1: rows 0 and
         // 3 of the range without any, row 1 with three (one at each end) or
         // 23, row 2 with one; against the portable loop (the AVX-512 form sums

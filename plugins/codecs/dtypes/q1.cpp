@@ -64,17 +64,6 @@ void q1_base_rows(const uint8_t *tiles, uint64_t gpr, const QuantizedX &xq, uint
     });
 }
 
-// Rows [r0, r1) of q1 tiles (gpr groups a row) as int8 codes +-1 and one
-// scale per group: exactly the decoded values.
-void q1_int8_rows(const uint8_t *tiles, uint64_t gpr, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) {
-    for (uint64_t g = r0 * gpr; g < r1 * gpr; ++g) {
-        const uint8_t *tile = tiles + 6 * g;
-        const uint32_t bits = load_u32(tile + 2);
-        for (int k = 0; k < 32; ++k) *codes++ = ((bits >> k) & 1u) ? 1 : -1;
-        *scales++ = load_f16(tile);
-    }
-}
-
 class Q1 final : public Dtype {
 public:
     int32_t id() const override { return CMF_DTYPE_Q1; }
@@ -119,7 +108,8 @@ public:
     bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
     void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
         validate(t);
-        q1_int8_rows(bytes_of(t), t.shape[1] / 32, r0, r1, codes, scales);
+        const uint64_t gpr = t.shape[1] / 32;
+        kernels::unpack_q1_groups(bytes_of(t) + 6 * r0 * gpr, (r1 - r0) * gpr, codes, scales);
     }
 };
 

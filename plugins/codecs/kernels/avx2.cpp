@@ -995,6 +995,29 @@ inline __m256 q1_acc_row(const uint8_t *tiles, const int8_t *xq, const float *xd
 #endif
 }  // namespace
 
+void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales) {
+#ifndef CMF_CODECS_VNNI
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                            3, 3, 3, 3, 3, 3, 3);
+    const __m256i bitsel = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+#endif
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *t = tiles + 6 * g;
+        uint32_t b;
+        std::memcpy(&b, t + 2, 4);
+#ifdef CMF_CODECS_VNNI
+        const __m256i c = _mm256_mask_blend_epi8(_cvtu32_mask32(b), _mm256_set1_epi8(-1), _mm256_set1_epi8(1));
+#else
+        // m: -1 where set, 0 where clear; m | 1: -1 / +1; negated: +1 / -1.
+        const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(b)), spread), bitsel),
+                                            bitsel);
+        const __m256i c = _mm256_sub_epi8(_mm256_setzero_si256(), _mm256_or_si256(m, _mm256_set1_epi8(1)));
+#endif
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(codes + 32 * g), c);
+        scales[g] = f16_scalar(t);
+    }
+}
+
 #ifdef CMF_CODECS_VNNI
 // Up to 16 entries of one row at a time: their indices and values picked
 // from the 6-byte records by two word permutes, the base tiles' scale and

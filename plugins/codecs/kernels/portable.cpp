@@ -112,6 +112,16 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *, const f
     }
 }
 
+void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales) {
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *t = tiles + 6 * g;
+        uint32_t bits;
+        std::memcpy(&bits, t + 2, 4);
+        for (unsigned k = 0; k < 32; ++k) codes[32 * g + k] = ((bits >> k) & 1u) ? 1 : -1;
+        scales[g] = f16_at(t);
+    }
+}
+
 void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
                     const int8_t *xq, const float *xd, float *y) {
     q1s_overlay_rows<&f16_at>(tiles, entries, count, begin, cols, xq, xd, y);
