@@ -898,7 +898,7 @@ namespace {
 // vpdpbusd of the bits as bytes 2b (a zero-masked move of 2s under the
 // group's 32 bits as a k-mask) against x, started at the negated sums of
 // 4 codes (xoff / 128): 2*sum(b*q) - sum(q) = sum((2b-1)*q), one operation
-// per 32 weights where the f32 form (dot_q1) took two 64-byte x loads,
+// per 32 weights where the f32 form it replaced took two 64-byte x loads,
 // two masked sign flips and an add. 16 groups (96 bytes, 1.5 lines) per
 // step: their 16 f16 scales picked from the tiles by one word permute,
 // widened and multiplied by x's block scales once per row and step, then
@@ -1286,62 +1286,6 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 #endif
                       });
 }
-
-#ifdef CMF_CODECS_VNNI
-// A group's 32 bits are a mask register: each 16-lane half of x takes its
-// sign flipped where the bit is clear (one masked xor), the halves are
-// added and the sum meets the group's scale in one FMA; 16 lanes, so the
-// sums are taken in another order than the 8-lane form below (about 3x
-// fewer vector operations per group than expanding the bits by compares).
-float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
-    const __m512i sign = _mm512_set1_epi32(int32_t(0x80000000u));
-    // (The xor on integer lanes: the float form needs AVX-512 DQ.)
-    auto flip = [&](__m512 v, __mmask16 k) {
-        const __m512i i = _mm512_castps_si512(v);
-        return _mm512_castsi512_ps(_mm512_mask_xor_epi32(i, k, i, sign));
-    };
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    uint64_t g = 0;
-    auto group = [&](uint64_t gg) {
-        const uint8_t *t = tiles + 6 * gg;
-        uint32_t bits;
-        std::memcpy(&bits, t + 2, 4);
-        const __mmask16 clear_lo = __mmask16(~bits), clear_hi = __mmask16(~bits >> 16);
-        const __m512 x0 = _mm512_loadu_ps(x + 32 * gg), x1 = _mm512_loadu_ps(x + 32 * gg + 16);
-        return std::pair{_mm512_set1_ps(f16_scalar(t)), _mm512_add_ps(flip(x0, clear_lo), flip(x1, clear_hi))};
-    };
-    for (; g + 2 <= groups; g += 2) {  // two accumulators: the FMA latency of one group hides behind the next
-        const auto [s0, a0] = group(g);
-        const auto [s1, a1] = group(g + 1);
-        acc0 = _mm512_fmadd_ps(s0, a0, acc0);
-        acc1 = _mm512_fmadd_ps(s1, a1, acc1);
-    }
-    if (g < groups) {
-        const auto [s0, a0] = group(g);
-        acc0 = _mm512_fmadd_ps(s0, a0, acc0);
-    }
-    const __m512 a = _mm512_add_ps(acc0, acc1);
-    return hsum(_mm256_add_ps(lo256(a), hi256(a)));
-}
-#else
-float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
-    const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    __m256 acc = _mm256_setzero_ps();
-    for (uint64_t g = 0; g < groups; ++g) {
-        const uint8_t *t = tiles + 6 * g;
-        __m256 ga = _mm256_setzero_ps();
-        for (int k = 0; k < 4; ++k) {
-            __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(t[2 + k]), bits), bits);
-            __m256 xv = _mm256_loadu_ps(x + 32 * g + 8 * k);
-            // +x where the bit is set, -x elsewhere: flip the sign bit of the clear lanes.
-            __m256 flip = _mm256_andnot_ps(_mm256_castsi256_ps(set), _mm256_set1_ps(-0.0f));
-            ga = _mm256_add_ps(ga, _mm256_xor_ps(xv, flip));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(t)), ga, acc);
-    }
-    return hsum(acc);
-}
-#endif
 
 namespace {
 // Byte value -> its 5 base-3 digits as weights (0, +1, -1) in lanes 0..4 of

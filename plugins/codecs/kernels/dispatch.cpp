@@ -120,7 +120,6 @@ void q2_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     i8_offset(q, blocks, offset);
     for (uint64_t i = 0; i < 8 * blocks; ++i) offset[i] = offset[i] / 128 * 3;
 }
-float dot_q1(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1, t, x, g); }
 void rows_q1_xq(const uint8_t *t, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t g, uint64_t rows,
                 float *y) {
     CMF_PICK(rows_q1_xq, t, xq, xoff, xd, g, rows, y);

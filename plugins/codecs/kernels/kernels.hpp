@@ -2,10 +2,10 @@
 // AVX2+FMA+F16C implementation when the CPU has those features (checked once)
 // and the portable one otherwise. All are reentrant and allocation-free.
 //
-// Numerics. The float kernels (dot_f32/f16/bf16, dot_q1, dot_q1t) accumulate
+// Numerics. The float kernels (dot_f32/f16/bf16, dot_q1t) accumulate
 // in f32 against f32 activations: they match the reference decode followed by
 // an f32 dot product up to summation order. The int8 kernels (*_xq, used by
-// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp) first quantize the
+// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s) first quantize the
 // activations with quantize_x: per block of 32, d = amax/127 and
 // q = clamp(rne(x * (1/d)), -127, 127), so each activation moves by at most
 // d/2. A block then contributes (weight scale) * d * (exact integer sum of
@@ -22,7 +22,6 @@ namespace cmf::codecs::kernels {
 float dot_f32(const float *a, const float *x, uint64_t n);
 float dot_f16(const uint16_t *h, const float *x, uint64_t n);
 float dot_bf16(const uint16_t *h, const float *x, uint64_t n);
-float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups);   // [f16 s][4 B bits]
 float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);  // [f16 s][7 B base-3]
 
 // ---- int8 activations ---------------------------------------------------------
@@ -106,9 +105,9 @@ void i8_batch_forms(const int8_t *xq, const float *xd, uint64_t blocks, uint8_t 
 // rows = the sum over groups of s * d[g] * (exact integer sum of (2b-1)*q).
 // xoff = i8_offset of xq (the AVX-512 VNNI form uses xoff/128, the negated
 // sums of 4 codes, as the start of its vpdpbusd lanes; the others ignore it).
-// Against f32 activations (dot_q1) this trades the x rounding bounded above
-// for a 1-bit row that no longer costs two 64-byte x loads and a masked
-// sign flip per 32 weights in every row.
+// Against f32 activations (the form this replaced) it trades the x rounding
+// bounded above for a 1-bit row that no longer costs two 64-byte x loads
+// and two masked sign flips per 32 weights in every row.
 void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                 uint64_t rows, float *y);
 // q1 tiles -> the int8 view the prefill GEMM takes: codes[32*g + k] = +1

@@ -206,16 +206,6 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
     return acc;
 }
 
-float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups) {
-    float acc = 0.0f;
-    for (uint64_t g = 0; g < groups; ++g) {
-        const uint8_t *t = tiles + 6 * g;
-        float a = 0.0f;
-        for (int i = 0; i < 32; ++i) a += ((t[2 + i / 8] >> (i % 8)) & 1) ? x[32 * g + i] : -x[32 * g + i];
-        acc += f16_at(t) * a;
-    }
-    return acc;
-}
 float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
     static constexpr unsigned kPow3[5] = {1, 3, 9, 27, 81};
     float acc = 0.0f;

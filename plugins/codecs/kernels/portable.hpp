@@ -11,7 +11,6 @@
     float dot_f32(const float *a, const float *x, uint64_t n);                                                        \
     float dot_f16(const uint16_t *h, const float *x, uint64_t n);                                                     \
     float dot_bf16(const uint16_t *h, const float *x, uint64_t n);                                                    \
-    float dot_q1(const uint8_t *tiles, const float *x, uint64_t groups);                                              \
     float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);                                             \
     void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);                                   \
     void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset);                                           \
@@ -71,7 +70,7 @@ CMF_CODECS_KERNEL_DECLS
 
 // Every kernel above, by name, for X-macro tables.
 #define CMF_CODECS_KERNEL_NAMES(X)                                                                                    \
-    X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1) X(dot_q1t) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
+    X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1t) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
     X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(rows_q1_xq) X(unpack_q1_groups) X(q1s_overlay_xq)                                            \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(dot_q4_groups_xq)                \
     X(rows_q4_groups_xq) X(ladder_scales) X(dot_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
