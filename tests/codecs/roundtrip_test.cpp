@@ -496,6 +496,26 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         CHECK(std::memcmp(sa.data(), sp.data(), g * sizeof(float)) == 0);
         CHECK(ca[32 * g] == 99);
         for (uint64_t i = 0; i < 32 * g; ++i) CHECK(int(ca[i]) == (((bytes[6 * (i / 32) + 2 + (i % 32) / 8] >> (i % 8)) & 1) ? 1 : -1));
+        // The ascending check on lists of 0..40 entries (both sides of one
+        // and two 16-entry steps), with one pair out of order or repeated
+        // at each place, and ascending ones that start at index 0.
+        for (uint64_t n = 0; n <= 40; ++n) {
+            std::vector<uint8_t> list(6 * n + 64, 0xEE);
+            auto put = [&](uint64_t e, uint32_t idx) { std::memcpy(list.data() + 6 * e, &idx, 4); };
+            for (uint64_t e = 0; e < n; ++e) put(e, uint32_t(3 * e + (g == 1 ? 0 : 7)));
+            CHECK(isa.q1s_ascending(list.data(), n));
+            CHECK(k::portable::q1s_ascending(list.data(), n));
+            for (uint64_t e = 1; e < n; ++e) {
+                for (uint32_t bad : {uint32_t(3 * (e - 1) + (g == 1 ? 0 : 7)), uint32_t(0)}) {
+                    put(e, bad);
+                    CAPTURE(n);
+                    CAPTURE(e);
+                    CHECK_FALSE(isa.q1s_ascending(list.data(), n));
+                    CHECK_FALSE(k::portable::q1s_ascending(list.data(), n));
+                }
+                put(e, uint32_t(3 * e + (g == 1 ? 0 : 7)));
+            }
+        }
         // q1s overlay entries of a 4-row range starting at row 1: rows 0 and
         // 3 of the range without any, row 1 with three (one at each end) or
         // 23, row 2 with one; against the portable loop (the AVX-512 form sums

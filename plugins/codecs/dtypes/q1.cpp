@@ -227,8 +227,7 @@ private:
         if (id != 0 && memo.id == id)
             for (unsigned i = 0; i < memo.n; ++i)
                 if (memo.seen[i].entries == v.entries && memo.seen[i].count == v.count) return memo.seen[i].ascending;
-        bool up = true;
-        for (uint64_t e = 1; e < v.count && up; ++e) up = load_u32(v.entries + 6 * e) > load_u32(v.entries + 6 * (e - 1));
+        const bool up = kernels::q1s_ascending(v.entries, v.count);
         if (id == 0) return up;
         if (memo.id != id) memo.id = id, memo.n = 0;
         memo.seen[memo.n < 8 ? memo.n++ : 7] = {v.entries, v.count, up};

@@ -1071,7 +1071,34 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
         e += uint64_t(__builtin_popcount(k));
     }
 }
+
+// 16 indices at a time (the overlay's word permute), each against the one
+// before it (valignd brings the previous step's last index in): the whole
+// list is read once per thread and matmul, 6 bytes an entry, so the scalar
+// loop's load, compare and branch per entry were a tenth of a q1s decode.
+bool q1s_ascending(const uint8_t *entries, uint64_t count) {
+    alignas(64) static constexpr uint16_t kIndexWords[32] = {0,  1,  3,  4,  6,  7,  9,  10, 12, 13, 15,
+                                                             16, 18, 19, 21, 22, 24, 25, 27, 28, 30, 31,
+                                                             33, 34, 36, 37, 39, 40, 42, 43, 45, 46};
+    const __m512i index_words = _mm512_load_si512(kIndexWords);
+    // Lane 15 of `prev`: the index before this step's first (none for entry 0).
+    __m512i prev = _mm512_setzero_si512();
+    uint64_t e = 0;
+    for (; e + 16 <= count; e += 16) {
+        const uint8_t *p = entries + 6 * e;
+        const __m512i idx =
+            _mm512_permutex2var_epi16(_mm512_loadu_si512(p), index_words, _mm512_maskz_loadu_epi64(0x0F, p + 64));
+        const __m512i before = _mm512_maskz_alignr_epi32(0xFFFF, idx, prev, 15);  // lane i: index i-1; lane 0: prev's lane 15
+        __mmask16 up = _mm512_cmpgt_epu32_mask(idx, before);
+        if (e == 0) up |= 1;  // entry 0 has nothing before it
+        if (up != 0xFFFF) return false;
+        prev = idx;
+    }
+    return q1s_ascending_from(entries, e, count);
+}
 #else
+bool q1s_ascending(const uint8_t *entries, uint64_t count) { return q1s_ascending_from(entries, 0, count); }
+
 void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
                     const int8_t *xq, const float *xd, float *y) {
     q1s_overlay_rows<&f16_scalar>(tiles, entries, count, begin, cols, xq, xd, y);

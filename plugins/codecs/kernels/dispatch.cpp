@@ -127,6 +127,7 @@ void rows_q1_xq(const uint8_t *t, const int8_t *xq, const int32_t *xoff, const f
 void unpack_q1_groups(const uint8_t *t, uint64_t g, int8_t *codes, float *scales) {
     CMF_PICK(unpack_q1_groups, t, g, codes, scales);
 }
+bool q1s_ascending(const uint8_t *e, uint64_t count) { return CMF_PICK(q1s_ascending, e, count); }
 void q1s_overlay_xq(const uint8_t *t, const uint8_t *e, uint64_t count, uint64_t begin, uint64_t cols, const int8_t *xq,
                     const float *xd, float *y) {
     CMF_PICK(q1s_overlay_xq, t, e, count, begin, cols, xq, xd, y);

@@ -113,6 +113,8 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, con
 // q1 tiles -> the int8 view the prefill GEMM takes: codes[32*g + k] = +1
 // where bit k of tile g is set, -1 where clear; scales[g] = its f16 scale.
 void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);
+// Whether the u32 indices of `count` 6-byte q1s overlay entries strictly ascend.
+bool q1s_ascending(const uint8_t *entries, uint64_t count);
 // q1s's overlay on the rows_q1_xq base of a row range: y[r] += (value - base
 // value) * d[c/32] * q[c] for each entry (6 B: u32 element index, f16 value;
 // `count` of them, strictly ascending, all in [begin, begin + rows*cols)),

@@ -45,5 +45,19 @@ inline void q1s_overlay_rows(const uint8_t *tiles, const uint8_t *entries, uint6
     if (count != 0) y[row] += acc;
 }
 
+// Whether entries [from, count) ascend strictly, entry from-1 included
+// when from > 0 (the scalar loop; the AVX-512 build does 16 at a time).
+inline bool q1s_ascending_from(const uint8_t *entries, uint64_t from, uint64_t count) {
+    uint32_t prev = 0;
+    if (from > 0) std::memcpy(&prev, entries + 6 * (from - 1), 4);
+    for (uint64_t e = from; e < count; ++e) {
+        uint32_t idx;
+        std::memcpy(&idx, entries + 6 * e, 4);
+        if (e > 0 && idx <= prev) return false;
+        prev = idx;
+    }
+    return true;
+}
+
 }  // namespace
 }  // namespace cmf::codecs::kernels
