@@ -222,7 +222,8 @@ namespace {
 // The dtypes whose matmul_rows quantizes the activations to int8 blocks.
 bool int8_path(int32_t id) {
     return id == CMF_DTYPE_Q8_ROW || id == CMF_DTYPE_Q8_2F || id == CMF_DTYPE_Q4_BLOCK || id == CMF_DTYPE_Q4_TILED ||
-           id == CMF_DTYPE_Q4TP || id == CMF_DTYPE_Q2TP || id == CMF_DTYPE_Q1 || id == CMF_DTYPE_Q1S;
+           id == CMF_DTYPE_Q4TP || id == CMF_DTYPE_Q2TP || id == CMF_DTYPE_Q1 || id == CMF_DTYPE_Q1S ||
+           id == CMF_DTYPE_VBIT_RO || id == CMF_DTYPE_VBIT;
 }
 
 // q8_2f quantizes col[c] * x[c] (its f16 column field folded in); the others x itself.
@@ -364,7 +365,8 @@ TEST_CASE("roundtrip: int8 matmul paths equal the decode against quantized activ
     // (the x quantization alone moves results by ~1e-3 relative).
     std::mt19937 rng(7);
     const int32_t ids[] = {CMF_DTYPE_Q8_ROW, CMF_DTYPE_Q8_2F, CMF_DTYPE_Q4_BLOCK, CMF_DTYPE_Q4_TILED,
-                           CMF_DTYPE_Q4TP,   CMF_DTYPE_Q2TP,  CMF_DTYPE_Q1,       CMF_DTYPE_Q1S};
+                           CMF_DTYPE_Q4TP,   CMF_DTYPE_Q2TP,  CMF_DTYPE_Q1,       CMF_DTYPE_Q1S,
+                           CMF_DTYPE_VBIT_RO};
     for (int32_t id : ids) {
         for (int iter = 0; iter < 4; ++iter) {
             uint64_t rows = 3 + rng() % 5, cols = 32 * (1 + rng() % 8), batch = 1 + rng() % 3;
@@ -707,8 +709,8 @@ TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or no
 TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read only their bytes, on every ISA") {
     // Codes end exactly at a page whose successor is unmapped, so a read
     // past a group's 4*b bytes faults. Values against a scalar reading of
-    // the MSB-first bit stream; the fused dot against the same ISA's dot_f32
-    // of the decoded groups, bit for bit.
+    // the MSB-first bit stream; the int8 dot (dot_vbit_xq) against the exact
+    // integer sums of (u - L) * q, in double, up to f32 summation.
     namespace k = cmf::codecs::kernels;
     const long page = sysconf(_SC_PAGESIZE);
     void *map = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -717,14 +719,13 @@ TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read on
     struct Isa {
         const char *name;
         decltype(&k::portable::dequant_vbit_groups) dequant;
-        decltype(&k::portable::dot_vbit_groups) dot;
-        decltype(&k::portable::dot_f32) dot_f32;
+        decltype(&k::portable::dot_vbit_xq) dot;
     };
-    std::vector<Isa> isas{{"portable", &k::portable::dequant_vbit_groups, &k::portable::dot_vbit_groups, &k::portable::dot_f32}};
-    for (const k::SimdKernels &set : k::simd_kernels()) isas.push_back({set.isa, set.dequant_vbit_groups, set.dot_vbit_groups, set.dot_f32});
+    std::vector<Isa> isas{{"portable", &k::portable::dequant_vbit_groups, &k::portable::dot_vbit_xq}};
+    for (const k::SimdKernels &set : k::simd_kernels()) isas.push_back({set.isa, set.dequant_vbit_groups, set.dot_vbit_xq});
     std::mt19937 rng(8);
     for (unsigned b : {3u, 4u, 5u, 6u, 8u}) {
-        for (uint64_t groups : {1u, 3u, 32u}) {
+        for (uint64_t groups : {1u, 3u, 21u, 32u}) {
             CAPTURE(b);
             CAPTURE(groups);
             const uint64_t n = 4 * b * groups;
@@ -748,15 +749,33 @@ TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read on
                 std::memcpy(&h, scales.data() + 2 * (i / 32), 2);
                 want[i] = static_cast<float>(static_cast<int32_t>(u) - L) * cmf::codecs::f16_to_f32(h);
             }
+            std::vector<int8_t> xq(32 * groups);
+            std::vector<float> xd(groups);
+            std::vector<int32_t> xo(8 * groups);
+            k::portable::quantize_x(x.data(), 32 * groups, k::XOrder::natural, xq.data(), xd.data());
+            k::portable::i8_offset(xq.data(), groups, xo.data());
+            double want_dot = 0, mag = 0;
+            for (uint64_t g = 0; g < groups; ++g) {
+                int64_t isum = 0;
+                for (uint64_t i = 32 * g; i < 32 * g + 32; ++i) {
+                    uint16_t h;
+                    std::memcpy(&h, scales.data() + 2 * g, 2);
+                    isum += int64_t(std::lround(want[i] / cmf::codecs::f16_to_f32(h))) * xq[i];
+                }
+                uint16_t h;
+                std::memcpy(&h, scales.data() + 2 * g, 2);
+                const double term = double(cmf::codecs::f16_to_f32(h)) * xd[g] * double(isum);
+                want_dot += term;
+                mag += std::fabs(term);
+            }
             for (const Isa &isa : isas) {
                 CAPTURE(isa.name);
                 std::vector<float> got(32 * groups + 1, -7.0f);
                 isa.dequant(codes, b, scales.data(), groups, got.data());
                 CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
                 CHECK(got.back() == -7.0f);
-                const float fused = isa.dot(codes, b, scales.data(), groups, x.data());
-                const float split = isa.dot_f32(want.data(), x.data(), 32 * groups);
-                CHECK(std::memcmp(&fused, &split, sizeof(float)) == 0);
+                const float dot = isa.dot(codes, b, scales.data(), xq.data(), xo.data(), xd.data(), groups);
+                CHECK(std::fabs(dot - want_dot) <= 1e-5 * mag + 1e-30);
             }
         }
     }

@@ -152,19 +152,47 @@ public:
         out.insert(out.end(), packed.begin(), packed.end());
     }
     bool has_matmul() const override { return RowOffsets; }
+    // Rows against x quantized to int8 blocks (kernels::dot_vbit_xq), the
+    // same kernel per activation row whatever the batch, so a batched
+    // decode gives each sequence the bits it gets alone.
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
-        VbitView v = view_of<RowOffsets>(w, name());
-        if (n_batch == 1) {  // decode: each row decoded and dotted in registers
-            for (uint64_t r = r0; r < r1; ++r)
-                y[r] = kernels::dot_vbit_groups(v.packed + v.row_start[r], v.widths[r], v.scales + 2 * r * v.gpr, v.gpr, x);
-            return;
-        }
-        std::vector<float> row(v.m.cols);
-        for (uint64_t r = r0; r < r1; ++r) {
-            decode_row(v, r, row.data());
-            for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] = kernels::dot_f32(row.data(), x + b * ldx, v.m.cols);
+        if (r0 >= r1) return;
+        const Matrix m = require_2d_groups(shape_of(w), name());
+        const uint64_t gpr = m.cols / 32;
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, m.cols, kernels::XOrder::natural);
+        auto run = [&](const uint8_t *widths, const uint8_t *scales, auto &&codes_of) {
+            for (uint64_t r = r0; r < r1; ++r) {
+                const uint8_t *codes = codes_of(r);
+                for (uint64_t b = 0; b < n_batch; ++b)
+                    y[b * ldy + r] = kernels::dot_vbit_xq(codes, widths[r], scales + 2 * r * gpr, xq.q(b), xq.offset(b),
+                                                          xq.d(b), gpr);
+            }
+        };
+        if constexpr (RowOffsets) {
+            // vbit_ro addresses rows through its offset table: the rows asked
+            // for are checked here (the whole table was checked when the
+            // tensor was loaded), not every row of the tensor on every call,
+            // which for the 151936-row head read the table and the widths
+            // once per row range (4 % of a decode).
+            const uint64_t header = checked_mad(m.rows + 1, 4, checked_mad(m.rows, 2 * gpr, m.rows, name()), name());
+            if (w.nbytes < header)
+                fail(CMF_ERR_BOUNDS, std::string(name()) + " payload is " + std::to_string(w.nbytes) +
+                                         " bytes, shorter than its " + std::to_string(header) + "-byte header");
+            const uint8_t *p = bytes_of(w), *offsets = p + m.rows + 2 * m.rows * gpr;
+            const uint64_t packed = w.nbytes - header;
+            run(p, p + m.rows, [&](uint64_t r) {
+                const uint8_t b = p[r];
+                const uint64_t start = load_u32(offsets + 4 * r);
+                if (!legal_width(b) || start > packed || packed - start < row_bytes(m.cols, b))
+                    fail(CMF_ERR_PARSE, std::string(name()) + " row " + std::to_string(r) + " (width " +
+                                            std::to_string(b) + ", offset " + std::to_string(start) +
+                                            ") does not fit its payload");
+                return p + header + start;
+            });
+        } else {
+            const VbitView v = view_of<RowOffsets>(w, name());
+            run(v.widths, v.scales, [&](uint64_t r) { return v.packed + v.row_start[r]; });
         }
     }
 };

@@ -1432,34 +1432,125 @@ void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_sc
         _mm512_storeu_ps(dst + 32 * g + 16, hi);
     });
 }
-// dot_f32 of the decoded row, fused: its two 8-lane accumulators (elements
-// 16i..16i+7 and 16i+8..16i+15) are the halves of one 512-bit one, with the
-// same multiply-adds in the same order, so the bits of decode + dot_f32.
-float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x) {
-    __m512 acc = _mm512_setzero_ps();
-    vbit_groups(codes, b, f16_scales, groups, [&](uint64_t g, __m512 lo, __m512 hi) {
-        acc = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + 32 * g), acc);
-        acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 32 * g + 16), acc);
-    });
-    return hsum(_mm256_add_ps(lo256(acc), hi256(acc)));
-}
-#else
-// No AVX2 form: the scalar bit window.
-void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst) {
-    portable::dequant_vbit_groups(codes, b, f16_scales, groups, dst);
-}
-// A group decoded by the scalar window, then dot_f32's two accumulators.
-float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    for (uint64_t g = 0; g < groups; ++g) {
-        alignas(32) float w[32];
-        portable::dequant_vbit_groups(codes + 4 * b * g, b, f16_scales + 2 * g, 1, w);
-        for (int i = 0; i < 32; i += 16) {
-            s0 = _mm256_fmadd_ps(_mm256_load_ps(w + i), _mm256_loadu_ps(x + 32 * g + i), s0);
-            s1 = _mm256_fmadd_ps(_mm256_load_ps(w + i + 8), _mm256_loadu_ps(x + 32 * g + i + 8), s1);
+namespace {
+// A vbit group's 32 codes u as unsigned bytes in element order, and a pair
+// of groups' 64 as one register: b = 8 the bytes themselves; b = 4 each
+// byte's high nibble (element 2k, MSB-first) then its low one, the bytes
+// widened to words and both nibbles put in place by one ternary logic op;
+// the other widths through vbit_groups' word decode, narrowed (vpmovwb).
+// B is b where it is 4 or 8 (a compile-time form each), 0 for the others.
+template <unsigned B>
+class VbitBytes {
+public:
+    explicit VbitBytes(unsigned b) : b_(b) {
+        if constexpr (B == 0) {
+            alignas(16) int8_t idx[16];
+            alignas(16) int16_t shift[8];
+            for (unsigned j = 0; j < 8; ++j) {
+                const unsigned p = j * b, k = p / 8;
+                idx[2 * j] = int8_t(k + 1 < b ? k + 1 : 0x80);
+                idx[2 * j + 1] = int8_t(k);
+                shift[j] = int16_t(16 - p % 8 - b);
+            }
+            sh_idx_ = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(idx)));
+            sh_ = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(shift)));
+            mask_ = _mm512_set1_epi16(int16_t((1 << b) - 1));
+            bytes_ = __mmask16((1u << b) - 1);
         }
     }
-    return hsum(_mm256_add_ps(s0, s1));
+    __m256i group(const uint8_t *c) const {
+        if constexpr (B == 8) return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c));
+        if constexpr (B == 4) {
+            const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(c)));
+            // (v >> 4) | ((v << 8) & 0x0F00): 0xF8 is A | (B & C), A the first operand.
+            return _mm256_ternarylogic_epi32(_mm256_srli_epi16(v, 4), _mm256_slli_epi16(v, 8), _mm256_set1_epi16(0x0F00),
+                                             0xF8);
+        }
+        __m512i z = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes_, c));
+        z = _mm512_maskz_inserti32x4(0xFFFF, z, _mm_maskz_loadu_epi8(bytes_, c + b_), 1);
+        z = _mm512_maskz_inserti32x4(0xFFFF, z, _mm_maskz_loadu_epi8(bytes_, c + 2 * b_), 2);
+        z = _mm512_maskz_inserti32x4(0xFFFF, z, _mm_maskz_loadu_epi8(bytes_, c + 3 * b_), 3);
+        z = _mm512_maskz_shuffle_epi8(__mmask64(~0ull), z, sh_idx_);
+        z = _mm512_maskz_and_epi32(0xFFFF, _mm512_maskz_srlv_epi16(0xFFFFFFFF, z, sh_), mask_);
+        return _mm512_maskz_cvtepi16_epi8(0xFFFFFFFF, z);
+    }
+    __m512i pair(const uint8_t *c) const {  // groups g, g+1 at c, c + 4b
+        if constexpr (B == 8) return _mm512_loadu_si512(c);
+        if constexpr (B == 4) {
+            const __m512i v = _mm512_maskz_cvtepu8_epi16(0xFFFFFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c)));
+            return _mm512_maskz_ternarylogic_epi32(0xFFFF, _mm512_maskz_srli_epi16(0xFFFFFFFF, v, 4),
+                                                   _mm512_maskz_slli_epi16(0xFFFFFFFF, v, 8), _mm512_set1_epi16(0x0F00), 0xF8);
+        }
+        return _mm512_maskz_inserti64x4(0xFF, _mm512_maskz_inserti64x4(0xFF, _mm512_setzero_si512(), group(c), 0),
+                                        group(c + 4 * b_), 1);
+    }
+
+private:
+    unsigned b_;
+    __m512i sh_idx_, sh_, mask_;
+    __mmask16 bytes_ = 0;
+};
+
+// Two groups per 512-bit step: their code bytes against x in one vpdpbusd
+// started at -L times each 4 x codes' sum (q8's offset / 128 is minus that
+// sum; times L = 2^(b-1) - 1 as a shift and a subtraction), then one FMA
+// with [s(g) d(g) x8 | s(g+1) d(g+1) x8], 16 groups' scale products made at
+// a time. Where the f32 form widened every code to a float and met x in two
+// FMAs per 16 weights, the codes stay bytes.
+template <unsigned B>
+float vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+              const float *xd, uint64_t groups) {
+    const VbitBytes<B> bytes(b);
+    const __m128i up = _mm_cvtsi32_si128(int(b - 1));
+    auto offset = [&](__m512i o1) {  // (o1 << (b-1)) - o1 = L * o1
+        return _mm512_maskz_sub_epi32(0xFFFF, _mm512_maskz_sll_epi32(0xFFFF, o1, up), o1);
+    };
+    const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    uint64_t g0 = 0;
+    for (; g0 + 16 <= groups; g0 += 16) {
+        const uint8_t *c0 = codes + 4 * b * g0;
+        for (unsigned o = 0; o < 64 * b; o += 64) prefetch_ahead(c0 + o);
+        const __m512 sc = _mm512_mul_ps(
+            _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(f16_scales + 2 * g0))),
+            _mm512_loadu_ps(xd + g0));
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const uint64_t g = g0 + 2 * j;
+            const __m512i o = offset(_mm512_maskz_srai_epi32(0xFFFF, _mm512_loadu_si512(xoff + 8 * g), 7));
+            const __m512i p = _mm512_dpbusd_epi32(o, bytes.pair(codes + 4 * b * g), _mm512_loadu_si512(xq + 32 * g));
+            acc[j & 1] = _mm512_fmadd_ps(
+                _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_maskz_add_epi32(0xFFFF, pair0, _mm512_set1_epi32(2 * j)), sc),
+                _mm512_maskz_cvtepi32_ps(0xFFFF, p), acc[j & 1]);
+        }
+    }
+    __m256 rest = _mm256_setzero_ps();
+    for (uint64_t g = g0; g < groups; ++g) {  // the last groups short of 16
+        const __m256i o1 = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xoff + 8 * g)), 7);
+        const __m256i o = _mm256_sub_epi32(_mm256_sll_epi32(o1, up), o1);
+        const __m256i p = _mm256_dpbusd_epi32(o, bytes.group(codes + 4 * b * g), load32(xq + 32 * g));
+        rest = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(f16_scales + 2 * g) * xd[g]), _mm256_cvtepi32_ps(p), rest);
+    }
+    const __m512 a = _mm512_add_ps(acc[0], acc[1]);
+    return hsum(_mm256_add_ps(_mm256_add_ps(lo256(a), hi256(a)), rest));
+}
+}  // namespace
+
+float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                  const float *xd, uint64_t groups) {
+    if (b == 4) return vbit_xq<4>(codes, b, f16_scales, xq, xoff, xd, groups);
+    if (b == 8) return vbit_xq<8>(codes, b, f16_scales, xq, xoff, xd, groups);
+    return vbit_xq<0>(codes, b, f16_scales, xq, xoff, xd, groups);
+}
+
+#else
+// No AVX2 form: the scalar bit window.
+float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                  const float *xd, uint64_t groups) {
+    return portable::dot_vbit_xq(codes, b, f16_scales, xq, xoff, xd, groups);
+}
+void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst) {
+    portable::dequant_vbit_groups(codes, b, f16_scales, groups, dst);
 }
 #endif
 

@@ -120,6 +120,10 @@ void q2_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     i8_offset(q, blocks, offset);
     for (uint64_t i = 0; i < 8 * blocks; ++i) offset[i] = offset[i] / 128 * 3;
 }
+float dot_vbit_xq(const uint8_t *c, unsigned b, const uint8_t *s, const int8_t *xq, const int32_t *xoff, const float *xd,
+                  uint64_t g) {
+    return CMF_PICK(dot_vbit_xq, c, b, s, xq, xoff, xd, g);
+}
 void rows_q1_xq(const uint8_t *t, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t g, uint64_t rows,
                 float *y) {
     CMF_PICK(rows_q1_xq, t, xq, xoff, xd, g, rows, y);
@@ -138,9 +142,6 @@ void dequant_q4_groups(const uint8_t *n, uint64_t stride, const float *s, uint64
 void dequant_q2_groups(const uint8_t *c, const float *s, uint64_t g, float *dst) { CMF_PICK(dequant_q2_groups, c, s, g, dst); }
 void dequant_vbit_groups(const uint8_t *c, unsigned b, const uint8_t *s, uint64_t g, float *dst) {
     CMF_PICK(dequant_vbit_groups, c, b, s, g, dst);
-}
-float dot_vbit_groups(const uint8_t *c, unsigned b, const uint8_t *s, uint64_t g, const float *x) {
-    return CMF_PICK(dot_vbit_groups, c, b, s, g, x);
 }
 void unpack_q4_groups(const uint8_t *n, uint64_t stride, uint64_t g, int8_t *codes) {
     CMF_PICK(unpack_q4_groups, n, stride, g, codes);

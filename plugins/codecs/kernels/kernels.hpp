@@ -5,7 +5,7 @@
 // Numerics. The float kernels (dot_f32/f16/bf16, dot_q1t) accumulate
 // in f32 against f32 activations: they match the reference decode followed by
 // an f32 dot product up to summation order. The int8 kernels (*_xq, used by
-// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s) first quantize the
+// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s, vbit, vbit_ro) first quantize the
 // activations with quantize_x: per block of 32, d = amax/127 and
 // q = clamp(rne(x * (1/d)), -127, 127), so each activation moves by at most
 // d/2. A block then contributes (weight scale) * d * (exact integer sum of
@@ -99,6 +99,14 @@ void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, c
 // per row for all tokens), xd8[8*b + j] = xd[b] for j < 8 (a block's scale
 // in each of its 8 lanes). blocks = x_blocks(n): xu 32*blocks, xd8 8*blocks.
 void i8_batch_forms(const int8_t *xq, const float *xd, uint64_t blocks, uint8_t *xu, float *xd8);
+// One vbit row (width b in {3, 4, 5, 6, 8}; `groups` groups of 4*b code bytes,
+// MSB-first, a code u meaning (u - L) * s with L = 2^(b-1) - 1; its f16
+// group scales) against a natural-order int8 x: the sum over groups of
+// s * d[g] * (exact integer sum of (u - L) * q). xoff = i8_offset of xq (the
+// AVX-512 VNNI form starts its vpdpbusd lanes at L * xoff / 128, -L times
+// each 4 codes' sum; the others ignore it).
+float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                  const float *xd, uint64_t groups);
 // q1 rows against a natural-order x: row r is the `groups` tiles at
 // tiles + 6*groups*r, tile g = [f16 s][4 B bits, LSB-first], element k of
 // the group +s where bit k is set and -s where it is clear; y[r] for r <
@@ -174,9 +182,6 @@ void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t grou
 // MSB-first, 4*b bytes per group, value (u - L) * scale with L = 2^(b-1) - 1
 // and one f16 scale per group; reads exactly 4*b*groups code bytes.
 void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst);
-// The decoded groups' dot with x (f32 activations): the bits dot_f32 of the
-// decoded row gives on the same ISA.
-float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x);
 // The q4 codes themselves, q - 8 in natural element order (int8_rows).
 void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes);
 

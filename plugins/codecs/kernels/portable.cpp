@@ -257,13 +257,21 @@ void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_sc
     }
 }
 
-// Decoded into a stack row a group at a time, then dot_f32's order.
-float dot_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, const float *x) {
+float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
+                  const float *xd, uint64_t groups) {
+    const int32_t L = (1 << (b - 1)) - 1;
+    const uint32_t mask = (1u << b) - 1;
+    uint32_t window = 0;
+    unsigned have = 0;
     float acc = 0.0f;
     for (uint64_t g = 0; g < groups; ++g) {
-        float w[32];
-        dequant_vbit_groups(codes + 4 * b * g, b, f16_scales + 2 * g, 1, w);
-        for (int i = 0; i < 32; ++i) acc += w[i] * x[32 * g + i];
+        int32_t s = 0;
+        for (int i = 0; i < 32; ++i) {
+            while (have < b) window = (window << 8) | *codes++, have += 8;
+            have -= b;
+            s += (static_cast<int32_t>((window >> have) & mask) - L) * xq[32 * g + i];
+        }
+        acc += f16_at(f16_scales + 2 * g) * xd[g] * static_cast<float>(s);
     }
     return acc;
 }
