@@ -777,6 +777,21 @@ TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read on
                 const float dot = isa.dot(codes, b, scales.data(), xq.data(), xo.data(), xd.data(), groups);
                 CHECK(std::fabs(dot - want_dot) <= 1e-5 * mag + 1e-30);
             }
+            if (b <= 6) {  // the int8 view: u - L, every ISA the same bytes
+                std::vector<int8_t> view(32 * groups + 1, 99);
+                k::portable::unpack_vbit_groups(codes, b, groups, view.data());
+                for (uint64_t i = 0; i < 32 * groups; ++i) {
+                    uint16_t h;
+                    std::memcpy(&h, scales.data() + 2 * (i / 32), 2);
+                    CHECK(float(view[i]) * cmf::codecs::f16_to_f32(h) == want[i]);
+                }
+                CHECK(view.back() == 99);
+                for (const k::SimdKernels &set : k::simd_kernels()) {
+                    std::vector<int8_t> other(32 * groups + 1, 99);
+                    set.unpack_vbit_groups(codes, b, groups, other.data());
+                    CHECK(other == view);
+                }
+            }
         }
     }
     munmap(map, 2 * page);

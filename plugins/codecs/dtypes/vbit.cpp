@@ -93,6 +93,38 @@ std::vector<uint8_t> allocate_widths(const float *src, Matrix m, float mean_bits
     return widths;
 }
 
+// vbit_ro's rows through its offset table: a row is checked when it is
+// read (the whole table was checked when the tensor was loaded), not every
+// row of the tensor on every call, which for the 151936-row head read the
+// table and the widths once per row range (4 % of a decode).
+struct RowTable {
+    Matrix m;
+    uint64_t gpr, header, packed_bytes;
+    const uint8_t *widths, *scales, *offsets, *packed;
+    const char *dtype;
+    RowTable(const cmf_tensor_view &t, const char *name) : dtype(name) {
+        m = require_2d_groups(shape_of(t), name);
+        gpr = m.cols / 32;
+        header = checked_mad(m.rows + 1, 4, checked_mad(m.rows, 2 * gpr, m.rows, name), name);
+        if (t.nbytes < header)
+            fail(CMF_ERR_BOUNDS, std::string(name) + " payload is " + std::to_string(t.nbytes) + " bytes, shorter than its " +
+                                     std::to_string(header) + "-byte header");
+        widths = bytes_of(t);
+        scales = widths + m.rows;
+        offsets = scales + 2 * m.rows * gpr;
+        packed = widths + header;
+        packed_bytes = t.nbytes - header;
+    }
+    const uint8_t *codes(uint64_t r) const {
+        const uint8_t b = widths[r];
+        const uint64_t start = load_u32(offsets + 4 * r);
+        if (!legal_width(b) || start > packed_bytes || packed_bytes - start < row_bytes(m.cols, b))
+            fail(CMF_ERR_PARSE, std::string(dtype) + " row " + std::to_string(r) + " (width " + std::to_string(b) +
+                                    ", offset " + std::to_string(start) + ") does not fit its payload");
+        return packed + start;
+    }
+};
+
 template <bool RowOffsets>
 class Vbit final : public Dtype {
 public:
@@ -152,6 +184,27 @@ public:
         out.insert(out.end(), packed.begin(), packed.end());
     }
     bool has_matmul() const override { return RowOffsets; }
+    // int8 view (vbit_ro; vbit has no row table to find a panel's rows
+    // without summing every width before them): codes u - L with the group's
+    // scale, exact while no row is 8 bits wide (u - L reaches 128 there).
+    bool has_int8_rows() const override { return RowOffsets; }
+    bool int8_view(const cmf_tensor_view &t) const override {
+        if (!RowOffsets) return false;
+        const VbitView v = view_of<RowOffsets>(t, name());  // once per bind
+        for (uint64_t r = 0; r < v.m.rows; ++r)
+            if (v.widths[r] > 6) return false;
+        return true;
+    }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        const RowTable rows(t, name());
+        for (uint64_t r = r0; r < r1; ++r) {
+            if (rows.widths[r] > 6)
+                fail(CMF_ERR_UNSUPPORTED, std::string(name()) + " row " + std::to_string(r) + " is 8 bits wide: no int8 view");
+            kernels::unpack_vbit_groups(rows.codes(r), rows.widths[r], rows.gpr, codes);
+            codes += 32 * rows.gpr;
+            for (uint64_t g = 0; g < rows.gpr; ++g) *scales++ = load_f16(rows.scales + 2 * (r * rows.gpr + g));
+        }
+    }
     // Rows against x quantized to int8 blocks (kernels::dot_vbit_xq), the
     // same kernel per activation row whatever the batch, so a batched
     // decode gives each sequence the bits it gets alone.
@@ -170,26 +223,8 @@ public:
             }
         };
         if constexpr (RowOffsets) {
-            // vbit_ro addresses rows through its offset table: the rows asked
-            // for are checked here (the whole table was checked when the
-            // tensor was loaded), not every row of the tensor on every call,
-            // which for the 151936-row head read the table and the widths
-            // once per row range (4 % of a decode).
-            const uint64_t header = checked_mad(m.rows + 1, 4, checked_mad(m.rows, 2 * gpr, m.rows, name()), name());
-            if (w.nbytes < header)
-                fail(CMF_ERR_BOUNDS, std::string(name()) + " payload is " + std::to_string(w.nbytes) +
-                                         " bytes, shorter than its " + std::to_string(header) + "-byte header");
-            const uint8_t *p = bytes_of(w), *offsets = p + m.rows + 2 * m.rows * gpr;
-            const uint64_t packed = w.nbytes - header;
-            run(p, p + m.rows, [&](uint64_t r) {
-                const uint8_t b = p[r];
-                const uint64_t start = load_u32(offsets + 4 * r);
-                if (!legal_width(b) || start > packed || packed - start < row_bytes(m.cols, b))
-                    fail(CMF_ERR_PARSE, std::string(name()) + " row " + std::to_string(r) + " (width " +
-                                            std::to_string(b) + ", offset " + std::to_string(start) +
-                                            ") does not fit its payload");
-                return p + header + start;
-            });
+            const RowTable rows(w, name());
+            run(rows.widths, rows.scales, [&](uint64_t r) { return rows.codes(r); });
         } else {
             const VbitView v = view_of<RowOffsets>(w, name());
             run(v.widths, v.scales, [&](uint64_t r) { return v.packed + v.row_start[r]; });

@@ -1536,6 +1536,16 @@ float vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const
 }
 }  // namespace
 
+void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out) {
+    auto run = [&](const auto &bytes) {
+        const __m256i L = _mm256_set1_epi8(char((1 << (b - 1)) - 1));
+        for (uint64_t g = 0; g < groups; ++g)
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + 32 * g), _mm256_sub_epi8(bytes.group(codes + 4 * b * g), L));
+    };
+    if (b == 4) run(VbitBytes<4>(b));
+    else run(VbitBytes<0>(b));
+}
+
 float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                   const float *xd, uint64_t groups) {
     if (b == 4) return vbit_xq<4>(codes, b, f16_scales, xq, xoff, xd, groups);
@@ -1545,6 +1555,9 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
 
 #else
 // No AVX2 form: the scalar bit window.
+void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out) {
+    portable::unpack_vbit_groups(codes, b, groups, out);
+}
 float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                   const float *xd, uint64_t groups) {
     return portable::dot_vbit_xq(codes, b, f16_scales, xq, xoff, xd, groups);

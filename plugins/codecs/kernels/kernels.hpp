@@ -107,6 +107,9 @@ void i8_batch_forms(const int8_t *xq, const float *xd, uint64_t blocks, uint8_t 
 // each 4 codes' sum; the others ignore it).
 float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                   const float *xd, uint64_t groups);
+// vbit codes of width b <= 6 as int8 values u - L in element order (the
+// int8 view; |u - L| <= 32), 32 per group.
+void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out);
 // q1 rows against a natural-order x: row r is the `groups` tiles at
 // tiles + 6*groups*r, tile g = [f16 s][4 B bits, LSB-first], element k of
 // the group +s where bit k is set and -s where it is clear; y[r] for r <

@@ -257,6 +257,18 @@ void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_sc
     }
 }
 
+void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out) {
+    const int32_t L = (1 << (b - 1)) - 1;
+    const uint32_t mask = (1u << b) - 1;
+    uint32_t window = 0;
+    unsigned have = 0;
+    for (uint64_t i = 0; i < 32 * groups; ++i) {
+        while (have < b) window = (window << 8) | *codes++, have += 8;
+        have -= b;
+        out[i] = static_cast<int8_t>(static_cast<int32_t>((window >> have) & mask) - L);
+    }
+}
+
 float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
                   const float *xd, uint64_t groups) {
     const int32_t L = (1 << (b - 1)) - 1;
