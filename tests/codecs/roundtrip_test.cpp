@@ -580,6 +580,27 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         CHECK(near(isa.dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xo.data(), xd.data(), g),
                    k::portable::dot_q2_groups_xq(bytes.data(), s.data(), xq.data(), xo.data(), xd.data(), g)));
     }
+    // q2tp rows: 5 rows (a pass of four and one alone) with their own group
+    // scales, groups short of, past and at whole steps of 16; a row's bits do
+    // not depend on the row its range starts at.
+    for (uint64_t g : {1u, 3u, 21u, 64u}) {
+        CAPTURE(g);
+        k::portable::quantize_x(x.data(), 32 * g, k::XOrder::q2_quads, xq.data(), xd.data());
+        std::vector<int32_t> xo(8 * g);
+        k::q2_offset(xq.data(), g, xo.data());
+        std::vector<float> rs(5 * g);
+        for (uint64_t i = 0; i < rs.size(); ++i) rs[i] = 0.01f * static_cast<float>(i % 37 + 1) * (i % 3 ? 1.0f : -1.0f);
+        float ya[6], yp[6], y1 = 0;
+        ya[5] = yp[5] = -7.0f;
+        isa.rows_q2_groups_xq(bytes.data(), rs.data(), xq.data(), xo.data(), xd.data(), g, 5, ya);
+        k::portable::rows_q2_groups_xq(bytes.data(), rs.data(), xq.data(), xo.data(), xd.data(), g, 5, yp);
+        for (int r = 0; r < 5; ++r) CHECK(near(ya[r], yp[r]));
+        CHECK(ya[5] == -7.0f);
+        isa.rows_q2_groups_xq(bytes.data() + 4 * 8 * g, rs.data() + 4 * g, xq.data(), xo.data(), xd.data(), g, 1, &y1);
+        CHECK(bits(y1) == bits(ya[4]));
+        isa.rows_q2_groups_xq(bytes.data() + 8 * g, rs.data() + g, xq.data(), xo.data(), xd.data(), g, 4, ya);
+        CHECK(bits(ya[3]) == bits(y1));
+    }
     // Decode kernels: bit-identical, every group with its own scale.
     std::vector<float> gs(64);
     for (size_t i = 0; i < gs.size(); ++i) gs[i] = 0.01f * static_cast<float>(i) - 0.2f;

@@ -158,19 +158,17 @@ public:
                      uint64_t r1, float *y, uint64_t ldy) const override {
         Layout l = layout(w);
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, l.m.cols, Two ? kernels::XOrder::q2_quads : kernels::XOrder::q4_pair_blocks);
-        // Blocks of kLadderRows rows: their scales, then (q4tp) the block
-        // through the row-range kernel, four rows per pass over x as
-        // q4_block, or (q2tp) one dot per row. q4tp with one dot call per row
-        // and the scales picked one by one in scalar code ran at about half
-        // of q4_block's speed on the same shapes.
+        // Blocks of kLadderRows rows: their scales, then the block through
+        // the row-range kernel, four rows per pass over x (q4tp as q4_block).
+        // q4tp with one dot call per row and the scales picked one by one in
+        // scalar code ran at about half of q4_block's speed on the same
+        // shapes; q2tp one dot per row at 0.5 of its row-range kernel.
         for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *scales) {
             const uint8_t *chunks = l.chunks + rb * l.gpr * kChunk;
             for (uint64_t b = 0; b < n_batch; ++b) {
                 float *yb = y + b * ldy + rb;
                 if constexpr (Two) {
-                    for (unsigned j = 0; j < n; ++j)
-                        yb[j] = kernels::dot_q2_groups_xq(chunks + j * l.gpr * kChunk, scales + j * l.gpr, xq.q(b), xq.offset(b),
-                                                          xq.d(b), l.gpr);
+                    kernels::rows_q2_groups_xq(chunks, scales, xq.q(b), xq.offset(b), xq.d(b), l.gpr, n, yb);
                 } else {
                     kernels::rows_q4_groups_xq(chunks, scales, xq.q(b), xq.offset(b), xq.d(b), l.gpr, n, yb);
                 }

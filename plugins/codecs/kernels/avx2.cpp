@@ -1314,6 +1314,83 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
                       });
 }
 
+#ifdef CMF_CODECS_VNNI
+namespace {
+// R q2tp rows per pass over x, two groups per 512-bit step: the two groups'
+// 16 code bytes as qwords [g x4 | g+1 x4], shifted by 0, 2, 4, 6 and masked
+// (q2_quads order, as q2_codes_2u), doubled, into one vpdpbusd against the
+// pair's 64 x bytes started at their offsets (-3 * each 4 codes' sum); one
+// FMA with [s(g) d(g) x8 | s(g+1) d(g+1) x8], 16 groups' products made at a
+// time. The 256-bit form took a broadcast, shift, mask and add, a load of x
+// and of the offsets, a scale broadcast and an FMA per group and row; here
+// the x loads are shared by the R rows. Each row takes the same operations
+// whatever R is (rows4_quads' contract).
+template <int R>
+__attribute__((always_inline)) inline void q2_acc_rows(const uint8_t *chunks, const float *scales, const int8_t *xq,
+                                                       const int32_t *xoff, const float *xd, uint64_t groups,
+                                                       __m256 *out) {
+    const __m512i spread = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1), shifts = _mm512_setr_epi64(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m512i three = _mm512_set1_epi8(3);
+    const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const long ahead = R > 1 ? std::max(long(R * 8 * groups), kPrefetchAhead) : kPrefetchAhead;
+    __m512 acc[R][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    uint64_t g0 = 0;
+    for (; g0 + 16 <= groups; g0 += 16) {
+        __m512 sc[R];
+        const __m512 d16 = _mm512_loadu_ps(xd + g0);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *c = chunks + 8 * groups * r + 8 * g0;
+            _mm_prefetch(reinterpret_cast<const char *>(c + ahead), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char *>(c + ahead + 64), _MM_HINT_T0);
+            sc[r] = _mm512_mul_ps(_mm512_loadu_ps(scales + groups * r + g0), d16);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const uint64_t g = g0 + 2 * j;
+            const __m512i xv = _mm512_loadu_si512(xq + 32 * g), o = _mm512_loadu_si512(xoff + 8 * g);
+            const __m512i sel = _mm512_maskz_add_epi32(0xFFFF, pair0, _mm512_set1_epi32(2 * j));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const __m512i v = _mm512_maskz_permutexvar_epi64(
+                    0xFF, spread, _mm512_maskz_loadu_epi64(0x03, chunks + 8 * groups * r + 8 * g));
+                const __m512i c = _mm512_maskz_and_epi32(0xFFFF, _mm512_maskz_srlv_epi64(0xFF, v, shifts), three);
+                const __m512i p = _mm512_dpbusd_epi32(o, _mm512_maskz_add_epi8(~__mmask64{0}, c, c), xv);
+                acc[r][j & 1] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, sel, sc[r]),
+                                                _mm512_maskz_cvtepi32_ps(0xFFFF, p), acc[r][j & 1]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+        __m256 rest = _mm256_setzero_ps();
+        for (uint64_t g = g0; g < groups; ++g) {  // the last groups short of 16
+            const __m256i p = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xoff + 8 * g)),
+                                                  q2_codes_2u(chunks + 8 * groups * r + 8 * g), load32(xq + 32 * g));
+            rest = _mm256_fmadd_ps(_mm256_set1_ps(scales[groups * r + g] * xd[g]), _mm256_cvtepi32_ps(p), rest);
+        }
+        const __m512 a = _mm512_add_ps(acc[r][0], acc[r][1]);
+        // (c - 1.5) * s = (2c - 3) * (s / 2): the integer sums, halved once.
+        out[r] = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(_mm256_add_ps(lo256(a), hi256(a)), rest));
+    }
+}
+}  // namespace
+#endif
+
+void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
+                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
+#ifdef CMF_CODECS_VNNI
+    q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q2_acc_rows<decltype(rn)::value>(chunks + 8 * groups * q, scales + groups * q, xq, xoff, xd, groups, o);
+    });
+#else
+    for (uint64_t r = 0; r < rows; ++r)
+        y[r] = dot_q2_groups_xq(chunks + 8 * groups * r, scales + groups * r, xq, xoff, xd, groups);
+#endif
+}
+
 namespace {
 // Byte value -> its 5 base-3 digits as weights (0, +1, -1) in lanes 0..4 of
 // an 8-float row (lanes 5..7 zero). Bytes > 242 never occur in valid payloads

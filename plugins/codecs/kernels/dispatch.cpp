@@ -115,6 +115,10 @@ float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const
                        uint64_t g) {
     return CMF_PICK(dot_q2_groups_xq, c, s, xq, xoff, xd, g);
 }
+void rows_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t g,
+                       uint64_t rows, float *y) {
+    CMF_PICK(rows_q2_groups_xq, c, s, xq, xoff, xd, g, rows, y);
+}
 void q2_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     // i8_offset's lane sums (-128 * sum of 4 codes), rescaled: exact.
     i8_offset(q, blocks, offset);

@@ -169,6 +169,11 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
 // xoff = q2_offset of xq (the AVX-512 VNNI form uses it; the others ignore it).
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups);
+// Rows of the one above: row r's chunks at chunks + 8*groups*r, its f32 group
+// scales at scales + groups*r; y[r] for r < rows (four rows a pass sharing
+// x on AVX-512 VNNI).
+void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
+                       const float *xd, uint64_t groups, uint64_t rows, float *y);
 // -3 * (sum of each 4 consecutive codes) of every x block (8 int32 per
 // block, exact): the offset term of Σ(2c - 3)·x, which the VNNI q2 dot
 // starts its integer sums from.

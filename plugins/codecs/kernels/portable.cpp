@@ -208,6 +208,12 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
     return acc;
 }
 
+void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
+                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r)
+        y[r] = dot_q2_groups_xq(chunks + 8 * groups * r, scales + groups * r, xq, xoff, xd, groups);
+}
+
 float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
     static constexpr unsigned kPow3[5] = {1, 3, 9, 27, 81};
     float acc = 0.0f;
