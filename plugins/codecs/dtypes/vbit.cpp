@@ -207,27 +207,19 @@ public:
     }
     // Rows against x quantized to int8 blocks (kernels::dot_vbit_xq), the
     // same kernel per activation row whatever the batch, so a batched
-    // decode gives each sequence the bits it gets alone.
+    // decode gives each sequence the bits it gets alone. (vbit has no
+    // matmul: its rows are found by summing every width before them.)
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
+        if constexpr (!RowOffsets) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
         if (r0 >= r1) return;
-        const Matrix m = require_2d_groups(shape_of(w), name());
-        const uint64_t gpr = m.cols / 32;
-        const QuantizedX &xq = quantized_x(x, ldx, n_batch, m.cols, kernels::XOrder::natural);
-        auto run = [&](const uint8_t *widths, const uint8_t *scales, auto &&codes_of) {
-            for (uint64_t r = r0; r < r1; ++r) {
-                const uint8_t *codes = codes_of(r);
-                for (uint64_t b = 0; b < n_batch; ++b)
-                    y[b * ldy + r] = kernels::dot_vbit_xq(codes, widths[r], scales + 2 * r * gpr, xq.q(b), xq.offset(b),
-                                                          xq.d(b), gpr);
-            }
-        };
-        if constexpr (RowOffsets) {
-            const RowTable rows(w, name());
-            run(rows.widths, rows.scales, [&](uint64_t r) { return rows.codes(r); });
-        } else {
-            const VbitView v = view_of<RowOffsets>(w, name());
-            run(v.widths, v.scales, [&](uint64_t r) { return v.packed + v.row_start[r]; });
+        const RowTable rows(w, name());
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, rows.m.cols, kernels::XOrder::natural);
+        for (uint64_t r = r0; r < r1; ++r) {
+            const uint8_t *codes = rows.codes(r);
+            for (uint64_t b = 0; b < n_batch; ++b)
+                y[b * ldy + r] = kernels::dot_vbit_xq(codes, rows.widths[r], rows.scales + 2 * r * rows.gpr, xq.q(b),
+                                                      xq.offset(b), xq.d(b), rows.gpr);
         }
     }
 };
