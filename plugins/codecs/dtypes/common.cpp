@@ -187,19 +187,17 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
                quads = order == kernels::XOrder::q2_quads;
     r.offsets_per_row = pairs ? 8 * (r.blocks / 2) : natural || quads ? 8 * r.blocks : 0;
     r.offsets.resize(n_batch * r.offsets_per_row);
-    const bool batch_forms = natural && n_batch > 1;
-    r.ucodes.resize(batch_forms ? n_batch * 32 * r.blocks : 0);
-    r.scales8.resize(batch_forms ? n_batch * 8 * r.blocks : 0);
+    r.block_offsets.resize(natural ? n_batch * r.blocks : 0);
     for (uint64_t b = 0; b < n_batch; ++b) {
         std::memcpy(cache.x.data() + b * cols, x + b * ldx, cols * sizeof(float));
         kernels::quantize_x(x + b * ldx, cols, order, r.codes.data() + b * 32 * r.blocks, r.scales.data() + b * r.blocks);
         int32_t *off = r.offsets.data() + b * r.offsets_per_row;
         if (pairs) kernels::q4_pair_offset(r.q(b), r.blocks, off);
-        if (natural) kernels::i8_offset(r.q(b), r.blocks, off);
+        if (natural) {
+            kernels::i8_offset(r.q(b), r.blocks, off);
+            kernels::i8_block_offsets(r.q(b), r.blocks, r.block_offsets.data() + b * r.blocks);
+        }
         if (quads) kernels::q2_offset(r.q(b), r.blocks, off);
-        if (batch_forms)
-            kernels::i8_batch_forms(r.q(b), r.d(b), r.blocks, r.ucodes.data() + b * 32 * r.blocks,
-                                    r.scales8.data() + b * 8 * r.blocks);
     }
     cache.n_batch = n_batch, cache.cols = cols, cache.order = order, cache.x_id = id;
     return r;

@@ -142,16 +142,13 @@ struct QuantizedX {
     // (8 per block), other orders none.
     std::vector<int32_t> offsets;
     uint64_t offsets_per_row = 0;
-    // XOrder::natural with more than one activation row: each row's
-    // kernels::i8_batch_forms (32 * blocks bytes, 8 * blocks floats), what
-    // kernels::rows_i8_xq_batch takes besides the codes; empty otherwise.
-    std::vector<uint8_t> ucodes;
-    std::vector<float> scales8;
+    // XOrder::natural: each row's kernels::i8_block_offsets (one int32 per
+    // block), what the q8 row kernels take; empty otherwise.
+    std::vector<int32_t> block_offsets;
     const int8_t *q(uint64_t b) const { return codes.data() + b * 32 * blocks; }
     const float *d(uint64_t b) const { return scales.data() + b * blocks; }
     const int32_t *offset(uint64_t b) const { return offsets.data() + b * offsets_per_row; }
-    const uint8_t *u(uint64_t b) const { return ucodes.data() + b * 32 * blocks; }
-    const float *d8(uint64_t b) const { return scales8.data() + b * 8 * blocks; }
+    const int32_t *block_offset(uint64_t b) const { return block_offsets.data() + b * blocks; }
 };
 // The x_id and x of the cmf_codec_vt.matmul_rows_x call running on this
 // thread (id 0: none, x is compared in full), set for the length of the call:

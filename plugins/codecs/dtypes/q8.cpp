@@ -21,10 +21,10 @@ void scaled_i8_rows(const uint8_t *codes, const uint8_t *f16_scales, uint64_t co
     const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
     const int8_t *q = reinterpret_cast<const int8_t *>(codes);
     if (n_batch > 1)
-        return kernels::rows_i8_xq_batch(q + r0 * cols, cols, f16_scales + 2 * r0, xq.q(0), xq.offset(0), xq.d(0),
-                                         xq.u(0), xq.d8(0), cols, r1 - r0, n_batch, y + r0, ldy);
+        return kernels::rows_i8_xq_batch(q + r0 * cols, cols, f16_scales + 2 * r0, xq.q(0), xq.block_offset(0),
+                                         xq.d(0), cols, r1 - r0, n_batch, y + r0, ldy);
     for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
-        kernels::rows_i8_xq(q + t0 * cols, cols, f16_scales + 2 * t0, xq.q(b), xq.offset(b), xq.d(b), cols, t1 - t0,
+        kernels::rows_i8_xq(q + t0 * cols, cols, f16_scales + 2 * t0, xq.q(b), xq.block_offset(b), xq.d(b), cols, t1 - t0,
                             y + b * ldy + t0);
     });
 }

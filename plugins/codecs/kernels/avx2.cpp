@@ -176,26 +176,11 @@ inline __m256i load32(const int8_t *p) { return _mm256_loadu_si256(reinterpret_c
 // One q8 row's dot as 8 partial sums: whole blocks with four accumulators
 // (one FMA chain per block would wait on its latency) and one prefetch per
 // 64 bytes, a partial last block scalar into lane 0 (never read past the row).
-// With xoff (i8_offset of xq; AVX-512 VNNI build only) a block's int32 lane
-// sums come from one vpdpbusd of the weight bytes + 128 (unsigned) against
-// x, started at the offset: the same integers as the sign/vpmaddubsw/vpmaddwd
-// form in two operations instead of four, so the same bits. L2-resident
-// 512x1024 rows, one thread, a /tmp harness with both forms (3 rounds of 400
-// alternating passes, 15:2x UTC): median 26.7-28.5 -> 31.2-36.4 GB/s, best
-// 29.6-30.5 -> 37.3-38.1; 512x3072 alike.
-inline __m256 i8_acc(const int8_t *w, const int8_t *xq, [[maybe_unused]] const int32_t *xoff, const float *xd,
-                     uint64_t n) {
+// (The AVX-512 VNNI build's row kernel is rows_i8_xq below; this is its
+// single-row dot_i8_xq.)
+inline __m256 i8_acc(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     auto step = [&](uint64_t b, __m256 &a) {
-#ifdef CMF_CODECS_VNNI
-        if (xoff != nullptr) {
-            const __m256i wu = _mm256_xor_si256(load32(w + 32 * b), _mm256_set1_epi8(char(0x80)));
-            const __m256i p = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xoff + 8 * b)),
-                                                  wu, load32(xq + 32 * b));
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(xd + b), _mm256_cvtepi32_ps(p), a);
-            return;
-        }
-#endif
         a = _mm256_fmadd_ps(_mm256_broadcast_ss(xd + b), block_isum(load32(w + 32 * b), load32(xq + 32 * b)), a);
     };
     const uint64_t full = n / 32;
@@ -220,7 +205,7 @@ inline __m256 i8_acc(const int8_t *w, const int8_t *xq, [[maybe_unused]] const i
 }  // namespace
 
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) {
-    return hsum(i8_acc(w, xq, nullptr, xd, n));
+    return hsum(i8_acc(w, xq, xd, n));
 }
 
 namespace {
@@ -266,176 +251,196 @@ inline void rows4(uint64_t rows, float *y, Acc acc) {
 }
 }  // namespace
 
-void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                const float *xd, uint64_t n, uint64_t rows, float *y) {
-    rows4(rows, y, [&](uint64_t r) {
-        return _mm256_mul_ps(_mm256_set1_ps(f16_scalar(f16_scales + 2 * r)), i8_acc(w + r * ld, xq, xoff, xd, n));
-    });
-}
-
 #ifdef CMF_CODECS_VNNI
 namespace {
-// Row r's sum as rows4 makes it (both of its forms give the same bits), for
-// four tokens at once: lane i of the result is a[i]'s.
-inline __m128 row_sums4(const __m256 *a) {
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
 inline __m256 lo256(__m512 v) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 0)); }
 // (Zero-masked forms with a full mask: see q4_pair_acc_rows_zmm below.)
 inline __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 1)); }
 inline __m512 cvt_ps(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
 
-// One q8 row (n columns, f16 scale `scale`) against T tokens, each token's
-// 8 partial sums made exactly as i8_acc makes them: blocks 4i..4i+3 into
-// accumulators 0..3 (here pairs of them in one zmm: A = acc0|acc1, B =
-// acc2|acc3, the same lane-wise fused multiply-adds), the blocks left over
-// into acc0, then (acc0 + acc1) + (acc2 + acc3), the partial last block in
-// lane 0. The integer block sums come from vpdpbusd of the unsigned
-// activations (xu = xq + 128) against the signed codes, started at
-// -128 * (sums of 4 codes): the same integers as i8_acc's, while the weight
-// bytes are loaded and their offset made once for all T tokens.
-// Every loop over the T tokens is unrolled by pragma: without it GCC 12
-// kept A and B in a stack array, cleared it with `rep stos` and stored and
-// reloaded all 2T accumulators around the main loop in every row (a tenth
-// of the kernel's time in the two `rep stos` alone; --gemm 1024x1024 --pp 8
-// --threads 1: 82-89 -> 108-111 GFLOP/s per CPU second).
-template <int T>
-inline void i8_row_tokens(const int8_t *w, float scale, const int8_t *xq, const float *xd, const uint8_t *xu,
-                          const float *xd8, uint64_t n, uint64_t nb, float *y, uint64_t ldy) {
-    const uint64_t full = n / 32;
-    const __m512i ones128 = _mm512_set1_epi8(char(0x80));
-    __m512 A[T], B[T];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) A[t] = _mm512_setzero_ps(), B[t] = _mm512_setzero_ps();
-    uint64_t b = 0;
-    for (; b + 4 <= full; b += 4) {
-        prefetch_ahead(w + 32 * b);
-        prefetch_ahead(w + 32 * b + 64);
-        const __m512i w0 = _mm512_loadu_si512(w + 32 * b), w1 = _mm512_loadu_si512(w + 32 * b + 64);
-        const __m512i o0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w0));
-        const __m512i o1 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones128, w1));
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-            const uint8_t *u = xu + t * 32 * nb + 32 * b;
-            const float *d = xd8 + t * 8 * nb + 8 * b;
-            A[t] = _mm512_fmadd_ps(_mm512_loadu_ps(d), cvt_ps(_mm512_dpbusd_epi32(o0, _mm512_loadu_si512(u), w0)), A[t]);
-            B[t] = _mm512_fmadd_ps(_mm512_loadu_ps(d + 16),
-                                   cvt_ps(_mm512_dpbusd_epi32(o1, _mm512_loadu_si512(u + 64), w1)), B[t]);
-        }
+// The q8 row kernel on AVX-512 VNNI. A q8 row's blocks share one scale per
+// row, x has one per block, so each block's exact integer sum must meet its
+// x scale in f32. Dotting one row at a time (64 columns, two blocks, per
+// vpdpbusd) leaves 8 lane sums per block, and each vpdpbusd wanted a
+// convert and an FMA of its own: on this VM a 512-bit vpdpbusd and an FMA
+// share one issue slot, so that was two slots per 64 multiply-adds per
+// token. Here 16 rows x 64 columns are loaded, biased to unsigned (+128;
+// vpdpbusd's unsigned operand) and transposed in registers (T[s] lane i =
+// row i's bytes 4s..4s+3), so one vpdpbusd against 4 codes of x broadcast
+// adds into 16 rows' int32 sums, 8 of them make a block's exact sum for 16
+// rows, started at the x's block offset (i8_block_offsets: -128 * the sum of
+// its codes), and one convert and one FMA per block and token finish it.
+// The transpose (64 shuffles) is paid once per tile for every token of a
+// batch. Each row's arithmetic is the same whatever rows or tokens share its
+// tile, so a row's bits depend on neither (kernels.hpp). Sixteen rows read
+// side by side are sixteen streams, which the hardware prefetcher does not
+// follow: each group prefetches the next group's rows (contiguous) as it
+// goes, and the first group of a call prefetches each of its rows ahead.
+
+// 16x16 floats transposed in registers: r[i] lane j -> r[j] lane i
+// (unpack pairs, then quads within 128-bit lanes, then 128-bit lanes across
+// registers: 64 shuffles).
+inline void transpose16x16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_maskz_unpacklo_ps(0xFFFF, r[i], r[i + 1]);
+        t[i + 1] = _mm512_maskz_unpackhi_ps(0xFFFF, r[i], r[i + 1]);
     }
-    if (n % 128 == 0) {
-        // No blocks left over: two tokens' sums at a time in one zmm, the
-        // same additions in the same order as below. (loA + hiA) + (loB +
-        // hiB) per 256-bit half, times the scale, then rows4's tree: lane
-        // 2j + 1 of 8 added to lane 2j, then 4j + 2 to 4j, then 4 to 0.
-        int t = 0;
-#pragma GCC unroll 8
-        for (; t + 2 <= T; t += 2) {
-            constexpr int lo = _MM_SHUFFLE(1, 0, 1, 0), hi = _MM_SHUFFLE(3, 2, 3, 2);
-            __m512 v = _mm512_add_ps(
-                _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, A[t], A[t + 1], lo), _mm512_maskz_shuffle_f32x4(0xFFFF, A[t], A[t + 1], hi)),
-                _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, B[t], B[t + 1], lo), _mm512_maskz_shuffle_f32x4(0xFFFF, B[t], B[t + 1], hi)));
-            v = _mm512_mul_ps(_mm512_set1_ps(scale), v);
-            v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, _MM_SHUFFLE(2, 3, 0, 1)));
-            v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, _MM_SHUFFLE(1, 0, 3, 2)));
-            v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(0xFFFF, v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-            y[t * ldy] = _mm512_cvtss_f32(v);
-            y[(t + 1) * ldy] = _mm_cvtss_f32(_mm512_maskz_extractf32x4_ps(0xF, v, 2));
-        }
-        if (t < T) {
-            const __m256 a = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_add_ps(_mm256_add_ps(lo256(A[t]), hi256(A[t])),
-                                                                                _mm256_add_ps(lo256(B[t]), hi256(B[t]))));
-            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, a), a);
-            y[t * ldy] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-        }
-        return;
+    // u[4k + m], 128-bit lane L: column 4L + m of rows 4k .. 4k+3.
+    for (int k = 0; k < 16; k += 4) {
+        u[k] = _mm512_maskz_shuffle_ps(0xFFFF, t[k], t[k + 2], 0x44);
+        u[k + 1] = _mm512_maskz_shuffle_ps(0xFFFF, t[k], t[k + 2], 0xEE);
+        u[k + 2] = _mm512_maskz_shuffle_ps(0xFFFF, t[k + 1], t[k + 3], 0x44);
+        u[k + 3] = _mm512_maskz_shuffle_ps(0xFFFF, t[k + 1], t[k + 3], 0xEE);
     }
-    __m256 acc0[T];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) acc0[t] = lo256(A[t]);
-    for (; b < full; ++b) {
-        const __m256i wb = load32(w + 32 * b);
-        const __m256i ob = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(char(0x80)), wb));
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-            const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xu + t * 32 * nb + 32 * b));
-            acc0[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(xd + t * nb + b), _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(ob, u, wb)),
-                                      acc0[t]);
-        }
-    }
-    __m256 a[T];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-        __m256 sum = _mm256_add_ps(_mm256_add_ps(acc0[t], hi256(A[t])), _mm256_add_ps(lo256(B[t]), hi256(B[t])));
-        if (32 * full < n) {
-            const int8_t *q = xq + t * 32 * nb;
-            int32_t s = 0;
-            for (uint64_t i = 32 * full; i < n; ++i) s += int32_t{w[i]} * q[i];
-            sum = _mm256_add_ps(sum, _mm256_setr_ps(xd[t * nb + full] * static_cast<float>(s), 0, 0, 0, 0, 0, 0, 0));
-        }
-        a[t] = _mm256_mul_ps(_mm256_set1_ps(scale), sum);
-    }
-    int t = 0;
-#pragma GCC unroll 8
-    for (; t + 4 <= T; t += 4) {
-        alignas(16) float s4[4];
-        _mm_store_ps(s4, row_sums4(a + t));
-#pragma GCC unroll 8
-        for (int i = 0; i < 4; ++i) y[(t + i) * ldy] = s4[i];
-    }
-#pragma GCC unroll 8
-    for (; t < T; ++t) {
-        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[t], a[t]), a[t]);
-        y[t * ldy] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    for (int m = 0; m < 4; ++m) {
+        const __m512 a = _mm512_maskz_shuffle_f32x4(0xFFFF, u[m], u[4 + m], 0x44);
+        const __m512 b = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + m], u[12 + m], 0x44);
+        const __m512 c = _mm512_maskz_shuffle_f32x4(0xFFFF, u[m], u[4 + m], 0xEE);
+        const __m512 d = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + m], u[12 + m], 0xEE);
+        r[m] = _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0x88);
+        r[4 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0xDD);
+        r[8 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0x88);
+        r[12 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0xDD);
     }
 }
+// The same for 16 registers of 16 dwords: T[s] lane i = r[i]'s dword s.
+inline void transpose16(const __m512i r[16], __m512i T[16]) {
+    __m512 f[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(r[i]);
+    transpose16x16(f);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) T[i] = _mm512_castps_si512(f[i]);
+}
 
-template <int T>
-void i8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const float *xd,
-                    const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, float *y, uint64_t ldy) {
+// The 64 code bytes at column `col` of rows 0..R-1 (R <= 16; rows past R are
+// left out), `cols` masking the bytes of a partial last chunk, as T[0..16).
+inline void q8_tile(const int8_t *w, uint64_t ld, uint64_t R, uint64_t col, __mmask64 cols, __m512i T[16]) {
+    const __m512i bias = _mm512_set1_epi8(char(0x80));
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+        r[i] = bias;
+        if (uint64_t(i) < R) {
+            r[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(cols, w + uint64_t(i) * ld + col), bias);
+        }
+    }
+    transpose16(r, T);
+}
+
+inline int32_t x_word(const int8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+// acc + float(16 rows' exact sums of block b) * d[b]: the 8 transposed
+// words T[0..8) of the block against its 32 codes q.
+inline __m512 q8_block(const __m512i *T, const int8_t *q, int32_t offset, float d, __m512 acc) {
+    __m512i s = _mm512_set1_epi32(offset);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, T[j], _mm512_set1_epi32(x_word(q + 4 * j)));
+    return _mm512_fmadd_ps(cvt_ps(s), _mm512_set1_ps(d), acc);
+}
+
+// Rows 0..R-1 (R <= 16) against K tokens (token t: codes xq + 32*nb*t,
+// block offsets off + nb*t, scales xd + nb*t), y + t*ldy. The loops over
+// tokens are unrolled by pragma so the accumulators stay in registers.
+template <int K>
+void q8_rows16(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *off,
+               const float *xd, uint64_t n, uint64_t nb, uint64_t R, bool first, uint64_t next_rows, float *y,
+               uint64_t ldy) {
+    __m512 acc[K];
+#pragma GCC unroll 8
+    for (int t = 0; t < K; ++t) acc[t] = _mm512_setzero_ps();
+    __m512i T[16];
+    const uint64_t whole = n / 64;
+    // The next group's rows of this call (next_rows * ld bytes, contiguous)
+    // are prefetched a share per chunk, so they arrive one group ahead;
+    // nothing past the call's rows (another thread's, or past the tensor).
+    const char *next = reinterpret_cast<const char *>(w + 16 * ld);
+    const uint64_t next_bytes = next_rows * ld, share = whole == 0 ? 0 : (next_bytes / whole + 63) / 64 * 64;
+    for (uint64_t c = 0; c < whole; ++c) {
+        for (uint64_t p = c * share, e = std::min(next_bytes, p + share); p < e; p += 64)
+            _mm_prefetch(next + p, _MM_HINT_T0);
+        if (first)  // no group before it prefetched this one: each row's stream ahead
+            for (uint64_t i = 0; i < R; ++i) prefetch_ahead(w + i * ld + 64 * c);
+        q8_tile(w, ld, R, 64 * c, ~__mmask64{0}, T);
+#pragma GCC unroll 8
+        for (int t = 0; t < K; ++t) {
+            const uint64_t b = 2 * c + nb * uint64_t(t);  // token t's block 2c
+            acc[t] = q8_block(T, xq + 32 * b, off[b], xd[b], acc[t]);
+            acc[t] = q8_block(T + 8, xq + 32 * b + 32, off[b + 1], xd[b + 1], acc[t]);
+        }
+    }
+    if (64 * whole < n) {  // 1..63 columns: one or two blocks, x zero-padded to the block
+        const uint64_t left = n - 64 * whole, c = whole;
+        q8_tile(w, ld, R, 64 * c, (uint64_t{1} << left) - 1, T);
+#pragma GCC unroll 8
+        for (int t = 0; t < K; ++t) {
+            const uint64_t b = 2 * c + nb * uint64_t(t);
+            acc[t] = q8_block(T, xq + 32 * b, off[b], xd[b], acc[t]);
+            if (left > 32) acc[t] = q8_block(T + 8, xq + 32 * b + 32, off[b + 1], xd[b + 1], acc[t]);
+        }
+    }
+    const __mmask16 rows = __mmask16((1u << R) - 1);
+    const __m512 s = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(rows, f16_scales));
+#pragma GCC unroll 8
+    for (int t = 0; t < K; ++t) _mm512_mask_storeu_ps(y + uint64_t(t) * ldy, rows, _mm512_mul_ps(s, acc[t]));
+}
+
+template <int K>
+void q8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *off,
+                    const float *xd, uint64_t n, uint64_t rows, float *y, uint64_t ldy) {
     const uint64_t nb = x_blocks(n);
-    for (uint64_t r = 0; r < rows; ++r)
-        i8_row_tokens<T>(w + r * ld, f16_scalar(f16_scales + 2 * r), xq, xd, xu, xd8, n, nb, y + r, ldy);
+    for (uint64_t r = 0; r < rows; r += 16)
+        q8_rows16<K>(w + r * ld, ld, f16_scales + 2 * r, xq, off, xd, n, nb, std::min<uint64_t>(16, rows - r), r == 0,
+                     rows - r > 16 ? std::min<uint64_t>(16, rows - r - 16) : 0, y + r, ldy);
 }
 }  // namespace
 
-// Tokens in groups of at most 8 (two zmm accumulators each: 16 of the 32
-// registers), as even as k allows; a row's codes stay in L1 between groups.
-// One or two tokens take the single-token kernel per token: the k-token
-// form ran two tokens slower than that (--gemm 3072x1024 --pp 2, weights
-// streamed from memory, 2 threads: 60-63 against 68-81 GFLOP/s per CPU
-// second), three and more faster (--pp 4: 108-145 against 81-97).
-void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
-                      float *y, uint64_t ldy) {
-    if (k <= 2) return i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
+                const float *xd, uint64_t n, uint64_t rows, float *y) {
+    q8_rows_tokens<1>(w, ld, f16_scales, xq, xboff, xd, n, rows, y, 0);
+}
+
+// Tokens in groups of at most 8 (8 accumulators beside the 16 transposed
+// words), as even as k allows.
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
+                      const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
     const uint64_t nb = x_blocks(n);
     for (uint64_t t0 = 0; t0 < k;) {
-        const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;  // g >= 3 for k >= 3
+        const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;
         const int8_t *q = xq + t0 * 32 * nb;
-        const float *d = xd + t0 * nb, *d8 = xd8 + t0 * 8 * nb;
-        const uint8_t *u = xu + t0 * 32 * nb;
+        const int32_t *o = xboff + t0 * nb;
+        const float *d = xd + t0 * nb;
         float *yt = y + t0 * ldy;
         switch (g) {
-        case 3: i8_rows_tokens<3>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 4: i8_rows_tokens<4>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 5: i8_rows_tokens<5>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 6: i8_rows_tokens<6>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        case 7: i8_rows_tokens<7>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
-        default: i8_rows_tokens<8>(w, ld, f16_scales, q, d, u, d8, n, rows, yt, ldy); break;
+        case 1: q8_rows_tokens<1>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+        case 2: q8_rows_tokens<2>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+        case 3: q8_rows_tokens<3>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+        case 4: q8_rows_tokens<4>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+        case 5: q8_rows_tokens<5>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+        case 6: q8_rows_tokens<6>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+        case 7: q8_rows_tokens<7>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+        default: q8_rows_tokens<8>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
         }
         t0 += g;
     }
 }
 #else
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
+                const float *xd, uint64_t n, uint64_t rows, float *y) {
+    rows4(rows, y, [&](uint64_t r) {
+        return _mm256_mul_ps(_mm256_set1_ps(f16_scalar(f16_scales + 2 * r)), i8_acc(w + r * ld, xq, xd, n));
+    });
+}
+
 // The single-token kernel per token (a k-token AVX2 form would hold the
 // accumulators of three tokens in its 16 ymm registers: not written).
-void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
-                      uint64_t ldy) {
-    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
+                      const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
+    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xboff, xd, n, rows, k, y, ldy);
 }
 #endif
 
@@ -1117,35 +1122,6 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, [[maybe_unused]] const i
 }
 
 #ifdef CMF_CODECS_VNNI
-namespace {
-// 16x16 floats transposed in registers: r[i] lane j -> r[j] lane i
-// (unpack pairs, then quads within 128-bit lanes, then 128-bit lanes across
-// registers: 64 shuffles).
-inline void transpose16x16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_maskz_unpacklo_ps(0xFFFF, r[i], r[i + 1]);
-        t[i + 1] = _mm512_maskz_unpackhi_ps(0xFFFF, r[i], r[i + 1]);
-    }
-    // u[4k + m], 128-bit lane L: column 4L + m of rows 4k .. 4k+3.
-    for (int k = 0; k < 16; k += 4) {
-        u[k] = _mm512_maskz_shuffle_ps(0xFFFF, t[k], t[k + 2], 0x44);
-        u[k + 1] = _mm512_maskz_shuffle_ps(0xFFFF, t[k], t[k + 2], 0xEE);
-        u[k + 2] = _mm512_maskz_shuffle_ps(0xFFFF, t[k + 1], t[k + 3], 0x44);
-        u[k + 3] = _mm512_maskz_shuffle_ps(0xFFFF, t[k + 1], t[k + 3], 0xEE);
-    }
-    for (int m = 0; m < 4; ++m) {
-        const __m512 a = _mm512_maskz_shuffle_f32x4(0xFFFF, u[m], u[4 + m], 0x44);
-        const __m512 b = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + m], u[12 + m], 0x44);
-        const __m512 c = _mm512_maskz_shuffle_f32x4(0xFFFF, u[m], u[4 + m], 0xEE);
-        const __m512 d = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + m], u[12 + m], 0xEE);
-        r[m] = _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0x88);
-        r[4 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0xDD);
-        r[8 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0x88);
-        r[12 + m] = _mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0xDD);
-    }
-}
-}  // namespace
 
 // Up to 64 rows' ladders as four interleaved chains of 512-bit multiplies
 // (lane j of chain k = row 16k + j). A row's 31 products are dependent,

@@ -70,19 +70,20 @@ float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n) 
     return CMF_PICK(dot_i8_xq, w, xq, xd, n);
 }
 void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset) { CMF_PICK(i8_offset, q, blocks, offset); }
-void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
                 const float *xd, uint64_t n, uint64_t rows, float *y) {
-    CMF_PICK(rows_i8_xq, w, ld, f16_scales, xq, xoff, xd, n, rows, y);
+    CMF_PICK(rows_i8_xq, w, ld, f16_scales, xq, xboff, xd, n, rows, y);
 }
-void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
-                      float *y, uint64_t ldy) {
-    CMF_PICK(rows_i8_xq_batch, w, ld, f16_scales, xq, xoff, xd, xu, xd8, n, rows, k, y, ldy);
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
+                      const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
+    CMF_PICK(rows_i8_xq_batch, w, ld, f16_scales, xq, xboff, xd, n, rows, k, y, ldy);
 }
-void i8_batch_forms(const int8_t *xq, const float *xd, uint64_t blocks, uint8_t *xu, float *xd8) {
-    for (uint64_t i = 0; i < 32 * blocks; ++i) xu[i] = static_cast<uint8_t>(xq[i] + 128);
-    for (uint64_t b = 0; b < blocks; ++b)
-        for (uint64_t j = 0; j < 8; ++j) xd8[8 * b + j] = xd[b];
+void i8_block_offsets(const int8_t *q, uint64_t blocks, int32_t *offset) {
+    for (uint64_t b = 0; b < blocks; ++b) {
+        int32_t s = 0;
+        for (uint64_t i = 0; i < 32; ++i) s += q[32 * b + i];
+        offset[b] = -128 * s;
+    }
 }
 float dot_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g) {
     return CMF_PICK(dot_q4_tiled_xq, t, xq, xb, xd, g);

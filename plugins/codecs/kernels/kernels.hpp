@@ -74,31 +74,34 @@ void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset);
 // All return the sum over blocks of (weight scale) * d[b] * sum_p w[p]*q[p].
 // q8: int8 codes, natural order, n elements (any n); row scale applied by the caller.
 float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);
-// q8 rows: y[r] = (f16 scale r) * dot_i8_xq(w + r*ld, xq, xd, n) for r < rows,
-// f16_scales holding `rows` little-endian f16 values. One call per row range:
-// the AVX2 form works on four rows at a time. xoff = i8_offset of xq (the
-// AVX-512 VNNI form uses it; the others ignore it).
-void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+// The q8 offset term of a natural-order x per block: offset[b] = -128 *
+// (the sum of block b's 32 codes), the int32 that vpdpbusd's sums of
+// (w + 128) x q over the block need added to become the sum of w x q.
+// q: 32*blocks codes (a tail block zero-padded) -> offset[0 .. blocks).
+void i8_block_offsets(const int8_t *q, uint64_t blocks, int32_t *offset);
+// q8 rows: y[r] = (f16 scale r) * (the row's dot with x) for r < rows,
+// f16_scales holding `rows` little-endian f16 values. One call per row range.
+// xboff = i8_block_offsets of xq (the AVX-512 VNNI form uses it; the others
+// ignore it). The AVX2 and portable forms give s * dot_i8_xq (AVX2: four
+// rows at a time). The AVX-512 VNNI form takes 16 rows at a time, 64 columns
+// of each, transposed in registers so that one vpdpbusd multiplies 16 rows
+// by 4 codes of x: each block's sum is an exact int32 for 16 rows at once,
+// and a row's result is
+//     acc = 0; acc = fma(float(isum_b), d[b], acc) for b = 0, 1, ...; y = s * acc
+// (one FMA per block instead of one per 4 codes), the same for every row
+// whatever rows share its call.
+void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
                 const float *xd, uint64_t n, uint64_t rows, float *y);
 // The same rows against k activation rows at once (a batched decode pass of
-// k < 16 tokens): token t's x at xq + t*32*B, xoff + t*8*B, xd + t*B
+// k < 16 tokens): token t's x at xq + t*32*B, xboff + t*B, xd + t*B
 // (B = x_blocks(n), the QuantizedX layout), its results at y + t*ldy;
 // y[t*ldy + r] is what rows_i8_xq gives for token t alone, bit for bit (the
 // same integer block sums, the same f32 operations in the same order), so a
 // batched decode equals each sequence decoded alone. The AVX-512 VNNI form
-// reads each weight row once for all k >= 3 tokens and also takes xu and
-// xd8, i8_batch_forms of xq and xd (k <= 2 there, and the other forms at
-// any k, ignore them and run rows_i8_xq per token over 16-row tiles that
-// stay in L1).
-void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, const uint8_t *xu, const float *xd8, uint64_t n, uint64_t rows, uint64_t k,
-                      float *y, uint64_t ldy);
-// The forms of one natural-order x rows_i8_xq_batch's VNNI kernel takes:
-// xu[i] = xq[i] + 128 as an unsigned byte (vpdpbusd's unsigned operand; the
-// weight row's -128 * sum of codes then stands in for the offset term, once
-// per row for all tokens), xd8[8*b + j] = xd[b] for j < 8 (a block's scale
-// in each of its 8 lanes). blocks = x_blocks(n): xu 32*blocks, xd8 8*blocks.
-void i8_batch_forms(const int8_t *xq, const float *xd, uint64_t blocks, uint8_t *xu, float *xd8);
+// transposes each 16-row x 64-column tile once for up to 8 tokens; the
+// others run rows_i8_xq per token over 16-row tiles that stay in L1.
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
+                      const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy);
 // One vbit row (width b in {3, 4, 5, 6, 8}; `groups` groups of 4*b code bytes,
 // MSB-first, a code u meaning (u - L) * s with L = 2^(b-1) - 1; its f16
 // group scales) against a natural-order int8 x: the sum over groups of

@@ -90,10 +90,9 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
 }
 
 // Per token over 16-row tiles: the reference for the SIMD forms.
-void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, const uint8_t *, const float *, uint64_t n, uint64_t rows, uint64_t k, float *y,
-                      uint64_t ldy) {
-    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xoff, xd, n, rows, k, y, ldy);
+void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
+                      const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
+    i8_tiles_per_token<&rows_i8_xq>(w, ld, f16_scales, xq, xboff, xd, n, rows, k, y, ldy);
 }
 
 void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *, const float *xd, uint64_t groups,

@@ -16,11 +16,11 @@
     void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset);                                           \
     void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset);                                                \
     float dot_i8_xq(const int8_t *w, const int8_t *xq, const float *xd, uint64_t n);                                  \
-    void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff, \
+    void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff, \
                     const float *xd, uint64_t n, uint64_t rows, float *y);                                           \
     void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq,              \
-                          const int32_t *xoff, const float *xd, const uint8_t *xu, const float *xd8, uint64_t n,     \
-                          uint64_t rows, uint64_t k, float *y, uint64_t ldy);                                        \
+                          const int32_t *xboff, const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y,    \
+                          uint64_t ldy);                                                                             \
     float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq,               \
                       const int32_t *xoff, const float *xd, uint64_t groups);                                         \
     void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out);                       \
@@ -100,13 +100,13 @@ std::vector<SimdKernels> simd_kernels();
 // (tests/codecs/no_shared_inline_copies.sh).
 namespace {
 template <decltype(&portable::rows_i8_xq) Rows>
-void i8_tiles_per_token(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+void i8_tiles_per_token(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
                         const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
     const uint64_t nb = x_blocks(n);
     for (uint64_t t0 = 0; t0 < rows; t0 += 16) {
         const uint64_t t1 = rows - t0 < 16 ? rows : t0 + 16;
         for (uint64_t t = 0; t < k; ++t)
-            Rows(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xoff + t * 8 * nb, xd + t * nb, n, t1 - t0,
+            Rows(w + t0 * ld, ld, f16_scales + 2 * t0, xq + t * 32 * nb, xboff + t * nb, xd + t * nb, n, t1 - t0,
                  y + t * ldy + t0);
     }
 }
