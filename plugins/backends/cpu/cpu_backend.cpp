@@ -12,7 +12,8 @@
 //    (f16/bf16 conversion, or the codec's dequantize_rows), packed (pack_w)
 //    and run through the register-blocked gemm_packed kernel over all tokens.
 //    A codec's own matmul_rows is kept only for small batches
-//    (< kGemmMinBatchCodec), where its fused dot products win over decode
+//    (< kGemmMinBatchCodec; q8 with the codec's AVX-512 VNNI kernels
+//    < kGemmMinBatchQ8Vnni), where its fused dot products win over decode
 //    + GEMM;
 //  - many tokens and a codec with an exact int8 view of the weight
 //    (cmf_codec_vt.int8_rows: q8_row, q4_block/q4_tiled): the int8 GEMM of
@@ -28,6 +29,7 @@
 #include "kernels.hpp"
 
 #include <cmf/cmf_plugin.h>
+#include <cmf/cpu_features.hpp>
 #include <cmf/plugin.hpp>
 
 #include <algorithm>
@@ -59,6 +61,24 @@ constexpr uint64_t kGemmMinBatch = 4;
 // Measured on the 0.6B shape at q8_row: pp64 went from 12 tok/s through
 // the fused kernel to the f16 GEMM's rate through dequantized panels.
 constexpr uint64_t kGemmMinBatchCodec = 16;
+// q8 weights (q8_row, q8_2f) when the codec runs its AVX-512 VNNI kernels:
+// its k-token kernel (16 rows x 64 columns transposed in registers, up to 8
+// tokens a pass, each row group read from memory once) outran the int8 GEMM
+// below about 90 tokens. bench_qwen --gemm 3072x1024 --dtype q8, 60
+// matrices streamed, 2 threads, GFLOP/s, GEMM / k-token: pp16 214 / 514,
+// pp32 367 / 610, pp64 507-536 / 600-677, pp96 811 / 776, pp256 983 / 844.
+constexpr uint64_t kGemmMinBatchQ8Vnni = 64;
+// The codec plugin picks its VNNI kernels by the same test (the CPU, capped
+// by CMF_CODECS_ISA).
+bool codec_q8_vnni() {
+    static const bool yes = cmf::cpu_has_avx512_vnni() && cmf::isa_cap_from_env("CMF_CODECS_ISA") >= 2;
+    return yes;
+}
+// The smallest batch a codec weight's matmul takes a GEMM for.
+uint64_t gemm_min_batch_codec(const cmf_backend_weight *w) {
+    const bool q8 = w->view.dtype == CMF_DTYPE_Q8_ROW || w->view.dtype == CMF_DTYPE_Q8_2F;
+    return q8 && codec_q8_vnni() ? kGemmMinBatchQ8Vnni : kGemmMinBatchCodec;
+}
 // Rows per prefill chunk: two packed panels, so the AVX-512 GEMM's 32-row
 // micro-kernel sees both (the AVX2 one runs them one after the other).
 constexpr uint64_t kPanelRows = 2 * cmf::cpu::kGemmRows;
@@ -541,10 +561,11 @@ cmf_error *matmul_op(void *ctx, const cmf_backend_weight *w, const float *x, uin
     x = columns_of(w, x, n_batch);
     MatmulJob job{w, x, n_batch, y, be->host, nullptr, nullptr, nullptr, nullptr, next_x_id()};
     bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
-    if (w->int8 && n_batch >= kGemmMinBatchCodec) return matmul_int8(be, job);
+    const uint64_t min_codec = gemm_min_batch_codec(w);
+    if (w->int8 && n_batch >= min_codec) return matmul_int8(be, job);
     if (w->view.dtype == CMF_DTYPE_BF16 && n_batch >= kGemmMinBatch && cmf::cpu::bf16::gemm() != nullptr)
         return matmul_bf16(be, job);
-    if (n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch)) {
+    if (n_batch >= (has_kernel ? min_codec : kGemmMinBatch)) {
         // The activations are packed once, shared by every chunk. The
         // buffer belongs to the calling thread (it waits for the loop).
         thread_local std::vector<float> xp;
@@ -618,7 +639,8 @@ cmf_error *run_multi(Backend *be, MultiJob &m) {
 // than the decode row loop.
 bool takes_gemm(const cmf_backend_weight *w, uint64_t n_batch) {
     const bool has_kernel = w->codec != nullptr && w->codec->matmul_rows != nullptr;
-    return (w->int8 && n_batch >= kGemmMinBatchCodec) || n_batch >= (has_kernel ? kGemmMinBatchCodec : kGemmMinBatch);
+    const uint64_t min_codec = gemm_min_batch_codec(w);
+    return (w->int8 && n_batch >= min_codec) || n_batch >= (has_kernel ? min_codec : kGemmMinBatch);
 }
 
 cmf_error *matmul_multi(void *ctx, const cmf_backend_weight *const *ws, uint32_t n_weights, const float *x,

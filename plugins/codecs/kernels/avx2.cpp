@@ -405,27 +405,37 @@ void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const i
 }
 
 // Tokens in groups of at most 8 (8 accumulators beside the 16 transposed
-// words), as even as k allows.
+// words), as even as k allows, each 16-row group meeting every token group
+// in turn: its rows are read from memory once (the first token group's
+// pass prefetches the next row group), the later passes find them in L1.
 void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
                       const float *xd, uint64_t n, uint64_t rows, uint64_t k, float *y, uint64_t ldy) {
     const uint64_t nb = x_blocks(n);
-    for (uint64_t t0 = 0; t0 < k;) {
-        const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;
-        const int8_t *q = xq + t0 * 32 * nb;
-        const int32_t *o = xboff + t0 * nb;
-        const float *d = xd + t0 * nb;
-        float *yt = y + t0 * ldy;
-        switch (g) {
-        case 1: q8_rows_tokens<1>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
-        case 2: q8_rows_tokens<2>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
-        case 3: q8_rows_tokens<3>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
-        case 4: q8_rows_tokens<4>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
-        case 5: q8_rows_tokens<5>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
-        case 6: q8_rows_tokens<6>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
-        case 7: q8_rows_tokens<7>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
-        default: q8_rows_tokens<8>(w, ld, f16_scales, q, o, d, n, rows, yt, ldy); break;
+    for (uint64_t r = 0; r < rows; r += 16) {
+        const uint64_t R = std::min<uint64_t>(16, rows - r), next = rows - r > 16 ? std::min<uint64_t>(16, rows - r - 16) : 0;
+        for (uint64_t t0 = 0; t0 < k;) {
+            const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;
+            const bool lead = t0 == 0;
+            const int8_t *q = xq + t0 * 32 * nb;
+            const int32_t *o = xboff + t0 * nb;
+            const float *d = xd + t0 * nb;
+            float *yt = y + t0 * ldy + r;
+            const int8_t *wr = w + r * ld;
+            const uint8_t *sr = f16_scales + 2 * r;
+            const bool first = lead && r == 0;
+            const uint64_t nx = lead ? next : 0;
+            switch (g) {
+            case 1: q8_rows16<1>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            case 2: q8_rows16<2>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            case 3: q8_rows16<3>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            case 4: q8_rows16<4>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            case 5: q8_rows16<5>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            case 6: q8_rows16<6>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            case 7: q8_rows16<7>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            default: q8_rows16<8>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
+            }
+            t0 += g;
         }
-        t0 += g;
     }
 }
 #else
