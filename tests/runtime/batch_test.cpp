@@ -3,8 +3,9 @@
 // austen-tiny as f16 (models/meson.build) and as q8 (converted at build time).
 //  - a decode pass over several sequences gives each the logits it gets
 //    alone: bit for bit below 16 sequences (q8 and f16 weights stay on the
-//    row kernels a single token uses); at 17 the GEMMs take over: within
-//    1e-5 of the logit scale on f16, 5e-3 on q8 (docs/runtime.md);
+//    row kernels a single token uses); at 17 the GEMMs take over (q8 on
+//    AVX-512 VNNI from 64: still bit for bit at 17 there): within 1e-5 of
+//    the logit scale on f16, 5e-3 on q8 (docs/runtime.md);
 //  - a pass mixing prompt chunks and decode rows of several sequences
 //    matches them alone within 1e-4 of the logit scale;
 //  - forward_batch's argument errors, and its probe;
