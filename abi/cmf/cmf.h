@@ -898,8 +898,8 @@ CMF_API cmf_error *cmf_patch_tensors(cmf_runtime *rt, const cmf_patch_options *o
  * options, same sampler); its tokens go to its on_token callback and, last,
  * its cmf_done_fn says why it stopped. Decode passes are kept apart from
  * prefill passes, so with a q8/q4 model and fewer than 16 decoding
- * requests each request's greedy tokens are those it would get alone
- * (docs/runtime.md).
+ * requests (q8 on a CPU with AVX-512 VNNI: fewer than 64) each request's
+ * greedy tokens are those it would get alone (docs/runtime.md).
  *
  * Thread-safety: cmf_batch_submit, cmf_batch_cancel, cmf_batch_wake and
  * cmf_batch_get_stats from any thread; cmf_batch_step from one thread at a
