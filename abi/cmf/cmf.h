@@ -916,6 +916,16 @@ typedef struct cmf_batch_options {
     uint32_t max_queue;        /* requests that may wait for a slot (default 64); more: CMF_ERR_BUSY */
     const char *backend;       /* backend name; NULL or "" = the default backend */
     const char *arch_options;  /* arch-specific "key=value,..." or NULL */
+    /* appended: what of an opened model every request runs, as in
+     * cmf_session_options (cmf_batch_create_for_model; cmf_batch_create
+     * takes them from its model source instead and refuses them here).
+     * NULL or "" = not used. See docs/tasks-and-skills.md. */
+    const char *task;          /* task mask by name: CMF_ERR_NOT_FOUND lists the file's tasks */
+    const char *skill;         /* skill id: tensor NAME reads skill.ID.NAME when present */
+    const char *blend;         /* "id:w,id:w" soft blend of skills; exclusive with `skill` */
+    const char *moe_mask;      /* a CMF_MOE_STATS file restricting each MoE layer's routing */
+    float moe_mask_cover;      /* (0, 1]; 0 = 0.9 */
+    uint32_t reserved1;
 } cmf_batch_options;
 
 CMF_API void cmf_batch_options_init(cmf_batch_options *opts);

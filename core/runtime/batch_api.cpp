@@ -61,6 +61,11 @@ CMF_API cmf_error *cmf_batch_create(cmf_runtime *rt, const struct cmf_model_sour
         cfg.max_queue = o.max_queue;
         cfg.bind.backend = o.backend ? o.backend : "";
         cfg.bind.arch_options = o.arch_options ? o.arch_options : "";
+        for (const char *sel : {o.task, o.skill, o.blend, o.moe_mask})
+            if (sel != nullptr && *sel != '\0')
+                throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_batch_create: task, skill, blend and moe_mask select from an "
+                                                      "opened model (cmf_batch_create_for_model); a model source carries "
+                                                      "its own task_mask");
         auto b = std::make_unique<cmf_batch>();
         b->impl = std::make_unique<cmf::runtime::BatchEngine>(*rt, *src, cfg);
         *out = b.release();
@@ -72,9 +77,12 @@ CMF_API cmf_error *cmf_batch_create_for_model(cmf_runtime *rt, const cmf_model *
     return guard([&] {
         if (rt == nullptr || m == nullptr || out == nullptr)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_batch_create_for_model: NULL argument");
-        auto src = cmf::runtime::make_container_source(m);
+        cmf_batch_options o = cmf::capi::copy_in(opts, cmf_batch_options_init);
+        auto src = cmf::runtime::make_container_source(
+            m, cmf::runtime::selection_of(o.task, o.skill, o.blend, o.moe_mask, o.moe_mask_cover));
+        o.task = o.skill = o.blend = o.moe_mask = nullptr;
         cmf_batch *b = nullptr;
-        cmf::throw_if_error(cmf_batch_create(rt, src.get(), opts, &b));
+        cmf::throw_if_error(cmf_batch_create(rt, src.get(), &o, &b));
         b->owned_source = std::move(src);
         *out = b;
     });

@@ -27,6 +27,17 @@ struct SourceSelection {
     std::string moe_mask;  // CMF_MOE_STATS path; "" = none
     float moe_cover = 0.9f;
 };
+// The selection a C API options struct names (NULL = "", cover 0 = 0.9).
+inline SourceSelection selection_of(const char *task, const char *skill, const char *blend, const char *moe_mask,
+                                    float moe_cover) {
+    SourceSelection sel;
+    sel.task = task ? task : "";
+    sel.skill = skill ? skill : "";
+    sel.blend = blend ? blend : "";
+    sel.moe_mask = moe_mask ? moe_mask : "";
+    if (moe_cover != 0) sel.moe_cover = moe_cover;
+    return sel;
+}
 
 // Immutable after creation; safe to share between sessions. Throws
 // cmf::Error: CMF_ERR_NOT_FOUND for an unknown task or skill (the message

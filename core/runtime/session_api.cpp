@@ -113,13 +113,8 @@ CMF_API cmf_error *cmf_session_create_for_model(cmf_runtime *rt, const cmf_model
         if (rt == nullptr || m == nullptr || out == nullptr)
             throw Error(CMF_ERR_INVALID_ARGUMENT, "cmf_session_create_for_model: NULL argument");
         cmf_session_options o = copy_in(opts, cmf_session_options_init);
-        cmf::runtime::SourceSelection sel;
-        sel.task = o.task ? o.task : "";
-        sel.skill = o.skill ? o.skill : "";
-        sel.blend = o.blend ? o.blend : "";
-        sel.moe_mask = o.moe_mask ? o.moe_mask : "";
-        if (o.moe_mask_cover != 0) sel.moe_cover = o.moe_mask_cover;
-        auto src = cmf::runtime::make_container_source(m, sel);
+        auto src = cmf::runtime::make_container_source(
+            m, cmf::runtime::selection_of(o.task, o.skill, o.blend, o.moe_mask, o.moe_mask_cover));
         o.task = o.skill = o.blend = o.moe_mask = nullptr;
         cmf_session *s = nullptr;
         cmf::throw_if_error(cmf_session_create(rt, src.get(), &o, &s));

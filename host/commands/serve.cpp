@@ -75,15 +75,14 @@ int cmd_serve(const std::vector<std::string> &args) {
     if (prefill_chunk == 0) throw Failure("--prefill-chunk must be at least 1", 2);
     if (!(grace >= 0)) throw Failure("--shutdown-grace must be >= 0", 2);
     check_kv_cache_flag(session_flags);
-    // The batch engine serves the whole model: a selection would be ignored.
-    for (const auto &[flag, value] : {std::pair<const char *, const std::string &>{"--task", session_flags.task},
-                                      {"--skill", session_flags.skill},
-                                      {"--blend", session_flags.blend},
-                                      {"--moe-mask", session_flags.moe_mask}})
-        if (!value.empty())
-            throw Failure(std::string("serve runs the whole model: ") + flag +
-                              " is for run, bench, ppl and logits (or write a file that holds only it: cmfhost defrag)",
-                          2);
+    // Every request runs the one selection of the file the batch engine
+    // binds (--task, --skill, --blend, --moe-mask); routing each prompt to
+    // its own skill would be a model per request.
+    if (session_flags.skill == "auto" || session_flags.blend == "auto")
+        throw Failure("serve binds one selection of the file for every request: --skill auto and --blend auto route "
+                      "each prompt (run does that); give a skill id or a blend",
+                      2);
+    if (session_flags.skill == "none" || session_flags.skill == "backbone") session_flags.skill.clear();
     if (session_flags.mtp != "off")
         throw Failure("serve does not decode speculatively: --mtp must be off, not '" + session_flags.mtp + "'", 2);
     so.port = static_cast<uint16_t>(port);
@@ -123,6 +122,11 @@ int cmd_serve(const std::vector<std::string> &args) {
     if (session_flags.kv_cache != "f32") arch_options = "kv_cache=" + session_flags.kv_cache;
     if (model_has_mtp(m.get())) arch_options += std::string(arch_options.empty() ? "" : ",") + "mtp=off";
     if (!arch_options.empty()) bo.arch_options = arch_options.c_str();
+    bo.task = session_flags.task.c_str();
+    bo.skill = session_flags.skill.c_str();
+    bo.blend = session_flags.blend.c_str();
+    bo.moe_mask = session_flags.moe_mask.c_str();
+    bo.moe_mask_cover = session_flags.moe_cover;
     cmf_batch *b = nullptr;
     check(cmf_batch_create_for_model(cm.rt.get(), m.get(), &bo, &b), "cannot create the batch engine");
     std::unique_ptr<cmf_batch, BatchDeleter> batch(b);

@@ -343,3 +343,73 @@ TEST_CASE("tasks: rows a mask leaves out are never read into memory") {
     CHECK(kept_pages > 0);
     CHECK(kept_in == kept_pages);
 }
+
+TEST_CASE("tasks: a batch engine runs the selection it is created with, each request as a session with it") {
+    TestRuntime trt(CMF_LOG_ERROR);
+    Model base = open(trt.rt, converted(trt.rt, "q8"));
+    const Arch a = arch_of(base.get());
+    const std::string masked = kWork + "/two-tasks-batch.cmf";
+    Variant mv;
+    MaskPlan p = mixed_plan(a, a.layers, 5);
+    mv.masks = {{"code", blob_of(a, p), sparsity_of(p)}, {"prose", blob_of(a, p), sparsity_of(p)}};
+    write_variant(trt.rt, base.get(), masked, mv);
+    Model m = open(trt.rt, masked);
+    const std::vector<int32_t> in = prompt();
+    constexpr size_t kTokens = 8;
+    const std::vector<int32_t> alone = greedy_after(trt.rt, m.get(), "code", in, kTokens);
+    REQUIRE(alone != greedy_after(trt.rt, m.get(), nullptr, in, kTokens));  // the mask changes the answer
+
+    struct Batch {
+        void operator()(cmf_batch *b) const { cmf_batch_free(b); }
+    };
+    cmf_batch_options bo;
+    cmf_batch_options_init(&bo);
+    bo.n_slots = 3;
+    bo.n_ctx = 256;
+    bo.task = "code";
+    cmf_batch *raw = nullptr;
+    OK(cmf_batch_create_for_model(trt.rt, m.get(), &bo, &raw));
+    std::unique_ptr<cmf_batch, Batch> b(raw);
+    struct Got {
+        std::vector<int32_t> tokens;
+        int32_t stop = -1;
+    };
+    std::vector<Got> got(3);
+    for (Got &g : got) {
+        cmf_generate_options go;
+        cmf_generate_options_init(&go);
+        go.max_tokens = kTokens;
+        go.temperature = 0;
+        go.repetition_penalty = 1;
+        go.user = &g;
+        go.on_token = [](void *u, int32_t t) -> int32_t {
+            static_cast<Got *>(u)->tokens.push_back(t);
+            return 0;
+        };
+        uint64_t id = 0;
+        OK(cmf_batch_submit(b.get(), in.data(), in.size(), &go,
+                            [](void *u, const cmf_generate_stats *st, const cmf_error *) {
+                                static_cast<Got *>(u)->stop = st->stop_reason;
+                            },
+                            &id));
+    }
+    uint32_t pending = 1;
+    for (int steps = 0; pending > 0 && steps < 100; ++steps) OK(cmf_batch_step(b.get(), 0, &pending));
+    for (const Got &g : got) {
+        CHECK(g.stop == CMF_STOP_MAX_TOKENS);
+        CHECK(g.tokens == alone);
+    }
+    b.reset();
+
+    // An unknown task lists the file's; a plain model source carries its own
+    // selection, so cmf_batch_create refuses one.
+    bo.task = "poetry";
+    std::string err = take(cmf_batch_create_for_model(trt.rt, m.get(), &bo, &raw));
+    CHECK(err.find("NotFound") == 0);
+    CHECK(err.find("code, prose") != std::string::npos);
+    bo.task = "code";
+    cmf_model_source src{};
+    src.struct_size = sizeof src;
+    err = take(cmf_batch_create(trt.rt, &src, &bo, &raw));
+    CHECK(err.find("InvalidArgument") == 0);
+}

@@ -5327,12 +5327,18 @@ pub struct cmf_batch_options {
     pub max_queue: u32,
     pub backend: *const ::std::os::raw::c_char,
     pub arch_options: *const ::std::os::raw::c_char,
+    pub task: *const ::std::os::raw::c_char,
+    pub skill: *const ::std::os::raw::c_char,
+    pub blend: *const ::std::os::raw::c_char,
+    pub moe_mask: *const ::std::os::raw::c_char,
+    pub moe_mask_cover: f32,
+    pub reserved1: u32,
 }
 #[test]
 fn bindgen_test_layout_cmf_batch_options() {
     assert_eq!(
         ::std::mem::size_of::<cmf_batch_options>(),
-        40usize,
+        80usize,
         concat!("Size of: ", stringify!(cmf_batch_options))
     );
     assert_eq!(
@@ -5459,6 +5465,108 @@ fn bindgen_test_layout_cmf_batch_options() {
         );
     }
     test_field_arch_options();
+    fn test_field_task() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).task) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(task)
+            )
+        );
+    }
+    test_field_task();
+    fn test_field_skill() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).skill) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(skill)
+            )
+        );
+    }
+    test_field_skill();
+    fn test_field_blend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blend) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(blend)
+            )
+        );
+    }
+    test_field_blend();
+    fn test_field_moe_mask() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).moe_mask) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(moe_mask)
+            )
+        );
+    }
+    test_field_moe_mask();
+    fn test_field_moe_mask_cover() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).moe_mask_cover) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(moe_mask_cover)
+            )
+        );
+    }
+    test_field_moe_mask_cover();
+    fn test_field_reserved1() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<cmf_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved1) as usize - ptr as usize
+            },
+            76usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(cmf_batch_options),
+                "::",
+                stringify!(reserved1)
+            )
+        );
+    }
+    test_field_reserved1();
 }
 extern "C" {
     pub fn cmf_batch_options_init(opts: *mut cmf_batch_options);
