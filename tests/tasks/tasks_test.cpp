@@ -206,6 +206,16 @@ TEST_CASE("tasks: a looped model runs its layers again, with per-visit FFN rows"
           2e-5);
 }
 
+// The base with two task masks, "code" and "prose" (the same mixed plan),
+// written to `path` and opened.
+static Model write_two_tasks(cmf_runtime *rt, const cmf_model *base, const Arch &a, const std::string &path) {
+    Variant mv;
+    MaskPlan p = mixed_plan(a, a.layers, 5);
+    mv.masks = {{"code", blob_of(a, p), sparsity_of(p)}, {"prose", blob_of(a, p), sparsity_of(p)}};
+    write_variant(rt, base, path, mv);
+    return open(rt, path);
+}
+
 TEST_CASE("tasks: selection errors name what the file has") {
     TestRuntime trt(CMF_LOG_ERROR);
     Model base = open(trt.rt, converted(trt.rt, "q8"));
@@ -214,12 +224,7 @@ TEST_CASE("tasks: selection errors name what the file has") {
     logits_all(trt.rt, base.get(), prompt(), Pick{"general"}, &err);
     CHECK(err.find("InvalidArgument") == 0);
     CHECK(err.find("has no task masks") != std::string::npos);
-    const std::string masked = kWork + "/two-tasks.cmf";
-    Variant mv;
-    MaskPlan p = mixed_plan(a, a.layers, 5);
-    mv.masks = {{"code", blob_of(a, p), sparsity_of(p)}, {"prose", blob_of(a, p), sparsity_of(p)}};
-    write_variant(trt.rt, base.get(), masked, mv);
-    Model m = open(trt.rt, masked);
+    Model m = write_two_tasks(trt.rt, base.get(), a, kWork + "/two-tasks.cmf");
     logits_all(trt.rt, m.get(), prompt(), Pick{"poetry"}, &err);
     CHECK(err.find("NotFound") == 0);
     CHECK(err.find("code, prose") != std::string::npos);
@@ -348,12 +353,7 @@ TEST_CASE("tasks: a batch engine runs the selection it is created with, each req
     TestRuntime trt(CMF_LOG_ERROR);
     Model base = open(trt.rt, converted(trt.rt, "q8"));
     const Arch a = arch_of(base.get());
-    const std::string masked = kWork + "/two-tasks-batch.cmf";
-    Variant mv;
-    MaskPlan p = mixed_plan(a, a.layers, 5);
-    mv.masks = {{"code", blob_of(a, p), sparsity_of(p)}, {"prose", blob_of(a, p), sparsity_of(p)}};
-    write_variant(trt.rt, base.get(), masked, mv);
-    Model m = open(trt.rt, masked);
+    Model m = write_two_tasks(trt.rt, base.get(), a, kWork + "/two-tasks-batch.cmf");
     const std::vector<int32_t> in = prompt();
     constexpr size_t kTokens = 8;
     const std::vector<int32_t> alone = greedy_after(trt.rt, m.get(), "code", in, kTokens);
