@@ -158,9 +158,12 @@ typedef struct cmf_codec_vt {
      * that all calls passing the same nonzero x_id pass the same x contents
      * (same ldx, n_batch and cols), so a codec that converts x before its
      * dots (the standard codecs quantize it to int8 blocks, once per thread)
-     * can reuse that conversion without comparing x again. A caller takes a
-     * fresh id per matmul and splits the matmul into row ranges; x_id 0
-     * makes no promise. Optional (NULL: the caller uses matmul_rows; added
+     * can reuse that conversion without comparing x again. The weights'
+     * bytes must not change between calls under one id either: a codec may
+     * keep what it checked of a weight (by its address) for the id's calls
+     * (q1s: that its outlier list ascends, which its kernel relies on). A
+     * caller takes a fresh id per matmul and splits the matmul into row
+     * ranges; x_id 0 makes no promise. Optional (NULL: the caller uses matmul_rows; added
      * after plugin ABI 1's first release, so hosts and backends read it only
      * when struct_size covers it). Same contract as matmul_rows otherwise. */
     cmf_error *(*matmul_rows_x)(void *ctx, const cmf_tensor_view *w, const float *x, uint64_t ldx,

@@ -65,8 +65,13 @@ void exercise(const cmf::CodecEntry &c, const cmf::container::TensorRec &t) {
     }
     std::vector<float> x(2 * row_len, 0.5f), y(2 * rows);
     if (c.vt.matmul_rows) cmf_error_free(c.vt.matmul_rows(c.ctx, &v, x.data(), row_len, 2, 0, rows, y.data(), rows));
-    if (c.vt.struct_size > offsetof(cmf_codec_vt, matmul_rows_x) && c.vt.matmul_rows_x)
-        cmf_error_free(c.vt.matmul_rows_x(c.ctx, &v, x.data(), row_len, 2, 0, rows, y.data(), rows, 1));
+    if (c.vt.struct_size > offsetof(cmf_codec_vt, matmul_rows_x) && c.vt.matmul_rows_x) {
+        // A fresh id per call, as the contract asks: an id covers one x and
+        // weights whose bytes do not change (each input here is another
+        // payload, often at the address the last one had).
+        static uint64_t x_id = 0;
+        cmf_error_free(c.vt.matmul_rows_x(c.ctx, &v, x.data(), row_len, 2, 0, rows, y.data(), rows, ++x_id));
+    }
 }
 
 void write_seeds(const char *dir, const char *fixtures) {
