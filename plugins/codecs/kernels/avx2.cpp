@@ -389,19 +389,11 @@ void q8_rows16(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const in
     for (int t = 0; t < K; ++t) _mm512_mask_storeu_ps(y + uint64_t(t) * ldy, rows, _mm512_mul_ps(s, acc[t]));
 }
 
-template <int K>
-void q8_rows_tokens(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *off,
-                    const float *xd, uint64_t n, uint64_t rows, float *y, uint64_t ldy) {
-    const uint64_t nb = x_blocks(n);
-    for (uint64_t r = 0; r < rows; r += 16)
-        q8_rows16<K>(w + r * ld, ld, f16_scales + 2 * r, xq, off, xd, n, nb, std::min<uint64_t>(16, rows - r), r == 0,
-                     rows - r > 16 ? std::min<uint64_t>(16, rows - r - 16) : 0, y + r, ldy);
-}
 }  // namespace
 
 void rows_i8_xq(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xboff,
                 const float *xd, uint64_t n, uint64_t rows, float *y) {
-    q8_rows_tokens<1>(w, ld, f16_scales, xq, xboff, xd, n, rows, y, 0);
+    rows_i8_xq_batch(w, ld, f16_scales, xq, xboff, xd, n, rows, 1, y, 0);
 }
 
 // Tokens in groups of at most 8 (8 accumulators beside the 16 transposed
@@ -413,17 +405,17 @@ void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, c
     const uint64_t nb = x_blocks(n);
     for (uint64_t r = 0; r < rows; r += 16) {
         const uint64_t R = std::min<uint64_t>(16, rows - r), next = rows - r > 16 ? std::min<uint64_t>(16, rows - r - 16) : 0;
+        const int8_t *wr = w + r * ld;
+        const uint8_t *sr = f16_scales + 2 * r;
         for (uint64_t t0 = 0; t0 < k;) {
             const uint64_t groups = (k - t0 + 7) / 8, g = (k - t0 + groups - 1) / groups;
-            const bool lead = t0 == 0;
             const int8_t *q = xq + t0 * 32 * nb;
             const int32_t *o = xboff + t0 * nb;
             const float *d = xd + t0 * nb;
             float *yt = y + t0 * ldy + r;
-            const int8_t *wr = w + r * ld;
-            const uint8_t *sr = f16_scales + 2 * r;
-            const bool first = lead && r == 0;
-            const uint64_t nx = lead ? next : 0;
+            // Only the first token group's pass reads the rows from memory.
+            const bool first = t0 == 0 && r == 0;
+            const uint64_t nx = t0 == 0 ? next : 0;
             switch (g) {
             case 1: q8_rows16<1>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
             case 2: q8_rows16<2>(wr, ld, sr, q, o, d, n, nb, R, first, nx, yt, ldy); break;
