@@ -827,14 +827,30 @@ inline void q4_rows4_prefetch(Body body) {
     if (kQ4PrefetchL2) body(std::true_type{});
     else body(std::false_type{});
 }
+// How many rows ahead a q4 layout's second stream (q4_block's f16 scales,
+// 2 bytes per group in an array of their own) is prefetched. The nibble
+// streams are prefetched in the pair loop; the scales were not, and the
+// hardware prefetcher did not keep up with them: every row's first scale
+// load waited on memory. Prefetched 16, 32 or 64 rows ahead (the same
+// within the noise): q4 tg128 on the 0.6B file, 2 threads, old and new
+// plugins alternating (16:40-16:55 UTC 2026-12-03): with the read at 46
+// GB/s 90-101 -> 90-98 tok/s (pairs -1..+8 %, median +2 %), in a phase
+// reading 70 GB/s 116-121 -> 133-140 (+15 %, two pairs); the q4 MoE file
+// (its experts' rows are 768 wide: one scale line per row) the same.
+constexpr uint64_t kQ4SideRowsAhead = 32;
 // rows4_quads over a q4 layout: run(r, R, out) fills out[0..R) with rows
 // r..r+R-1 as 8 partial sums each, R an std::integral_constant: kQ4Rows
-// rows per pass for the groups of four, one for the last 1-3 rows.
-template <class Run>
-inline void q4_rows4(uint64_t rows, float *y, Run run) {
+// rows per pass for the groups of four, one for the last 1-3 rows. side
+// (nullable): a second per-row stream of side_row bytes a row, prefetched
+// kQ4SideRowsAhead rows ahead, one line per 64 bytes (past the range's end
+// too: a prefetch never faults).
+template <bool L2, class Run>
+inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side_row, Run run) {
     rows4_quads(
         rows, y,
         [&](uint64_t r, __m256 *a) {
+            if (side != nullptr)
+                for (uint64_t b = 0; b < 4 * side_row; b += 64) prefetch_q4<L2>(side + (r + kQ4SideRowsAhead) * side_row + b);
             for (int i = 0; i < 4; i += kQ4Rows) run(r + i, std::integral_constant<int, kQ4Rows>{}, a + i);
         },
         [&](uint64_t r) {
@@ -842,6 +858,11 @@ inline void q4_rows4(uint64_t rows, float *y, Run run) {
             run(r, std::integral_constant<int, 1>{}, &a);
             return a;
         });
+}
+// ... with no second stream.
+template <class Run>
+inline void q4_rows4(uint64_t rows, float *y, Run run) {
+    q4_rows4<false>(rows, y, nullptr, 0, run);
 }
 }  // namespace
 
@@ -869,7 +890,7 @@ float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
 void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y) {
     q4_rows4_prefetch([&](auto l2) {
-        q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_rows4<decltype(l2)::value>(rows, y, nullptr, 0, [&](uint64_t q, auto rn, __m256 *o) {
             q4_tiled_rows<decltype(rn)::value, decltype(l2)::value>(tiles + 18 * groups * q, xq, xoff, xd, groups, o);
         });
     });
@@ -878,7 +899,7 @@ void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xof
 void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
     q4_rows4_prefetch([&](auto l2) {
-        q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_rows4<decltype(l2)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
             q4_split_rows<decltype(rn)::value, decltype(l2)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
                                                                     xq, xoff, xd, groups, o);
         });
@@ -888,7 +909,7 @@ void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
 void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
     q4_rows4_prefetch([&](auto l2) {
-        q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_rows4<decltype(l2)::value>(rows, y, nullptr, 0, [&](uint64_t q, auto rn, __m256 *o) {
             q4_groups_rows<decltype(rn)::value, decltype(l2)::value>(nibbles + 16 * groups * q, scales + groups * q, xq,
                                                                      xoff, xd, groups, o);
         });
