@@ -926,7 +926,7 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
             CHECK((!simd_on || ya[rows] == -7.0f));
         }
         // q4 split and tiled: whole groups, one NaN f16 group scale in nan_row.
-        for (uint64_t g : {1u, 3u, 32u}) {
+        for (uint64_t g : {1u, 3u, 13u, 32u}) {
             CAPTURE(rows);
             CAPTURE(g);
             std::vector<uint8_t> split(18 * g * rows), tiled(18 * g * rows);
