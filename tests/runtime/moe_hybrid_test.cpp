@@ -10,6 +10,9 @@
 //    one-position rollback restores the state exactly (what speculative
 //    decoding relies on); truncating further back replays;
 //  - routing statistics count top_k picks per MoE layer and position;
+//  - several sequences in one batched pass (forward_batch, as `cmfhost
+//    serve` runs them) get the logits and routing counts each gets alone,
+//    bit for bit, and the batch engine their greedy tokens;
 //  - the HF checkpoint converted with cmf_convert (f32) runs to the same
 //    logits: the converter's fused-GDN split, wrappers and expert names.
 #include <doctest/doctest.h>
@@ -18,6 +21,8 @@
 
 #include "common/error.hpp"
 #include "plugin_host/runtime.hpp"
+#include "runtime/batch.hpp"
+#include "runtime/bound_model.hpp"
 #include "runtime/session.hpp"
 
 #include <cmf/cmf.h>
@@ -221,6 +226,164 @@ TEST_CASE("parity: MoE and hybrid HF checkpoints (qwen3_5/qwen3_5_moe also text-
     // Text-only checkpoints: model_type qwen3_5_text / qwen3_5_moe_text.
     run_converted("qwen3_5", "hf_text");
     run_converted("qwen3_5_moe", "hf_text");
+}
+
+// ---- batched passes over several sequences ---------------------------------------
+
+namespace {
+
+cmf_forward_args step_args(const int32_t *tokens, uint32_t n, uint64_t pos, float *logits) {
+    cmf_forward_args a{};
+    a.struct_size = sizeof a;
+    a.tokens = tokens;
+    a.n_tokens = n;
+    a.pos = pos;
+    a.logits_mode = CMF_LOGITS_LAST;
+    a.logits = logits;
+    return a;
+}
+
+// k sequences (prompts cut from the case's, of different lengths): each
+// alone (its prompt, then `steps` greedy tokens, one forward each), then
+// all of them again with every decode step one forward_batch over all k.
+// The gated delta net runs each sequence's recurrence on its own state, the
+// experts' matmuls take every sequence's tokens together: below 4 rows the
+// f32 weights stay on the row kernels one token uses, so the same bits;
+// from 4 the f32 GEMM sums in another order (within 1e-5 of the logit scale).
+// Routing counts are exact either way.
+void run_batched(const std::string &name, size_t k, size_t steps) {
+    Case c = load_case(parity_dir(name));
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+    cmf::runtime::BoundModel bm(*t.rt, *model->source(), cmf::runtime::BindConfig{});
+    REQUIRE(bm.forward_batch(0, nullptr, nullptr) == nullptr);  // the probe: this model batches
+    const uint64_t V = bm.vocab_size();
+    std::vector<std::vector<int32_t>> ps;
+    for (size_t i = 0; i < k; ++i)
+        ps.emplace_back(c.prompt.begin() + i, c.prompt.begin() + std::min(c.prompt.size(), 9 + 5 * i));
+    std::vector<std::vector<int32_t>> toks(k);
+    std::vector<std::vector<std::vector<float>>> ref(k);
+    std::vector<std::string> ref_routes(k);
+    for (size_t i = 0; i < k; ++i) {
+        cmf_arch_state *s = bm.state_create(128);
+        std::vector<float> l(V);
+        bm.forward(s, step_args(ps[i].data(), uint32_t(ps[i].size()), 0, l.data()));
+        ref[i].push_back(l);
+        for (size_t j = 0; j < steps; ++j) {
+            toks[i].push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+            bm.forward(s, step_args(&toks[i].back(), 1, ps[i].size() + j, l.data()));
+            ref[i].push_back(l);
+        }
+        ref_routes[i] = bm.route_stats(s);
+        bm.state_free(s);
+    }
+    std::vector<cmf_arch_state *> st(k);
+    std::vector<std::vector<float>> l(k, std::vector<float>(V));
+    bool exact = true;
+    double worst = 0;
+    auto compare = [&](size_t i, size_t j) {
+        exact = exact && same_bits(l[i].data(), ref[i][j].data(), V);
+        worst = std::max(worst, rel_err(l[i].data(), ref[i][j].data(), V));
+    };
+    for (size_t i = 0; i < k; ++i) {
+        st[i] = bm.state_create(128);
+        cmf_forward_args a = step_args(ps[i].data(), uint32_t(ps[i].size()), 0, l[i].data());
+        const cmf_forward_args *ap = &a;
+        cmf::throw_if_error(bm.forward_batch(1, &st[i], &ap));
+        compare(i, 0);
+    }
+    for (size_t j = 0; j < steps; ++j) {
+        std::vector<cmf_forward_args> a(k);
+        std::vector<const cmf_forward_args *> ap(k);
+        for (size_t i = 0; i < k; ++i) {
+            a[i] = step_args(&toks[i][j], 1, ps[i].size() + j, l[i].data());
+            ap[i] = &a[i];
+        }
+        cmf::throw_if_error(bm.forward_batch(uint32_t(k), st.data(), ap.data()));
+        for (size_t i = 0; i < k; ++i) compare(i, j + 1);
+    }
+    MESSAGE(name << ", " << k << " sequences batched: largest difference " << worst << " of the logit scale, bit-identical: " << exact);
+    if (k < 4)
+        CHECK(exact);
+    else
+        CHECK(worst < 1e-5);
+    for (size_t i = 0; i < k; ++i) {
+        CAPTURE(i);
+        CHECK(bm.route_stats(st[i]) == ref_routes[i]);
+        bm.state_free(st[i]);
+    }
+}
+
+// The batch engine (as `cmfhost serve` drives it): 5 requests over 3 slots,
+// prompts prefilled in 8-token chunks between decode passes, give the
+// greedy tokens each gets from a session alone (within the chunked delta
+// rule's rounding: the test's prompts lead to clear argmaxes).
+void run_engine(const std::string &name) {
+    Case c = load_case(parity_dir(name));
+    TestRuntime t;
+    auto model = model_of(c, CMF_DTYPE_F32);
+    std::vector<std::vector<int32_t>> ps;
+    for (size_t i = 0; i < 5; ++i) ps.emplace_back(c.prompt.begin() + 3 * i, c.prompt.begin() + 20 + 7 * i);
+    std::vector<std::vector<int32_t>> alone;
+    SessionConfig sc;
+    sc.n_ctx = 128;
+    cmf::runtime::Session sess(*t.rt, *model->source(), sc);
+    for (const auto &p : ps) {
+        sess.truncate(0);
+        GenerateConfig g;
+        g.max_tokens = 10;
+        g.sampler.temperature = 0;
+        g.sampler.repetition_penalty = 1;
+        std::vector<int32_t> got;
+        g.on_token = [&got](int32_t tok) {
+            got.push_back(tok);
+            return true;
+        };
+        sess.generate(p, g);
+        alone.push_back(got);
+    }
+    cmf::runtime::BatchConfig cfg;
+    cfg.n_slots = 3;
+    cfg.n_ctx = 128;
+    cfg.prefill_chunk = 8;
+    cmf::runtime::BatchEngine eng(*t.rt, *model->source(), cfg);
+    CHECK(eng.batched());
+    std::vector<std::vector<int32_t>> got(ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+        cmf::runtime::BatchRequest r;
+        r.prompt = ps[i];
+        r.max_tokens = 10;
+        r.sampler.temperature = 0;
+        r.sampler.repetition_penalty = 1;
+        r.on_token = [&got, i](int32_t tok) {
+            got[i].push_back(tok);
+            return true;
+        };
+        eng.submit(std::move(r));
+    }
+    for (int i = 0; i < 10000 && eng.step(0) > 0; ++i) {
+    }
+    for (size_t i = 0; i < ps.size(); ++i) {
+        CAPTURE(i);
+        CHECK(got[i] == alone[i]);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("parity: batched passes over several sequences give each its logits and routing counts alone") {
+    for (const char *name : {"qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"}) {
+        CAPTURE(name);
+        run_batched(name, 3, 6);
+        run_batched(name, 6, 4);
+    }
+}
+
+TEST_CASE("parity: the batch engine gives MoE and hybrid requests the tokens each gets alone") {
+    for (const char *name : {"qwen3_moe", "qwen3_5_moe"}) {
+        CAPTURE(name);
+        run_engine(name);
+    }
 }
 
 // ---- MTP: the draft head and speculative decoding ------------------------------

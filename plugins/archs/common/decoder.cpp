@@ -707,8 +707,7 @@ void dense_ffn(const DecoderModel &m, Scratch &sc, const Layer &L, uint64_t n) {
 
 // h += mixer(norm(h)); h += ffn(norm(h)) over every sequence's rows in sc.h.
 // The gated delta net and the mixture of experts keep per-sequence state
-// (recurrent state, routing counts) and run on a pass of one sequence
-// (decoder_forward_batch refuses models that have them).
+// (recurrent state, routing counts): they get each sequence's rows and caches.
 void run_layer_rows(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqRows> seqs,
                     std::span<const LayerCache> caches, uint64_t n) {
     const cmf_backend_vt *be = m.be;
@@ -716,15 +715,18 @@ void run_layer_rows(const DecoderModel &m, Scratch &sc, const Layer &L, std::spa
     const uint64_t H = m.cfg.hidden_size;
     const int32_t style = m.ch.norm_style;
     const float eps = float(m.cfg.rms_norm_eps);
-    if ((L.mixer == MixerKind::DeltaNet || L.ffn == FfnKind::Moe) && seqs.size() != 1)
-        throw Error(CMF_ERR_INTERNAL, std::string(m.ch.family) + ": a gated delta net or MoE layer in a batched pass");
+    thread_local std::vector<detail::SeqPart> parts;
+    if (L.mixer == MixerKind::DeltaNet || L.ffn == FfnKind::Moe) {
+        parts.clear();
+        for (size_t i = 0; i < seqs.size(); ++i) parts.push_back({seqs[i].s, &caches[i], seqs[i].row0, seqs[i].n});
+    }
     // A task mask may leave a part out: it adds nothing, so it is skipped.
     if (L.attn_on) {
         check(be->rms_norm(bc, sc.h, L.in_norm.w, n, H, eps, style, sc.xn));
         switch (L.mixer) {
         case MixerKind::Attention:
         case MixerKind::GatedAttention: attention_block(m, sc, L, seqs, caches, n); break;
-        case MixerKind::DeltaNet: detail::delta_net_mixer(m, *seqs[0].s, L, *caches[0].rec, n); break;
+        case MixerKind::DeltaNet: detail::delta_net_mixer(m, sc, L, parts, n); break;
         }
         if (L.post_attn_norm) check(be->rms_norm(bc, sc.tmp, L.post_attn_norm.w, n, H, eps, style, sc.tmp));
         check(be->add(bc, sc.h, sc.tmp, n * H));
@@ -733,7 +735,7 @@ void run_layer_rows(const DecoderModel &m, Scratch &sc, const Layer &L, std::spa
         check(be->rms_norm(bc, sc.h, L.pre_ffn_norm.w, n, H, eps, style, sc.xn));
         switch (L.ffn) {
         case FfnKind::Dense: dense_ffn(m, sc, L, n); break;
-        case FfnKind::Moe: detail::moe_ffn(m, *seqs[0].s, L, caches[0].counted, n); break;
+        case FfnKind::Moe: detail::moe_ffn(m, sc, L, parts, n); break;
         }
         if (L.post_ffn_norm) check(be->rms_norm(bc, sc.tmp, L.post_ffn_norm.w, n, H, eps, style, sc.tmp));
         check(be->add(bc, sc.h, sc.tmp, n * H));
@@ -902,16 +904,11 @@ void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> state
     if (states.size() != steps.size())
         throw Error(CMF_ERR_INTERNAL, fam + ": " + std::to_string(states.size()) + " states for " +
                                           std::to_string(steps.size()) + " steps");
-    // Every layer kind must have its per-sequence step in forward_rows; a
-    // new kind is refused here (also by a call of no sequences, the probe
-    // hosts make) until it has one. The gated delta net and the mixture of
-    // experts keep per-sequence state inside the layer (recurrent state,
-    // routing counts), the draft head its per-state hidden rows.
-    for (size_t li = 0; li < m.layers.size(); ++li) {
-        const Layer &L = m.layers[li];
-        if (L.mixer != MixerKind::Attention || L.ffn != FfnKind::Dense)
-            throw Error(CMF_ERR_UNSUPPORTED, fam + ": layer " + std::to_string(li) + " is of a kind not batched yet");
-    }
+    // Every layer kind runs per sequence where it keeps state (attention's
+    // KV cache, the gated delta net's recurrent state, the experts' routing
+    // counts: run_layer_rows). The draft head keeps per-state hidden rows
+    // of a pass of one sequence: refused (also by a call of no sequences,
+    // the probe hosts make).
     if (m.mtp) throw Error(CMF_ERR_UNSUPPORTED, fam + ": a model with its draft head on is not batched (model option mtp=off)");
     std::vector<SeqRows> seqs;
     seqs.reserve(states.size());

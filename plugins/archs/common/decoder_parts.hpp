@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -34,14 +35,27 @@ bool advise_expert_pages(const Binder &b);
 void advise_whole_read_pages(const Binder &b, const std::string &skip);
 // Binds layer p's router, experts and shared expert (mlp.gate.weight present).
 void bind_moe(DecoderModel &m, Binder &b, const std::string &p, const std::string &where, Layer &L);
-// sc.tmp = moe(sc.xn) over n tokens; counts the picks in layer `counted`
-// of the state (SIZE_MAX: not counted, the draft head's layer).
-void moe_ffn(const DecoderModel &m, DecoderState &s, const Layer &L, size_t counted, uint64_t n);
+struct LayerCache;
+// One sequence's rows in a pass, as a layer kind that keeps per-sequence
+// state sees them: rows [row0, row0 + n) of the pass's activations belong
+// to state s, whose caches for this layer are `cache`.
+struct SeqPart {
+    DecoderState *s = nullptr;
+    const LayerCache *cache = nullptr;
+    uint64_t row0 = 0, n = 0;
+};
+// sc.tmp = moe(sc.xn) over the n rows of every sequence in `seqs` (the
+// experts' matmuls over all of them at once); counts each sequence's picks
+// in layer cache->counted of its state (SIZE_MAX: not counted, the draft
+// head's layer).
+void moe_ffn(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqPart> seqs, uint64_t n);
 
 // ---- gated delta net (delta_net_mixer.cpp) ----
 void bind_delta_net(DecoderModel &m, Binder &b, const std::string &p, const std::string &where, Layer &L);
-// sc.tmp = gated_delta_net(sc.xn) over n tokens, advancing rec.
-void delta_net_mixer(const DecoderModel &m, DecoderState &s, const Layer &L, RecurrentState &rec, uint64_t n);
+// sc.tmp = gated_delta_net(sc.xn) over the n rows of every sequence in
+// `seqs`: the projections over all rows at once, the convolution and the
+// delta rule per sequence on its rows, advancing its cache->rec.
+void delta_net_mixer(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqPart> seqs, uint64_t n);
 // Allocates and zeroes (reset) a layer's recurrent state.
 void alloc_recurrent(const DecoderModel &m, RecurrentState &r);
 void reset_recurrent(const DecoderModel &m, RecurrentState &r);

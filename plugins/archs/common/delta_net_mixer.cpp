@@ -99,22 +99,25 @@ void free_recurrent(const DecoderModel &m, RecurrentState &r) {
     }
 }
 
-void delta_net_mixer(const DecoderModel &m, DecoderState &s, const Layer &L, RecurrentState &r, uint64_t n) {
+void delta_net_mixer(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqPart> seqs, uint64_t n) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
-    Scratch &sc = s.scratch;
     const DeltaNetDims &d = m.gdn;
     const DeltaNetWeights &g = L.gdn;
-    const uint64_t V = d.value_dim();
+    const uint64_t V = d.value_dim(), C = d.conv_dim();
     matmuls(m, sc.xn, n, {{g.qkv.w, sc.lin_qkv}, {g.z.w, sc.lin_z}, {g.b.w, sc.lin_b}, {g.a.w, sc.lin_a}});
-    // Both operations leave the state after all n tokens in their second
-    // buffer and the one a token back in the first: [1 - cur] becomes current.
-    const int cur = r.cur, next = 1 - cur;
-    check(be->causal_conv1d_silu(bc, sc.lin_qkv, n, d.conv_dim(), g.conv.w, d.kernel, r.conv[cur], r.conv[next],
-                                 sc.lin_conv));
-    check(be->gated_delta_net(bc, sc.lin_conv, n, d.nk, d.nv, d.dk, d.dv, sc.lin_a, sc.lin_b, g.a_log.w, g.dt_bias.w,
-                              r.s[cur], r.s[next], sc.lin_out));
-    r.cur = next;
+    for (const SeqPart &q : seqs) {
+        RecurrentState &r = *q.cache->rec;
+        // Both operations leave the state after all n tokens in their second
+        // buffer and the one a token back in the first: [1 - cur] becomes current.
+        const int cur = r.cur, next = 1 - cur;
+        check(be->causal_conv1d_silu(bc, sc.lin_qkv + q.row0 * C, q.n, C, g.conv.w, d.kernel, r.conv[cur], r.conv[next],
+                                     sc.lin_conv + q.row0 * C));
+        check(be->gated_delta_net(bc, sc.lin_conv + q.row0 * C, q.n, d.nk, d.nv, d.dk, d.dv, sc.lin_a + q.row0 * d.nv,
+                                  sc.lin_b + q.row0 * d.nv, g.a_log.w, g.dt_bias.w, r.s[cur], r.s[next],
+                                  sc.lin_out + q.row0 * V));
+        r.cur = next;
+    }
     // Gated RMSNorm per value head: x^*w (plain weight), times SiLU(z).
     check(be->rms_norm(bc, sc.lin_out, g.norm.w, n * d.nv, d.dv, float(m.cfg.rms_norm_eps), CMF_NORM_QWEN, sc.lin_out));
     check(be->gated_act(bc, sc.lin_z, sc.lin_out, n * V, CMF_ACT_SILU, sc.lin_out));

@@ -137,10 +137,9 @@ void bind_moe(DecoderModel &m, Binder &b, const std::string &p, const std::strin
     m.max_top_k = std::max<uint64_t>(m.max_top_k, mw.top_k);
 }
 
-void moe_ffn(const DecoderModel &m, DecoderState &s, const Layer &L, size_t counted, uint64_t n) {
+void moe_ffn(const DecoderModel &m, Scratch &sc, const Layer &L, std::span<const SeqPart> seqs, uint64_t n) {
     const cmf_backend_vt *be = m.be;
     void *bc = m.be_ctx;
-    Scratch &sc = s.scratch;
     const MoeWeights &mw = L.moe;
     // A task mask's expert row: top-k among the routable experts only (the
     // softmax still runs over all of them, as the router computes it); the
@@ -258,13 +257,15 @@ void moe_ffn(const DecoderModel &m, DecoderState &s, const Layer &L, size_t coun
     // 6. Per token, the weighted outputs in expert order, the shared one last.
     check(be->scatter_rows(bc, sc.moe_y, R, H, rows.data(), w.data(), sc.tmp, n));
 
-    // 7. Routing counts (the trunk's layers; the last token's picks kept for
-    // the one-position rollback).
-    if (counted == SIZE_MAX) return;
-    std::vector<uint64_t> &cnt = s.route_counts[counted];
-    for (uint64_t i = 0; i < n * k; ++i) ++cnt[pick[i]];
-    std::vector<int32_t> &last = s.last_picks[counted];
-    last.assign(pick.begin() + (n - 1) * k, pick.begin() + n * k);
+    // 7. Routing counts per sequence (the trunk's layers; each sequence's
+    // last token's picks kept for its one-position rollback).
+    for (const SeqPart &q : seqs) {
+        const size_t counted = q.cache->counted;
+        if (counted == SIZE_MAX || q.n == 0) continue;
+        std::vector<uint64_t> &cnt = q.s->route_counts[counted];
+        for (uint64_t i = q.row0 * k; i < (q.row0 + q.n) * k; ++i) ++cnt[pick[i]];
+        q.s->last_picks[counted].assign(pick.begin() + (q.row0 + q.n - 1) * k, pick.begin() + (q.row0 + q.n) * k);
+    }
 }
 
 }  // namespace cmf::archs::detail
