@@ -230,7 +230,7 @@ int cmd_bench(const std::vector<std::string> &args) {
     CommonOptions common;
     SessionFlags session_flags("f16");
     std::string model;
-    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0;
+    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0, parallel = 0;
     bool json = false, no_warmup = false;
     po::options_description desc("options");
     desc.add_options()
@@ -240,6 +240,10 @@ int cmd_bench(const std::vector<std::string> &args) {
         ("reps,r", po::value(&reps)->default_value(5), "repetitions of each test")
         ("depth,d", po::value(&depth)->default_value(0),
          "run both tests after this many context tokens (prefilled, not timed), as llama-bench -d")
+        ("parallel", po::value(&parallel)->default_value(0),
+         "tg test of K sequences decoding together (as `cmfhost serve --parallel K` runs them, through the "
+         "batch engine: one pass per step for all): each given a prompt of its own (the -d context, else 8 "
+         "tokens; untimed), then -n greedy tokens; prints the aggregate decode tok/s (0 = skip)")
         ("profile", po::bool_switch(&session_flags.profile),
          "time every backend operation of the timed tests and print where prefill's and decode's time went "
          "(JSON: \"profile\"); the clock reads add ~50 ns per call")
@@ -252,11 +256,13 @@ int cmd_bench(const std::vector<std::string> &args) {
     po::positional_options_description pos;
     pos.add("model", 1);
     po::variables_map vm;
-    if (!parse_args("bench", "[MODEL] [-p 512] [-n 128] [-r 5] [-d 0] [--no-warmup] [--profile] [--json]", args, desc, pos,
+    if (!parse_args("bench", "[MODEL] [-p 512] [-n 128] [-r 5] [-d 0] [--parallel K] [--no-warmup] [--profile] [--json]", args, desc, pos,
                     vm))
         return 0;
     if (reps == 0) throw Failure("-r must be at least 1", 2);
     if (n_prompt == 0 && n_gen == 0) throw Failure("nothing to measure: -p and -n are both 0", 2);
+    if (parallel > 0 && n_gen == 0) throw Failure("--parallel times decode: -n must be at least 1", 2);
+    if (parallel > 256) throw Failure("--parallel: at most 256 sequences", 2);
 
     model = resolve_model(model);
     auto rt = make_runtime(common);
@@ -371,6 +377,58 @@ int cmd_bench(const std::vector<std::string> &args) {
             }
         }
     }
+    // K sequences through a batch engine of K slots, as `serve` runs them:
+    // every decode pass one forward_batch over all K. Each rep's rate is the
+    // engine's own count: tokens generated over the time of its decode
+    // passes (prompts are prefilled in passes of their own, untimed).
+    std::vector<double> tg_par;
+    bool par_batched = false;
+    if (parallel > 0) {
+        cmf_batch_options bo;
+        cmf_batch_options_init(&bo);
+        bo.n_slots = parallel;
+        const uint64_t prompt_len = depth ? depth : 8;
+        bo.n_ctx = prompt_len + n_gen;
+        bo.prefill_chunk = uint32_t(std::min<uint64_t>(prompt_len * parallel, 4096));
+        const std::string arch_options = batch_arch_options(m.get(), session_flags);
+        if (!arch_options.empty()) bo.arch_options = arch_options.c_str();
+        bo.task = session_flags.task.c_str();
+        bo.skill = session_flags.skill.c_str();
+        bo.blend = session_flags.blend.c_str();
+        bo.moe_mask = session_flags.moe_mask.c_str();
+        bo.moe_mask_cover = session_flags.moe_cover;
+        cmf_batch *raw = nullptr;
+        check(cmf_batch_create_for_model(rt.get(), m.get(), &bo, &raw), "--parallel: cannot create the batch engine");
+        BatchPtr batch(raw);
+        cmf_generate_options go;
+        cmf_generate_options_init(&go);
+        go.max_tokens = n_gen;
+        go.temperature = 0;
+        go.repetition_penalty = 1.0f;
+        std::vector<std::vector<int32_t>> prompts(parallel, std::vector<int32_t>(prompt_len));
+        for (auto &p : prompts)
+            for (auto &t : p) t = pick(rng);
+        auto run_all = [&] {
+            for (const auto &p : prompts) check(cmf_batch_submit(batch.get(), p.data(), p.size(), &go, nullptr, nullptr), "--parallel");
+            uint32_t pending = 1;
+            while (pending > 0) check(cmf_batch_step(batch.get(), 0, &pending), "--parallel");
+        };
+        auto stats = [&] {
+            cmf_batch_stats st;
+            cmf_batch_stats_init(&st);
+            check(cmf_batch_get_stats(batch.get(), &st), "--parallel");
+            return st;
+        };
+        if (!no_warmup) run_all();
+        for (uint32_t r = 0; r < reps; ++r) {
+            const cmf_batch_stats a = stats();
+            run_all();
+            const cmf_batch_stats b = stats();
+            if (b.failed != a.failed) throw Failure("--parallel: a request failed (the model's error went to its callback)");
+            tg_par.push_back(double(b.generated_tokens - a.generated_tokens) / (b.decode_seconds - a.decode_seconds));
+            par_batched = b.batched != 0;
+        }
+    }
     const uint64_t rss = peak_rss_bytes();
     const uint64_t pmd_mapped = file_pmd_mapped_bytes();
     const int threads = cmf_runtime_threads(rt.get());
@@ -399,6 +457,18 @@ int cmd_bench(const std::vector<std::string> &args) {
     boost::json::array tests;
     if (n_prompt) tests.push_back(row("pp", n_prompt, pp));
     if (n_gen) tests.push_back(row("tg", n_gen, tg));
+    if (!tg_par.empty()) {
+        const std::string name = "tg-x" + std::to_string(parallel);
+        boost::json::object o = row(name.c_str(), n_gen, tg_par);
+        o["sequences"] = parallel;
+        o["batched"] = par_batched;
+        o["per_sequence_median_tok_s"] = summarize(tg_par).median / parallel;
+        if (!json)
+            std::printf("  %u sequences decoding together%s: %.2f tok/s each\n", parallel,
+                        par_batched ? " (one pass per step)" : " (one forward per sequence: the model does not batch)",
+                        summarize(tg_par).median / parallel);
+        tests.push_back(std::move(o));
+    }
     const double acceptance = drafted ? double(accepted) / double(drafted) : 0.0;
     const double speedup = tg_plain_gen.empty() || tg_mtp.empty() ? 0.0 : summarize(tg_mtp).median / summarize(tg_plain_gen).median;
     if (!tg_mtp.empty()) {

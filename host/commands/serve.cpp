@@ -16,10 +16,6 @@
 namespace cmfhost {
 namespace {
 
-struct BatchDeleter {
-    void operator()(cmf_batch *b) const { cmf_batch_free(b); }
-};
-
 std::string read_key_file(const std::string &path) {
     std::ifstream f(path);
     if (!f) throw Failure("--api-key-file: cannot read " + path, 2);
@@ -116,11 +112,7 @@ int cmd_serve(const std::vector<std::string> &args) {
     bo.n_ctx = n_ctx;
     bo.max_queue = max_queue;
     bo.prefill_chunk = prefill_chunk;
-    // The arch's model options, only those that are not the default (so
-    // that defaults run with any arch plugin).
-    std::string arch_options;
-    if (session_flags.kv_cache != "f32") arch_options = "kv_cache=" + session_flags.kv_cache;
-    if (model_has_mtp(m.get())) arch_options += std::string(arch_options.empty() ? "" : ",") + "mtp=off";
+    const std::string arch_options = batch_arch_options(m.get(), session_flags);
     if (!arch_options.empty()) bo.arch_options = arch_options.c_str();
     bo.task = session_flags.task.c_str();
     bo.skill = session_flags.skill.c_str();
@@ -129,7 +121,7 @@ int cmd_serve(const std::vector<std::string> &args) {
     bo.moe_mask_cover = session_flags.moe_cover;
     cmf_batch *b = nullptr;
     check(cmf_batch_create_for_model(cm.rt.get(), m.get(), &bo, &b), "cannot create the batch engine");
-    std::unique_ptr<cmf_batch, BatchDeleter> batch(b);
+    BatchPtr batch(b);
 
     serve::LoadedModel lm;
     lm.batch = batch.get();

@@ -56,6 +56,14 @@ void add_route_stats_option(boost::program_options::options_description &desc, S
                        "how often each expert was among a token's top-k (the CMF_MOE_STATS format expert pruning reads)");
 }
 
+std::string batch_arch_options(const cmf_model *m, const SessionFlags &flags) {
+    // Only options that are not the default, so that defaults run with any arch plugin.
+    std::string o;
+    if (flags.kv_cache != "f32") o = "kv_cache=" + flags.kv_cache;
+    if (model_has_mtp(m)) o += std::string(o.empty() ? "" : ",") + "mtp=off";
+    return o;
+}
+
 bool model_has_mtp(const cmf_model *m) {
     cmf_tensor_info ti;
     cmf_tensor_info_init(&ti);

@@ -18,6 +18,10 @@ struct SessionDeleter {
     void operator()(cmf_session *s) const { cmf_session_free(s); }
 };
 using SessionPtr = std::unique_ptr<cmf_session, SessionDeleter>;
+struct BatchDeleter {
+    void operator()(cmf_batch *b) const { cmf_batch_free(b); }
+};
+using BatchPtr = std::unique_ptr<cmf_batch, BatchDeleter>;
 struct TokenizerDeleter {
     void operator()(cmf_tokenizer *t) const { cmf_tokenizer_free(t); }
 };
@@ -63,6 +67,10 @@ void check_kv_cache_flag(const SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);
 // The model has an MTP head (model.mtp.* tensors).
 bool model_has_mtp(const cmf_model *m);
+// The arch options a batch engine binds with (`serve`, `bench --parallel`):
+// the KV cache type unless f32, and mtp=off when the file has an MTP head
+// (the engine does not draft; an unbound head lets the slots batch).
+std::string batch_arch_options(const cmf_model *m, const SessionFlags &flags);
 // With --route-stats: the session's routing statistics (CMF_MOE_STATS
 // format) written to the file, replacing it only when complete.
 void write_route_stats(cmf_session *s, const SessionFlags &flags);

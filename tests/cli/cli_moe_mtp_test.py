@@ -21,6 +21,7 @@ merges: token id = byte value, so the reference needs no tokenizer), then
   ppl --route-stats FILE  == the reference's perplexity and picks over the text;
   bench --json            a tg-mtp test with drafted/accepted/speedup, the
                              bytes a decode token reads (top_k of 8 experts);
+  bench --parallel 3      three sequences batched through the engine (tg8-x3);
   clear errors: --mtp maybe, --route-stats into a missing directory.
 Exit 77 (skip) without torch.
 """
@@ -235,6 +236,20 @@ try:
 except ValueError:
     names_off = []
 check(names_off == ["tg8"], f"bench --mtp off: no tg-mtp row ({names_off})")
+# Three sequences decoding together through the batch engine: the hybrid's
+# recurrent state and the experts' routing per sequence, one pass per step
+# (the MTP head left unbound, as serve binds it).
+p = run(["bench", model, "-p", "0", "-n", "8", "-r", "2", "--parallel", "3", "--json"])
+try:
+    par = {t.get("test"): t for t in json.loads(p.stdout).get("tests", [])}.get("tg8-x3", {})
+except ValueError:
+    par = {}
+check(par.get("batched") is True and par.get("sequences") == 3 and len(par.get("samples_tok_s", [])) == 2
+      and par.get("median_tok_s", 0) > 0
+      and abs(par.get("per_sequence_median_tok_s", 0) * 3 - par.get("median_tok_s", 0)) < 1e-6 * par.get("median_tok_s", 1),
+      f"bench --parallel 3: a batched tg8-x3 row, 2 samples, per-sequence rate a third of the aggregate ({par})")
+p = run(["bench", model, "-p", "8", "-n", "0", "--parallel", "3"], expect=2)
+check(b"--parallel" in p.stderr, "bench --parallel with -n 0: exit 2 naming --parallel")
 
 # ---- errors -------------------------------------------------------------------------------
 p = run(["run", model, "--raw", "-p", "x", "--mtp", "maybe"], expect=None)
