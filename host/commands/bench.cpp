@@ -390,16 +390,7 @@ int cmd_bench(const std::vector<std::string> &args) {
         const uint64_t prompt_len = depth ? depth : 8;
         bo.n_ctx = prompt_len + n_gen;
         bo.prefill_chunk = uint32_t(std::min<uint64_t>(prompt_len * parallel, 4096));
-        const std::string arch_options = batch_arch_options(m.get(), session_flags);
-        if (!arch_options.empty()) bo.arch_options = arch_options.c_str();
-        bo.task = session_flags.task.c_str();
-        bo.skill = session_flags.skill.c_str();
-        bo.blend = session_flags.blend.c_str();
-        bo.moe_mask = session_flags.moe_mask.c_str();
-        bo.moe_mask_cover = session_flags.moe_cover;
-        cmf_batch *raw = nullptr;
-        check(cmf_batch_create_for_model(rt.get(), m.get(), &bo, &raw), "--parallel: cannot create the batch engine");
-        BatchPtr batch(raw);
+        BatchPtr batch = make_batch(rt.get(), m.get(), bo, session_flags, "--parallel: cannot create the batch engine");
         cmf_generate_options go;
         cmf_generate_options_init(&go);
         go.max_tokens = n_gen;

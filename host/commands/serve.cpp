@@ -112,16 +112,7 @@ int cmd_serve(const std::vector<std::string> &args) {
     bo.n_ctx = n_ctx;
     bo.max_queue = max_queue;
     bo.prefill_chunk = prefill_chunk;
-    const std::string arch_options = batch_arch_options(m.get(), session_flags);
-    if (!arch_options.empty()) bo.arch_options = arch_options.c_str();
-    bo.task = session_flags.task.c_str();
-    bo.skill = session_flags.skill.c_str();
-    bo.blend = session_flags.blend.c_str();
-    bo.moe_mask = session_flags.moe_mask.c_str();
-    bo.moe_mask_cover = session_flags.moe_cover;
-    cmf_batch *b = nullptr;
-    check(cmf_batch_create_for_model(cm.rt.get(), m.get(), &bo, &b), "cannot create the batch engine");
-    BatchPtr batch(b);
+    BatchPtr batch = make_batch(cm.rt.get(), m.get(), bo, session_flags, "cannot create the batch engine");
 
     serve::LoadedModel lm;
     lm.batch = batch.get();

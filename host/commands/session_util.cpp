@@ -56,12 +56,28 @@ void add_route_stats_option(boost::program_options::options_description &desc, S
                        "how often each expert was among a token's top-k (the CMF_MOE_STATS format expert pruning reads)");
 }
 
+namespace {
+// Only options that are not the default, so that defaults run with any arch plugin.
 std::string batch_arch_options(const cmf_model *m, const SessionFlags &flags) {
-    // Only options that are not the default, so that defaults run with any arch plugin.
     std::string o;
     if (flags.kv_cache != "f32") o = "kv_cache=" + flags.kv_cache;
     if (model_has_mtp(m)) o += std::string(o.empty() ? "" : ",") + "mtp=off";
     return o;
+}
+}  // namespace
+
+BatchPtr make_batch(cmf_runtime *rt, const cmf_model *m, cmf_batch_options bo, const SessionFlags &flags,
+                    const std::string &what) {
+    const std::string arch_options = batch_arch_options(m, flags);
+    if (!arch_options.empty()) bo.arch_options = arch_options.c_str();
+    bo.task = flags.task.c_str();
+    bo.skill = flags.skill.c_str();
+    bo.blend = flags.blend.c_str();
+    bo.moe_mask = flags.moe_mask.c_str();
+    bo.moe_mask_cover = flags.moe_cover;
+    cmf_batch *b = nullptr;
+    check(cmf_batch_create_for_model(rt, m, &bo, &b), what);
+    return BatchPtr(b);
 }
 
 bool model_has_mtp(const cmf_model *m) {

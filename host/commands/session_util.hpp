@@ -67,10 +67,13 @@ void check_kv_cache_flag(const SessionFlags &flags);
 SessionPtr make_session(cmf_runtime *rt, const cmf_model *m, uint64_t n_ctx, const SessionFlags &flags);
 // The model has an MTP head (model.mtp.* tensors).
 bool model_has_mtp(const cmf_model *m);
-// The arch options a batch engine binds with (`serve`, `bench --parallel`):
-// the KV cache type unless f32, and mtp=off when the file has an MTP head
-// (the engine does not draft; an unbound head lets the slots batch).
-std::string batch_arch_options(const cmf_model *m, const SessionFlags &flags);
+// A batch engine over m (`serve`, `bench --parallel`) with `bo`'s sizes,
+// the session flags' selection (task, skill, blend, MoE mask) and arch
+// options: the KV cache type unless f32, and mtp=off when the file has an
+// MTP head (the engine does not draft; an unbound head lets the slots
+// batch). Throws Failure starting with `what` when it cannot be made.
+BatchPtr make_batch(cmf_runtime *rt, const cmf_model *m, cmf_batch_options bo, const SessionFlags &flags,
+                    const std::string &what);
 // With --route-stats: the session's routing statistics (CMF_MOE_STATS
 // format) written to the file, replacing it only when complete.
 void write_route_stats(cmf_session *s, const SessionFlags &flags);
