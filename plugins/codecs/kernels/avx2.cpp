@@ -627,6 +627,8 @@ __attribute__((always_inline)) inline __m256i q4_pair_isum(__m256i v, __m256i x0
 // with the usual 3 KiB alone, a row of 3072 columns (1.5 KiB of nibbles)
 // prefetched into the middle of the pass after next, and down_proj went
 // from 17.8-18.9 to 14.5-15.4 GB/s in the model (4 rounds).
+// (Measured before the q4 streams were prefetched into L2; since then a
+// range read from memory runs one row per pass, see q4_rows4.)
 #ifdef CMF_CODECS_VNNI
 constexpr bool kQ4Zmm = true;
 // The AVX-512 form of the loop below for 16-byte strides (q4_block, q4tp):
@@ -839,19 +841,19 @@ inline void q4_rows4_prefetch(Body body) {
 // (its experts' rows are 768 wide: one scale line per row) the same.
 constexpr uint64_t kQ4SideRowsAhead = 32;
 // rows4_quads over a q4 layout: run(r, R, out) fills out[0..R) with rows
-// r..r+R-1 as 8 partial sums each, R an std::integral_constant: kQ4Rows
-// rows per pass for the groups of four, one for the last 1-3 rows. side
-// (nullable): a second per-row stream of side_row bytes a row, prefetched
+// r..r+R-1 as 8 partial sums each, R an std::integral_constant: R rows per
+// pass for the groups of four, one for the last 1-3 rows. side (nullable):
+// a second per-row stream of side_row bytes a row, prefetched
 // kQ4SideRowsAhead rows ahead, one line per 64 bytes (past the range's end
 // too: a prefetch never faults).
-template <bool L2, class Run>
-inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side_row, Run run) {
+template <int R, bool L2, class Run>
+inline void q4_rows_by(uint64_t rows, float *y, const uint8_t *side, uint64_t side_row, Run run) {
     rows4_quads(
         rows, y,
         [&](uint64_t r, __m256 *a) {
             if (side != nullptr)
                 for (uint64_t b = 0; b < 4 * side_row; b += 64) prefetch_q4<L2>(side + (r + kQ4SideRowsAhead) * side_row + b);
-            for (int i = 0; i < 4; i += kQ4Rows) run(r + i, std::integral_constant<int, kQ4Rows>{}, a + i);
+            for (int i = 0; i < 4; i += R) run(r + i, std::integral_constant<int, R>{}, a + i);
         },
         [&](uint64_t r) {
             __m256 a;
@@ -859,10 +861,32 @@ inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side
             return a;
         });
 }
-// ... with no second stream.
+// The q4 layouts' row ranges. A range longer than the batched path's 16-row
+// tile is a one-token matmul reading its rows from memory: one row per
+// pass, a single stream. Four rows per pass (kQ4Rows) share each x load
+// and shuffle, which wins where the rows come from cache (a tile, read once
+// for up to 15 tokens: one core, weights in L2, q4 57 -> 62 GB/s, q4tp
+// 35 -> 40, q4_tiled 31 -> 35), but four streams interleaved from memory
+// read slower: 151936 x 1024 q4 on 2 threads, three alternating pairs,
+// 36.6-38.3 -> 44.5-48.9 GB/s with one row per pass; in the model (0.6B
+// shape, tg128, 2 threads, alternating) q4 98-102 -> 122-145 tok/s, q4tp
+// 100-102 -> 104-107, q4_tiled 110-116 -> 125-128, the q4 MoE file
+// 154-156 -> 161-171 (docs/performance.md, history, 2026-12-03 17:30).
+// A row's operations and their order do not depend on how many share its
+// pass, so both give the same bits (the batched decode equals one token's).
+constexpr uint64_t kQ4CachedRows = 16;
+template <bool L2, class Run>
+inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side_row, Run run) {
+    if (rows > kQ4CachedRows)
+        q4_rows_by<1, L2>(rows, y, side, side_row, run);
+    else
+        q4_rows_by<kQ4Rows, L2>(rows, y, side, side_row, run);
+}
+// Ranges of the compute-bound layouts (q1, q2tp): kQ4Rows rows per pass,
+// streamed or not (their arithmetic per byte, not the stream, bounds them).
 template <class Run>
 inline void q4_rows4(uint64_t rows, float *y, Run run) {
-    q4_rows4<false>(rows, y, nullptr, 0, run);
+    q4_rows_by<kQ4Rows, false>(rows, y, nullptr, 0, run);
 }
 }  // namespace
 
