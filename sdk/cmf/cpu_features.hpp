@@ -72,7 +72,8 @@ inline int isa_cap_from_env(const char *name) {
 // threads; docs/performance.md, history, 2026-12-01 04:40 and
 // 2026-11-30 18:54):
 //  - AMD (EPYC Zen 3 VM): 1 KiB for the light streams (f16/bf16/f32 rows,
-//    q8 codes); 512 B and 2 KiB were slower. q4 3 KiB (1 KiB: -5-15 %).
+//    q8 codes, the low-bit formats' rows); 512 B and 2 KiB were slower. q4
+//    3 KiB (1 KiB: -5-15 %).
 //  - Intel (Xeon with AVX-512 VM): 1 KiB left a quarter of the bandwidth
 //    unused; two alternating rounds, 1 KiB -> 4 and 8 KiB: f16 14.7-15.4
 //    -> 18.0-19.5 tok/s, q8 26.6-28.0 -> 32.3-34.1.
@@ -83,6 +84,13 @@ inline int isa_cap_from_env(const char *name) {
 //    distance (1-24 KiB), under a third of the core's read pass and a
 //    quarter to two fifths of their L2-resident rate; into L2, tg128 on the 0.6B q4 file went 59-60 ->
 //    77-78 tok/s. docs/performance.md, history, 2026-12-03.
+//    The light streams 8 KiB ahead, as on Intel: in a phase of the VM
+//    reading ~70 GB/s, 1 -> 8 KiB, tg64 alternating, six pairs each: bf16
+//    39-50 -> 48-60 tok/s, f16 44-50 -> 55-60; three pairs: q2tp (its q2
+//    rows) 81-86 -> 108-109, vbit_ro 101-103 -> 108-111, q1t +0-3 %, q8
+//    even (its 16-row tiles prefetch their next tile); reading ~50 GB/s
+//    f16/bf16 were even (~94 % of the read either way). History,
+//    2026-12-03 17:50.
 // CMF_PREFETCH_AHEAD=BYTES (64..65536) overrides every distance, for A/B
 // runs on a new machine.
 enum class PrefetchStream {
@@ -108,21 +116,27 @@ inline bool cpu_is_amd() {
 #endif
 }
 
+// An AMD CPU with AVX-512: Zen 4 and later (the Zen 5 VM above).
+inline bool cpu_is_amd_avx512() {
+#if defined(__x86_64__)
+    static const bool yes = cpu_is_amd() && __builtin_cpu_supports("avx512f");
+    return yes;
+#else
+    return false;
+#endif
+}
+
 // Whether the q4 streams are prefetched into L2 rather than L1: AMD CPUs
 // with AVX-512 (Zen 4 and later; measured on Zen 5, above). Zen 3 and the
 // Intel VM were tuned with L1 prefetches and stay so. CMF_PREFETCH_Q4_L2=0
 // or =1 overrides (A/B runs).
 inline bool prefetch_q4_into_l2() {
-#if defined(__x86_64__)
     static const bool yes = [] {
         const char *env = std::getenv("CMF_PREFETCH_Q4_L2");
         if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return env[0] == '1';
-        return cpu_is_amd() && __builtin_cpu_supports("avx512f");
+        return cpu_is_amd_avx512();
     }();
     return yes;
-#else
-    return false;
-#endif
 }
 
 inline long prefetch_ahead_bytes(PrefetchStream stream) {
@@ -133,7 +147,7 @@ inline long prefetch_ahead_bytes(PrefetchStream stream) {
     }();
     if (forced != 0) return forced;
     if (stream == PrefetchStream::q4) return prefetch_q4_into_l2() ? 6144 : 3072;
-    return cpu_is_amd() ? 1024 : 8192;
+    return cpu_is_amd() && !cpu_is_amd_avx512() ? 1024 : 8192;
 }
 
 }  // namespace cmf
