@@ -90,7 +90,7 @@ inline int isa_cap_from_env(const char *name) {
 //    rows) 81-86 -> 108-109, vbit_ro 101-103 -> 108-111, q1t +0-3 %, q8
 //    even (its 16-row tiles prefetch their next tile); reading ~50 GB/s
 //    f16/bf16 were even (~94 % of the read either way). History,
-//    2026-12-03 17:50.
+//    2026-12-03 16:27-17:40.
 // CMF_PREFETCH_AHEAD=BYTES (64..65536) overrides every distance, for A/B
 // runs on a new machine.
 enum class PrefetchStream {

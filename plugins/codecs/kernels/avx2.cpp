@@ -871,7 +871,7 @@ inline void q4_rows_by(uint64_t rows, float *y, const uint8_t *side, uint64_t si
 // 36.6-38.3 -> 44.5-48.9 GB/s with one row per pass; in the model (0.6B
 // shape, tg128, 2 threads, alternating) q4 98-102 -> 122-145 tok/s, q4tp
 // 100-102 -> 104-107, q4_tiled 110-116 -> 125-128, the q4 MoE file
-// 154-156 -> 161-171 (docs/performance.md, history, 2026-12-03 17:30).
+// 154-156 -> 161-171 (docs/performance.md, history, 2026-12-03 16:27-17:40).
 // A row's operations and their order do not depend on how many share its
 // pass, so both give the same bits (the batched decode equals one token's).
 constexpr uint64_t kQ4CachedRows = 16;
