@@ -535,8 +535,8 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             entries.insert(entries.end(), reinterpret_cast<const uint8_t *>(&val), reinterpret_cast<const uint8_t *>(&val) + 2);
         }
         float oa[5] = {1, 2, 3, 4, -7}, op[5] = {1, 2, 3, 4, -7};
-        isa.q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, xq.data(), xd.data(), oa);
-        k::portable::q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, xq.data(), xd.data(), op);
+        isa.q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, 4, xq.data(), xd.data(), oa);
+        k::portable::q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, 4, xq.data(), xd.data(), op);
         for (int r = 0; r < 5; ++r) CHECK(near(oa[r], op[r]));
         CHECK(oa[0] == 1.0f);
         CHECK(oa[3] == 4.0f);
@@ -555,6 +555,25 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             want2 += (value - base) * double(xd[c / 32]) * xq[c];
         }
         CHECK(std::fabs(oa[1] - want2) <= 1e-5 * std::fabs(want2) + 1e-6);
+        // A list that does not ascend or leaves the range (what a caller
+        // that skipped q1s_ascending could pass): entries out of order, one
+        // below the range and one past it. The sums are not defined, but
+        // nothing outside x, y's 4 rows and the tiles is touched (the
+        // sanitizer build checks the reads; y's fifth slot must stay).
+        std::vector<uint8_t> bad;
+        for (uint64_t i : {begin + cols + 1, begin + 2, begin + 2 * cols + 3, begin - 5, begin + 4 * cols + 2,
+                           begin + 2 * cols + 5, begin + cols}) {
+            const uint32_t idx = uint32_t(i);
+            const uint16_t val = cmf::codecs::f32_to_f16(0.5f);
+            bad.insert(bad.end(), reinterpret_cast<const uint8_t *>(&idx), reinterpret_cast<const uint8_t *>(&idx) + 4);
+            bad.insert(bad.end(), reinterpret_cast<const uint8_t *>(&val), reinterpret_cast<const uint8_t *>(&val) + 2);
+        }
+        float ba[5] = {1, 2, 3, 4, -7}, bp[5] = {1, 2, 3, 4, -7};
+        isa.q1s_overlay_xq(bytes.data(), bad.data(), bad.size() / 6, begin, cols, 4, xq.data(), xd.data(), ba);
+        k::portable::q1s_overlay_xq(bytes.data(), bad.data(), bad.size() / 6, begin, cols, 4, xq.data(), xd.data(), bp);
+        CHECK(ba[4] == -7.0f);
+        CHECK(bp[4] == -7.0f);
+        for (int r = 0; r < 4; ++r) CHECK((std::isfinite(ba[r]) && std::isfinite(bp[r])));
     }
     for (uint64_t g : {1u, 3u, 64u}) {
         CHECK(near(isa.dot_q1t(bytes.data(), x.data(), g), k::portable::dot_q1t(bytes.data(), x.data(), g)));

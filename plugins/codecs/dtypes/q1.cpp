@@ -201,7 +201,8 @@ public:
         };
         const uint64_t lo = first_at(begin), hi = first_at(end);
         for (uint64_t b = 0; b < n_batch; ++b)
-            kernels::q1s_overlay_xq(v.tiles, v.entries + 6 * lo, hi - lo, begin, cols, xq.q(b), xq.d(b), y + b * ldy + r0);
+            kernels::q1s_overlay_xq(v.tiles, v.entries + 6 * lo, hi - lo, begin, cols, r1 - r0, xq.q(b), xq.d(b),
+                                    y + b * ldy + r0);
     }
 
 private:

@@ -1081,7 +1081,7 @@ void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, floa
 // entry, waiting on each load in turn. The lanes are summed in another order
 // than the scalar loop's, so the bits differ from the AVX2 build's.
 void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
-                    const int8_t *xq, const float *xd, float *y) {
+                    uint64_t rows, const int8_t *xq, const float *xd, float *y) {
     alignas(64) static constexpr uint16_t kIndexWords[32] = {0,  1,  3,  4,  6,  7,  9,  10, 12, 13, 15,
                                                              16, 18, 19, 21, 22, 24, 25, 27, 28, 30, 31,
                                                              33, 34, 36, 37, 39, 40, 42, 43, 45, 46};
@@ -1090,10 +1090,15 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
     const __m512i low5 = _mm512_set1_epi32(31), one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3);
     const __m512i sign = _mm512_set1_epi32(int32_t(0x80000000u));
     uint64_t row = 0, row_begin = begin;
+    const uint64_t end = begin + rows * cols;
     for (uint64_t e = 0; e < count;) {
         const uint8_t *p = entries + 6 * e;
         uint32_t first;
         std::memcpy(&first, p, 4);
+        if (first < row_begin || first >= end) {  // out of order or out of range: skipped (see kernels.hpp)
+            ++e;
+            continue;
+        }
         while (first >= row_begin + cols) ++row, row_begin += cols;
         const uint64_t n = std::min<uint64_t>(16, count - e), bytes = 6 * n;
         const __m512i lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1, p);
@@ -1102,6 +1107,8 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
         __mmask16 k = __mmask16((1u << n) - 1);
         if (row_begin + cols <= UINT32_MAX)  // else every u32 index is below the row's end
             k &= _mm512_cmplt_epu32_mask(idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin + cols))));
+        // and none below its start (a list out of order: entry 0 is in the row)
+        k &= _mm512_cmpge_epu32_mask(idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
         const __m512i tile = _mm512_maskz_mullo_epi32(0xFFFF, _mm512_maskz_srli_epi32(0xFFFF, idx, 5), _mm512_set1_epi32(6));
         const __m512i head = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, tile, tiles, 1);
         const __m512i bits = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, _mm512_maskz_add_epi32(0xFFFF, tile, _mm512_set1_epi32(2)),
@@ -1152,8 +1159,8 @@ bool q1s_ascending(const uint8_t *entries, uint64_t count) {
 bool q1s_ascending(const uint8_t *entries, uint64_t count) { return q1s_ascending_from(entries, 0, count); }
 
 void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
-                    const int8_t *xq, const float *xd, float *y) {
-    q1s_overlay_rows<&f16_scalar>(tiles, entries, count, begin, cols, xq, xd, y);
+                    uint64_t rows, const int8_t *xq, const float *xd, float *y) {
+    q1s_overlay_rows<&f16_scalar>(tiles, entries, count, begin, cols, rows, xq, xd, y);
 }
 #endif
 

@@ -133,9 +133,13 @@ bool q1s_ascending(const uint8_t *entries, uint64_t count);
 // value) * d[c/32] * q[c] for each entry (6 B: u32 element index, f16 value;
 // `count` of them, strictly ascending, all in [begin, begin + rows*cols)),
 // row r of the range holding elements [begin + r*cols, begin + (r+1)*cols),
-// tiles the whole tensor's q1 base.
+// tiles the whole tensor's q1 base (every index below its element count).
+// Memory-safe for any list: an entry below the row being summed (a list
+// that does not ascend) or past the range is skipped, so nothing outside
+// x, y's `rows` and the tiles is touched; such a list's sums are wrong,
+// which the caller prevents (it checks the list, q1s_ascending).
 void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
-                    const int8_t *xq, const float *xd, float *y);
+                    uint64_t rows, const int8_t *xq, const float *xd, float *y);
 // q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
 // q4_pair_blocks order over exactly `groups` blocks, xoff = q4_pair_offset of it
 // (the portable kernels recompute the offset from the codes and ignore xoff).

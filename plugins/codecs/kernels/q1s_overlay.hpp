@@ -16,19 +16,23 @@ namespace {
 // f16 value) of a q1 base (tiles over the whole tensor), row r holding the
 // elements [begin + r*cols, begin + (r+1)*cols): (value - base value) *
 // d[c/32] * q[c] at the entry's column c, x being natural-order int8 blocks.
+// An entry below the current row (a list out of order) or past the range
+// is skipped: nothing outside x, y[0, rows) and the tiles is read or written.
 // A row's corrections are summed in a register and added once: added to y
 // one by one, consecutive entries of a row waited on each other through
 // memory, and the row is followed as the indices ascend instead of divided
 // out (a 64-bit division per entry cost about as much as the base dots).
 template <float (*F16)(const uint8_t *)>
 inline void q1s_overlay_rows(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin,
-                             uint64_t cols, const int8_t *xq, const float *xd, float *y) {
+                             uint64_t cols, uint64_t rows, const int8_t *xq, const float *xd, float *y) {
     uint64_t row = 0, row_begin = begin;
+    const uint64_t end = begin + rows * cols;
     float acc = 0.0f;
     for (uint64_t e = 0; e < count; ++e) {
         const uint8_t *p = entries + 6 * e;
         uint32_t idx;
         std::memcpy(&idx, p, 4);
+        if (idx < row_begin || idx >= end) continue;
         if (idx >= row_begin + cols) {
             y[row] += acc;
             acc = 0.0f;
@@ -42,7 +46,7 @@ inline void q1s_overlay_rows(const uint8_t *tiles, const uint8_t *entries, uint6
         const uint64_t c = idx - row_begin;
         acc += (F16(p + 4) - base) * (xd[c / 32] * static_cast<float>(xq[c]));
     }
-    if (count != 0) y[row] += acc;
+    if (rows != 0) y[row] += acc;
 }
 
 // Whether entries [from, count) ascend strictly, entry from-1 included
