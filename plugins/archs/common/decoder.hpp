@@ -314,10 +314,11 @@ void decoder_forward(DecoderModel &m, DecoderState &s, const DecoderStep &step);
 
 // steps[i] on states[i], all in one pass (cmf_arch_vt.forward_batch): the
 // matmuls and element-wise operations over every sequence's tokens laid end
-// to end, attention per sequence on its own cache. States are distinct
-// states of `m`; the pass runs in the first state's scratch. Steps give all
-// layers and no hidden states. A layer kind without a per-sequence step
-// here is CMF_ERR_UNSUPPORTED.
+// to end, attention per sequence on its own cache, a gated delta net's
+// convolution and recurrence per sequence on its own state, the experts'
+// routing counted per sequence. States are distinct states of `m`; the
+// pass runs in the first state's scratch. Steps give all layers and no
+// hidden states. A model with its draft head on is CMF_ERR_UNSUPPORTED.
 void decoder_forward_batch(DecoderModel &m, std::span<DecoderState *const> states, std::span<const DecoderStep> steps);
 
 // ---- the cmf_arch_vt run members over this decoder ----
