@@ -243,7 +243,7 @@ int cmd_bench(const std::vector<std::string> &args) {
         ("parallel", po::value(&parallel)->default_value(0),
          "tg test of K sequences decoding together (as `cmfhost serve --parallel K` runs them, through the "
          "batch engine: one pass per step for all): each given a prompt of its own (the -d context, else 8 "
-         "tokens; untimed), then -n greedy tokens; prints the aggregate decode tok/s (0 = skip)")
+         "tokens; untimed), then -n greedy tokens; prints the aggregate tok/s of the decode passes (0 = skip)")
         ("profile", po::bool_switch(&session_flags.profile),
          "time every backend operation of the timed tests and print where prefill's and decode's time went "
          "(JSON: \"profile\"); the clock reads add ~50 ns per call")
@@ -261,7 +261,7 @@ int cmd_bench(const std::vector<std::string> &args) {
         return 0;
     if (reps == 0) throw Failure("-r must be at least 1", 2);
     if (n_prompt == 0 && n_gen == 0) throw Failure("nothing to measure: -p and -n are both 0", 2);
-    if (parallel > 0 && n_gen == 0) throw Failure("--parallel times decode: -n must be at least 1", 2);
+    if (parallel > 0 && n_gen < 2) throw Failure("--parallel times decode passes: -n must be at least 2", 2);
     if (parallel > 256) throw Failure("--parallel: at most 256 sequences", 2);
 
     model = resolve_model(model);
@@ -379,8 +379,9 @@ int cmd_bench(const std::vector<std::string> &args) {
     }
     // K sequences through a batch engine of K slots, as `serve` runs them:
     // every decode pass one forward_batch over all K. Each rep's rate is the
-    // engine's own count: tokens generated over the time of its decode
-    // passes (prompts are prefilled in passes of their own, untimed).
+    // engine's own count: the tokens of its decode passes over their time
+    // (prompts are prefilled in passes of their own, untimed; each
+    // request's first token comes from its prefill pass, so not counted).
     std::vector<double> tg_par;
     bool par_batched = false;
     if (parallel > 0) {
@@ -416,7 +417,7 @@ int cmd_bench(const std::vector<std::string> &args) {
             run_all();
             const cmf_batch_stats b = stats();
             if (b.failed != a.failed) throw Failure("--parallel: a request failed (the model's error went to its callback)");
-            tg_par.push_back(double(b.generated_tokens - a.generated_tokens) / (b.decode_seconds - a.decode_seconds));
+            tg_par.push_back(double(b.generated_tokens - a.generated_tokens - parallel) / (b.decode_seconds - a.decode_seconds));
             par_batched = b.batched != 0;
         }
     }
