@@ -46,7 +46,7 @@ inline void q1s_overlay_rows(const uint8_t *tiles, const uint8_t *entries, uint6
         const uint64_t c = idx - row_begin;
         acc += (F16(p + 4) - base) * (xd[c / 32] * static_cast<float>(xq[c]));
     }
-    if (rows != 0) y[row] += acc;
+    if (count != 0 && rows != 0) y[row] += acc;
 }
 
 // Whether entries [from, count) ascend strictly, entry from-1 included
