@@ -13,6 +13,7 @@
 //    a session (greedy, q8, the KV cache in f16 as `cmfhost serve` runs it),
 //    and cancel, queue limits, context limits and callbacks behave.
 #include <doctest/doctest.h>
+#include "support/batch_helpers.hpp"
 #include "support/test_runtime.hpp"
 
 #include "common/error.hpp"
@@ -72,17 +73,6 @@ std::vector<std::vector<int32_t>> prompts(size_t k) {
     return out;
 }
 
-cmf_forward_args args_of(const int32_t *tokens, uint32_t n, uint64_t pos, int32_t mode, float *logits) {
-    cmf_forward_args a{};
-    a.struct_size = sizeof a;
-    a.tokens = tokens;
-    a.n_tokens = n;
-    a.pos = pos;
-    a.logits_mode = mode;
-    a.logits = logits;
-    return a;
-}
-
 int32_t argmax(const std::vector<float> &l) { return int32_t(std::max_element(l.begin(), l.end()) - l.begin()); }
 
 double scaled_diff(const std::vector<float> &a, const std::vector<float> &ref) {
@@ -106,14 +96,14 @@ SoloRun solo(BoundModel &bm, const std::vector<std::vector<int32_t>> &ps, size_t
     for (const auto &p : ps) {
         cmf_arch_state *s = bm.state_create(256);
         std::vector<float> l(V);
-        bm.forward(s, args_of(p.data(), uint32_t(p.size()), 0, CMF_LOGITS_LAST, l.data()));
+        bm.forward(s, forward_args(p.data(), uint32_t(p.size()), 0, CMF_LOGITS_LAST, l.data()));
         std::vector<int32_t> toks;
         std::vector<std::vector<float>> ls{l};
         uint64_t pos = p.size();
         for (size_t i = 0; i < steps; ++i) {
             int32_t t = argmax(l);
             toks.push_back(t);
-            bm.forward(s, args_of(&t, 1, pos++, CMF_LOGITS_LAST, l.data()));
+            bm.forward(s, forward_args(&t, 1, pos++, CMF_LOGITS_LAST, l.data()));
             ls.push_back(l);
         }
         r.tokens.push_back(toks);
@@ -140,7 +130,7 @@ std::pair<double, bool> batched_decode(BoundModel &bm, const std::vector<std::ve
     };
     for (size_t i = 0; i < k; ++i) {
         st[i] = bm.state_create(256);
-        cmf_forward_args a = args_of(ps[i].data(), uint32_t(ps[i].size()), 0, CMF_LOGITS_LAST, l[i].data());
+        cmf_forward_args a = forward_args(ps[i].data(), uint32_t(ps[i].size()), 0, CMF_LOGITS_LAST, l[i].data());
         const cmf_forward_args *ap = &a;
         cmf::throw_if_error(bm.forward_batch(1, &st[i], &ap));
         compare(i, 0);
@@ -149,7 +139,7 @@ std::pair<double, bool> batched_decode(BoundModel &bm, const std::vector<std::ve
         std::vector<cmf_forward_args> a(k);
         std::vector<const cmf_forward_args *> ap(k);
         for (size_t i = 0; i < k; ++i) {
-            a[i] = args_of(&ref.tokens[i][step], 1, ps[i].size() + step, CMF_LOGITS_LAST, l[i].data());
+            a[i] = forward_args(&ref.tokens[i][step], 1, ps[i].size() + step, CMF_LOGITS_LAST, l[i].data());
             ap[i] = &a[i];
         }
         cmf::throw_if_error(bm.forward_batch(uint32_t(k), st.data(), ap.data()));
@@ -195,7 +185,7 @@ TEST_CASE("batch: a pass mixing prompt chunks and decode rows matches each seque
     std::vector<std::vector<float>> l(4, std::vector<float>(V));
     for (auto &s : st) s = bm.state_create(256);
     for (size_t i = 0; i < 2; ++i) {
-        cmf_forward_args a = args_of(ps[i].data(), uint32_t(ps[i].size()), 0, CMF_LOGITS_LAST, l[i].data());
+        cmf_forward_args a = forward_args(ps[i].data(), uint32_t(ps[i].size()), 0, CMF_LOGITS_LAST, l[i].data());
         const cmf_forward_args *ap = &a;
         REQUIRE(bm.forward_batch(1, &st[i], &ap) == nullptr);
     }
@@ -203,10 +193,10 @@ TEST_CASE("batch: a pass mixing prompt chunks and decode rows matches each seque
     for (size_t step = 0; step < 2; ++step) {
         std::vector<cmf_forward_args> a;
         for (size_t i = 0; i < 2; ++i)
-            a.push_back(args_of(&ref.tokens[i][step], 1, ps[i].size() + step, CMF_LOGITS_LAST, l[i].data()));
+            a.push_back(forward_args(&ref.tokens[i][step], 1, ps[i].size() + step, CMF_LOGITS_LAST, l[i].data()));
         for (size_t i = 2; i < 4; ++i) {
             const size_t half = ps[i].size() / 2, off = step == 0 ? 0 : half, n = step == 0 ? half : ps[i].size() - half;
-            a.push_back(args_of(ps[i].data() + off, uint32_t(n), off, step == 0 ? CMF_LOGITS_NONE : CMF_LOGITS_LAST,
+            a.push_back(forward_args(ps[i].data() + off, uint32_t(n), off, step == 0 ? CMF_LOGITS_NONE : CMF_LOGITS_LAST,
                                 l[i].data()));
         }
         std::vector<const cmf_forward_args *> ap;
@@ -232,7 +222,7 @@ TEST_CASE("batch: forward_batch refuses what it cannot run, and answers the prob
         cmf_error_free(e);
         return c;
     };
-    cmf_forward_args a = args_of(toks, 3, 0, CMF_LOGITS_LAST, l.data()), b = a;
+    cmf_forward_args a = forward_args(toks, 3, 0, CMF_LOGITS_LAST, l.data()), b = a;
     const cmf_forward_args *ap[2] = {&a, &b};
     cmf_arch_state *twice[2] = {s, s};
     CHECK(code_of(bm.forward_batch(2, twice, ap)) == CMF_ERR_INVALID_ARGUMENT);  // one state twice
@@ -253,25 +243,12 @@ struct Outcome {
 };
 
 BatchRequest greedy_request(const std::vector<int32_t> &prompt, uint32_t max_tokens, Outcome &out) {
-    BatchRequest r;
-    r.prompt = prompt;
-    r.max_tokens = max_tokens;
-    r.sampler.temperature = 0;
-    r.sampler.repetition_penalty = 1;
-    r.on_token = [&out](int32_t t) {
-        out.tokens.push_back(t);
-        return true;
-    };
+    BatchRequest r = greedy_batch_request(prompt, max_tokens, out.tokens);
     r.on_done = [&out](const GenerateStats &st, const cmf_error *e) {
         out.stop = st.stop_reason;
         out.error = e != nullptr;
     };
     return r;
-}
-
-void run_until_idle(BatchEngine &eng) {
-    for (int i = 0; i < 10000 && eng.step(0) > 0; ++i) {
-    }
 }
 
 }  // namespace
@@ -285,20 +262,7 @@ TEST_CASE("batch: the engine gives each request the tokens it gets alone") {
     sc.arch_options = "kv_cache=f16";
     sc.n_ctx = 256;
     cmf::runtime::Session sess(*o.rt.rt, *o.src, sc);
-    for (const auto &p : ps) {
-        sess.truncate(0);
-        cmf::runtime::GenerateConfig g;
-        g.max_tokens = 12;
-        g.sampler.temperature = 0;
-        g.sampler.repetition_penalty = 1;
-        std::vector<int32_t> got;
-        g.on_token = [&got](int32_t t) {
-            got.push_back(t);
-            return true;
-        };
-        sess.generate(p, g);
-        alone.push_back(got);
-    }
+    for (const auto &p : ps) alone.push_back(greedy_session_tokens(sess, p, 12));
     // Together: 8 requests over 3 slots (so some wait, and join as others
     // leave), prompts prefilled in 8-token chunks between decode passes.
     BatchConfig cfg;

@@ -16,12 +16,12 @@
 //  - the HF checkpoint converted with cmf_convert (f32) runs to the same
 //    logits: the converter's fused-GDN split, wrappers and expert names.
 #include <doctest/doctest.h>
+#include "support/batch_helpers.hpp"
 #include "support/test_runtime.hpp"
 #include "parity_case.hpp"
 
 #include "common/error.hpp"
 #include "plugin_host/runtime.hpp"
-#include "runtime/batch.hpp"
 #include "runtime/bound_model.hpp"
 #include "runtime/session.hpp"
 
@@ -233,14 +233,7 @@ TEST_CASE("parity: MoE and hybrid HF checkpoints (qwen3_5/qwen3_5_moe also text-
 namespace {
 
 cmf_forward_args step_args(const int32_t *tokens, uint32_t n, uint64_t pos, float *logits) {
-    cmf_forward_args a{};
-    a.struct_size = sizeof a;
-    a.tokens = tokens;
-    a.n_tokens = n;
-    a.pos = pos;
-    a.logits_mode = CMF_LOGITS_LAST;
-    a.logits = logits;
-    return a;
+    return forward_args(tokens, n, pos, CMF_LOGITS_LAST, logits);
 }
 
 // k sequences (prompts cut from the case's, of different lengths): each
@@ -328,20 +321,7 @@ void run_engine(const std::string &name) {
     SessionConfig sc;
     sc.n_ctx = 128;
     cmf::runtime::Session sess(*t.rt, *model->source(), sc);
-    for (const auto &p : ps) {
-        sess.truncate(0);
-        GenerateConfig g;
-        g.max_tokens = 10;
-        g.sampler.temperature = 0;
-        g.sampler.repetition_penalty = 1;
-        std::vector<int32_t> got;
-        g.on_token = [&got](int32_t tok) {
-            got.push_back(tok);
-            return true;
-        };
-        sess.generate(p, g);
-        alone.push_back(got);
-    }
+    for (const auto &p : ps) alone.push_back(greedy_session_tokens(sess, p, 10));
     cmf::runtime::BatchConfig cfg;
     cfg.n_slots = 3;
     cfg.n_ctx = 128;
@@ -349,20 +329,8 @@ void run_engine(const std::string &name) {
     cmf::runtime::BatchEngine eng(*t.rt, *model->source(), cfg);
     CHECK(eng.batched());
     std::vector<std::vector<int32_t>> got(ps.size());
-    for (size_t i = 0; i < ps.size(); ++i) {
-        cmf::runtime::BatchRequest r;
-        r.prompt = ps[i];
-        r.max_tokens = 10;
-        r.sampler.temperature = 0;
-        r.sampler.repetition_penalty = 1;
-        r.on_token = [&got, i](int32_t tok) {
-            got[i].push_back(tok);
-            return true;
-        };
-        eng.submit(std::move(r));
-    }
-    for (int i = 0; i < 10000 && eng.step(0) > 0; ++i) {
-    }
+    for (size_t i = 0; i < ps.size(); ++i) eng.submit(greedy_batch_request(ps[i], 10, got[i]));
+    run_until_idle(eng);
     for (size_t i = 0; i < ps.size(); ++i) {
         CAPTURE(i);
         CHECK(got[i] == alone[i]);
