@@ -85,6 +85,21 @@ public:
     // Runs body(rb, n, scales) for the rows [r0, r1) in blocks of up to
     // kLadderRows: rows rb .. rb+n-1, scales holding their group scales
     // (gpr per row, row by row), picked from their ladders by their 5-bit codes.
+    // The next block's (lo, step) pairs and codes, asked for while this
+    // block's rows stream: the ladder's first loads of a block waited on
+    // memory (perf, q4tp decode on the 0.6B shape: half of ladder_scales'
+    // samples on its first code load, the pairs' loads most of the rest of
+    // matmul_rows' own), the hardware prefetcher not following these two
+    // short streams beside the long one of the weight chunks. Inlined
+    // early on purpose: GCC takes a function that only prefetches for a
+    // pure one and drops calls to it (a pure void call does nothing).
+    [[gnu::always_inline]] static inline void prefetch_next_block(const Layout &l, uint64_t rb, uint64_t r1) {
+        if (rb >= r1) return;
+        const uint64_t n = std::min<uint64_t>(kLadderRows, r1 - rb);
+        const uint8_t *params = l.params + 4 * rb, *codes = l.codes + rb * stride(l.gpr);
+        for (uint64_t b = 0; b < 4 * n; b += 64) __builtin_prefetch(params + b, 0, 3);
+        for (uint64_t b = 0; b < n * stride(l.gpr); b += 64) __builtin_prefetch(codes + b, 0, 3);
+    }
     template <class F>
     static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body) {
         // No rows, no scratch: a tensor of zero rows may declare billions of
@@ -100,6 +115,10 @@ public:
                 first[j] = exp2[load_u16(l.params + 4 * (rb + j))];
                 ratio[j] = exp2[load_u16(l.params + 4 * (rb + j) + 2)];
             }
+            // Past r1 too: the thread pool hands a thread its chunks of a
+            // matrix in ascending order, and decode's chunks are often one
+            // block long.
+            prefetch_next_block(l, rb + kLadderRows, l.m.rows);
             kernels::ladder_scales(first, ratio, Two, l.codes + rb * stride(l.gpr), stride(l.gpr), l.gpr, n,
                                    scales.data());
             body(rb, n, scales.data());

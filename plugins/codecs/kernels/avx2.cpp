@@ -1194,14 +1194,16 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
                    uint64_t groups, unsigned rows, float *out) {
     constexpr int kChains = kLadderMaxRows / 16;
     rows = std::min(rows, kLadderMaxRows);
-    alignas(64) float f[kLadderMaxRows] = {}, e[kLadderMaxRows] = {};
-    for (unsigned j = 0; j < rows; ++j) f[j] = first[j], e[j] = ratio[j];
     alignas(64) float t[kChains][32][16];  // rung c of rows 16k .. 16k+15
     const int c0 = zero_rung ? 1 : 0;
     __m512 cur[kChains], ek[kChains];
     for (int k = 0; k < kChains; ++k) {
-        cur[k] = _mm512_load_ps(f + 16 * k);
-        ek[k] = _mm512_load_ps(e + 16 * k);
+        // The chain's rows of first and ratio, 0 past the last row (masked
+        // loads: a copy into zeroed arrays was two rep movsq a call).
+        const unsigned left = rows > 16u * k ? std::min(rows - 16u * k, 16u) : 0u;
+        const __mmask16 live = __mmask16((1u << left) - 1u);
+        cur[k] = _mm512_maskz_loadu_ps(live, first + 16 * k);
+        ek[k] = _mm512_maskz_loadu_ps(live, ratio + 16 * k);
         _mm512_store_ps(t[k][0], _mm512_setzero_ps());
         _mm512_store_ps(t[k][c0], cur[k]);
     }
@@ -1212,14 +1214,21 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
         }
     // Group 4L + q of a step (lane 4L + q, in 128-bit lane L): its code's
     // two bytes, (5(4L + q)) / 8 and the next, in the lane's low 16 bits.
-    alignas(64) int8_t pick[64];
-    alignas(64) int32_t shift[16];
-    for (int i = 0; i < 16; ++i) {
-        const int bit = 5 * i;
-        for (int b = 0; b < 4; ++b) pick[4 * i + b] = b < 2 ? int8_t(bit / 8 + b) : int8_t(-1);  // -1: a zero byte
-        shift[i] = bit % 8;
-    }
-    const __m512i pk = _mm512_load_si512(pick), sh = _mm512_load_si512(shift), mask = _mm512_set1_epi32(31);
+    // (Tables of constants, not filled per call: the compiler copied a
+    // filled stack table from a constant one with rep movsq every call.)
+    static constexpr struct Picks {
+        alignas(64) int8_t pick[64];
+        alignas(64) int32_t shift[16];
+        constexpr Picks() : pick(), shift() {
+            for (int i = 0; i < 16; ++i) {
+                const int bit = 5 * i;
+                for (int b = 0; b < 4; ++b) pick[4 * i + b] = b < 2 ? int8_t(bit / 8 + b) : int8_t(-1);  // -1: a zero byte
+                shift[i] = bit % 8;
+            }
+        }
+    } picks;
+    const __m512i pk = _mm512_load_si512(picks.pick), sh = _mm512_load_si512(picks.shift),
+                  mask = _mm512_set1_epi32(31);
     for (unsigned k = 0; 16 * k < rows; ++k) {
         __m512 lo[16], hi[16];  // rungs 0-15, 16-31 of the chain's rows; transposed, register j is row 16k + j
         for (int c = 0; c < 16; ++c) lo[c] = _mm512_load_ps(t[k][c]), hi[c] = _mm512_load_ps(t[k][16 + c]);
