@@ -881,6 +881,50 @@ TEST_CASE("roundtrip: ladder_scales builds each row's ladder and picks rungs by 
     }
 }
 
+TEST_CASE("roundtrip: ladder_scales_powers gives every ISA the same rungs, within a few ulps of the sequential ladder") {
+    // Rungs from the ratio's binary powers: lanes that take a power their
+    // code does not have, or the powers multiplied in another order, change
+    // bits against the portable form; the zero rung and a shift by one lane
+    // change the values. Ratios from 2^-4 to 2^4 cover ladders that shrink
+    // and grow; against the sequential products each rung is within 2^-17
+    // relative (31 roundings either way at most, ~2^-19 seen).
+    namespace k = cmf::codecs::kernels;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> lg(-4.0f, 4.0f), lr(-0.2f, 0.2f);
+    float first[k::kLadderMaxRows], ratio[k::kLadderMaxRows];
+    for (unsigned j = 0; j < k::kLadderMaxRows; ++j) first[j] = std::exp2(lg(rng)), ratio[j] = std::exp2(lr(rng));
+    for (bool zero_rung : {false, true})
+        for (uint64_t groups : {1u, 15u, 16u, 17u, 32u, 96u}) {
+            const uint64_t code_stride = (5 * groups + 7) / 8;
+            for (unsigned rows : {1u, 7u, 16u, 33u, k::kLadderMaxRows}) {
+                CAPTURE(zero_rung);
+                CAPTURE(groups);
+                CAPTURE(rows);
+                std::vector<uint8_t> codes(code_stride * rows);
+                for (auto &b : codes) b = static_cast<uint8_t>(rng());
+                std::vector<float> exact(groups * rows), yp(groups * rows);
+                k::portable::ladder_scales(first, ratio, zero_rung, codes.data(), code_stride, groups, rows, exact.data());
+                k::portable::ladder_scales_powers(first, ratio, zero_rung, codes.data(), code_stride, groups, rows, yp.data());
+                float worst = 0.0f;
+                for (size_t i = 0; i < yp.size(); ++i) {
+                    if (exact[i] == 0.0f) {
+                        CHECK(yp[i] == 0.0f);
+                        continue;
+                    }
+                    worst = std::max(worst, std::fabs(yp[i] - exact[i]) / std::fabs(exact[i]));
+                }
+                CHECK(worst <= 0x1p-17f);
+                for (const k::SimdKernels &isa : k::simd_kernels()) {
+                    CAPTURE(isa.isa);
+                    std::vector<float> ya(groups * rows + 1, -7.0f);
+                    isa.ladder_scales_powers(first, ratio, zero_rung, codes.data(), code_stride, groups, rows, ya.data());
+                    CHECK(std::memcmp(ya.data(), yp.data(), yp.size() * sizeof(float)) == 0);
+                    CHECK(ya[groups * rows] == -7.0f);
+                }
+            }
+        }
+}
+
 TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
     // rows_* sum four rows per horizontal-add tree: a lane mix-up would put a
     // row's sum in its neighbour's y. Every row differs, one row has a NaN

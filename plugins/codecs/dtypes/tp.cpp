@@ -84,7 +84,10 @@ public:
     }
     // Runs body(rb, n, scales) for the rows [r0, r1) in blocks of up to
     // kLadderRows: rows rb .. rb+n-1, scales holding their group scales
-    // (gpr per row, row by row), picked from their ladders by their 5-bit codes.
+    // (gpr per row, row by row), picked from their ladders by their 5-bit
+    // codes: the encoder's sequential products (kernels::ladder_scales), or
+    // with powers, rungs made of the ratio's powers (ladder_scales_powers,
+    // a few ulps away) for the decode matmuls.
     // The next block's (lo, step) pairs and codes, asked for while this
     // block's rows stream: the ladder's first loads of a block waited on
     // memory (perf, q4tp decode on the 0.6B shape: half of ladder_scales'
@@ -101,7 +104,7 @@ public:
         for (uint64_t b = 0; b < n * stride(l.gpr); b += 64) __builtin_prefetch(codes + b, 0, 3);
     }
     template <class F>
-    static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body) {
+    static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body, bool powers = false) {
         // No rows, no scratch: a tensor of zero rows may declare billions of
         // groups per row (the vtable entries return before this too).
         if (r0 >= r1) return;
@@ -119,8 +122,8 @@ public:
             // matrix in ascending order, and decode's chunks are often one
             // block long.
             prefetch_next_block(l, rb + kLadderRows, l.m.rows);
-            kernels::ladder_scales(first, ratio, Two, l.codes + rb * stride(l.gpr), stride(l.gpr), l.gpr, n,
-                                   scales.data());
+            (powers ? kernels::ladder_scales_powers : kernels::ladder_scales)(
+                first, ratio, Two, l.codes + rb * stride(l.gpr), stride(l.gpr), l.gpr, n, scales.data());
             body(rb, n, scales.data());
         }
     }
@@ -182,6 +185,9 @@ public:
         // q4tp with one dot call per row and the scales picked one by one in
         // scalar code ran at about half of q4_block's speed on the same
         // shapes; q2tp one dot per row at 0.5 of its row-range kernel.
+        // The rungs from the ratio's powers: x is int8 here, so a few ulps
+        // on a scale are lost in its rounding, and the sequential ladder's
+        // chains and transposes were a fifth of q4tp decode (docs/dtypes.md).
         for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *scales) {
             const uint8_t *chunks = l.chunks + rb * l.gpr * kChunk;
             for (uint64_t b = 0; b < n_batch; ++b) {
@@ -192,7 +198,7 @@ public:
                     kernels::rows_q4_groups_xq(chunks, scales, xq.q(b), xq.offset(b), xq.d(b), l.gpr, n, yb);
                 }
             }
-        });
+        }, /*powers=*/true);
     }
 
 private:

@@ -1177,19 +1177,53 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, [[maybe_unused]] const i
 
 #ifdef CMF_CODECS_VNNI
 
+namespace {
+// Row j's group scales from its 32 rungs (lo: 0-15, hi: 16-31), 16 groups
+// per step: their 80 code bits (10 bytes, a masked load that never reads
+// past the row's codes) put two bytes per 32-bit lane by a byte shuffle,
+// each lane shifted to its code, and the rungs picked by one two-register
+// permute; a short last step stores through a mask.
+// (Tables of constants, not filled per call: the compiler copied a filled
+// stack table from a constant one with rep movsq every call.)
+struct RungPicks {
+    alignas(64) int8_t pick[64];  // group 4L + q of a step (lane 4L + q): its code's two bytes, (5(4L + q)) / 8 and the next
+    alignas(64) int32_t shift[16];
+    constexpr RungPicks() : pick(), shift() {
+        for (int i = 0; i < 16; ++i) {
+            const int bit = 5 * i;
+            for (int b = 0; b < 4; ++b) pick[4 * i + b] = b < 2 ? int8_t(bit / 8 + b) : int8_t(-1);  // -1: a zero byte
+            shift[i] = bit % 8;
+        }
+    }
+};
+constexpr RungPicks kRungPicks;
+inline void pick_rungs16(__m512 lo, __m512 hi, const uint8_t *c, uint64_t groups, float *o) {
+    const __m512i pk = _mm512_load_si512(kRungPicks.pick), sh = _mm512_load_si512(kRungPicks.shift),
+                  mask = _mm512_set1_epi32(31);
+    // Groups g .. g+n-1 (n <= 16): their codes' ceil(5n/8) bytes, n scales stored.
+    auto step = [&](uint64_t g, __mmask16 bytes, __mmask16 store) {
+        const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
+        const __m512i idx = _mm512_and_si512(
+            _mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), mask);
+        _mm512_mask_storeu_ps(o + g, store, _mm512_permutex2var_ps(lo, idx, hi));
+    };
+    uint64_t g = 0;
+    for (; g + 16 <= groups; g += 16) step(g, 0x3FF, 0xFFFF);
+    if (const uint64_t n = groups - g; n > 0)
+        step(g, __mmask16((1u << ((5 * n + 7) / 8)) - 1u), __mmask16((1u << n) - 1u));
+}
+}  // namespace
+
 // Up to 64 rows' ladders as four interleaved chains of 512-bit multiplies
 // (lane j of chain k = row 16k + j). A row's 31 products are dependent,
 // each waiting on the multiply latency: one chain costs the same for 1 row
 // as for 16, and four independent chains cost about what one does (the
 // multiplies of a rung issue together), so a block of 64 rows pays the
 // latency once. Each chain's 32 rungs are then turned row-major by two
-// 16x16 transposes in registers, and per row 16 groups per step: their 80
-// code bits (10 bytes, a masked load that never reads past the row's codes)
-// put two bytes per 32-bit lane by a byte shuffle, each lane shifted to its
-// code, and the rungs picked from the row's 32 by one two-register permute;
-// a short last step stores through a mask. Against the 8-row form (one
-// chain per 8 rows, 8x8 transposes through memory, 8 groups per step by two
-// permutes, a test and a blend): docs/performance.md, q4tp decode.
+// 16x16 transposes in registers and each row's scales picked by
+// pick_rungs16. Against the 8-row form (one chain per 8 rows, 8x8
+// transposes through memory, 8 groups per step by two permutes, a test and
+// a blend): docs/performance.md, q4tp decode.
 void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
                    uint64_t groups, unsigned rows, float *out) {
     constexpr int kChains = kLadderMaxRows / 16;
@@ -1212,43 +1246,41 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
             cur[k] = _mm512_mul_ps(cur[k], ek[k]);
             _mm512_store_ps(t[k][c], cur[k]);
         }
-    // Group 4L + q of a step (lane 4L + q, in 128-bit lane L): its code's
-    // two bytes, (5(4L + q)) / 8 and the next, in the lane's low 16 bits.
-    // (Tables of constants, not filled per call: the compiler copied a
-    // filled stack table from a constant one with rep movsq every call.)
-    static constexpr struct Picks {
-        alignas(64) int8_t pick[64];
-        alignas(64) int32_t shift[16];
-        constexpr Picks() : pick(), shift() {
-            for (int i = 0; i < 16; ++i) {
-                const int bit = 5 * i;
-                for (int b = 0; b < 4; ++b) pick[4 * i + b] = b < 2 ? int8_t(bit / 8 + b) : int8_t(-1);  // -1: a zero byte
-                shift[i] = bit % 8;
-            }
-        }
-    } picks;
-    const __m512i pk = _mm512_load_si512(picks.pick), sh = _mm512_load_si512(picks.shift),
-                  mask = _mm512_set1_epi32(31);
     for (unsigned k = 0; 16 * k < rows; ++k) {
         __m512 lo[16], hi[16];  // rungs 0-15, 16-31 of the chain's rows; transposed, register j is row 16k + j
         for (int c = 0; c < 16; ++c) lo[c] = _mm512_load_ps(t[k][c]), hi[c] = _mm512_load_ps(t[k][16 + c]);
         transpose16x16(lo);
         transpose16x16(hi);
-        for (unsigned j = 0; j < 16 && 16 * k + j < rows; ++j) {
-            const uint8_t *c = codes + code_stride * (16 * k + j);
-            float *o = out + groups * (16 * k + j);
-            // Groups g .. g+n-1 (n <= 16): their codes' ceil(5n/8) bytes, n scales stored.
-            auto step = [&](uint64_t g, __mmask16 bytes, __mmask16 store) {
-                const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
-                const __m512i idx = _mm512_and_si512(
-                    _mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), mask);
-                _mm512_mask_storeu_ps(o + g, store, _mm512_permutex2var_ps(lo[j], idx, hi[j]));
-            };
-            uint64_t g = 0;
-            for (; g + 16 <= groups; g += 16) step(g, 0x3FF, 0xFFFF);
-            if (const uint64_t n = groups - g; n > 0)
-                step(g, __mmask16((1u << ((5 * n + 7) / 8)) - 1u), __mmask16((1u << n) - 1u));
+        for (unsigned j = 0; j < 16 && 16 * k + j < rows; ++j)
+            pick_rungs16(lo[j], hi[j], codes + code_stride * (16 * k + j), groups, out + groups * (16 * k + j));
+    }
+}
+
+// Per row: r^2 .. r^16 by four squarings of a broadcast, rungs 0-15 by four
+// multiplies under lane masks (lane c takes r^(2^b) where bit b of c is
+// set, bits in ascending order), rungs 16-31 as those times r^16; with
+// zero_rung both shift up a lane (valignd) behind a 0. Ten multiplies and
+// no shuffle before the picks, where the chains above take two 16x16
+// transposes (128 shuffles a 16 rows) and spill them.
+void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,
+                          uint64_t code_stride, uint64_t groups, unsigned rows, float *out) {
+    rows = std::min(rows, kLadderMaxRows);
+    const __m512 zero = _mm512_setzero_ps();
+    for (unsigned j = 0; j < rows; ++j) {
+        const __m512 r = _mm512_set1_ps(ratio[j]);
+        const __m512 r2 = _mm512_mul_ps(r, r), r4 = _mm512_mul_ps(r2, r2), r8 = _mm512_mul_ps(r4, r4),
+                     r16 = _mm512_mul_ps(r8, r8);
+        __m512 lo = _mm512_set1_ps(first[j]);
+        lo = _mm512_mask_mul_ps(lo, 0xAAAA, lo, r);
+        lo = _mm512_mask_mul_ps(lo, 0xCCCC, lo, r2);
+        lo = _mm512_mask_mul_ps(lo, 0xF0F0, lo, r4);
+        lo = _mm512_mask_mul_ps(lo, 0xFF00, lo, r8);
+        __m512 hi = _mm512_mul_ps(lo, r16);
+        if (zero_rung) {
+            hi = _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(hi), _mm512_castps_si512(lo), 15));
+            lo = _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(lo), _mm512_castps_si512(zero), 15));
         }
+        pick_rungs16(lo, hi, codes + code_stride * j, groups, out + groups * j);
     }
 }
 #else
@@ -1277,6 +1309,28 @@ inline void transpose8x8(const float *in, float *out, uint64_t ld) {
         _mm256_storeu_ps(out + ld * (i + 4), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
     }
 }
+// Row j's group scales from its 32 rungs t: eight groups per step, their
+// 40 code bits as two 32-bit words (bits 0-31 and 8-39), each lane shifted
+// to its code, the rungs picked by a gather.
+void pick_rungs8(const float *t, const uint8_t *c, uint64_t groups, float *o) {
+    const __m256i shifts = _mm256_setr_epi32(0, 5, 10, 15, 20, 25, 22, 27);
+    const __m256i mask = _mm256_set1_epi32(31);
+    uint64_t g = 0;
+    for (; g + 8 <= groups; g += 8) {
+        const uint8_t *p = c + 5 * g / 8;
+        uint32_t w;
+        std::memcpy(&w, p, 4);
+        const uint32_t w8 = (w >> 8) | (uint32_t{p[4]} << 24);
+        const __m256i v = _mm256_blend_epi32(_mm256_set1_epi32(int(w)), _mm256_set1_epi32(int(w8)), 0xC0);
+        const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask);
+        _mm256_storeu_ps(o + g, _mm256_i32gather_ps(t, idx, 4));
+    }
+    for (; g < groups; ++g) {
+        const uint64_t bit = 5 * g;
+        const uint32_t v = c[bit / 8] | (bit % 8 > 3 ? uint32_t{c[bit / 8 + 1]} << 8 : 0u);
+        o[g] = t[(v >> (bit % 8)) & 31u];
+    }
+}
 void ladder_scales8(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
                     uint64_t groups, unsigned rows, float *out) {
     alignas(32) float f8[8] = {}, e8[8] = {};
@@ -1292,27 +1346,7 @@ void ladder_scales8(const float *first, const float *ratio, bool zero_rung, cons
         _mm256_store_ps(t[c], cur);
     }
     for (int b = 0; b < 4; ++b) transpose8x8(&t[8 * b][0], &lt[0][8 * b], 32);
-    const __m256i shifts = _mm256_setr_epi32(0, 5, 10, 15, 20, 25, 22, 27);
-    const __m256i mask = _mm256_set1_epi32(31);
-    for (unsigned j = 0; j < rows; ++j) {
-        const uint8_t *c = codes + code_stride * j;
-        float *o = out + groups * j;
-        uint64_t g = 0;
-        for (; g + 8 <= groups; g += 8) {
-            const uint8_t *p = c + 5 * g / 8;
-            uint32_t w;
-            std::memcpy(&w, p, 4);
-            const uint32_t w8 = (w >> 8) | (uint32_t{p[4]} << 24);
-            const __m256i v = _mm256_blend_epi32(_mm256_set1_epi32(int(w)), _mm256_set1_epi32(int(w8)), 0xC0);
-            const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask);
-            _mm256_storeu_ps(o + g, _mm256_i32gather_ps(lt[j], idx, 4));
-        }
-        for (; g < groups; ++g) {
-            const uint64_t bit = 5 * g;
-            const uint32_t v = c[bit / 8] | (bit % 8 > 3 ? uint32_t{c[bit / 8 + 1]} << 8 : 0u);
-            o[g] = lt[j][(v >> (bit % 8)) & 31u];
-        }
-    }
+    for (unsigned j = 0; j < rows; ++j) pick_rungs8(lt[j], codes + code_stride * j, groups, out + groups * j);
 }
 }  // namespace
 
@@ -1322,6 +1356,33 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
     for (unsigned j = 0; j < rows && j < kLadderMaxRows; j += 8)
         ladder_scales8(first + j, ratio + j, zero_rung, codes + code_stride * j, code_stride, groups,
                        std::min(rows - j, 8u), out + groups * j);
+}
+
+// Per row: rungs 0-7 by three multiplies under lane blends (lane c takes
+// r^(2^b) where bit b of c is set, bits in ascending order), 8-15, 16-23
+// and 24-31 as those times r^8, r^16 and r^8 then r^16, stored one lane up
+// behind a 0 with zero_rung; then the gather picks.
+void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,
+                          uint64_t code_stride, uint64_t groups, unsigned rows, float *out) {
+    rows = std::min(rows, kLadderMaxRows);
+    alignas(32) float t[33];
+    t[0] = 0.0f;
+    float *rung = t + (zero_rung ? 1 : 0);
+    for (unsigned j = 0; j < rows; ++j) {
+        const __m256 r = _mm256_set1_ps(ratio[j]);
+        const __m256 r2 = _mm256_mul_ps(r, r), r4 = _mm256_mul_ps(r2, r2), r8 = _mm256_mul_ps(r4, r4),
+                     r16 = _mm256_mul_ps(r8, r8);
+        __m256 u = _mm256_set1_ps(first[j]);
+        u = _mm256_blend_ps(u, _mm256_mul_ps(u, r), 0xAA);
+        u = _mm256_blend_ps(u, _mm256_mul_ps(u, r2), 0xCC);
+        u = _mm256_blend_ps(u, _mm256_mul_ps(u, r4), 0xF0);
+        const __m256 u8 = _mm256_mul_ps(u, r8);
+        _mm256_storeu_ps(rung, u);
+        _mm256_storeu_ps(rung + 8, u8);
+        _mm256_storeu_ps(rung + 16, _mm256_mul_ps(u, r16));
+        _mm256_storeu_ps(rung + 24, _mm256_mul_ps(u8, r16));  // with zero_rung, t[32] is never picked
+        pick_rungs8(t, codes + code_stride * j, groups, out + groups * j);
+    }
 }
 #endif
 

@@ -112,6 +112,10 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
                    uint64_t groups, unsigned rows, float *out) {
     CMF_PICK(ladder_scales, first, ratio, zero_rung, codes, code_stride, groups, rows, out);
 }
+void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,
+                          uint64_t code_stride, uint64_t groups, unsigned rows, float *out) {
+    CMF_PICK(ladder_scales_powers, first, ratio, zero_rung, codes, code_stride, groups, rows, out);
+}
 float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const int32_t *xoff, const float *xd,
                        uint64_t g) {
     return CMF_PICK(dot_q2_groups_xq, c, s, xq, xoff, xd, g);

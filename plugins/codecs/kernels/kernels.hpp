@@ -172,6 +172,17 @@ void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
 constexpr unsigned kLadderMaxRows = 64;
 void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
                    uint64_t groups, unsigned rows, float *out);
+// ladder_scales for the decode matmuls, whose x is rounded to int8 (a
+// relative error near 1e-2 a block): rung c's power e = c (c - 1 with
+// zero_rung; rung 0 then 0) is first * r^b0 * r2^b1 * r4^b2 * r8^b3 *
+// r16^b4, multiplied in that order, b0..b4 being e's bits and r2 = r*r,
+// r4 = r2*r2, r8 = r4*r4, r16 = r8*r8 (r = ratio[j]). Each rung is at most
+// five products from first and the powers, so the rungs of a row come
+// without a chain of 31 dependent multiplies or a transpose; they differ
+// from ladder_scales' sequential products by a few f32 ulps (the tests
+// bound it), and every implementation gives the same bits.
+void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,
+                          uint64_t code_stride, uint64_t groups, unsigned rows, float *out);
 // q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.
 // xoff = q2_offset of xq (the AVX-512 VNNI form uses it; the others ignore it).
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,

@@ -177,6 +177,19 @@ void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
     for (uint64_t r = 0; r < rows; ++r)
         y[r] = dot_q4_groups_xq(nibbles + 16 * groups * r, scales + groups * r, xq, xoff, xd, groups);
 }
+namespace {
+// Row j's groups' rungs from its 32-rung table t.
+void pick_rungs(const float *t, const uint8_t *codes, uint64_t groups, float *out) {
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint64_t bit = 5 * g;
+        const uint8_t *c = codes + bit / 8;
+        // The code's two bytes (the second only when the code crosses into it).
+        const uint32_t v = c[0] | (bit % 8 > 3 ? uint32_t{c[1]} << 8 : 0u);
+        out[g] = t[(v >> (bit % 8)) & 31u];
+    }
+}
+}  // namespace
+
 void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
                    uint64_t groups, unsigned rows, float *out) {
     for (unsigned j = 0; j < rows; ++j) {
@@ -185,13 +198,25 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
         t[0] = 0.0f;
         t[c0] = first[j];
         for (int c = c0 + 1; c < 32; ++c) t[c] = t[c - 1] * ratio[j];
-        for (uint64_t g = 0; g < groups; ++g) {
-            const uint64_t bit = 5 * g;
-            const uint8_t *c = codes + code_stride * j + bit / 8;
-            // The code's two bytes (the second only when the code crosses into it).
-            const uint32_t v = c[0] | (bit % 8 > 3 ? uint32_t{c[1]} << 8 : 0u);
-            out[groups * j + g] = t[(v >> (bit % 8)) & 31u];
+        pick_rungs(t, codes + code_stride * j, groups, out + groups * j);
+    }
+}
+void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,
+                          uint64_t code_stride, uint64_t groups, unsigned rows, float *out) {
+    for (unsigned j = 0; j < rows; ++j) {
+        float p[5];  // r, r^2, r^4, r^8, r^16
+        p[0] = ratio[j];
+        for (int b = 1; b < 5; ++b) p[b] = p[b - 1] * p[b - 1];
+        float t[32];
+        const int c0 = zero_rung ? 1 : 0;
+        t[0] = 0.0f;
+        for (int c = c0; c < 32; ++c) {
+            float v = first[j];
+            for (int b = 0; b < 5; ++b)
+                if ((c - c0) >> b & 1) v *= p[b];
+            t[c] = v;
         }
+        pick_rungs(t, codes + code_stride * j, groups, out + groups * j);
     }
 }
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *,
