@@ -19,11 +19,13 @@ namespace {
 
 // Rung values: q4tp t[c] = exp2f(lo) * exp2f(step)^c (31 sequential f32
 // multiplies); q2tp puts an exact 0 at rung 0 and shifts the q4tp ladder up
-// by one. The encoder's ladder of one row; the decoders take their scales
-// from kernels::ladder_scales, which makes the same products for up to 64
-// rows at a time, one row per vector lane (a single row's chain of 31 dependent multiplies cost about as much
-// as its whole dot product in decode: ~100 of ~350 cycles per 1024-wide
-// q4tp row).
+// by one. The encoder's ladder of one row; dequantizing and the int8 view
+// take their scales from kernels::ladder_scales, which makes the same
+// products for up to 64 rows at a time, one row per vector lane (a single
+// row's chain of 31 dependent multiplies cost about as much as its whole
+// dot product in decode: ~100 of ~350 cycles per 1024-wide q4tp row); the
+// decode matmuls from kernels::ladder_scales_powers (a few ulps away, see
+// for_row_blocks).
 constexpr unsigned kLadderRows = kernels::kLadderMaxRows;
 template <bool Two>
 std::array<float, 32> ladder(uint16_t lo_h, uint16_t step_h) {
