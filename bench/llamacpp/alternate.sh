@@ -11,7 +11,10 @@
 # Needs the .cmf files of bench/qwen06b.sh and the .gguf files of run.sh in
 # WORK_DIR (run both once first).
 # usage: [PAIRS="f16:f16 bf16:bf16 q8:q8_0 q4:q4_0 q4tp:q4_k_m"] [ROUNDS=3] [REPS=2] [PP=512] [TG=128]
-#        [DEPTH=0] [FA=1] [THREADS=2] [NAME=qwen06b]
+#        [DEPTH=0] [KV=f16|q8] [FA=1] [THREADS=2] [NAME=qwen06b]
+#        (DEPTH: both tests after that many cached tokens, cmfhost bench -d and
+#        llama-bench -d; KV: the KV cache type of both, cmf's --kv-cache and
+#        llama.cpp's -ctk/-ctv: f16 against f16, q8 against q8_0)
 #        bench/llamacpp/alternate.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
 # Takes ~1.5 minutes per pair and round on the 2-core machine (2026-12-03).
 set -euo pipefail
@@ -29,23 +32,25 @@ for p in $pairs; do
     [ -f "$f" ] || { echo "alternate.sh: $f is missing (bench/qwen06b.sh and bench/llamacpp/run.sh write it)" >&2; exit 1; }
   done
 done
+case "${KV:-f16}" in f16) llama_kv=f16 ;; q8) llama_kv=q8_0 ;; *) echo "alternate.sh: KV must be f16 or q8" >&2; exit 2 ;; esac
 [ -d "$here/node_modules/node-llama-cpp" ] || { echo "alternate.sh: run bench/llamacpp/run.sh once first (npm install)" >&2; exit 1; }
 
 cmf_run() {  # pp tok/s, tg tok/s
   local out
-  out=$("$build/host/cmfhost" bench "$1" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-2}" -d "${DEPTH:-0}" --threads "$threads")
+  out=$("$build/host/cmfhost" bench "$1" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-2}" -d "${DEPTH:-0}" \
+    --kv-cache "${KV:-f16}" --threads "$threads")
   echo "$(grep "^pp${PP:-512} " <<<"$out" | awk '{print $2}') $(grep "^tg${TG:-128} " <<<"$out" | awk '{print $2}')"
 }
 llama_run() {  # pp tok/s, tg tok/s by its own eval timer
   local out
   out=$(node "$here/bench.mjs" "$1" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-2}" -d "${DEPTH:-0}" \
-    --threads "$threads" --flash-attn "${FA:-1}")
+    --cache-type "$llama_kv" --threads "$threads" --flash-attn "${FA:-1}")
   echo "$(grep "pp${PP:-512} " <<<"$out" | awk '{print $2}') $(grep 'timers: eval' <<<"$out" | awk '{print $4}')"
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# pp${PP:-512} and tg${TG:-128} at depth ${DEPTH:-0}, $threads threads, llama.cpp flash-attn ${FA:-1}, ${REPS:-2} reps a run"
+echo "# pp${PP:-512} and tg${TG:-128} at depth ${DEPTH:-0}, KV cache ${KV:-f16} (llama.cpp $llama_kv), $threads threads, llama.cpp flash-attn ${FA:-1}, ${REPS:-2} reps a run"
 summary=()
 for p in $pairs; do
   c="${p%%:*}" g="${p##*:}"
