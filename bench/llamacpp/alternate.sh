@@ -35,17 +35,20 @@ done
 case "${KV:-f16}" in f16) llama_kv=f16 ;; q8) llama_kv=q8_0 ;; *) echo "alternate.sh: KV must be f16 or q8" >&2; exit 2 ;; esac
 [ -d "$here/node_modules/node-llama-cpp" ] || { echo "alternate.sh: run bench/llamacpp/run.sh once first (npm install)" >&2; exit 1; }
 
+# The tok/s figure of the line matching the extended regex $1 ("pp512 ...",
+# "pp512 @ d4096 ...").
+rate() { grep -E "$1" | head -1 | awk '{ for (i = 2; i <= NF; i++) if ($i == "tok/s") { print $(i - 1); exit } }'; }
 cmf_run() {  # pp tok/s, tg tok/s
   local out
   out=$("$build/host/cmfhost" bench "$1" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-2}" -d "${DEPTH:-0}" \
     --kv-cache "${KV:-f16}" --threads "$threads")
-  echo "$(grep "^pp${PP:-512} " <<<"$out" | awk '{print $2}') $(grep "^tg${TG:-128} " <<<"$out" | awk '{print $2}')"
+  echo "$(rate "^pp${PP:-512}( @ d[0-9]+)? " <<<"$out") $(rate "^tg${TG:-128}( @ d[0-9]+)? " <<<"$out")"
 }
 llama_run() {  # pp tok/s, tg tok/s by its own eval timer
   local out
   out=$(node "$here/bench.mjs" "$1" -p "${PP:-512}" -n "${TG:-128}" -r "${REPS:-2}" -d "${DEPTH:-0}" \
     --cache-type "$llama_kv" --threads "$threads" --flash-attn "${FA:-1}")
-  echo "$(grep "pp${PP:-512} " <<<"$out" | awk '{print $2}') $(grep 'timers: eval' <<<"$out" | awk '{print $4}')"
+  echo "$(rate "^pp${PP:-512}( @ d[0-9]+)? " <<<"$out") $(grep 'timers: eval' <<<"$out" | awk '{print $4}')"
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

@@ -187,11 +187,11 @@ else {
     if (opts.n) await measure(`tg${opts.n}${at}`, runGen, opts.n);
     // Cross-check without node/JS overhead: llama.cpp's timers over all runs
     // including warm-ups ("prompt eval" = the pp batches, "eval" = the tg steps;
-    // not printed with -d, where the prompt evals include the depth fills).
+    // with -d only "eval": the prompt evals include the depth fills).
     await context.printTimings();
-    for (const l of opts.d ? [] : perfLines) {
+    for (const l of perfLines) {
         const m = /(prompt eval|eval) time =\s*([\d.]+) ms \/\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second/.exec(l);
-        if (m) console.log(`llama.cpp timers: ${m[1].padEnd(11)} ${Number(m[4]).toFixed(2).padStart(9)} tok/s over ${m[3]} tokens (all runs incl. warm-up)`);
+        if (m && !(opts.d && m[1] === "prompt eval")) console.log(`llama.cpp timers: ${m[1].padEnd(11)} ${Number(m[4]).toFixed(2).padStart(9)} tok/s over ${m[3]} tokens (all runs incl. warm-up)`);
     }
 }
 await context.dispose();
