@@ -84,12 +84,6 @@ public:
         l.codes = l.params + 4 * l.m.rows;
         return l;
     }
-    // Runs body(rb, n, scales) for the rows [r0, r1) in blocks of up to
-    // kLadderRows: rows rb .. rb+n-1, scales holding their group scales
-    // (gpr per row, row by row), picked from their ladders by their 5-bit
-    // codes: the encoder's sequential products (kernels::ladder_scales), or
-    // with powers, rungs made of the ratio's powers (ladder_scales_powers,
-    // a few ulps away) for the decode matmuls.
     // The next block's (lo, step) pairs and codes, asked for while this
     // block's rows stream: the ladder's first loads of a block waited on
     // memory (perf, q4tp decode on the 0.6B shape: half of ladder_scales'
@@ -101,10 +95,21 @@ public:
     [[gnu::always_inline]] static inline void prefetch_next_block(const Layout &l, uint64_t rb, uint64_t r1) {
         if (rb >= r1) return;
         const uint64_t n = std::min<uint64_t>(kLadderRows, r1 - rb);
-        const uint8_t *params = l.params + 4 * rb, *codes = l.codes + rb * stride(l.gpr);
-        for (uint64_t b = 0; b < 4 * n; b += 64) __builtin_prefetch(params + b, 0, 3);
-        for (uint64_t b = 0; b < n * stride(l.gpr); b += 64) __builtin_prefetch(codes + b, 0, 3);
+        // Every 64-byte line of [p, p + bytes), from the line p falls in.
+        auto lines = [](const uint8_t *p, uint64_t bytes) __attribute__((always_inline)) {
+            const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+            for (uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; a < end; a += 64)
+                __builtin_prefetch(reinterpret_cast<const void *>(a), 0, 3);
+        };
+        lines(l.params + 4 * rb, 4 * n);
+        lines(l.codes + rb * stride(l.gpr), n * stride(l.gpr));
     }
+    // Runs body(rb, n, scales) for the rows [r0, r1) in blocks of up to
+    // kLadderRows: rows rb .. rb+n-1, scales holding their group scales
+    // (gpr per row, row by row), picked from their ladders by their 5-bit
+    // codes: the encoder's sequential products (kernels::ladder_scales), or
+    // with powers, rungs made of the ratio's powers (ladder_scales_powers,
+    // a few ulps away) for the decode matmuls.
     template <class F>
     static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body, bool powers = false) {
         // No rows, no scratch: a tensor of zero rows may declare billions of
@@ -187,8 +192,9 @@ public:
         // q4tp with one dot call per row and the scales picked one by one in
         // scalar code ran at about half of q4_block's speed on the same
         // shapes; q2tp one dot per row at 0.5 of its row-range kernel.
-        // The rungs from the ratio's powers: x is int8 here, so a few ulps
-        // on a scale are lost in its rounding, and the sequential ladder's
+        // The rungs from the ratio's powers: x is rounded to int8 here (half
+        // a step of 1/127 of its block's largest |x|), far coarser than the
+        // few ulps the powers move a scale by, and the sequential ladder's
         // chains and transposes were a fifth of q4tp decode (docs/dtypes.md).
         for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *scales) {
             const uint8_t *chunks = l.chunks + rb * l.gpr * kChunk;

@@ -172,8 +172,8 @@ void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
 constexpr unsigned kLadderMaxRows = 64;
 void ladder_scales(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes, uint64_t code_stride,
                    uint64_t groups, unsigned rows, float *out);
-// ladder_scales for the decode matmuls, whose x is rounded to int8 (a
-// relative error near 1e-2 a block): rung c's power e = c (c - 1 with
+// ladder_scales for the decode matmuls, whose x is rounded to int8 (by up
+// to half a step of 1/127 of its block's largest |x|): rung c's power e = c (c - 1 with
 // zero_rung; rung 0 then 0) is first * r^b0 * r2^b1 * r4^b2 * r8^b3 *
 // r16^b4, multiplied in that order, b0..b4 being e's bits and r2 = r*r,
 // r4 = r2*r2, r8 = r4*r4, r16 = r8*r8 (r = ratio[j]). Each rung is at most
