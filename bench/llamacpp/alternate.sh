@@ -2,8 +2,8 @@
 # cmf and llama.cpp in alternating pairs: for each pair (cmf dtype, GGUF
 # type), ROUNDS rounds of `cmfhost bench` then bench.mjs on the same
 # checkpoint's files, back to back, the order swapped every round (on this
-# VM the first run after a pause was seen up to 20 % faster than the
-# second), and each round's ratios cmf / llama.cpp: pp (tok/s) and tg
+# VM the first of two runs after a pause was seen 4-15 % faster than the
+# second with the same build), and each round's ratios cmf / llama.cpp: pp (tok/s) and tg
 # (cmf's tok/s against llama.cpp's own eval timer, which leaves out the
 # node wrapper's per-token cost). The read bandwidth of the machine drifts by
 # 20-40 % within minutes, so only pairs taken in the same minute compare;
@@ -16,7 +16,8 @@
 #        llama-bench -d; KV: the KV cache type of both, cmf's --kv-cache and
 #        llama.cpp's -ctk/-ctv: f16 against f16, q8 against q8_0)
 #        bench/llamacpp/alternate.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
-# Takes ~1.5 minutes per pair and round on the 2-core machine (2026-12-03).
+# Takes ~30 s per pair and round at depth 0, ~3 minutes at DEPTH=4096 and ~4
+# minutes with KV=q8 there (llama.cpp's q8_0 cache), 2-core machine, 2026-12-03.
 set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
