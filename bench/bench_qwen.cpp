@@ -5,7 +5,7 @@
 // (decode tok/s x weight bytes per token / bandwidth).
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
-//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1]] [--attention DEPTH]
+//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1]] [--attention DEPTH [--pp N]]
 //              [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
@@ -15,7 +15,10 @@
 // rotation, as a model's layers (decode: --pp 1 --matrices 200 streams from
 // memory with a join per matmul).
 // --attention DEPTH times the backend's decode attention alone over --layers
-// f16 KV caches of DEPTH rows in rotation: us per call, KV GB/s.
+// f16 KV caches of DEPTH rows in rotation: us per call, KV GB/s; with --pp N
+// given too, prefill attention instead: N new tokens at positions DEPTH on
+// (the caches hold DEPTH + N rows), ms per call and GFLOP/s (the causal
+// product's multiply-adds, QK^T and PV, counted as 2 flops each).
 // --plugin-path replaces the build tree's plugins (e.g. a saved older
 // backend, to compare two versions in one session).
 #include "common/byte_views.hpp"
@@ -297,16 +300,59 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     return 0;
 }
 
+// Prefill attention alone: n_new query tokens at positions depth.. over
+// `layers` f16 caches of depth + n_new rows in rotation (Qwen3-0.6B's heads).
+int prefill_attention_bench(const cmf::BackendEntry &be, const Shape &shape, uint64_t depth, int reps, uint64_t n_new) {
+    const uint64_t qd = shape.heads * shape.head_dim, kvd = shape.kv * shape.head_dim, rows = depth + n_new;
+    Rng rng;
+    std::vector<uint16_t> fill(rows * kvd);
+    for (auto &h : fill) h = cmf::codecs::f32_to_f16(rng.next(1.0f));
+    std::vector<float *> ks(shape.layers), vs(shape.layers);
+    for (uint64_t l = 0; l < shape.layers; ++l) {
+        cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, fill.size() * 2, &ks[l]));
+        cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, fill.size() * 2, &vs[l]));
+        std::memcpy(ks[l], fill.data(), fill.size() * 2);
+        std::memcpy(vs[l], fill.data(), fill.size() * 2);
+    }
+    std::vector<float> q(n_new * qd), out(n_new * qd);
+    for (auto &v : q) v = rng.next(1.0f);
+    const float scale = 1.0f / std::sqrt(float(shape.head_dim));
+    std::vector<double> secs;
+    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
+        auto t = Clock::now();
+        for (uint64_t l = 0; l < shape.layers; ++l)
+            cmf::throw_if_error(be.vt.attention_kv(be.ctx, q.data(), ks[l], vs[l], CMF_DTYPE_F16, out.data(), n_new,
+                                                   depth, uint32_t(shape.heads), uint32_t(shape.kv),
+                                                   uint32_t(shape.head_dim), scale, 0, 0.0f));
+        if (rep > 0) secs.push_back(since(t) / double(shape.layers));
+    }
+    for (uint64_t l = 0; l < shape.layers; ++l) {
+        be.vt.buffer_free(be.ctx, ks[l]);
+        be.vt.buffer_free(be.ctx, vs[l]);
+    }
+    std::sort(secs.begin(), secs.end());
+    const double med = secs[secs.size() / 2];
+    // Token t sees depth + t + 1 keys; per key and head 2 * head_dim multiply-adds.
+    const double pairs = double(n_new) * double(depth) + double(n_new) * double(n_new + 1) / 2.0;
+    const double flops = pairs * double(shape.heads) * double(shape.head_dim) * 4.0;
+    std::printf("prefill attention f16 cache, %llu tokens at depth %llu, %llu caches in rotation: median %.2f ms per call "
+                "(best %.2f) = %.1f GFLOP/s (best %.1f)\n",
+                (unsigned long long)n_new, (unsigned long long)depth, (unsigned long long)shape.layers, med * 1e3,
+                secs.front() * 1e3, flops / med / 1e9, flops / secs.front() / 1e9);
+    return 0;
+}
+
 // Decode attention alone: one query token at position depth-1 against
 // `layers` distinct f16 KV caches (Qwen3-0.6B's 16 heads, 8 KV heads,
 // head_dim 128) in rotation, as a model's layers are, so the rows stream
 // from memory and not from the caches. Prints us per call and the KV bytes
 // per second (K and V rows read once per call).
-int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int reps) {
+int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int reps, uint64_t n_new) {
     const cmf::BackendEntry *be = rt->backend("cpu");
     if (be == nullptr || be->vt.attention_kv == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend attention_kv");
     if (depth == 0) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--attention wants a depth of at least 1");
     const uint64_t qd = shape.heads * shape.head_dim, kvd = shape.kv * shape.head_dim;
+    if (n_new > 0) return prefill_attention_bench(*be, shape, depth, reps, n_new);
     const uint64_t cache_bytes = depth * kvd * 2;
     Rng rng;
     std::vector<uint16_t> fill(depth * kvd);
@@ -382,6 +428,7 @@ int main(int argc, char **argv) {
     std::string gemm, plugin_path = CMF_BENCH_PLUGIN_PATH;
     int reps = 10;
     uint64_t matrices = 1, attention_depth = 0;
+    bool pp_given = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -392,7 +439,7 @@ int main(int argc, char **argv) {
             return argv[++i];
         };
         if (a == "--dtype") dtype_name = next();
-        else if (a == "--pp") pp = uint32_t(std::stoul(next()));
+        else if (a == "--pp") pp = uint32_t(std::stoul(next())), pp_given = true;
         else if (a == "--tg") tg = uint32_t(std::stoul(next()));
         else if (a == "--threads") threads = std::stoi(next());
         else if (a == "--layers") shape.layers = std::stoull(next());
@@ -405,7 +452,7 @@ int main(int argc, char **argv) {
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
                                  "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4|DTYPE] [--reps N] [--matrices N]] "
-                                 "[--attention DEPTH [--layers N] [--reps N]] [--plugin-path DIRS]\n");
+                                 "[--attention DEPTH [--pp N] [--layers N] [--reps N]] [--plugin-path DIRS]\n");
             return 2;
         }
     }
@@ -432,7 +479,7 @@ int main(int argc, char **argv) {
             return rc;
         }
         if (attention_depth > 0) {
-            int rc = attention_bench(rt, shape, attention_depth, reps);
+            int rc = attention_bench(rt, shape, attention_depth, reps, pp_given ? pp : 0);
             cmf_runtime_free(rt);
             return rc;
         }
