@@ -770,8 +770,9 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
     // two blocked cases at head_dim 32 and 64. Last, the blocked path over
     // several key chunks (flash attention's running max and denominator):
     // 150 tokens after 200, 100 after 300 in a window of 200 that starts
-    // mid-chunk (and its ring), a group of 8 query heads on one KV head
-    // (split into two items), and groups of 3. q8 caches run in every case
+    // mid-chunk (and its ring), a group of 8 query heads on one KV head,
+    // groups of 3, 400 tokens (three token blocks of a GQA pair) and 20
+    // query heads on one KV head (two items of 16 and 4 heads). q8 caches run in every case
     // whose K/V rows are whole blocks (heads at 48 or 40 dims start mid-block).
     for (const AttnCase ac : {AttnCase{4, 3, 2, 2, 1.5f}, AttnCase{20, 37, 5, 9, 1.5f}, AttnCase{8, 40, 0, 0, 0.0f},
                               AttnCase{16, 61, 20, 30, 0.0f}, AttnCase{40, 1, 300, 0, 0.0f},
@@ -781,7 +782,8 @@ TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA a
                               AttnCase{128, 1, 70, 0, 0.0f, 9, 3}, AttnCase{16, 30, 50, 12, 1.5f},
                               AttnCase{32, 40, 10, 0, 0.0f}, AttnCase{64, 45, 30, 20, 1.5f},
                               AttnCase{16, 150, 200, 0, 0.0f}, AttnCase{32, 100, 300, 200, 1.5f},
-                              AttnCase{16, 60, 140, 0, 0.0f, 8, 1}, AttnCase{24, 50, 130, 0, 0.0f, 6, 2}}) {
+                              AttnCase{16, 60, 140, 0, 0.0f, 8, 1}, AttnCase{24, 50, 130, 0, 0.0f, 6, 2},
+                              AttnCase{8, 400, 30, 0, 0.0f}, AttnCase{8, 30, 10, 0, 0.0f, 20, 1}}) {
         CAPTURE(ac.n);
         CAPTURE(ac.pos0);
         const uint32_t nh = ac.nh, nkv = ac.nkv, hd = ac.hd, n = ac.n, pos0 = ac.pos0, win = ac.win, rows = pos0 + n;

@@ -906,16 +906,18 @@ cmf_error *rope_freqs(void *ctx, float *x, uint64_t n_tokens, uint64_t ld, uint3
 // group over a block of tokens (every row against the same packed K and V)
 // and walks the keys in chunks of kFlashKeys: S = Q K^T of the chunk, mask
 // and scale, the rows' running max and softmax denominator, then O = O a +
-// P V with P unnormalised (O divided by the denominator at the end). A
-// chunk's K and V (64 KiB each at head_dim 128) and the rows' S, P and O
-// stay in L2 while the GEMMs run. Two whole-row GEMMs per (query block,
-// head) before this read S, P and a 16-row panel of V^T from L2 and beyond
-// for every 24 queries and 16 head dims: 90 ms per layer for 512 tokens at
-// depth 4096 (202 GFLOP/s on two cores), against the weight GEMM's ~350.
+// P V with P unnormalised (O divided by the denominator at the end). Each
+// chunk of K and V is read once per item for all of its rows. Two whole-row
+// GEMMs per (24 queries, head) before this re-read S, P and each 16-row
+// panel of V^T beyond L1 for every 24 queries and 16 head dims: 88 ms per
+// layer for 512 tokens at depth 4096 on two cores (bench_qwen --attention
+// 4096 --pp 512), 54 ms now (the GEMM at its weight-matmul rate, 74 % of
+// the time). Chunks of 128 keys and items of 96 rows took 63 ms; 256 keys
+// gained 4 %, 512 nothing more; 192 rows 5 %, 384 rows 3 % more.
 // Fewer tokens than kAttnBlock take the per-token path (attention_rows).
 constexpr uint64_t kAttnBlock = 4 * cmf::cpu::kGemmTokens;
-constexpr uint64_t kFlashKeys = 8 * cmf::cpu::kGemmRows;     // keys per chunk
-constexpr uint64_t kFlashRows = 16 * cmf::cpu::kGemmTokens;  // query rows (head x token) per work item
+constexpr uint64_t kFlashKeys = 16 * cmf::cpu::kGemmRows;    // keys per chunk
+constexpr uint64_t kFlashRows = 64 * cmf::cpu::kGemmTokens;  // query rows (head x token) per work item
 
 // ---- KV cache rows: f32, f16 bits or q8 blocks (kv_write / attention_kv) ----
 // The cache is named by a pointer type P: const float *, const uint16_t *
