@@ -1112,11 +1112,17 @@ void flash_item(const float *q, uint64_t qd, uint64_t nt, uint32_t n_heads, uint
     for (uint64_t r = 0; r < nq; ++r)
         std::memcpy(qs.data() + r * hd, q + (r % nt) * qd + (r / nt) * hd, hd * sizeof(float));
     k.pack_x(qs.data(), hd, nq, hd, 0, qblocks, qp.data());
-    // The chunks any row sees.
-    const uint64_t c_first = keys(0).first / kFlashKeys, c_end = flash_chunks(keys(nt - 1).second);
+    // The keys any row sees, and their chunks. The scores GEMM of a chunk
+    // skips its whole panels outside [first, end) (a causal block's last
+    // chunk is mostly future keys); the value GEMM takes the whole chunk
+    // (its panels are laid out for all of the chunk's keys), P 0 there.
+    const uint64_t first = keys(0).first, end = keys(nt - 1).second;
+    const uint64_t c_first = first / kFlashKeys, c_end = flash_chunks(end);
     for (uint64_t c = c_first; c < c_end; ++c) {
         const uint64_t c0 = c * kFlashKeys, ck = std::min(kFlashKeys, n_keys - c0);
-        k.gemm_packed(kh + c0 * hd, ck, hd, qp.data(), nq, sc.data(), ck);
+        const uint64_t s0 = first > c0 ? (first - c0) / cmf::cpu::kGemmRows * cmf::cpu::kGemmRows : 0;
+        const uint64_t s1 = std::min(ck, end - c0);  // unmasked scores lie in [s0, s1)
+        k.gemm_packed(kh + (c0 + s0) * hd, s1 - s0, hd, qp.data(), nq, sc.data() + s0, ck);
         for (uint64_t r = 0; r < nq; ++r) {
             float *s = sc.data() + r * ck;
             const auto [lo, hi] = keys(r % nt);
