@@ -300,37 +300,58 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     return 0;
 }
 
+// `layers` pairs of f16 K and V caches of `rows` rows (Qwen3-0.6B's KV
+// heads), filled with the same random rows, in backend buffers; and the
+// median-sorted seconds per layer of attention_kv over them: n_new tokens
+// at positions pos0.. (rep 0 warms up).
+struct AttentionCaches {
+    const cmf::BackendEntry &be;
+    std::vector<float *> ks, vs;
+    uint64_t bytes;  // of one cache
+    AttentionCaches(const cmf::BackendEntry &b, const Shape &shape, uint64_t rows, Rng &rng)
+        : be(b), ks(shape.layers), vs(shape.layers), bytes(rows * shape.kv * shape.head_dim * 2) {
+        std::vector<uint16_t> fill(bytes / 2);
+        for (auto &h : fill) h = cmf::codecs::f32_to_f16(rng.next(1.0f));
+        for (uint64_t l = 0; l < shape.layers; ++l) {
+            cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, bytes, &ks[l]));
+            cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, bytes, &vs[l]));
+            std::memcpy(ks[l], fill.data(), bytes);
+            std::memcpy(vs[l], fill.data(), bytes);
+        }
+    }
+    ~AttentionCaches() {
+        for (size_t l = 0; l < ks.size(); ++l) {
+            be.vt.buffer_free(be.ctx, ks[l]);
+            be.vt.buffer_free(be.ctx, vs[l]);
+        }
+    }
+    AttentionCaches(const AttentionCaches &) = delete;
+    AttentionCaches &operator=(const AttentionCaches &) = delete;
+
+    std::vector<double> time(const Shape &shape, uint64_t n_new, uint64_t pos0, int reps, Rng &rng) const {
+        std::vector<float> q(n_new * shape.heads * shape.head_dim), out(q.size());
+        for (auto &v : q) v = rng.next(1.0f);
+        const float scale = 1.0f / std::sqrt(float(shape.head_dim));
+        std::vector<double> secs;
+        for (int rep = 0; rep <= reps; ++rep) {
+            auto t = Clock::now();
+            for (size_t l = 0; l < ks.size(); ++l)
+                cmf::throw_if_error(be.vt.attention_kv(be.ctx, q.data(), ks[l], vs[l], CMF_DTYPE_F16, out.data(), n_new,
+                                                       pos0, uint32_t(shape.heads), uint32_t(shape.kv),
+                                                       uint32_t(shape.head_dim), scale, 0, 0.0f));
+            if (rep > 0) secs.push_back(since(t) / double(ks.size()));
+        }
+        std::sort(secs.begin(), secs.end());
+        return secs;
+    }
+};
+
 // Prefill attention alone: n_new query tokens at positions depth.. over
 // `layers` f16 caches of depth + n_new rows in rotation (Qwen3-0.6B's heads).
 int prefill_attention_bench(const cmf::BackendEntry &be, const Shape &shape, uint64_t depth, int reps, uint64_t n_new) {
-    const uint64_t qd = shape.heads * shape.head_dim, kvd = shape.kv * shape.head_dim, rows = depth + n_new;
     Rng rng;
-    std::vector<uint16_t> fill(rows * kvd);
-    for (auto &h : fill) h = cmf::codecs::f32_to_f16(rng.next(1.0f));
-    std::vector<float *> ks(shape.layers), vs(shape.layers);
-    for (uint64_t l = 0; l < shape.layers; ++l) {
-        cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, fill.size() * 2, &ks[l]));
-        cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, fill.size() * 2, &vs[l]));
-        std::memcpy(ks[l], fill.data(), fill.size() * 2);
-        std::memcpy(vs[l], fill.data(), fill.size() * 2);
-    }
-    std::vector<float> q(n_new * qd), out(n_new * qd);
-    for (auto &v : q) v = rng.next(1.0f);
-    const float scale = 1.0f / std::sqrt(float(shape.head_dim));
-    std::vector<double> secs;
-    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
-        auto t = Clock::now();
-        for (uint64_t l = 0; l < shape.layers; ++l)
-            cmf::throw_if_error(be.vt.attention_kv(be.ctx, q.data(), ks[l], vs[l], CMF_DTYPE_F16, out.data(), n_new,
-                                                   depth, uint32_t(shape.heads), uint32_t(shape.kv),
-                                                   uint32_t(shape.head_dim), scale, 0, 0.0f));
-        if (rep > 0) secs.push_back(since(t) / double(shape.layers));
-    }
-    for (uint64_t l = 0; l < shape.layers; ++l) {
-        be.vt.buffer_free(be.ctx, ks[l]);
-        be.vt.buffer_free(be.ctx, vs[l]);
-    }
-    std::sort(secs.begin(), secs.end());
+    const AttentionCaches caches(be, shape, depth + n_new, rng);
+    const std::vector<double> secs = caches.time(shape, n_new, depth, reps, rng);
     const double med = secs[secs.size() / 2];
     // Token t sees depth + t + 1 keys; per key and head 2 * head_dim multiply-adds.
     const double pairs = double(n_new) * double(depth) + double(n_new) * double(n_new + 1) / 2.0;
@@ -351,31 +372,11 @@ int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int rep
     const cmf::BackendEntry *be = rt->backend("cpu");
     if (be == nullptr || be->vt.attention_kv == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend attention_kv");
     if (depth == 0) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--attention wants a depth of at least 1");
-    const uint64_t qd = shape.heads * shape.head_dim, kvd = shape.kv * shape.head_dim;
     if (n_new > 0) return prefill_attention_bench(*be, shape, depth, reps, n_new);
-    const uint64_t cache_bytes = depth * kvd * 2;
     Rng rng;
-    std::vector<uint16_t> fill(depth * kvd);
-    for (auto &h : fill) h = cmf::codecs::f32_to_f16(rng.next(1.0f));
-    std::vector<float *> ks(shape.layers), vs(shape.layers);
-    for (uint64_t l = 0; l < shape.layers; ++l) {
-        cmf::throw_if_error(be->vt.buffer_alloc(be->ctx, cache_bytes, &ks[l]));
-        cmf::throw_if_error(be->vt.buffer_alloc(be->ctx, cache_bytes, &vs[l]));
-        std::memcpy(ks[l], fill.data(), cache_bytes);
-        std::memcpy(vs[l], fill.data(), cache_bytes);
-    }
-    std::vector<float> q(qd), out(qd);
-    for (auto &v : q) v = rng.next(1.0f);
-    const float scale = 1.0f / std::sqrt(float(shape.head_dim));
-    std::vector<double> secs;
-    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
-        auto t = Clock::now();
-        for (uint64_t l = 0; l < shape.layers; ++l)
-            cmf::throw_if_error(be->vt.attention_kv(be->ctx, q.data(), ks[l], vs[l], CMF_DTYPE_F16, out.data(), 1,
-                                                    depth - 1, uint32_t(shape.heads), uint32_t(shape.kv),
-                                                    uint32_t(shape.head_dim), scale, 0, 0.0f));
-        if (rep > 0) secs.push_back(since(t) / double(shape.layers));
-    }
+    const AttentionCaches caches(*be, shape, depth, rng);
+    const uint64_t cache_bytes = caches.bytes;
+    const std::vector<double> secs = caches.time(shape, 1, depth - 1, reps, rng);
     // The ceiling: the same rows read plainly (read_bandwidth's prefetching
     // sum) on the same pool, one loop per layer as attention makes.
     std::vector<double> plain;
@@ -386,8 +387,8 @@ int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int rep
     for (int rep = 0; rep <= reps; ++rep) {
         auto t = Clock::now();
         for (uint64_t l = 0; l < shape.layers; ++l) {
-            job.k = reinterpret_cast<const uint64_t *>(ks[l]);
-            job.v = reinterpret_cast<const uint64_t *>(vs[l]);
+            job.k = reinterpret_cast<const uint64_t *>(caches.ks[l]);
+            job.v = reinterpret_cast<const uint64_t *>(caches.vs[l]);
             rt->pool().parallel_for(0, 2 * job.n, 4096, [](void *u, uint64_t b, uint64_t e) {
                 auto *j = static_cast<Job *>(u);
                 uint64_t t = 0;
@@ -400,11 +401,6 @@ int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int rep
     }
     if (job.sum == 42) std::printf(" ");  // keep the sum alive
     std::sort(plain.begin(), plain.end());
-    for (uint64_t l = 0; l < shape.layers; ++l) {
-        be->vt.buffer_free(be->ctx, ks[l]);
-        be->vt.buffer_free(be->ctx, vs[l]);
-    }
-    std::sort(secs.begin(), secs.end());
     const double med = secs[secs.size() / 2];
     std::printf("attention f16 cache, depth %llu, %llu caches in rotation (%.1f MB): median %.1f us per call (best %.1f), "
                 "KV rows read at %.2f GB/s (best %.2f)\n",

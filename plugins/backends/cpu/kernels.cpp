@@ -944,7 +944,8 @@ AVX512 void gemm_packed_avx512(const float *wp, uint64_t n_rows, uint64_t cols, 
     }
 }
 // exp8's Cephes polynomial on 16 lanes: the same operations per element,
-// so the same bits as exp8. (maskz forms with every lane set: GCC 12's
+// so the same bits as exp8 (written out again, as micro_32x6 is: a shared
+// template would carry one target attribute). (maskz forms with every lane set: GCC 12's
 // plain max, min, roundscale, cvtps and slli start from an undefined
 // register and trip -Wmaybe-uninitialized.)
 AVX512 inline __m512 exp16(__m512 x) {
