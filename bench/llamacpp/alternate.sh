@@ -16,8 +16,9 @@
 #        llama-bench -d; KV: the KV cache type of both, cmf's --kv-cache and
 #        llama.cpp's -ctk/-ctv: f16 against f16, q8 against q8_0)
 #        bench/llamacpp/alternate.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
-# Takes ~30 s per pair and round at depth 0, ~3 minutes at DEPTH=4096 and ~4
-# minutes with KV=q8 there (llama.cpp's q8_0 cache), 2-core machine, 2026-12-03.
+# Takes ~30 s per pair and round at depth 0, ~3 minutes at DEPTH=4096, and
+# with KV=q8 there (llama.cpp's q8_0 cache) 4 minutes (q8, 2026-12-03) to 15
+# (q4, 2026-12-04), 2-core machine.
 set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
