@@ -104,19 +104,11 @@ public:
         lines(l.params + 4 * rb, 4 * n);
         lines(l.codes + rb * stride(l.gpr), n * stride(l.gpr));
     }
-    // Runs body(rb, n, scales) for the rows [r0, r1) in blocks of up to
-    // kLadderRows: rows rb .. rb+n-1, scales holding their group scales
-    // (gpr per row, row by row), picked from their ladders by their 5-bit
-    // codes: the encoder's sequential products (kernels::ladder_scales), or
-    // with powers, rungs made of the ratio's powers (ladder_scales_powers,
-    // a few ulps away) for the decode matmuls.
+    // Runs body(rb, n, first, ratio) for the rows [r0, r1) in blocks of up
+    // to kLadderRows: rows rb .. rb+n-1 with their ladders' first rung and
+    // ratio as f32.
     template <class F>
-    static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body, bool powers = false) {
-        // No rows, no scratch: a tensor of zero rows may declare billions of
-        // groups per row (the vtable entries return before this too).
-        if (r0 >= r1) return;
-        thread_local std::vector<float> scales;
-        scales.resize(kLadderRows * l.gpr);
+    static void for_ladder_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body) {
         const float *exp2 = exp2f_f16_table();
         for (uint64_t rb = r0; rb < r1; rb += kLadderRows) {
             const unsigned n = static_cast<unsigned>(std::min<uint64_t>(kLadderRows, r1 - rb));
@@ -129,10 +121,32 @@ public:
             // matrix in ascending order, and decode's chunks are often one
             // block long.
             prefetch_next_block(l, rb + kLadderRows, l.m.rows);
+            body(rb, n, first, ratio);
+        }
+    }
+    // Runs body(rb, n, scales) for the rows [r0, r1) in blocks of up to
+    // kLadderRows: rows rb .. rb+n-1, scales holding their group scales
+    // (gpr per row, row by row), picked from their ladders by their 5-bit
+    // codes: the encoder's sequential products (kernels::ladder_scales), or
+    // with powers, rungs made of the ratio's powers (ladder_scales_powers,
+    // a few ulps away) for the decode matmuls.
+    template <class F>
+    static void for_row_blocks(const Layout &l, uint64_t r0, uint64_t r1, F &&body, bool powers = false) {
+        // No rows, no scratch: a tensor of zero rows may declare billions of
+        // groups per row (the vtable entries return before this too).
+        if (r0 >= r1) return;
+        std::vector<float> &scales = scratch(l);
+        for_ladder_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *first, const float *ratio) {
             (powers ? kernels::ladder_scales_powers : kernels::ladder_scales)(
                 first, ratio, Two, l.codes + rb * stride(l.gpr), stride(l.gpr), l.gpr, n, scales.data());
             body(rb, n, scales.data());
-        }
+        });
+    }
+    // Room for a block's group scales, per thread.
+    static std::vector<float> &scratch(const Layout &l) {
+        thread_local std::vector<float> scales;
+        scales.resize(kLadderRows * l.gpr);
+        return scales;
     }
 
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
@@ -196,6 +210,17 @@ public:
         // a step of 1/127 of its block's largest |x|), far coarser than the
         // few ulps the powers move a scale by, and the sequential ladder's
         // chains and transposes were a fifth of q4tp decode (docs/dtypes.md).
+        if (!Two && n_batch == 1) {
+            // One token: the rows' scales picked inside the row loop
+            // (kernels::rows_q4tp_xq), no block of scales made first.
+            if (r0 >= r1) return;
+            float *room = scratch(l).data();
+            for_ladder_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *first, const float *ratio) {
+                kernels::rows_q4tp_xq(l.chunks + rb * l.gpr * kChunk, first, ratio, l.codes + rb * stride(l.gpr),
+                                      stride(l.gpr), xq.q(0), xq.offset(0), xq.d(0), l.gpr, n, room, y + rb);
+            });
+            return;
+        }
         for_row_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *scales) {
             const uint8_t *chunks = l.chunks + rb * l.gpr * kChunk;
             for (uint64_t b = 0; b < n_batch; ++b) {

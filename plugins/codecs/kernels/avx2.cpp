@@ -648,6 +648,30 @@ constexpr bool kQ4Zmm = true;
 // L2-resident: q4 24.1-24.5 -> 30.3-31.9 GB/s, q4tp 22 -> 24.7-24.8 in two
 // of three pairs; streamed from memory it is the stream that bounds, and
 // 2 threads read 2-4 % more).
+// A row's pairs from k on (fewer than a 512-bit step's four) and an odd
+// last group, one 256-bit pair at a time, scale1(g) being group g's scale
+// product; then the row as 8 partial sums: acc's two accumulators' halves
+// added, plus those.
+template <class Scale1>
+__attribute__((always_inline)) inline __m256 q4_pair_rest_zmm(const uint8_t *nb, const int8_t *x, const int32_t *off,
+                                                              uint64_t k, uint64_t groups, Scale1 scale1,
+                                                              const __m512 *acc) {
+    __m256 rest = _mm256_setzero_ps();
+    for (uint64_t kk = k; kk < groups / 2; ++kk) {
+        const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * kk));
+        const __m256i p = q4_pair_isum(q4_pair_load<16>(nb + 32 * kk), load32(x + 64 * kk), load32(x + 64 * kk + 32), o);
+        const __m256 s = _mm256_set_m128(_mm_set1_ps(scale1(2 * kk + 1)), _mm_set1_ps(scale1(2 * kk)));
+        rest = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), rest);
+    }
+    if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
+        const uint64_t g = groups - 1;
+        rest = biased_step<8>(q4_codes_u(nb + 16 * g), load32(x + 32 * g), _mm256_set1_ps(scale1(g)), rest);
+    }
+    const __m512d a = _mm512_castps_pd(_mm512_add_ps(acc[0], acc[1]));
+    return _mm256_add_ps(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 0)),
+                                       _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 1))),
+                         rest);
+}
 template <int R, bool L2, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                                 const int32_t *off, uint64_t groups, Scales8 scales8,
@@ -689,24 +713,8 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-        const uint8_t *nb = nib + r * ld;
-        __m256 rest = _mm256_setzero_ps();
-        for (uint64_t kk = k; kk < pairs; ++kk) {
-            const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * kk));
-            const __m256i p = q4_pair_isum(q4_pair_load<16>(nb + 32 * kk), load32(x + 64 * kk), load32(x + 64 * kk + 32), o);
-            const __m256 s = _mm256_set_m128(_mm_set1_ps(scale1(r, 2 * kk + 1)), _mm_set1_ps(scale1(r, 2 * kk)));
-            rest = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), rest);
-        }
-        if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
-            const uint64_t g = groups - 1;
-            rest = biased_step<8>(q4_codes_u(nb + 16 * g), load32(x + 32 * g), _mm256_set1_ps(scale1(r, g)), rest);
-        }
-        const __m512d a = _mm512_castps_pd(_mm512_add_ps(acc[r][0], acc[r][1]));
-        out[r] = _mm256_add_ps(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 0)),
-                                             _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 1))),
-                               rest);
-    }
+    for (int r = 0; r < R; ++r)
+        out[r] = q4_pair_rest_zmm(nib + r * ld, x, off, k, groups, [&](uint64_t g) { return scale1(r, g); }, acc[r]);
 }
 #endif
 
@@ -1262,26 +1270,128 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
 // zero_rung both shift up a lane (valignd) behind a 0. Ten multiplies and
 // no shuffle before the picks, where the chains above take two 16x16
 // transposes (128 shuffles a 16 rows) and spill them.
+namespace {
+// One row's 32 rungs from its powers (ladder_scales_powers' contract): rungs
+// 0-15 in lo, 16-31 in hi.
+__attribute__((always_inline)) inline void powers_rungs(float first, float ratio, bool zero_rung, __m512 &lo,
+                                                        __m512 &hi) {
+    const __m512 r = _mm512_set1_ps(ratio);
+    const __m512 r2 = _mm512_mul_ps(r, r), r4 = _mm512_mul_ps(r2, r2), r8 = _mm512_mul_ps(r4, r4),
+                 r16 = _mm512_mul_ps(r8, r8);
+    lo = _mm512_set1_ps(first);
+    lo = _mm512_mask_mul_ps(lo, 0xAAAA, lo, r);
+    lo = _mm512_mask_mul_ps(lo, 0xCCCC, lo, r2);
+    lo = _mm512_mask_mul_ps(lo, 0xF0F0, lo, r4);
+    lo = _mm512_mask_mul_ps(lo, 0xFF00, lo, r8);
+    hi = _mm512_mul_ps(lo, r16);
+    if (zero_rung) {
+        const __m512i zero = _mm512_setzero_si512();
+        hi = _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(hi), _mm512_castps_si512(lo), 15));
+        lo = _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(lo), zero, 15));
+    }
+}
+}  // namespace
+
 void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,
                           uint64_t code_stride, uint64_t groups, unsigned rows, float *out) {
     rows = std::min(rows, kLadderMaxRows);
-    const __m512 zero = _mm512_setzero_ps();
     for (unsigned j = 0; j < rows; ++j) {
-        const __m512 r = _mm512_set1_ps(ratio[j]);
-        const __m512 r2 = _mm512_mul_ps(r, r), r4 = _mm512_mul_ps(r2, r2), r8 = _mm512_mul_ps(r4, r4),
-                     r16 = _mm512_mul_ps(r8, r8);
-        __m512 lo = _mm512_set1_ps(first[j]);
-        lo = _mm512_mask_mul_ps(lo, 0xAAAA, lo, r);
-        lo = _mm512_mask_mul_ps(lo, 0xCCCC, lo, r2);
-        lo = _mm512_mask_mul_ps(lo, 0xF0F0, lo, r4);
-        lo = _mm512_mask_mul_ps(lo, 0xFF00, lo, r8);
-        __m512 hi = _mm512_mul_ps(lo, r16);
-        if (zero_rung) {
-            hi = _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(hi), _mm512_castps_si512(lo), 15));
-            lo = _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xFFFF, _mm512_castps_si512(lo), _mm512_castps_si512(zero), 15));
-        }
+        __m512 lo, hi;
+        powers_rungs(first[j], ratio[j], zero_rung, lo, hi);
         pick_rungs16(lo, hi, codes + code_stride * j, groups, out + groups * j);
     }
+}
+
+namespace {
+// q4tp rows with each row's scales picked inside its pass over x, 16 groups
+// (8 pairs) a step: their 16 codes (10 bytes), shuffled, shifted and masked
+// into rung indices, one permute from the row's 32 rungs held in two
+// registers, times x's block scales; each pair of pairs then takes its four
+// products by a lane permute, as q4_pair_acc_rows_zmm does from a load. The
+// separate ladder pass (ladder_scales_powers for 64 rows, then the rows)
+// spent 12 % of q4tp decode in the picks and 4 % around them (perf), with
+// no weight loads among them. Every product, sum and their order are those
+// of that pass and q4_pair_acc_rows_zmm<1>: the same bits.
+// The loop's constants, made once per call rather than once per row.
+struct Q4tpConsts {
+    __m512i pk = _mm512_load_si512(kRungPicks.pick), sh = _mm512_load_si512(kRungPicks.shift),
+            m31 = _mm512_set1_epi32(31), low4 = _mm512_set1_epi8(15);
+    __m512i sel[4] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                      _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7),
+                      _mm512_setr_epi32(8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11),
+                      _mm512_setr_epi32(12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15)};
+};
+template <bool L2>
+__attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, const uint8_t *nib, const int8_t *x,
+                                                          const int32_t *off, uint64_t groups, float first, float ratio,
+                                                          const uint8_t *c, const float *xd) {
+    __m512 lo, hi;
+    powers_rungs(first, ratio, false, lo, hi);
+    const __m512i pk = cs.pk, sh = cs.sh, m31 = cs.m31, low4 = cs.low4;
+    // Groups g .. g+15's scale products (the lanes past `lanes` 0).
+    auto pick = [&](uint64_t g, __mmask16 bytes, __mmask16 lanes) __attribute__((always_inline)) {
+        const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
+        const __m512i idx =
+            _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), m31);
+        return _mm512_mul_ps(_mm512_permutex2var_ps(lo, idx, hi), _mm512_maskz_loadu_ps(lanes, xd + g));
+    };
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    // Pairs kk, kk+1 with their products at lanes 4q .. 4q+3 of s (q = 0..3).
+    auto two_pairs = [&](uint64_t kk, __m512 s, int q, int j) __attribute__((always_inline)) {
+        const __m512i x0 = _mm512_loadu_si512(x + 64 * kk), x1 = _mm512_loadu_si512(x + 64 * kk + 64);
+        const __m512i xlo = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i xhi = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i o = _mm512_loadu_si512(off + 8 * kk);
+        __m512i v = _mm512_loadu_si512(nib + 32 * kk);
+        __asm__("" : "+v"(v));  // one load, kept in a register (see q4_pair_load)
+        const __m512i wlo = _mm512_and_si512(v, low4), whi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(o, wlo, xlo), whi, xhi);
+        acc[j] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, cs.sel[q], s), _mm512_maskz_cvtepi32_ps(0xFFFF, p),
+                                 acc[j]);
+    };
+    const uint64_t pairs = groups / 2;
+    uint64_t k = 0;
+    for (; k + 8 <= pairs; k += 8) {
+        for (uint64_t o = 0; o < 256; o += 64) prefetch_q4<L2>(nib + 32 * k + o + kQ4PrefetchAhead);
+        const __m512 s = pick(2 * k, 0x3FF, 0xFFFF);
+        two_pairs(k, s, 0, 0);
+        two_pairs(k + 2, s, 1, 1);
+        two_pairs(k + 4, s, 2, 0);
+        two_pairs(k + 6, s, 3, 1);
+    }
+    if (k + 4 <= pairs) {
+        for (uint64_t o = 0; o < 128; o += 64) prefetch_q4<L2>(nib + 32 * k + o + kQ4PrefetchAhead);
+        const __m512 s = pick(2 * k, 0x1F, 0xFF);
+        two_pairs(k, s, 0, 0);
+        two_pairs(k + 2, s, 1, 1);
+        k += 4;
+    }
+    alignas(64) float t[32];
+    if (k < pairs || groups % 2) _mm512_store_ps(t, lo), _mm512_store_ps(t + 16, hi);
+    return q4_pair_rest_zmm(nib, x, off, k, groups, [&](uint64_t g) {
+        const uint64_t bit = 5 * g;
+        const uint32_t v = c[bit / 8] | (bit % 8 > 3 ? uint32_t{c[bit / 8 + 1]} << 8 : 0u);
+        return t[(v >> (bit % 8)) & 31u] * xd[g];
+    }, acc);
+}
+}  // namespace
+
+void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
+                  uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                  uint64_t rows, float * /*scratch*/, float *y) {
+    const Q4tpConsts cs;
+    q4_rows4_prefetch([&](auto l2) {
+        auto row = [&](uint64_t q) __attribute__((always_inline)) {
+            return q4tp_row_zmm<decltype(l2)::value>(cs, nibbles + 16 * groups * q, xq, xoff, groups, first[q],
+                                                      ratio[q], codes + code_stride * q, xd);
+        };
+        rows4_quads(
+            rows, y,
+            [&](uint64_t q, __m256 *a) __attribute__((always_inline)) {
+                for (int i = 0; i < 4; ++i) a[i] = row(q + i);
+            },
+            row);
+    });
 }
 #else
 // The eight rows' ladders as one chain of vector multiplies (lane j = row j:
@@ -1382,6 +1492,18 @@ void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung
         _mm256_storeu_ps(rung + 16, _mm256_mul_ps(u, r16));
         _mm256_storeu_ps(rung + 24, _mm256_mul_ps(u8, r16));  // with zero_rung, t[32] is never picked
         pick_rungs8(t, codes + code_stride * j, groups, out + groups * j);
+    }
+}
+
+// The rows' scales into scratch first, then the rows (the form the AVX-512
+// build replaces by picking inside the row loop).
+void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
+                  uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                  uint64_t rows, float *scratch, float *y) {
+    for (uint64_t r0 = 0; r0 < rows; r0 += kLadderMaxRows) {
+        const unsigned n = unsigned(std::min<uint64_t>(kLadderMaxRows, rows - r0));
+        ladder_scales_powers(first + r0, ratio + r0, false, codes + code_stride * r0, code_stride, groups, n, scratch);
+        rows_q4_groups_xq(nibbles + 16 * groups * r0, scratch, xq, xoff, xd, groups, n, y + r0);
     }
 }
 #endif

@@ -116,6 +116,11 @@ void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung
                           uint64_t code_stride, uint64_t groups, unsigned rows, float *out) {
     CMF_PICK(ladder_scales_powers, first, ratio, zero_rung, codes, code_stride, groups, rows, out);
 }
+void rows_q4tp_xq(const uint8_t *n, const float *first, const float *ratio, const uint8_t *codes, uint64_t code_stride,
+                  const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g, uint64_t rows, float *scratch,
+                  float *y) {
+    CMF_PICK(rows_q4tp_xq, n, first, ratio, codes, code_stride, xq, xb, xd, g, rows, scratch, y);
+}
 float dot_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const int32_t *xoff, const float *xd,
                        uint64_t g) {
     return CMF_PICK(dot_q2_groups_xq, c, s, xq, xoff, xd, g);

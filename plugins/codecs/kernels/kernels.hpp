@@ -183,6 +183,15 @@ void ladder_scales(const float *first, const float *ratio, bool zero_rung, const
 // bound it), and every implementation gives the same bits.
 void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,
                           uint64_t code_stride, uint64_t groups, unsigned rows, float *out);
+// q4tp rows with their scales from ladder_scales_powers: y[r] for r < rows
+// is rows_q4_groups_xq of row r (nibbles + 16*groups*r) with the scales
+// ladder_scales_powers(first + r, ratio + r, false, codes + code_stride*r,
+// ...) gives, the same bits. scratch: room for min(rows, kLadderMaxRows) *
+// groups floats, which the builds that pick the scales first fill (the
+// AVX-512 VNNI build picks them inside the row loop and leaves it alone).
+void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
+                  uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                  uint64_t rows, float *scratch, float *y);
 // q2tp: 8 B per group, weight 4k+j in bits [2j, 2j+2) of byte k, value (c-1.5)*scale; q2_quads order.
 // xoff = q2_offset of xq (the AVX-512 VNNI form uses it; the others ignore it).
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,

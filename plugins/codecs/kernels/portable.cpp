@@ -219,6 +219,15 @@ void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung
         pick_rungs(t, codes + code_stride * j, groups, out + groups * j);
     }
 }
+
+void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
+                  uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                  uint64_t rows, float *scratch, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        ladder_scales_powers(first + r, ratio + r, false, codes + code_stride * r, code_stride, groups, 1, scratch);
+        y[r] = dot_q4_groups_xq(nibbles + 16 * groups * r, scratch, xq, xoff, xd, groups);
+    }
+}
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *,
                        const float *xd, uint64_t groups) {
     float acc = 0.0f;

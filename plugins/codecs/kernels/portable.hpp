@@ -46,6 +46,9 @@
                        uint64_t code_stride, uint64_t groups, unsigned rows, float *out);                             \
     void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung, const uint8_t *codes,         \
                               uint64_t code_stride, uint64_t groups, unsigned rows, float *out);                      \
+    void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,         \
+                      uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, \
+                      uint64_t rows, float *scratch, float *y);                                                       \
     float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,        \
                            const float *xd, uint64_t groups);                                                         \
     void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,       \
@@ -79,7 +82,7 @@ CMF_CODECS_KERNEL_DECLS
     X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1t) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
     X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(q1s_ascending) X(q1s_overlay_xq)                                            \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(dot_q4_groups_xq)                \
-    X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
+    X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(rows_q4tp_xq) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
     X(unpack_q4_groups)
 
 namespace cmf::codecs::kernels {
