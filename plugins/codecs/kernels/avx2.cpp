@@ -652,27 +652,44 @@ constexpr bool kQ4Zmm = true;
 // last group, one 256-bit pair at a time, scale1(g) being group g's scale
 // product; then the row as 8 partial sums: acc's two accumulators' halves
 // added, plus those.
-template <class Scale1>
+template <uint64_t Stride, class Scale1>
 __attribute__((always_inline)) inline __m256 q4_pair_rest_zmm(const uint8_t *nb, const int8_t *x, const int32_t *off,
                                                               uint64_t k, uint64_t groups, Scale1 scale1,
                                                               const __m512 *acc) {
     __m256 rest = _mm256_setzero_ps();
     for (uint64_t kk = k; kk < groups / 2; ++kk) {
         const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(off + 8 * kk));
-        const __m256i p = q4_pair_isum(q4_pair_load<16>(nb + 32 * kk), load32(x + 64 * kk), load32(x + 64 * kk + 32), o);
+        const __m256i p = q4_pair_isum(q4_pair_load<Stride>(nb + 2 * Stride * kk), load32(x + 64 * kk),
+                                       load32(x + 64 * kk + 32), o);
         const __m256 s = _mm256_set_m128(_mm_set1_ps(scale1(2 * kk + 1)), _mm_set1_ps(scale1(2 * kk)));
         rest = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), rest);
     }
     if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
         const uint64_t g = groups - 1;
-        rest = biased_step<8>(q4_codes_u(nb + 16 * g), load32(x + 32 * g), _mm256_set1_ps(scale1(g)), rest);
+        rest = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(g)), rest);
     }
     const __m512d a = _mm512_castps_pd(_mm512_add_ps(acc[0], acc[1]));
     return _mm256_add_ps(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 0)),
                                        _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 1))),
                          rest);
 }
-template <int R, bool L2, class Scales8, class Scale1>
+// Four groups' 16 nibble bytes, groups Stride bytes apart, as one register
+// in group order (16: one load; 18, q4_tiled: four, three of them inserted).
+template <uint64_t Stride>
+__attribute__((always_inline)) inline __m512i q4_quad_load(const uint8_t *w) {
+    __m512i v;
+    if constexpr (Stride == 16) {
+        v = _mm512_loadu_si512(w);
+    } else {
+        auto q = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + Stride * i)); };
+        v = _mm512_maskz_inserti32x4(0xFFFF, _mm512_zextsi128_si512(q(0)), q(1), 1);
+        v = _mm512_maskz_inserti32x4(0xFFFF, v, q(2), 2);
+        v = _mm512_maskz_inserti32x4(0xFFFF, v, q(3), 3);
+    }
+    __asm__("" : "+v"(v));  // one load each, kept in a register (see q4_pair_load)
+    return v;
+}
+template <int R, bool L2, uint64_t Stride, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                                 const int32_t *off, uint64_t groups, Scales8 scales8,
                                                                 Scale1 scale1, __m256 *out) {
@@ -689,8 +706,9 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
         __m512 s8[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-            for (uint64_t o = 0; o < 128; o += 64)
-                prefetch_q4<L2>(nib + r * ld + 32 * k + o +
+            // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
+            for (uint64_t o = 0; o < 8 * Stride; o += 64)
+                prefetch_q4<L2>(nib + r * ld + 2 * Stride * k + o +
                                 (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead));
             s8[r] = _mm512_castpd_ps(_mm512_maskz_broadcast_f64x4(0xFF, _mm256_castps_pd(scales8(r, 2 * k))));
         }
@@ -703,8 +721,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
             const __m512i o = _mm512_loadu_si512(off + 8 * kk);
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                __m512i v = _mm512_loadu_si512(nib + r * ld + 32 * kk);
-                __asm__("" : "+v"(v));  // one load, kept in a register (see q4_pair_load)
+                const __m512i v = q4_quad_load<Stride>(nib + r * ld + 2 * Stride * kk);
                 const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
                 const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(o, lo, xlo), hi, xhi);
                 acc[r][j] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, sel[j], s8[r]), _mm512_maskz_cvtepi32_ps(0xFFFF, p),
@@ -714,7 +731,8 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-        out[r] = q4_pair_rest_zmm(nib + r * ld, x, off, k, groups, [&](uint64_t g) { return scale1(r, g); }, acc[r]);
+        out[r] = q4_pair_rest_zmm<Stride>(nib + r * ld, x, off, k, groups, [&](uint64_t g) { return scale1(r, g); },
+                                          acc[r]);
 }
 #endif
 
@@ -723,9 +741,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, 
                                                             const int32_t *off, uint64_t groups, Scales8 scales8,
                                                             Scale1 scale1, __m256 *out) {
 #ifdef CMF_CODECS_VNNI
-    if constexpr (Stride == 16) {
-        if (kQ4Zmm) return q4_pair_acc_rows_zmm<R, L2>(nib, ld, x, off, groups, scales8, scale1, out);
-    }
+    if (kQ4Zmm) return q4_pair_acc_rows_zmm<R, L2, Stride>(nib, ld, x, off, groups, scales8, scale1, out);
 #endif
     __m256 acc[R][4];
 #pragma GCC unroll 4
@@ -786,9 +802,30 @@ constexpr int kQ4Rows = 1;
 #endif
 // Eight f16 scales Stride bytes apart (2: a scale array; 18: q4_tiled
 // tiles) widened and multiplied by x's block scales xd[0..8).
+#ifdef CMF_CODECS_VNNI
+// Words 0, 9, .., 63: the eight scales of 8 q4_tiled tiles in their first 128 bytes.
+struct TileScaleWords {
+    alignas(64) uint16_t idx[32];
+    constexpr TileScaleWords() : idx() {
+        for (int i = 0; i < 8; ++i) idx[i] = uint16_t(9 * i);
+    }
+};
+constexpr TileScaleWords kTileScaleWords;
+#endif
 template <uint64_t Stride>
 inline __m256 f16_scales8(const uint8_t *h, const float *xd) {
     __m128i v;
+#ifdef CMF_CODECS_VNNI
+    if constexpr (Stride == 18) {
+        // One word permute over the tiles' 128 bytes (lines the nibble
+        // loads read too), where eight word inserts made a chain of
+        // dependent operations in front of every step's products.
+        const __m512i w = _mm512_maskz_permutex2var_epi16(~__mmask32(0), _mm512_loadu_si512(h),
+                                                          _mm512_load_si512(kTileScaleWords.idx),
+                                                          _mm512_loadu_si512(h + 64));
+        return _mm256_mul_ps(_mm256_cvtph_ps(_mm512_maskz_extracti32x4_epi32(0xF, w, 0)), _mm256_loadu_ps(xd));
+    }
+#endif
     if constexpr (Stride == 2) {
         v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(h));
     } else {  // eight strided f16 scales into one register
@@ -1368,7 +1405,7 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
     }
     alignas(64) float t[32];
     if (k < pairs || groups % 2) _mm512_store_ps(t, lo), _mm512_store_ps(t + 16, hi);
-    return q4_pair_rest_zmm(nib, x, off, k, groups, [&](uint64_t g) {
+    return q4_pair_rest_zmm<16>(nib, x, off, k, groups, [&](uint64_t g) {
         const uint64_t bit = 5 * g;
         const uint32_t v = c[bit / 8] | (bit % 8 > 3 ? uint32_t{c[bit / 8 + 1]} << 8 : 0u);
         return t[(v >> (bit % 8)) & 31u] * xd[g];
