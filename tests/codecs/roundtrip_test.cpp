@@ -837,6 +837,77 @@ TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read on
     munmap(map, 2 * page);
 }
 
+TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its width and the rows beside it") {
+    // Rows of mixed widths in runs and alone (the AVX-512 form remakes its
+    // offsets when the width changes), row counts that leave 0-3 rows past
+    // the last group of four, one row whose codes end at an unmapped page.
+    // Each ISA's rows against its own per-row dots: equal up to the order
+    // the 8 partial sums are added in (exactly, portable); a row's bits the
+    // same alone as among others; y past the last row untouched.
+    namespace k = cmf::codecs::kernels;
+    const long page = sysconf(_SC_PAGESIZE);
+    void *map = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(map != MAP_FAILED);
+    REQUIRE(mprotect(static_cast<char *>(map) + page, page, PROT_NONE) == 0);
+    std::mt19937 rng(31);
+    const unsigned pattern[] = {4, 4, 4, 5, 3, 4, 4, 6, 8, 8, 4, 3, 3, 4, 5, 4, 4, 4, 4, 6};
+    for (uint64_t groups : {1u, 5u, 16u, 21u, 32u})
+        for (uint64_t rows : {1u, 2u, 3u, 4u, 7u, 9u, 20u}) {
+            CAPTURE(groups);
+            CAPTURE(rows);
+            std::vector<uint8_t> widths(rows);
+            std::vector<std::vector<uint8_t>> store(rows);
+            std::vector<const uint8_t *> codes(rows);
+            for (uint64_t r = 0; r < rows; ++r) {
+                widths[r] = uint8_t(pattern[(r * 7 + groups) % 20]);
+                store[r].resize(4 * widths[r] * groups);
+                for (auto &b : store[r]) b = static_cast<uint8_t>(rng());
+                codes[r] = store[r].data();
+            }
+            // The last row's codes end at the unmapped page.
+            const uint64_t last = 4 * widths[rows - 1] * groups;
+            uint8_t *tail = static_cast<uint8_t *>(map) + page - last;
+            std::memcpy(tail, store[rows - 1].data(), last);
+            codes[rows - 1] = tail;
+            std::vector<uint8_t> scales(2 * groups * rows);
+            for (uint64_t i = 0; i < groups * rows; ++i) {
+                const uint16_t h = cmf::codecs::f32_to_f16(0.002f * static_cast<float>(i % 13 + 1) * (i % 2 ? -1.0f : 1.0f));
+                std::memcpy(scales.data() + 2 * i, &h, 2);
+            }
+            std::vector<float> x = gaussian(32 * groups, static_cast<uint32_t>(rng()), 1.0f), xd(groups);
+            std::vector<int8_t> xq(32 * groups);
+            std::vector<int32_t> xo(8 * groups), scratch(8 * groups);
+            k::portable::quantize_x(x.data(), 32 * groups, k::XOrder::natural, xq.data(), xd.data());
+            k::portable::i8_offset(xq.data(), groups, xo.data());
+            struct Isa {
+                const char *name;
+                decltype(&k::portable::dot_vbit_xq) dot;
+                decltype(&k::portable::rows_vbit_xq) rows;
+            };
+            std::vector<Isa> isas{{"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit_xq}};
+            for (const k::SimdKernels &set : k::simd_kernels()) isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit_xq});
+            for (const Isa &isa : isas) {
+                CAPTURE(isa.name);
+                std::vector<float> y(rows + 1, -7.0f);
+                isa.rows(codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows,
+                         scratch.data(), y.data());
+                CHECK(y[rows] == -7.0f);
+                for (uint64_t r = 0; r < rows; ++r) {
+                    CAPTURE(r);
+                    const float one = isa.dot(codes[r], widths[r], scales.data() + 2 * groups * r, xq.data(), xo.data(),
+                                              xd.data(), groups);
+                    if (std::string(isa.name) == "portable") CHECK(std::memcmp(&one, &y[r], sizeof(float)) == 0);
+                    else CHECK(std::fabs(one - y[r]) <= 1e-5f * std::fabs(one) + 1e-6f);
+                    float alone = -7.0f;
+                    isa.rows(codes.data() + r, widths.data() + r, scales.data() + 2 * groups * r, xq.data(), xo.data(),
+                             xd.data(), groups, 1, scratch.data(), &alone);
+                    CHECK(std::memcmp(&alone, &y[r], sizeof(float)) == 0);
+                }
+            }
+        }
+    munmap(map, 2 * page);
+}
+
 TEST_CASE("roundtrip: ladder_scales builds each row's ladder and picks rungs by 5-bit codes, on every ISA") {
     // Codes packed LSB-first, 5 bits per group, rows code_stride bytes apart
     // (one spare byte of ones past each row, so a kernel that reads past a

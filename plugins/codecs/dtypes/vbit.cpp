@@ -215,11 +215,18 @@ public:
         if (r0 >= r1) return;
         const RowTable rows(w, name());
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, rows.m.cols, kernels::XOrder::natural);
-        for (uint64_t r = r0; r < r1; ++r) {
-            const uint8_t *codes = rows.codes(r);
+        thread_local std::vector<int32_t> scratch;
+        scratch.resize(8 * rows.gpr);
+        // Blocks of rows (each checked against the payload as it is found),
+        // the block's rows in one kernel call per token.
+        constexpr uint64_t kBlock = 64;
+        const uint8_t *codes[kBlock];
+        for (uint64_t rb = r0; rb < r1; rb += kBlock) {
+            const uint64_t n = std::min(kBlock, r1 - rb);
+            for (uint64_t j = 0; j < n; ++j) codes[j] = rows.codes(rb + j);
             for (uint64_t b = 0; b < n_batch; ++b)
-                y[b * ldy + r] = kernels::dot_vbit_xq(codes, rows.widths[r], rows.scales + 2 * r * rows.gpr, xq.q(b),
-                                                      xq.offset(b), xq.d(b), rows.gpr);
+                kernels::rows_vbit_xq(codes, rows.widths + rb, rows.scales + 2 * rb * rows.gpr, xq.q(b), xq.offset(b),
+                                      xq.d(b), rows.gpr, n, scratch.data(), y + b * ldy + rb);
         }
     }
 };

@@ -138,6 +138,10 @@ float dot_vbit_xq(const uint8_t *c, unsigned b, const uint8_t *s, const int8_t *
                   uint64_t g) {
     return CMF_PICK(dot_vbit_xq, c, b, s, xq, xoff, xd, g);
 }
+void rows_vbit_xq(const uint8_t *const *c, const uint8_t *widths, const uint8_t *s, const int8_t *xq, const int32_t *xoff,
+                  const float *xd, uint64_t g, uint64_t rows, int32_t *scratch, float *y) {
+    CMF_PICK(rows_vbit_xq, c, widths, s, xq, xoff, xd, g, rows, scratch, y);
+}
 void unpack_vbit_groups(const uint8_t *c, unsigned b, uint64_t g, int8_t *out) { CMF_PICK(unpack_vbit_groups, c, b, g, out); }
 void rows_q1_xq(const uint8_t *t, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t g, uint64_t rows,
                 float *y) {

@@ -110,6 +110,13 @@ void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, c
 // each 4 codes' sum; the others ignore it).
 float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                   const float *xd, uint64_t groups);
+// Rows of the one above (vbit_ro): row r's codes at codes[r], width
+// widths[r], f16 scales at f16_scales + 2*groups*r; y[r] for r < rows.
+// scratch: 8*groups int32 the AVX-512 VNNI form keeps a width's offsets in.
+// A row's sum is dot_vbit_xq's up to the order its 8 partial sums are added
+// in, and does not depend on the rows beside it.
+void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, int32_t *scratch, float *y);
 // vbit codes of width b <= 6 as int8 values u - L in element order (the
 // int8 view; |u - L| <= 32), 32 per group.
 void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out);

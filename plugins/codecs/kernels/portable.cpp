@@ -326,6 +326,11 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
     }
     return acc;
 }
+void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, int32_t * /*scratch*/, float *y) {
+    for (uint64_t r = 0; r < rows; ++r)
+        y[r] = dot_vbit_xq(codes[r], widths[r], f16_scales + 2 * groups * r, xq, xoff, xd, groups);
+}
 
 void unpack_q4_groups(const uint8_t *nibbles, uint64_t stride, uint64_t groups, int8_t *codes) {
     for (uint64_t g = 0; g < groups; ++g) {
