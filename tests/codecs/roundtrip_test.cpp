@@ -908,6 +908,61 @@ TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its 
     munmap(map, 2 * page);
 }
 
+TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit4_xq) equal dot_vbit_xq, on every ISA") {
+    // The q4 kernel meets MSB-first codes through an x whose block halves
+    // are swapped (vbit4_x) and offsets for u - 7: a half not swapped, a
+    // bias of 8, or the unpaired last block's order wrong changes the sums.
+    // Group counts reach the 512-bit steps, the 256-bit pairs and an odd
+    // last group; row counts the one- and four-row passes. The portable form
+    // gives dot_vbit_xq's bits; the SIMD ones its value up to f32 summation.
+    namespace k = cmf::codecs::kernels;
+    std::mt19937 rng(41);
+    for (uint64_t groups : {1u, 2u, 3u, 5u, 8u, 9u, 16u, 17u, 32u, 33u})
+        for (uint64_t rows : {1u, 3u, 4u, 5u, 17u, 20u}) {
+            CAPTURE(groups);
+            CAPTURE(rows);
+            std::vector<uint8_t> codes(16 * groups * rows), scales(2 * groups * rows);
+            for (auto &b : codes) b = static_cast<uint8_t>(rng());
+            std::memset(codes.data(), 0xFF, 16);  // a group of all-ones codes (u = 15)
+            for (uint64_t i = 0; i < groups * rows; ++i) {
+                const uint16_t h = cmf::codecs::f32_to_f16(0.003f * static_cast<float>(i % 11 + 1) * (i % 3 ? 1.0f : -1.0f));
+                std::memcpy(scales.data() + 2 * i, &h, 2);
+            }
+            std::vector<float> x = gaussian(32 * groups, static_cast<uint32_t>(rng()), 1.0f), xd(groups);
+            std::vector<int8_t> xq(32 * groups), x4(32 * groups);
+            std::vector<int32_t> xo(8 * groups), off4(8 * (groups / 2) + 1, 12345);
+            k::portable::quantize_x(x.data(), 32 * groups, k::XOrder::natural, xq.data(), xd.data());
+            k::portable::i8_offset(xq.data(), groups, xo.data());
+            k::vbit4_x(xq.data(), groups, x4.data(), off4.data());
+            CHECK(off4.back() == 12345);
+            struct Isa {
+                const char *name;
+                decltype(&k::portable::dot_vbit_xq) dot;
+                decltype(&k::portable::rows_vbit4_xq) rows;
+            };
+            std::vector<Isa> isas{{"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit4_xq}};
+            for (const k::SimdKernels &set : k::simd_kernels()) isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit4_xq});
+            for (const Isa &isa : isas) {
+                CAPTURE(isa.name);
+                std::vector<float> y(rows + 1, -7.0f);
+                isa.rows(codes.data(), scales.data(), x4.data(), off4.data(), xd.data(), groups, rows, y.data());
+                CHECK(y[rows] == -7.0f);
+                for (uint64_t r = 0; r < rows; ++r) {
+                    CAPTURE(r);
+                    const float want = k::portable::dot_vbit_xq(codes.data() + 16 * groups * r, 4,
+                                                                scales.data() + 2 * groups * r, xq.data(), xo.data(),
+                                                                xd.data(), groups);
+                    if (std::string(isa.name) == "portable") CHECK(std::memcmp(&want, &y[r], sizeof(float)) == 0);
+                    else CHECK(std::fabs(want - y[r]) <= 1e-5f * std::fabs(want) + 1e-6f);
+                    float alone = -7.0f;
+                    isa.rows(codes.data() + 16 * groups * r, scales.data() + 2 * groups * r, x4.data(), off4.data(),
+                             xd.data(), groups, 1, &alone);
+                    CHECK(std::memcmp(&alone, &y[r], sizeof(float)) == 0);
+                }
+            }
+        }
+}
+
 TEST_CASE("roundtrip: ladder_scales builds each row's ladder and picks rungs by 5-bit codes, on every ISA") {
     // Codes packed LSB-first, 5 bits per group, rows code_stride bytes apart
     // (one spare byte of ones past each row, so a kernel that reads past a

@@ -179,6 +179,8 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
     cache.n_batch = cache.cols = 0;  // not a valid entry until filled below
     cache.x_id = 0;
     QuantizedX &r = cache.result;
+    static thread_local uint64_t serials = 0;
+    r.serial = ++serials;
     r.blocks = kernels::x_blocks(cols);
     cache.x.resize(n_batch * cols);
     r.codes.resize(n_batch * 32 * r.blocks);

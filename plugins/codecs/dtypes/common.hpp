@@ -133,6 +133,9 @@ private:
 // block order.
 struct QuantizedX {
     uint64_t blocks = 0;
+    // Changes whenever the codes are made anew (a caller's own derived
+    // copy of them is current while this is the value it was made at).
+    uint64_t serial = 0;
     std::vector<int8_t> codes;  // n_batch * 32 * blocks
     std::vector<float> scales;  // n_batch * blocks
     // The offset terms of each activation row b's codes, offsets_per_row

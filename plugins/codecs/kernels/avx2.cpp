@@ -652,7 +652,7 @@ constexpr bool kQ4Zmm = true;
 // last group, one 256-bit pair at a time, scale1(g) being group g's scale
 // product; then the row as 8 partial sums: acc's two accumulators' halves
 // added, plus those.
-template <uint64_t Stride, class Scale1>
+template <uint64_t Stride, int Bias, class Scale1>
 __attribute__((always_inline)) inline __m256 q4_pair_rest_zmm(const uint8_t *nb, const int8_t *x, const int32_t *off,
                                                               uint64_t k, uint64_t groups, Scale1 scale1,
                                                               const __m512 *acc) {
@@ -666,7 +666,7 @@ __attribute__((always_inline)) inline __m256 q4_pair_rest_zmm(const uint8_t *nb,
     }
     if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
         const uint64_t g = groups - 1;
-        rest = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(g)), rest);
+        rest = biased_step<Bias>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(g)), rest);
     }
     const __m512d a = _mm512_castps_pd(_mm512_add_ps(acc[0], acc[1]));
     return _mm256_add_ps(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, a, 0)),
@@ -689,7 +689,7 @@ __attribute__((always_inline)) inline __m512i q4_quad_load(const uint8_t *w) {
     __asm__("" : "+v"(v));  // one load each, kept in a register (see q4_pair_load)
     return v;
 }
-template <int R, bool L2, uint64_t Stride, class Scales8, class Scale1>
+template <int R, bool L2, uint64_t Stride, int Bias, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                                 const int32_t *off, uint64_t groups, Scales8 scales8,
                                                                 Scale1 scale1, __m256 *out) {
@@ -731,17 +731,17 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-        out[r] = q4_pair_rest_zmm<Stride>(nib + r * ld, x, off, k, groups, [&](uint64_t g) { return scale1(r, g); },
+        out[r] = q4_pair_rest_zmm<Stride, Bias>(nib + r * ld, x, off, k, groups, [&](uint64_t g) { return scale1(r, g); },
                                           acc[r]);
 }
 #endif
 
-template <int R, bool L2, uint64_t Stride, class Scales8, class Scale1>
+template <int R, bool L2, uint64_t Stride, int Bias = 8, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                             const int32_t *off, uint64_t groups, Scales8 scales8,
                                                             Scale1 scale1, __m256 *out) {
 #ifdef CMF_CODECS_VNNI
-    if (kQ4Zmm) return q4_pair_acc_rows_zmm<R, L2, Stride>(nib, ld, x, off, groups, scales8, scale1, out);
+    if (kQ4Zmm) return q4_pair_acc_rows_zmm<R, L2, Stride, Bias>(nib, ld, x, off, groups, scales8, scale1, out);
 #endif
     __m256 acc[R][4];
 #pragma GCC unroll 4
@@ -786,7 +786,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, 
         }
         if (groups % 2) {  // the unpaired last group, its x block in q4_pairs order
             const uint64_t g = groups - 1;
-            acc[r][3] = biased_step<8>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(r, g)),
+            acc[r][3] = biased_step<Bias>(q4_codes_u(nb + Stride * g), load32(x + 32 * g), _mm256_set1_ps(scale1(r, g)),
                                        acc[r][3]);
         }
         out[r] = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
@@ -851,10 +851,10 @@ inline void q4_tiled_rows(const uint8_t *tiles, const int8_t *xq, const int32_t 
         [&](int r, uint64_t g) { return f16_scales8<18>(tiles + r * ld + 18 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(tiles + r * ld + 18 * g) * xd[g]; }, out);
 }
-template <int R, bool L2 = false>
+template <int R, bool L2 = false, int Bias = 8>
 inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                           const float *xd, uint64_t groups, __m256 *out) {
-    q4_pair_acc_rows<R, L2, 16>(
+    q4_pair_acc_rows<R, L2, 16, Bias>(
         nibbles, 16 * groups, xq, xoff, groups,
         [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + 2 * groups * r + 2 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(f16_scales + 2 * groups * r + 2 * g) * xd[g]; }, out);
@@ -970,6 +970,18 @@ void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
     q4_rows4_prefetch([&](auto l2) {
         q4_rows4<decltype(l2)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
             q4_split_rows<decltype(rn)::value, decltype(l2)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
+                                                                    xq, xoff, xd, groups, o);
+        });
+    });
+}
+
+// vbit width-4 rows: q4_block's split layout with the nibbles swapped, met by
+// an x whose block halves are swapped to match (kernels.hpp), and a bias of 7.
+void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    q4_rows4_prefetch([&](auto l2) {
+        q4_rows4<decltype(l2)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
+            q4_split_rows<decltype(rn)::value, decltype(l2)::value, 7>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
                                                                     xq, xoff, xd, groups, o);
         });
     });
@@ -1405,7 +1417,7 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
     }
     alignas(64) float t[32];
     if (k < pairs || groups % 2) _mm512_store_ps(t, lo), _mm512_store_ps(t + 16, hi);
-    return q4_pair_rest_zmm<16>(nib, x, off, k, groups, [&](uint64_t g) {
+    return q4_pair_rest_zmm<16, 8>(nib, x, off, k, groups, [&](uint64_t g) {
         const uint64_t bit = 5 * g;
         const uint32_t v = c[bit / 8] | (bit % 8 > 3 ? uint32_t{c[bit / 8 + 1]} << 8 : 0u);
         return t[(v >> (bit % 8)) & 31u] * xd[g];

@@ -100,6 +100,20 @@ void rows_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, cons
                       uint64_t rows, float *y) {
     CMF_PICK(rows_q4_split_xq, n, s, xq, xb, xd, g, rows, y);
 }
+void rows_vbit4_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g,
+                   uint64_t rows, float *y) {
+    CMF_PICK(rows_vbit4_xq, n, s, xq, xb, xd, g, rows, y);
+}
+void vbit4_x(const int8_t *natural, uint64_t blocks, int8_t *q, int32_t *offset) {
+    for (uint64_t b = 0; b < blocks; ++b) {
+        const int8_t *e = natural + 32 * b;
+        int8_t *odd = (b | 1) < blocks ? q + 64 * (b / 2) + 16 * (b % 2) : q + 32 * b;
+        int8_t *even = odd + ((b | 1) < blocks ? 32 : 16);
+        for (int k = 0; k < 16; ++k) odd[k] = e[2 * k + 1], even[k] = e[2 * k];
+    }
+    q4_pair_offset(q, blocks, offset);
+    for (uint64_t i = 0; i < 8 * (blocks / 2); ++i) offset[i] = offset[i] / 8 * 7;  // -8 * sum -> -7 * sum, exact
+}
 float dot_q4_groups_xq(const uint8_t *n, const float *s, const int8_t *xq, const int32_t *xb, const float *xd,
                        uint64_t g) {
     return CMF_PICK(dot_q4_groups_xq, n, s, xq, xb, xd, g);

@@ -162,6 +162,20 @@ void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xof
                       uint64_t rows, float *y);
 void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y);
+// vbit rows of width 4 as rows_q4_split_xq: row r's 16 code bytes a group
+// at nibbles + 16*groups*r, its f16 scales at f16_scales + 2*groups*r. A
+// byte holds element 2k in its high nibble (MSB-first), so the x it meets
+// is vbit4_x's: each block's q4_pair_blocks halves swapped, its offsets
+// for u - 7. Each row's sum: the exact integer sums of (u - 7) * q per
+// group, times s * d, summed as rows_q4_split_xq sums.
+void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+                   const float *xd, uint64_t groups, uint64_t rows, float *y);
+// A natural-order x's codes (blocks of 32) in the order rows_vbit4_xq takes:
+// q4_pair_blocks positions with each block's odd elements where its even
+// ones go (element e of a paired block b at 64*(b/2) + 16*(b%2) +
+// 32*(1 - e%2) + e/2, of the unpaired last one at 32*b + 16*(1 - e%2) +
+// e/2), and offset[8*k + j] = -7 * (the sums q4_pair_offset takes).
+void vbit4_x(const int8_t *natural, uint64_t blocks, int8_t *q, int32_t *offset);
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups);
 // Row range of the one above (q4tp): row r's nibbles at nibbles + 16*groups*r,

@@ -132,11 +132,12 @@ namespace {
 // Group g (16 nibble bytes) of a row of `groups` against its block of a
 // q4_pair_blocks x (kernels.hpp): sum (q-8)*xq, the offset taken from the
 // codes themselves (no bias vector: an independent check of the AVX2 one).
+template <int Bias = 8>
 int32_t q4_isum(const uint8_t *nib, const int8_t *xq, uint64_t g, uint64_t groups) {
     const int8_t *lo = xq + 64 * (g / 2) + 16 * (g % 2);  // the unpaired last block: 32*g
     const int8_t *hi = lo + ((g | 1) < groups ? 32 : 16);
     int32_t s = 0;
-    for (int k = 0; k < 16; ++k) s += ((nib[k] & 15) - 8) * lo[k] + ((nib[k] >> 4) - 8) * hi[k];
+    for (int k = 0; k < 16; ++k) s += ((nib[k] & 15) - Bias) * lo[k] + ((nib[k] >> 4) - Bias) * hi[k];
     return s;
 }
 }  // namespace
@@ -163,6 +164,16 @@ void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
     for (uint64_t r = 0; r < rows; ++r)
         y[r] = dot_q4_split_xq(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xoff, xd, groups);
+}
+void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
+                   const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (uint64_t g = 0; g < groups; ++g)
+            acc += f16_at(f16_scales + 2 * (groups * r + g)) * xd[g] *
+                   static_cast<float>(q4_isum<7>(nibbles + 16 * (groups * r + g), xq, g, groups));
+        y[r] = acc;
+    }
 }
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *,
