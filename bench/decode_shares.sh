@@ -36,8 +36,10 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 
 minmax() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f-%.2f", lo, hi }'; }
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 declare -A shares gbs gbs_ratio
+reads=()
 for ((i = 0; i < rounds; i++)); do
   before="$(read_pass)"
+  reads+=("$before")
   line="round $i:"
   declare -A round_gbs=()
   for q in $dtypes; do
@@ -45,6 +47,7 @@ for ((i = 0; i < rounds; i++)); do
     "$build/host/cmfhost" bench "$work/$name-$q.cmf" -p 0 -n "$tg" -r 1 --threads "$threads" >"$out"
     g="$(grep 'tg streams' "$out" | awk '{print $3}')"
     after="$(read_pass)"
+    reads+=("$after")
     s="$(echo "200 * $g / ($before + $after)" | bc -l)"
     shares[$q]+="$s "
     gbs[$q]+="$g "
@@ -65,4 +68,5 @@ for q in $dtypes; do
   [ -z "${gbs_ratio[$q]:-}" ] || printf '; GB/s over q4 in the same round: median %.2f (%s)' "$(median ${gbs_ratio[$q]})" "$(minmax ${gbs_ratio[$q]})"
   echo
 done
+echo "read passes $(minmax "${reads[@]}") GB/s"
 echo "# done $(date -u +%FT%TZ)"
