@@ -369,24 +369,6 @@ VNNI void quantize_x_vnni(const float *x, uint64_t ldx, uint64_t n_batch, uint64
         }
 }
 
-// 8 rows' 8 words (one ymm per row) -> word s of the 8 rows in out[s]: a
-// dword transpose by unpacks and 128-bit lane permutes.
-VNNI inline void transpose8_words(const __m256i r[8], __m256i out[8]) {
-    __m256i t[8], u[8];
-    for (int i = 0; i < 8; i += 2)
-        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);      // words 0 | 4 of rows i..i+3
-        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);  // 1 | 5
-        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);  // 2 | 6
-        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);  // 3 | 7
-    }
-    for (int s = 0; s < 4; ++s) {
-        out[s] = _mm256_permute2x128_si256(u[s], u[s + 4], 0x20);
-        out[s + 4] = _mm256_permute2x128_si256(u[s], u[s + 4], 0x31);
-    }
-}
-
 // Per (16-row group, block): the 16 rows' 32 codes as 8 words each, turned
 // into the [s][i] words of the layout by two 8x8 word transposes, biased by
 // +128 and stored as 512 contiguous bytes (it stored a word at a time:
@@ -398,15 +380,15 @@ VNNI void pack_w_vnni(const int8_t *codes, const float *scales, uint64_t n_rows,
     const __m256i bias = _mm256_set1_epi32(int32_t(0x80808080u));
     for (uint64_t g = 0; g < groups; ++g)
         for (uint64_t b = 0; b < nb; ++b) {
-            __m256i rows[2][8], words[2][8];
+            __m256i words[2][8];  // rows 0-7 and 8-15, then (transposed) word s of those rows
             for (uint64_t i = 0; i < kVRows; ++i) {
                 const uint64_t r = g * kVRows + i;
                 wd[(g * nb + b) * kVRows + i] = r < n_rows ? scales[r * nb + b] : 0.0f;
-                rows[i / 8][i % 8] = r < n_rows ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(codes + r * ld + b * kBlock))
+                words[i / 8][i % 8] = r < n_rows ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(codes + r * ld + b * kBlock))
                                                 : _mm256_setzero_si256();
             }
-            transpose8_words(rows[0], words[0]);
-            transpose8_words(rows[1], words[1]);
+            transpose8x32(words[0]);
+            transpose8x32(words[1]);
             // Word s of rows 0-7, then of rows 8-15: 64 bytes per s.
             auto *dst = reinterpret_cast<__m256i *>(base + (g * nb + b) * kVSteps * kVRows * 4);
             for (uint64_t s = 0; s < kVSteps; ++s) {

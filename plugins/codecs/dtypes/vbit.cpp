@@ -205,8 +205,8 @@ public:
             for (uint64_t g = 0; g < rows.gpr; ++g) *scales++ = load_f16(rows.scales + 2 * (r * rows.gpr + g));
         }
     }
-    // Rows against x quantized to int8 blocks (kernels::dot_vbit_xq), the
-    // same kernel per activation row whatever the batch, so a batched
+    // Rows against x quantized to int8 blocks (kernels::rows_vbit_xq and
+    // rows_vbit4_xq), the same kernel per activation row whatever the batch, so a batched
     // decode gives each sequence the bits it gets alone. (vbit has no
     // matmul: its rows are found by summing every width before them.)
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,

@@ -220,25 +220,29 @@ namespace {
 // `acc(r)` is row r's dot as 8 partial sums; y[r] = their sum.
 // `quad(r, a)` fills a[0..4) with rows r..r+3 as 8 partial sums each (a
 // kernel that runs four rows in one pass over x), `acc(r)` one row.
+// y[0..4) = the sums of four rows' 8 partial sums (lane i of the 128-bit
+// result is row i's sum).
+inline void sum4_rows(const __m256 a[4], float *y) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    _mm_storeu_ps(y, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+// One row's sum, its lanes added in the order sum4_rows adds them, so a
+// row's sum does not depend on where its range starts: the backend cuts row
+// ranges differently for one weight than for several fused (matmul_multi),
+// and both must give the same bits.
+inline float sum1_row(__m256 a) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, a), a);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
 template <class Quad, class Acc>
 inline void rows4_quads(uint64_t rows, float *y, Quad quad, Acc acc) {
     uint64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
         __m256 a[4];
         quad(r, a);
-        // lane i of the 128-bit result is row r+i's sum.
-        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-        _mm_storeu_ps(y + r, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+        sum4_rows(a, y + r);
     }
-    // The last 1-3 rows add their lanes in the order above, so a row's sum
-    // does not depend on where its range starts: the backend cuts row ranges
-    // differently for one weight than for several fused (matmul_multi), and
-    // both must give the same bits.
-    for (; r < rows; ++r) {
-        const __m256 a = acc(r);
-        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, a), a);
-        y[r] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-    }
+    for (; r < rows; ++r) y[r] = sum1_row(acc(r));
 }
 template <class Acc>
 inline void rows4(uint64_t rows, float *y, Acc acc) {
@@ -689,6 +693,22 @@ __attribute__((always_inline)) inline __m512i q4_quad_load(const uint8_t *w) {
     __asm__("" : "+v"(v));  // one load each, kept in a register (see q4_pair_load)
     return v;
 }
+// What pairs kk, kk+1 of x give every row of a 512-bit step: the low and
+// high 128-bit halves of each pair's 64 x bytes side by side (for the low
+// and the high nibbles) and the two pairs' offsets.
+struct Q4QuadX {
+    __m512i lo, hi, off;
+};
+__attribute__((always_inline)) inline Q4QuadX q4_quad_x(const int8_t *x, const int32_t *off, uint64_t kk) {
+    const __m512i x0 = _mm512_loadu_si512(x + 64 * kk), x1 = _mm512_loadu_si512(x + 64 * kk + 64);
+    return {_mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(1, 0, 1, 0)),
+            _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(3, 2, 3, 2)), _mm512_loadu_si512(off + 8 * kk)};
+}
+// The int32 lane sums of four groups' nibbles v (q4_quad_load) against them.
+__attribute__((always_inline)) inline __m512i q4_quad_isum(__m512i v, const Q4QuadX &xq, __m512i low4) {
+    const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(xq.off, lo, xq.lo), hi, xq.hi);
+}
 template <int R, bool L2, uint64_t Stride, int Bias, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
                                                                 const int32_t *off, uint64_t groups, Scales8 scales8,
@@ -715,15 +735,10 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
 #pragma GCC unroll 2
         for (int j = 0; j < 2; ++j) {
             const uint64_t kk = k + 2 * j;
-            const __m512i x0 = _mm512_loadu_si512(x + 64 * kk), x1 = _mm512_loadu_si512(x + 64 * kk + 64);
-            const __m512i xlo = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m512i xhi = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
-            const __m512i o = _mm512_loadu_si512(off + 8 * kk);
+            const Q4QuadX xq = q4_quad_x(x, off, kk);
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                const __m512i v = q4_quad_load<Stride>(nib + r * ld + 2 * Stride * kk);
-                const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(o, lo, xlo), hi, xhi);
+                const __m512i p = q4_quad_isum(q4_quad_load<Stride>(nib + r * ld + 2 * Stride * kk), xq, low4);
                 acc[r][j] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, sel[j], s8[r]), _mm512_maskz_cvtepi32_ps(0xFFFF, p),
                                             acc[r][j]);
             }
@@ -1254,15 +1269,22 @@ struct RungPicks {
     }
 };
 constexpr RungPicks kRungPicks;
+// Groups g .. g+15's rungs from lo (rungs 0-15) and hi (16-31) by their
+// 5-bit codes (the row's codes at c; bytes: which of the 10 bytes from the
+// first code's byte to read). pk, sh: kRungPicks' pick and shift; m31: 31.
+__attribute__((always_inline)) inline __m512 pick16(__m512 lo, __m512 hi, const uint8_t *c, uint64_t g,
+                                                    __mmask16 bytes, __m512i pk, __m512i sh, __m512i m31) {
+    const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
+    const __m512i idx =
+        _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), m31);
+    return _mm512_permutex2var_ps(lo, idx, hi);
+}
 inline void pick_rungs16(__m512 lo, __m512 hi, const uint8_t *c, uint64_t groups, float *o) {
     const __m512i pk = _mm512_load_si512(kRungPicks.pick), sh = _mm512_load_si512(kRungPicks.shift),
                   mask = _mm512_set1_epi32(31);
     // Groups g .. g+n-1 (n <= 16): their codes' ceil(5n/8) bytes, n scales stored.
     auto step = [&](uint64_t g, __mmask16 bytes, __mmask16 store) {
-        const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
-        const __m512i idx = _mm512_and_si512(
-            _mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), mask);
-        _mm512_mask_storeu_ps(o + g, store, _mm512_permutex2var_ps(lo, idx, hi));
+        _mm512_mask_storeu_ps(o + g, store, pick16(lo, hi, c, g, bytes, pk, sh, mask));
     };
     uint64_t g = 0;
     for (; g + 16 <= groups; g += 16) step(g, 0x3FF, 0xFFFF);
@@ -1379,22 +1401,12 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
     const __m512i pk = cs.pk, sh = cs.sh, m31 = cs.m31, low4 = cs.low4;
     // Groups g .. g+15's scale products (the lanes past `lanes` 0).
     auto pick = [&](uint64_t g, __mmask16 bytes, __mmask16 lanes) __attribute__((always_inline)) {
-        const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
-        const __m512i idx =
-            _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), m31);
-        return _mm512_mul_ps(_mm512_permutex2var_ps(lo, idx, hi), _mm512_maskz_loadu_ps(lanes, xd + g));
+        return _mm512_mul_ps(pick16(lo, hi, c, g, bytes, pk, sh, m31), _mm512_maskz_loadu_ps(lanes, xd + g));
     };
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     // Pairs kk, kk+1 with their products at lanes 4q .. 4q+3 of s (q = 0..3).
     auto two_pairs = [&](uint64_t kk, __m512 s, int q, int j) __attribute__((always_inline)) {
-        const __m512i x0 = _mm512_loadu_si512(x + 64 * kk), x1 = _mm512_loadu_si512(x + 64 * kk + 64);
-        const __m512i xlo = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
-        const __m512i xhi = _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
-        const __m512i o = _mm512_loadu_si512(off + 8 * kk);
-        __m512i v = _mm512_loadu_si512(nib + 32 * kk);
-        __asm__("" : "+v"(v));  // one load, kept in a register (see q4_pair_load)
-        const __m512i wlo = _mm512_and_si512(v, low4), whi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(o, wlo, xlo), whi, xhi);
+        const __m512i p = q4_quad_isum(q4_quad_load<16>(nib + 32 * kk), q4_quad_x(x, off, kk), low4);
         acc[j] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, cs.sel[q], s), _mm512_maskz_cvtepi32_ps(0xFFFF, p),
                                  acc[j]);
     };
@@ -1931,7 +1943,7 @@ void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint
                   const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, int32_t *scratch, float *y) {
     unsigned made = 0;  // the width scratch holds offsets for
     // One instance of the group loop per width form, the rows' partial sums
-    // kept for rows4_quads' reduction.
+    // reduced four at a time as rows4_quads reduces them.
     __m256 a[4];
     for (uint64_t r = 0; r < rows; ++r) {
         const unsigned b = widths[r];
@@ -1940,10 +1952,9 @@ void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint
         if (b == 4) a[r % 4] = vbit_xq<4>(codes[r], b, sc, xq, xoff, scratch, xd, groups);
         else if (b == 8) a[r % 4] = vbit_xq<8>(codes[r], b, sc, xq, xoff, scratch, xd, groups);
         else a[r % 4] = vbit_xq<0>(codes[r], b, sc, xq, xoff, scratch, xd, groups);
-        if (r % 4 == 3) rows4_quads(4, y + r - 3, [&](uint64_t, __m256 *q) { std::copy(a, a + 4, q); }, [&](uint64_t i) { return a[i]; });
+        if (r % 4 == 3) sum4_rows(a, y + r - 3);
     }
-    const uint64_t done = rows - rows % 4;
-    rows4_quads(rows % 4, y + done, [&](uint64_t, __m256 *) {}, [&](uint64_t i) { return a[i]; });
+    for (uint64_t r = rows - rows % 4; r < rows; ++r) y[r] = sum1_row(a[r % 4]);
 }
 
 #else
