@@ -1271,20 +1271,20 @@ struct RungPicks {
 constexpr RungPicks kRungPicks;
 // Groups g .. g+15's rungs from lo (rungs 0-15) and hi (16-31) by their
 // 5-bit codes (the row's codes at c; bytes: which of the 10 bytes from the
-// first code's byte to read). pk, sh: kRungPicks' pick and shift; m31: 31.
+// first code's byte to read). pk, sh: kRungPicks' pick and shift.
 __attribute__((always_inline)) inline __m512 pick16(__m512 lo, __m512 hi, const uint8_t *c, uint64_t g,
-                                                    __mmask16 bytes, __m512i pk, __m512i sh, __m512i m31) {
+                                                    __mmask16 bytes, __m512i pk, __m512i sh) {
     const __m512i v = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_maskz_loadu_epi8(bytes, c + 5 * g / 8));
-    const __m512i idx =
-        _mm512_and_si512(_mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh), m31);
+    // Not masked to 5 bits: vpermt2ps reads bits 0-4 of each index alone
+    // (the next code's bits above them are ignored).
+    const __m512i idx = _mm512_maskz_srlv_epi32(0xFFFF, _mm512_maskz_shuffle_epi8(__mmask64(~0ull), v, pk), sh);
     return _mm512_permutex2var_ps(lo, idx, hi);
 }
 inline void pick_rungs16(__m512 lo, __m512 hi, const uint8_t *c, uint64_t groups, float *o) {
-    const __m512i pk = _mm512_load_si512(kRungPicks.pick), sh = _mm512_load_si512(kRungPicks.shift),
-                  mask = _mm512_set1_epi32(31);
+    const __m512i pk = _mm512_load_si512(kRungPicks.pick), sh = _mm512_load_si512(kRungPicks.shift);
     // Groups g .. g+n-1 (n <= 16): their codes' ceil(5n/8) bytes, n scales stored.
     auto step = [&](uint64_t g, __mmask16 bytes, __mmask16 store) {
-        _mm512_mask_storeu_ps(o + g, store, pick16(lo, hi, c, g, bytes, pk, sh, mask));
+        _mm512_mask_storeu_ps(o + g, store, pick16(lo, hi, c, g, bytes, pk, sh));
     };
     uint64_t g = 0;
     for (; g + 16 <= groups; g += 16) step(g, 0x3FF, 0xFFFF);
@@ -1375,7 +1375,7 @@ void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung
 
 namespace {
 // q4tp rows with each row's scales picked inside its pass over x, 16 groups
-// (8 pairs) a step: their 16 codes (10 bytes), shuffled, shifted and masked
+// (8 pairs) a step: their 16 codes (10 bytes), shuffled and shifted
 // into rung indices, one permute from the row's 32 rungs held in two
 // registers, times x's block scales; each pair of pairs then takes its four
 // products by a lane permute, as q4_pair_acc_rows_zmm does from a load. The
@@ -1386,7 +1386,7 @@ namespace {
 // The loop's constants, made once per call rather than once per row.
 struct Q4tpConsts {
     __m512i pk = _mm512_load_si512(kRungPicks.pick), sh = _mm512_load_si512(kRungPicks.shift),
-            m31 = _mm512_set1_epi32(31), low4 = _mm512_set1_epi8(15);
+            low4 = _mm512_set1_epi8(15);
     __m512i sel[4] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                       _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7),
                       _mm512_setr_epi32(8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11),
@@ -1398,10 +1398,10 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
                                                           const uint8_t *c, const float *xd) {
     __m512 lo, hi;
     powers_rungs(first, ratio, false, lo, hi);
-    const __m512i pk = cs.pk, sh = cs.sh, m31 = cs.m31, low4 = cs.low4;
+    const __m512i pk = cs.pk, sh = cs.sh, low4 = cs.low4;
     // Groups g .. g+15's scale products (the lanes past `lanes` 0).
     auto pick = [&](uint64_t g, __mmask16 bytes, __mmask16 lanes) __attribute__((always_inline)) {
-        return _mm512_mul_ps(pick16(lo, hi, c, g, bytes, pk, sh, m31), _mm512_maskz_loadu_ps(lanes, xd + g));
+        return _mm512_mul_ps(pick16(lo, hi, c, g, bytes, pk, sh), _mm512_maskz_loadu_ps(lanes, xd + g));
     };
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     // Pairs kk, kk+1 with their products at lanes 4q .. 4q+3 of s (q = 0..3).
