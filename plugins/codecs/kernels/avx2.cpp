@@ -1392,10 +1392,22 @@ struct Q4tpConsts {
                       _mm512_setr_epi32(8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11),
                       _mm512_setr_epi32(12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15)};
 };
+// x's pair halves as the 512-bit pair loop meets them: for every even kk,
+// q4_quad_x(x, off, kk)'s lo and hi at xt + 64*kk and xt + 64*kk + 64 (as
+// many bytes as x). Made once per call: a row at a time, the loop made
+// them anew for every row, 8 shuffles per 16 groups of ~45 vector
+// operations (the q4 kernels share them among the 4 rows of a pass).
+inline void q4tp_x_table(const int8_t *x, const int32_t *off, uint64_t pairs, int8_t *xt) {
+    for (uint64_t kk = 0; kk + 2 <= pairs; kk += 2) {
+        const Q4QuadX q = q4_quad_x(x, off, kk);
+        _mm512_storeu_si512(xt + 64 * kk, q.lo);
+        _mm512_storeu_si512(xt + 64 * kk + 64, q.hi);
+    }
+}
 template <bool L2>
 __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, const uint8_t *nib, const int8_t *x,
-                                                          const int32_t *off, uint64_t groups, float first, float ratio,
-                                                          const uint8_t *c, const float *xd) {
+                                                          const int8_t *xt, const int32_t *off, uint64_t groups,
+                                                          float first, float ratio, const uint8_t *c, const float *xd) {
     __m512 lo, hi;
     powers_rungs(first, ratio, false, lo, hi);
     const __m512i pk = cs.pk, sh = cs.sh, low4 = cs.low4;
@@ -1406,7 +1418,9 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     // Pairs kk, kk+1 with their products at lanes 4q .. 4q+3 of s (q = 0..3).
     auto two_pairs = [&](uint64_t kk, __m512 s, int q, int j) __attribute__((always_inline)) {
-        const __m512i p = q4_quad_isum(q4_quad_load<16>(nib + 32 * kk), q4_quad_x(x, off, kk), low4);
+        const Q4QuadX xq = {_mm512_loadu_si512(xt + 64 * kk), _mm512_loadu_si512(xt + 64 * kk + 64),
+                            _mm512_loadu_si512(off + 8 * kk)};
+        const __m512i p = q4_quad_isum(q4_quad_load<16>(nib + 32 * kk), xq, low4);
         acc[j] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, cs.sel[q], s), _mm512_maskz_cvtepi32_ps(0xFFFF, p),
                                  acc[j]);
     };
@@ -1439,11 +1453,13 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
 
 void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
                   uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
-                  uint64_t rows, float * /*scratch*/, float *y) {
+                  uint64_t rows, float *scratch, float *y) {
     const Q4tpConsts cs;
+    int8_t *xt = reinterpret_cast<int8_t *>(scratch);
+    q4tp_x_table(xq, xoff, groups / 2, xt);
     q4_rows4_prefetch([&](auto l2) {
         auto row = [&](uint64_t q) __attribute__((always_inline)) {
-            return q4tp_row_zmm<decltype(l2)::value>(cs, nibbles + 16 * groups * q, xq, xoff, groups, first[q],
+            return q4tp_row_zmm<decltype(l2)::value>(cs, nibbles + 16 * groups * q, xq, xt, xoff, groups, first[q],
                                                       ratio[q], codes + code_stride * q, xd);
         };
         rows4_quads(
