@@ -78,12 +78,18 @@ inline int isa_cap_from_env(const char *name) {
 //    unused; two alternating rounds, 1 KiB -> 4 and 8 KiB: f16 14.7-15.4
 //    -> 18.0-19.5 tok/s, q8 26.6-28.0 -> 32.3-34.1.
 //    q4 3 KiB, as on AMD (2-6 KiB: the same or slower).
-//  - AMD with AVX-512 (EPYC Zen 5 VM): the q4 streams go into L2 (T1
-//    hint, prefetch_q4_into_l2), 6 KiB ahead. Prefetched into L1
-//    the q4 row kernels streamed 9.5-11 GB/s on one core whatever the
-//    distance (1-24 KiB), under a third of the core's read pass and a
-//    quarter to two fifths of their L2-resident rate; into L2, tg128 on the 0.6B q4 file went 59-60 ->
-//    77-78 tok/s. docs/performance.md, history, 2026-12-03.
+//  - AMD with AVX-512 (EPYC Zen 5 VM): the q4 streams (and q2tp's rows)
+//    are prefetched non-temporally (NTA hint, prefetch_weights_nta), 6 KiB
+//    ahead. With the T0 hint the q4 row kernels streamed 9.5-11 GB/s on
+//    one core whatever the distance (1-24 KiB), under a third of the
+//    core's read pass; into L2 (T1), tg128 on the 0.6B q4 file went 59-60
+//    -> 77-78 tok/s (history, 2026-12-03). NTA streams as fast as T1 in
+//    the matmul benchmark, and the model runs faster around it: a layer's
+//    activations and KV cache are no longer pushed out of L2 and L3 by
+//    weights read once (tg128 alternating, five pairs: q4 +2-10 %, median
+//    +9 %, its attention loop 9.3 -> 7.6 us and matmul loops 64 -> 58 us
+//    a call; q4tp and q4_tiled +1-11 %, q2tp four pairs +3-12 %; q8, f16
+//    even: they keep T0. History, 2026-12-04).
 //    The light streams 8 KiB ahead, as on Intel: in a phase of the VM
 //    reading ~70 GB/s, 1 -> 8 KiB, tg64 alternating, six pairs each: bf16
 //    39-50 -> 48-60 tok/s, f16 44-50 -> 55-60; three pairs: q2tp (its q2
@@ -126,13 +132,13 @@ inline bool cpu_is_amd_avx512() {
 #endif
 }
 
-// Whether the q4 streams are prefetched into L2 rather than L1: AMD CPUs
-// with AVX-512 (Zen 4 and later; measured on Zen 5, above). Zen 3 and the
-// Intel VM were tuned with L1 prefetches and stay so. CMF_PREFETCH_Q4_L2=0
-// or =1 overrides (A/B runs).
-inline bool prefetch_q4_into_l2() {
+// Whether the q4 streams and q2tp's rows are prefetched non-temporally
+// (NTA) rather than into L1 (T0): AMD CPUs with AVX-512 (Zen 4 and later;
+// measured on Zen 5, above). Zen 3 and the Intel VM were tuned with L1
+// prefetches and stay so. CMF_PREFETCH_NTA=0 or =1 overrides (A/B runs).
+inline bool prefetch_weights_nta() {
     static const bool yes = [] {
-        const char *env = std::getenv("CMF_PREFETCH_Q4_L2");
+        const char *env = std::getenv("CMF_PREFETCH_NTA");
         if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return env[0] == '1';
         return cpu_is_amd_avx512();
     }();
@@ -146,7 +152,7 @@ inline long prefetch_ahead_bytes(PrefetchStream stream) {
         return v >= 64 && v <= 65536 ? v : 0;
     }();
     if (forced != 0) return forced;
-    if (stream == PrefetchStream::q4) return prefetch_q4_into_l2() ? 6144 : 3072;
+    if (stream == PrefetchStream::q4) return prefetch_weights_nta() ? 6144 : 3072;
     return cpu_is_amd() && !cpu_is_amd_avx512() ? 1024 : 8192;
 }
 

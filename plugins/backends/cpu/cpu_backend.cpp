@@ -511,9 +511,7 @@ cmf_range_fn row_loop(MatmulJob &job) {
 // 5.4 % of a q4 tg run (perf, 0.6B shape), 0.9 % with 8 chunks per thread.
 uint64_t decode_grain(Backend *be, uint64_t rows, uint64_t cols) {
     const uint64_t threads = pool_threads(be);
-    static const uint64_t per = getenv("CMF_GRAIN_PER") ? strtoull(getenv("CMF_GRAIN_PER"), 0, 10) : 8;
-    static const uint64_t minb = getenv("CMF_GRAIN_MIN") ? strtoull(getenv("CMF_GRAIN_MIN"), 0, 10) : 16384;
-    return std::max<uint64_t>({4, minb / std::max<uint64_t>(1, cols), (rows + per * threads - 1) / (per * threads)});
+    return std::max<uint64_t>({4, 16384 / std::max<uint64_t>(1, cols), (rows + 8 * threads - 1) / (8 * threads)});
 }
 
 cmf_error *matmul_int8(Backend *be, MatmulJob &job) {

@@ -46,7 +46,7 @@ bool has_avx512vnni() {
 
 long prefetch_ahead_light() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light); }
 long prefetch_ahead_q4() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::q4); }
-bool prefetch_q4_into_l2() { return cmf::prefetch_q4_into_l2(); }
+bool prefetch_weights_nta() { return cmf::prefetch_weights_nta(); }
 const char *active_isa() { return has_avx512vnni() ? "avx512vnni" : has_avx2() ? "avx2" : "portable"; }
 float dot_f32(const float *a, const float *x, uint64_t n) { return CMF_PICK(dot_f32, a, x, n); }
 float dot_f16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_f16, h, x, n); }

@@ -251,6 +251,6 @@ const char *active_isa();
 // cmf/cpu_features.hpp (avx2.cpp says why).
 long prefetch_ahead_light();
 long prefetch_ahead_q4();
-bool prefetch_q4_into_l2();
+bool prefetch_weights_nta();
 
 }  // namespace cmf::codecs::kernels
