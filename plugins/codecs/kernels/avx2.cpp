@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // Compiled twice (meson.build): as kernels::avx2 with -mavx2 -mfma -mf16c,
 // and as kernels::avx512vnni with AVX-512 VL/BW/VNNI added and
@@ -704,15 +705,32 @@ __attribute__((always_inline)) inline Q4QuadX q4_quad_x(const int8_t *x, const i
     return {_mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(1, 0, 1, 0)),
             _mm512_maskz_shuffle_i64x2(0xFF, x0, x1, _MM_SHUFFLE(3, 2, 3, 2)), _mm512_loadu_si512(off + 8 * kk)};
 }
+// x's pair halves as the 512-bit pair loop meets them: for every even kk,
+// q4_quad_x(x, off, kk)'s lo and hi at xt + 64*kk and xt + 64*kk + 64 (as
+// many bytes as x's whole pairs of pairs), made once per row range. One
+// row a pass (a range read from memory, q4_rows4), the loop made them anew
+// for every row: 2 lane shuffles per 4 groups of ~11 vector operations.
+inline void q4_x_table(const int8_t *x, const int32_t *off, uint64_t pairs, int8_t *xt) {
+    for (uint64_t kk = 0; kk + 2 <= pairs; kk += 2) {
+        const Q4QuadX q = q4_quad_x(x, off, kk);
+        _mm512_storeu_si512(xt + 64 * kk, q.lo);
+        _mm512_storeu_si512(xt + 64 * kk + 64, q.hi);
+    }
+}
+// q4_quad_x(x, off, kk) from q4_x_table's xt (kk even).
+__attribute__((always_inline)) inline Q4QuadX q4_quad_xt(const int8_t *xt, const int32_t *off, uint64_t kk) {
+    return {_mm512_loadu_si512(xt + 64 * kk), _mm512_loadu_si512(xt + 64 * kk + 64), _mm512_loadu_si512(off + 8 * kk)};
+}
 // The int32 lane sums of four groups' nibbles v (q4_quad_load) against them.
 __attribute__((always_inline)) inline __m512i q4_quad_isum(__m512i v, const Q4QuadX &xq, __m512i low4) {
     const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(xq.off, lo, xq.lo), hi, xq.hi);
 }
+// xt: q4_x_table of x.
 template <int R, bool Nta, uint64_t Stride, int Bias, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *nib, uint64_t ld, const int8_t *x,
-                                                                const int32_t *off, uint64_t groups, Scales8 scales8,
-                                                                Scale1 scale1, __m256 *out) {
+                                                                const int8_t *xt, const int32_t *off, uint64_t groups,
+                                                                Scales8 scales8, Scale1 scale1, __m256 *out) {
     __m512 acc[R][2];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -735,7 +753,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
 #pragma GCC unroll 2
         for (int j = 0; j < 2; ++j) {
             const uint64_t kk = k + 2 * j;
-            const Q4QuadX xq = q4_quad_x(x, off, kk);
+            const Q4QuadX xq = q4_quad_xt(xt, off, kk);
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const __m512i p = q4_quad_isum(q4_quad_load<Stride>(nib + r * ld + 2 * Stride * kk), xq, low4);
@@ -751,12 +769,14 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
 }
 #endif
 
+// xt: q4_x_table of x in the AVX-512 VNNI build (Q4XTable), else unused.
 template <int R, bool Nta, uint64_t Stride, int Bias = 8, class Scales8, class Scale1>
 __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, uint64_t ld, const int8_t *x,
-                                                            const int32_t *off, uint64_t groups, Scales8 scales8,
-                                                            Scale1 scale1, __m256 *out) {
+                                                            [[maybe_unused]] const int8_t *xt, const int32_t *off,
+                                                            uint64_t groups, Scales8 scales8, Scale1 scale1,
+                                                            __m256 *out) {
 #ifdef CMF_CODECS_VNNI
-    if (kQ4Zmm) return q4_pair_acc_rows_zmm<R, Nta, Stride, Bias>(nib, ld, x, off, groups, scales8, scale1, out);
+    if (kQ4Zmm) return q4_pair_acc_rows_zmm<R, Nta, Stride, Bias>(nib, ld, x, xt, off, groups, scales8, scale1, out);
 #endif
     __m256 acc[R][4];
 #pragma GCC unroll 4
@@ -858,27 +878,27 @@ inline __m256 f16_scales8(const uint8_t *h, const float *xd) {
 }
 // R rows of each q4 layout (row r at r rows past the first) as 8 partial sums each.
 template <int R, bool Nta = false>
-inline void q4_tiled_rows(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
-                          uint64_t groups, __m256 *out) {
+inline void q4_tiled_rows(const uint8_t *tiles, const int8_t *xq, const int8_t *xt, const int32_t *xoff,
+                          const float *xd, uint64_t groups, __m256 *out) {
     const uint64_t ld = 18 * groups;
     q4_pair_acc_rows<R, Nta, 18>(
-        tiles + 2, ld, xq, xoff, groups,
+        tiles + 2, ld, xq, xt, xoff, groups,
         [&](int r, uint64_t g) { return f16_scales8<18>(tiles + r * ld + 18 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(tiles + r * ld + 18 * g) * xd[g]; }, out);
 }
 template <int R, bool Nta = false, int Bias = 8>
-inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                          const float *xd, uint64_t groups, __m256 *out) {
+inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int8_t *xt,
+                          const int32_t *xoff, const float *xd, uint64_t groups, __m256 *out) {
     q4_pair_acc_rows<R, Nta, 16, Bias>(
-        nibbles, 16 * groups, xq, xoff, groups,
+        nibbles, 16 * groups, xq, xt, xoff, groups,
         [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + 2 * groups * r + 2 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(f16_scales + 2 * groups * r + 2 * g) * xd[g]; }, out);
 }
 template <int R, bool Nta = false>
-inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
-                           const float *xd, uint64_t groups, __m256 *out) {
+inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int8_t *xt,
+                           const int32_t *xoff, const float *xd, uint64_t groups, __m256 *out) {
     q4_pair_acc_rows<R, Nta, 16>(
-        nibbles, 16 * groups, xq, xoff, groups,
+        nibbles, 16 * groups, xq, xt, xoff, groups,
         [&](int r, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + groups * r + g), _mm256_loadu_ps(xd + g)); },
         [&](int r, uint64_t g) { return scales[groups * r + g] * xd[g]; }, out);
 }
@@ -942,6 +962,19 @@ inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side
     else
         q4_rows_by<kQ4Rows, Nta>(rows, y, side, side_row, run);
 }
+// The x table a q4 row range (or dot) reads (q4_x_table), made in a
+// thread's own room once per call; none in the 256-bit build.
+struct Q4XTable {
+    const int8_t *p = nullptr;
+    Q4XTable([[maybe_unused]] const int8_t *x, [[maybe_unused]] const int32_t *off, [[maybe_unused]] uint64_t groups) {
+#ifdef CMF_CODECS_VNNI
+        thread_local std::vector<int8_t> room;
+        room.resize(32 * groups);
+        q4_x_table(x, off, groups / 2, room.data());
+        p = room.data();
+#endif
+    }
+};
 // Ranges of the compute-bound layouts (q1, q2tp): kQ4Rows rows per pass,
 // streamed or not (their arithmetic per byte, not the stream, bounds them).
 template <class Run>
@@ -953,39 +986,45 @@ inline void q4_rows4(uint64_t rows, float *y, Run run) {
 float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,
                       uint64_t groups) {
     __m256 a;
-    q4_tiled_rows<1>(tiles, xq, xoff, xd, groups, &a);
+    const Q4XTable xt(xq, xoff, groups);
+    q4_tiled_rows<1>(tiles, xq, xt.p, xoff, xd, groups, &a);
     return hsum(a);
 }
 
 float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups) {
     __m256 a;
-    q4_split_rows<1>(nibbles, f16_scales, xq, xoff, xd, groups, &a);
+    const Q4XTable xt(xq, xoff, groups);
+    q4_split_rows<1>(nibbles, f16_scales, xq, xt.p, xoff, xd, groups, &a);
     return hsum(a);
 }
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups) {
     __m256 a;
-    q4_groups_rows<1>(nibbles, scales, xq, xoff, xd, groups, &a);
+    const Q4XTable xt(xq, xoff, groups);
+    q4_groups_rows<1>(nibbles, scales, xq, xt.p, xoff, xd, groups, &a);
     return hsum(a);
 }
 
 void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y) {
+    const Q4XTable xt(xq, xoff, groups);
     q4_rows4_prefetch([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, nullptr, 0, [&](uint64_t q, auto rn, __m256 *o) {
-            q4_tiled_rows<decltype(rn)::value, decltype(nta)::value>(tiles + 18 * groups * q, xq, xoff, xd, groups, o);
+            q4_tiled_rows<decltype(rn)::value, decltype(nta)::value>(tiles + 18 * groups * q, xq, xt.p, xoff, xd, groups,
+                                                                     o);
         });
     });
 }
 
 void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    const Q4XTable xt(xq, xoff, groups);
     q4_rows4_prefetch([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
             q4_split_rows<decltype(rn)::value, decltype(nta)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
-                                                                    xq, xoff, xd, groups, o);
+                                                                    xq, xt.p, xoff, xd, groups, o);
         });
     });
 }
@@ -994,20 +1033,22 @@ void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
 // an x whose block halves are swapped to match (kernels.hpp), and a bias of 7.
 void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    const Q4XTable xt(xq, xoff, groups);
     q4_rows4_prefetch([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
             q4_split_rows<decltype(rn)::value, decltype(nta)::value, 7>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
-                                                                    xq, xoff, xd, groups, o);
+                                                                    xq, xt.p, xoff, xd, groups, o);
         });
     });
 }
 
 void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    const Q4XTable xt(xq, xoff, groups);
     q4_rows4_prefetch([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, nullptr, 0, [&](uint64_t q, auto rn, __m256 *o) {
             q4_groups_rows<decltype(rn)::value, decltype(nta)::value>(nibbles + 16 * groups * q, scales + groups * q, xq,
-                                                                     xoff, xd, groups, o);
+                                                                     xt.p, xoff, xd, groups, o);
         });
     });
 }
@@ -1392,18 +1433,6 @@ struct Q4tpConsts {
                       _mm512_setr_epi32(8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11),
                       _mm512_setr_epi32(12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15)};
 };
-// x's pair halves as the 512-bit pair loop meets them: for every even kk,
-// q4_quad_x(x, off, kk)'s lo and hi at xt + 64*kk and xt + 64*kk + 64 (as
-// many bytes as x). Made once per call: a row at a time, the loop made
-// them anew for every row, 8 shuffles per 16 groups of ~45 vector
-// operations (the q4 kernels share them among the 4 rows of a pass).
-inline void q4tp_x_table(const int8_t *x, const int32_t *off, uint64_t pairs, int8_t *xt) {
-    for (uint64_t kk = 0; kk + 2 <= pairs; kk += 2) {
-        const Q4QuadX q = q4_quad_x(x, off, kk);
-        _mm512_storeu_si512(xt + 64 * kk, q.lo);
-        _mm512_storeu_si512(xt + 64 * kk + 64, q.hi);
-    }
-}
 template <bool Nta>
 __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, const uint8_t *nib, const int8_t *x,
                                                           const int8_t *xt, const int32_t *off, uint64_t groups,
@@ -1418,9 +1447,7 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     // Pairs kk, kk+1 with their products at lanes 4q .. 4q+3 of s (q = 0..3).
     auto two_pairs = [&](uint64_t kk, __m512 s, int q, int j) __attribute__((always_inline)) {
-        const Q4QuadX xq = {_mm512_loadu_si512(xt + 64 * kk), _mm512_loadu_si512(xt + 64 * kk + 64),
-                            _mm512_loadu_si512(off + 8 * kk)};
-        const __m512i p = q4_quad_isum(q4_quad_load<16>(nib + 32 * kk), xq, low4);
+        const __m512i p = q4_quad_isum(q4_quad_load<16>(nib + 32 * kk), q4_quad_xt(xt, off, kk), low4);
         acc[j] = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, cs.sel[q], s), _mm512_maskz_cvtepi32_ps(0xFFFF, p),
                                  acc[j]);
     };
@@ -1460,7 +1487,7 @@ void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio
                   uint64_t rows, float *scratch, float *y) {
     const Q4tpConsts cs;
     int8_t *xt = reinterpret_cast<int8_t *>(scratch);
-    q4tp_x_table(xq, xoff, groups / 2, xt);
+    q4_x_table(xq, xoff, groups / 2, xt);
     q4_rows4_prefetch([&](auto nta) {
         auto row = [&](uint64_t q) __attribute__((always_inline)) {
             return q4tp_row_zmm<decltype(nta)::value>(cs, nibbles + 16 * groups * q, xq, xt, xoff, groups, first[q],
