@@ -140,7 +140,9 @@ bool q1s_ascending(const uint8_t *entries, uint64_t count);
 // value) * d[c/32] * q[c] for each entry (6 B: u32 element index, f16 value;
 // `count` of them, strictly ascending, all in [begin, begin + rows*cols)),
 // row r of the range holding elements [begin + r*cols, begin + (r+1)*cols),
-// tiles the whole tensor's q1 base (every index below its element count).
+// tiles the whole tensor's q1 base (every index below its element count),
+// followed by at least 2 readable bytes (in a q1s payload, its entry count:
+// the AVX-512 form reads each tile's 6 bytes as 8).
 // Memory-safe for any list: an entry below the row being summed (a list
 // that does not ascend) or past the range is skipped, so nothing outside
 // x, y's `rows` and the tiles is touched; such a list's sums are wrong,
