@@ -1216,6 +1216,7 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
                              _mm512_mul_ps(_mm512_set1_ps(xd[b]),
                                            _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(
                                                                    reinterpret_cast<const __m128i *>(xq + 32 * b + 16 * h))))));
+    for (uint64_t c = cols / 32 * 32; count != 0 && c < cols; ++c) xf[c] = xd[c / 32] * static_cast<float>(xq[c]);
     uint64_t row = 0, row_begin = begin;
     const uint64_t end = begin + rows * cols;
     for (uint64_t e = 0; e < count;) {
