@@ -15,7 +15,6 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 // Compiled twice (meson.build): as kernels::avx2 with -mavx2 -mfma -mf16c,
 // and as kernels::avx512vnni with AVX-512 VL/BW/VNNI added and
@@ -963,15 +962,14 @@ inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side
         q4_rows_by<kQ4Rows, Nta>(rows, y, side, side_row, run);
 }
 // The x table a q4 row range (or dot) reads (q4_x_table), made in a
-// thread's own room once per call; none in the 256-bit build.
+// thread's own room (thread_room) once per call; none in the 256-bit build.
 struct Q4XTable {
     const int8_t *p = nullptr;
     Q4XTable([[maybe_unused]] const int8_t *x, [[maybe_unused]] const int32_t *off, [[maybe_unused]] uint64_t groups) {
 #ifdef CMF_CODECS_VNNI
-        thread_local std::vector<int8_t> room;
-        room.resize(32 * groups);
-        q4_x_table(x, off, groups / 2, room.data());
-        p = room.data();
+        int8_t *room = static_cast<int8_t *>(thread_room(RoomSlot::q4_x_table, 32 * groups));
+        q4_x_table(x, off, groups / 2, room);
+        p = room;
 #endif
     }
 };
@@ -1207,9 +1205,7 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
     // x as floats, xd[c / 32] * xq[c] (the products the entries meet), made
     // once per call: one gather an entry from it where the codes' dwords and
     // the block scales took two.
-    thread_local std::vector<float> xf_room;
-    xf_room.resize(count == 0 ? 0 : cols);
-    float *xf = xf_room.data();
+    float *xf = static_cast<float *>(thread_room(RoomSlot::q1s_x_floats, count == 0 ? 0 : 4 * cols));
     for (uint64_t b = 0; count != 0 && b < cols / 32; ++b)
         for (int h = 0; h < 2; ++h)
             _mm512_storeu_ps(xf + 32 * b + 16 * h,

@@ -6,7 +6,9 @@
 
 #include <cmf/cpu_features.hpp>
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace cmf::codecs::kernels {
 
@@ -47,6 +49,14 @@ bool has_avx512vnni() {
 long prefetch_ahead_light() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light); }
 long prefetch_ahead_q4() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::q4); }
 bool prefetch_weights_nta() { return cmf::prefetch_weights_nta(); }
+
+void *thread_room(RoomSlot slot, uint64_t bytes) {
+    thread_local std::vector<unsigned char> rooms[2];
+    std::vector<unsigned char> &room = rooms[static_cast<int>(slot)];
+    if (room.size() < bytes + 64) room.resize(bytes + 64);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(room.data());
+    return room.data() + ((64 - at % 64) % 64);
+}
 const char *active_isa() { return has_avx512vnni() ? "avx512vnni" : has_avx2() ? "avx2" : "portable"; }
 float dot_f32(const float *a, const float *x, uint64_t n) { return CMF_PICK(dot_f32, a, x, n); }
 float dot_f16(const uint16_t *h, const float *x, uint64_t n) { return CMF_PICK(dot_f16, h, x, n); }

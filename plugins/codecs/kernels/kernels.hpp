@@ -255,4 +255,13 @@ long prefetch_ahead_light();
 long prefetch_ahead_q4();
 bool prefetch_weights_nta();
 
+// A thread's scratch room for the SIMD kernels, `bytes` long and 64-byte
+// aligned, valid until the same thread asks for the same slot again (each
+// kernel keeps to its own slot). Here rather than a thread_local
+// std::vector in avx2.cpp: the vector's members would be instantiated
+// there, compiled with AVX-512 flags, as weak symbols another file's copy
+// could be merged with (tests/codecs/no_shared_inline_copies.sh).
+enum class RoomSlot { q4_x_table, q1s_x_floats };
+void *thread_room(RoomSlot slot, uint64_t bytes);
+
 }  // namespace cmf::codecs::kernels
