@@ -347,6 +347,19 @@ inline __m512 q8_block(const __m512i *T, const int8_t *q, int32_t offset, float 
     return _mm512_fmadd_ps(cvt_ps(s), _mm512_set1_ps(d), acc);
 }
 
+// How a 16-row group's stream is prefetched: the next group's rows as one
+// contiguous region, a share per 64-column step, into L1, unless a group
+// is far larger than L1 (rows over 6 KB, a large model's down projection);
+// then each row's line kQ8RowStepsAhead steps on is asked for. Streamed
+// from memory on 2 threads, the group form against rows 8 steps ahead
+// (Zen 5 VM, 2026-12-04, alternating pairs): 4096x12288 (196 KB groups)
+// median 1.35x over eight pairs (1.06-1.53) and 1.03-1.09x over four more;
+// 12288x4096 (64 KB) 1.03x and 0.98x (mixed, so it keeps the group form);
+// at 48 KB (1024x3072) and 16 KB the group form was the faster one (37-45
+// against 34-37 GB/s; q8 tg128 on the 0.6B file 0.83-0.88x in five of six
+// pairs). 4, 8 and 12 steps on one thread: 8 the best or near it.
+constexpr uint64_t kQ8GroupAheadBytes = 96 * 1024;
+constexpr uint64_t kQ8RowStepsAhead = 8;
 // Rows 0..R-1 (R <= 16) against K tokens (token t: codes xq + 32*nb*t,
 // block offsets off + nb*t, scales xd + nb*t), y + t*ldy. The loops over
 // tokens are unrolled by pragma so the accumulators stay in registers.
@@ -362,13 +375,32 @@ void q8_rows16(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, const in
     // The next group's rows of this call (next_rows * ld bytes, contiguous)
     // are prefetched a share per chunk, so they arrive one group ahead;
     // nothing past the call's rows (another thread's, or past the tensor).
+    // A group larger than L1 would push its own prefetched lines out before
+    // their turn: there each row's line kQ8RowStepsAhead steps on is asked
+    // for instead, running into the next group's rows at the end.
     const char *next = reinterpret_cast<const char *>(w + 16 * ld);
     const uint64_t next_bytes = next_rows * ld, share = whole == 0 ? 0 : (next_bytes / whole + 63) / 64 * 64;
+    const bool by_row = 16 * ld > kQ8GroupAheadBytes;
+    if (by_row && first)  // the group's first steps, which no group before it asked for
+        for (uint64_t i = 0; i < R; ++i)
+            for (uint64_t c = 0; c < std::min(kQ8RowStepsAhead, whole); ++c)
+                _mm_prefetch(reinterpret_cast<const char *>(w + i * ld + 64 * c), _MM_HINT_T0);
     for (uint64_t c = 0; c < whole; ++c) {
-        for (uint64_t p = c * share, e = std::min(next_bytes, p + share); p < e; p += 64)
-            _mm_prefetch(next + p, _MM_HINT_T0);
-        if (first)  // no group before it prefetched this one: each row's stream ahead
-            for (uint64_t i = 0; i < R; ++i) prefetch_ahead(w + i * ld + 64 * c);
+        if (by_row) {
+            const uint64_t ahead = c + kQ8RowStepsAhead;
+            for (uint64_t i = 0; i < 16; ++i) {
+                if (ahead < whole) {
+                    if (i < R) _mm_prefetch(reinterpret_cast<const char *>(w + i * ld + 64 * ahead), _MM_HINT_T0);
+                } else if (i < next_rows && ahead - whole < whole) {
+                    _mm_prefetch(next + i * ld + 64 * (ahead - whole), _MM_HINT_T0);
+                }
+            }
+        } else {
+            for (uint64_t p = c * share, e = std::min(next_bytes, p + share); p < e; p += 64)
+                _mm_prefetch(next + p, _MM_HINT_T0);
+            if (first)  // no group before it prefetched this one: each row's stream ahead
+                for (uint64_t i = 0; i < R; ++i) prefetch_ahead(w + i * ld + 64 * c);
+        }
         q8_tile(w, ld, R, 64 * c, ~__mmask64{0}, T);
 #pragma GCC unroll 8
         for (int t = 0; t < K; ++t) {
