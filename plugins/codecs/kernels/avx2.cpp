@@ -569,14 +569,15 @@ inline void fill_f32_scales(const float *scales, const float *xd, uint64_t n, fl
 // 3 KiB - / 49.5 / 44.4, 4 KiB 43.2 / - / 45.8; 1 thread 31.4 (1 KiB) vs
 // 36.6 (3 KiB). On the Intel VM 3 KiB is as good as any (cmf/cpu_features.hpp).
 const long kQ4PrefetchAhead = prefetch_ahead_q4();
-// ... and their own hint: non-temporal on AMD with AVX-512, else into L1
-// (cmf/cpu_features.hpp has the measurements; q2tp's rows take it too). A
-// template parameter of the kernels, chosen once per call: with a run-time
-// test beside each prefetch the q4 kernels ran slower than with either
-// hint fixed (q4_tiled decode 31 against 51 tok/s on the 0.6B file).
-const bool kQ4PrefetchNta = prefetch_weights_nta();
+// ... and their own hint (prefetch_weights, which q2tp's and vbit_ro's
+// rows take too): non-temporal on AMD with AVX-512, else into L1
+// (cmf/cpu_features.hpp has the measurements). A template parameter of the
+// kernels, chosen once per call: with a run-time test beside each prefetch
+// the q4 kernels ran slower than with either hint fixed (q4_tiled decode
+// 31 against 51 tok/s on the 0.6B file).
+const bool kWeightsNta = prefetch_weights_nta();
 template <bool Nta>
-__attribute__((always_inline)) inline void prefetch_q4(const uint8_t *p) {
+__attribute__((always_inline)) inline void prefetch_weights(const uint8_t *p) {
     if constexpr (Nta) _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_NTA);
     else _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
 }
@@ -738,9 +739,10 @@ __attribute__((always_inline)) inline Q4QuadX q4_quad_x(const int8_t *x, const i
 }
 // x's pair halves as the 512-bit pair loop meets them: for every even kk,
 // q4_quad_x(x, off, kk)'s lo and hi at xt + 64*kk and xt + 64*kk + 64 (as
-// many bytes as x's whole pairs of pairs), made once per row range. One
-// row a pass (a range read from memory, q4_rows4), the loop made them anew
-// for every row: 2 lane shuffles per 4 groups of ~11 vector operations.
+// many bytes as x's whole pairs of pairs), made once per row range
+// (Q4XTable). One row a pass (a range read from memory, q4_rows4, and
+// q4tp's fused loop), the loop made them anew for every row: 2 lane
+// shuffles per 4 groups of ~11 vector operations.
 inline void q4_x_table(const int8_t *x, const int32_t *off, uint64_t pairs, int8_t *xt) {
     for (uint64_t kk = 0; kk + 2 <= pairs; kk += 2) {
         const Q4QuadX q = q4_quad_x(x, off, kk);
@@ -777,7 +779,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows_zmm(const uint8_t *n
         for (int r = 0; r < R; ++r) {
             // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
             for (uint64_t o = 0; o < 8 * Stride; o += 64)
-                prefetch_q4<Nta>(nib + r * ld + 2 * Stride * k + o +
+                prefetch_weights<Nta>(nib + r * ld + 2 * Stride * k + o +
                                 (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead));
             s8[r] = _mm512_castpd_ps(_mm512_maskz_broadcast_f64x4(0xFF, _mm256_castps_pd(scales8(r, 2 * k))));
         }
@@ -825,7 +827,7 @@ __attribute__((always_inline)) inline void q4_pair_acc_rows(const uint8_t *nib, 
         for (int r = 0; r < R; ++r) {
             // A line per 64 B of the 4 pairs' bytes (split 128 B: 2 lines; tiled 144 B: 3).
             for (uint64_t o = 0; o < 8 * Stride; o += 64)
-                prefetch_q4<Nta>(nib + r * ld + 2 * Stride * k + o +
+                prefetch_weights<Nta>(nib + r * ld + 2 * Stride * k + o +
                                 (R > 1 ? std::max(long(R * ld), kQ4PrefetchAhead) : kQ4PrefetchAhead));
             s8[r] = scales8(r, 2 * k);
         }
@@ -933,11 +935,11 @@ inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const in
         [&](int r, uint64_t g) { return _mm256_mul_ps(_mm256_loadu_ps(scales + groups * r + g), _mm256_loadu_ps(xd + g)); },
         [&](int r, uint64_t g) { return scales[groups * r + g] * xd[g]; }, out);
 }
-// body(nta) with nta the prefetch hint (prefetch_q4) as an
+// body(nta) with nta the prefetch hint (prefetch_weights) as an
 // std::bool_constant (one instance of the row-range kernels per hint).
 template <class Body>
-inline void q4_rows4_prefetch(Body body) {
-    if (kQ4PrefetchNta) body(std::true_type{});
+inline void with_weights_hint(Body body) {
+    if (kWeightsNta) body(std::true_type{});
     else body(std::false_type{});
 }
 // How many rows ahead a q4 layout's second stream (q4_block's f16 scales,
@@ -963,7 +965,7 @@ inline void q4_rows_by(uint64_t rows, float *y, const uint8_t *side, uint64_t si
         rows, y,
         [&](uint64_t r, __m256 *a) {
             if (side != nullptr)
-                for (uint64_t b = 0; b < 4 * side_row; b += 64) prefetch_q4<Nta>(side + (r + kQ4SideRowsAhead) * side_row + b);
+                for (uint64_t b = 0; b < 4 * side_row; b += 64) prefetch_weights<Nta>(side + (r + kQ4SideRowsAhead) * side_row + b);
             for (int i = 0; i < 4; i += R) run(r + i, std::integral_constant<int, R>{}, a + i);
         },
         [&](uint64_t r) {
@@ -1040,7 +1042,7 @@ float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t
 void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y) {
     const Q4XTable xt(xq, xoff, groups);
-    q4_rows4_prefetch([&](auto nta) {
+    with_weights_hint([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, nullptr, 0, [&](uint64_t q, auto rn, __m256 *o) {
             q4_tiled_rows<decltype(rn)::value, decltype(nta)::value>(tiles + 18 * groups * q, xq, xt.p, xoff, xd, groups,
                                                                      o);
@@ -1051,7 +1053,7 @@ void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xof
 void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
     const Q4XTable xt(xq, xoff, groups);
-    q4_rows4_prefetch([&](auto nta) {
+    with_weights_hint([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
             q4_split_rows<decltype(rn)::value, decltype(nta)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
                                                                     xq, xt.p, xoff, xd, groups, o);
@@ -1064,7 +1066,7 @@ void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
 void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                       const float *xd, uint64_t groups, uint64_t rows, float *y) {
     const Q4XTable xt(xq, xoff, groups);
-    q4_rows4_prefetch([&](auto nta) {
+    with_weights_hint([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
             q4_split_rows<decltype(rn)::value, decltype(nta)::value, 7>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
                                                                     xq, xt.p, xoff, xd, groups, o);
@@ -1075,7 +1077,7 @@ void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8
 void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
     const Q4XTable xt(xq, xoff, groups);
-    q4_rows4_prefetch([&](auto nta) {
+    with_weights_hint([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, nullptr, 0, [&](uint64_t q, auto rn, __m256 *o) {
             q4_groups_rows<decltype(rn)::value, decltype(nta)::value>(nibbles + 16 * groups * q, scales + groups * q, xq,
                                                                      xt.p, xoff, xd, groups, o);
@@ -1237,14 +1239,15 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
     // x as floats, xd[c / 32] * xq[c] (the products the entries meet), made
     // once per call: one gather an entry from it where the codes' dwords and
     // the block scales took two.
-    float *xf = static_cast<float *>(thread_room(RoomSlot::q1s_x_floats, count == 0 ? 0 : 4 * cols));
-    for (uint64_t b = 0; count != 0 && b < cols / 32; ++b)
+    if (count == 0) return;
+    float *xf = static_cast<float *>(thread_room(RoomSlot::q1s_x_floats, 4 * cols));
+    for (uint64_t b = 0; b < cols / 32; ++b)
         for (int h = 0; h < 2; ++h)
             _mm512_storeu_ps(xf + 32 * b + 16 * h,
                              _mm512_mul_ps(_mm512_set1_ps(xd[b]),
                                            _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(
                                                                    reinterpret_cast<const __m128i *>(xq + 32 * b + 16 * h))))));
-    for (uint64_t c = cols / 32 * 32; count != 0 && c < cols; ++c) xf[c] = xd[c / 32] * static_cast<float>(xq[c]);
+    for (uint64_t c = cols / 32 * 32; c < cols; ++c) xf[c] = xd[c / 32] * static_cast<float>(xq[c]);
     uint64_t row = 0, row_begin = begin;
     const uint64_t end = begin + rows * cols;
     for (uint64_t e = 0; e < count;) {
@@ -1504,7 +1507,7 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
     const uint8_t *ahead = nib + kQ4PrefetchAhead;
     uint64_t k = 0;
     for (; k + 8 <= pairs; k += 8) {
-        for (uint64_t o = 0; o < 256; o += 64) prefetch_q4<Nta>(ahead + 32 * k + o);
+        for (uint64_t o = 0; o < 256; o += 64) prefetch_weights<Nta>(ahead + 32 * k + o);
         const __m512 s = pick(2 * k, 0x3FF, 0xFFFF);
         two_pairs(k, s, 0, 0);
         two_pairs(k + 2, s, 1, 1);
@@ -1512,7 +1515,7 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
         two_pairs(k + 6, s, 3, 1);
     }
     if (k + 4 <= pairs) {
-        for (uint64_t o = 0; o < 128; o += 64) prefetch_q4<Nta>(ahead + 32 * k + o);
+        for (uint64_t o = 0; o < 128; o += 64) prefetch_weights<Nta>(ahead + 32 * k + o);
         const __m512 s = pick(2 * k, 0x1F, 0xFF);
         two_pairs(k, s, 0, 0);
         two_pairs(k + 2, s, 1, 1);
@@ -1530,13 +1533,12 @@ __attribute__((always_inline)) inline __m256 q4tp_row_zmm(const Q4tpConsts &cs, 
 
 void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
                   uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
-                  uint64_t rows, float *scratch, float *y) {
+                  uint64_t rows, float * /*scratch*/, float *y) {
     const Q4tpConsts cs;
-    int8_t *xt = reinterpret_cast<int8_t *>(scratch);
-    q4_x_table(xq, xoff, groups / 2, xt);
-    q4_rows4_prefetch([&](auto nta) {
+    const Q4XTable xt(xq, xoff, groups);
+    with_weights_hint([&](auto nta) {
         auto row = [&](uint64_t q) __attribute__((always_inline)) {
-            return q4tp_row_zmm<decltype(nta)::value>(cs, nibbles + 16 * groups * q, xq, xt, xoff, groups, first[q],
+            return q4tp_row_zmm<decltype(nta)::value>(cs, nibbles + 16 * groups * q, xq, xt.p, xoff, groups, first[q],
                                                       ratio[q], codes + code_stride * q, xd);
         };
         rows4_quads(
@@ -1719,8 +1721,8 @@ __attribute__((always_inline)) inline void q2_acc_rows(const uint8_t *chunks, co
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             const uint8_t *c = chunks + 8 * groups * r + 8 * g0;
-            prefetch_q4<Nta>(c + ahead);
-            prefetch_q4<Nta>(c + ahead + 64);
+            prefetch_weights<Nta>(c + ahead);
+            prefetch_weights<Nta>(c + ahead + 64);
             sc[r] = _mm512_mul_ps(_mm512_loadu_ps(scales + groups * r + g0), d16);
         }
 #pragma GCC unroll 8
@@ -1758,7 +1760,7 @@ __attribute__((always_inline)) inline void q2_acc_rows(const uint8_t *chunks, co
 void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
 #ifdef CMF_CODECS_VNNI
-    q4_rows4_prefetch([&](auto nta) {
+    with_weights_hint([&](auto nta) {
         q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
             q2_acc_rows<decltype(rn)::value, decltype(nta)::value>(chunks + 8 * groups * q, scales + groups * q, xq,
                                                                    xoff, xd, groups, o);
@@ -1956,7 +1958,7 @@ private:
 // Returns the dot as 8 partial sums. Lw: null, or the offsets -L times
 // each 4 x codes' sum already made for this width (vbit_offsets), which a
 // row range makes once per width rather than once per row. Nta: the code
-// stream's prefetch hint (prefetch_q4; a row range takes the CPU's, tg128 on
+// stream's prefetch hint (prefetch_weights; a row range takes the CPU's, tg128 on
 // the 0.6B vbit_ro file 2 % faster with NTA on the Zen 5 VM, four pairs).
 template <unsigned B, bool Nta = false>
 __m256 vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
@@ -1973,7 +1975,7 @@ __m256 vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, cons
     uint64_t g0 = 0;
     for (; g0 + 16 <= groups; g0 += 16) {
         const uint8_t *c0 = codes + 4 * b * g0;
-        for (unsigned o = 0; o < 64 * b; o += 64) prefetch_q4<Nta>(c0 + o + kPrefetchAhead);
+        for (unsigned o = 0; o < 64 * b; o += 64) prefetch_weights<Nta>(c0 + o + kPrefetchAhead);
         const __m512 sc = _mm512_mul_ps(
             _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(f16_scales + 2 * g0))),
             _mm512_loadu_ps(xd + g0));
@@ -2043,7 +2045,7 @@ void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint
     // One instance of the group loop per width form, the rows' partial sums
     // reduced four at a time as rows4_quads reduces them.
     __m256 a[4];
-    q4_rows4_prefetch([&](auto nta) {
+    with_weights_hint([&](auto nta) {
         constexpr bool Nta = decltype(nta)::value;
         for (uint64_t r = 0; r < rows; ++r) {
             const unsigned b = widths[r];

@@ -209,10 +209,9 @@ void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung
 // q4tp rows with their scales from ladder_scales_powers: y[r] for r < rows
 // is rows_q4_groups_xq of row r (nibbles + 16*groups*r) with the scales
 // ladder_scales_powers(first + r, ratio + r, false, codes + code_stride*r,
-// ...) gives, the same bits. scratch: room for kLadderMaxRows * groups
-// floats, which the builds that pick the scales first fill with scales (the
-// AVX-512 VNNI build picks them inside the row loop and keeps x there in
-// the order its pair loop reads it).
+// ...) gives, the same bits. scratch: room for min(rows, kLadderMaxRows) *
+// groups floats, which the builds that pick the scales first fill (the
+// AVX-512 VNNI build picks them inside the row loop and leaves it alone).
 void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
                   uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                   uint64_t rows, float *scratch, float *y);
