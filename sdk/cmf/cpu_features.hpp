@@ -43,6 +43,19 @@ inline bool cpu_has_avx512_vnni() {
 #endif
 }
 
+// AVX-512 VBMI (byte permutes across a whole register, vpermb/vpermt2b),
+// on top of cpu_has_avx512_vnni: the codecs' q1t rows look their base-3
+// digits up in 128-entry byte tables with it (Ice Lake and later, Zen 4 and
+// later; Cascade Lake has VNNI without it).
+inline bool cpu_has_avx512_vbmi() {
+#if defined(__x86_64__)
+    static const bool yes = cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512vbmi");
+    return yes;
+#else
+    return false;
+#endif
+}
+
 // AVX-512 F + BF16 (with AVX2 + FMA + F16C): the CPU backend's bf16 GEMM
 // (vdpbf16ps, two bf16 products per f32 lane).
 inline bool cpu_has_avx512_bf16() {

@@ -108,7 +108,8 @@ TEST_CASE("cpu backend int8: the codecs' int8_rows view equals dequantize_rows")
                    Case{CMF_DTYPE_Q4_BLOCK, 9, 40, false}, Case{CMF_DTYPE_Q4_TILED, 3, 40, false},
                    Case{CMF_DTYPE_Q4TP, 9, 96, true}, Case{CMF_DTYPE_Q2TP, 9, 96, true},
                    Case{CMF_DTYPE_Q8_2F, 6, 64, false}, Case{CMF_DTYPE_Q1, 9, 96, true},
-                   Case{CMF_DTYPE_VBIT_RO, 9, 96, true}, Case{CMF_DTYPE_VBIT_RO, 9, 96, false}}) {
+                   Case{CMF_DTYPE_VBIT_RO, 9, 96, true}, Case{CMF_DTYPE_VBIT_RO, 9, 96, false},
+                   Case{CMF_DTYPE_Q1T, 9, 96, true}}) {
         CAPTURE(c.dtype);
         CAPTURE(c.cols);
         void *ctx = nullptr;
@@ -155,13 +156,15 @@ TEST_CASE("cpu backend int8: the codecs' int8_rows view equals dequantize_rows")
             }
         if (c.dtype == CMF_DTYPE_Q8_ROW) CHECK(hi == 127);
         else if (c.dtype == CMF_DTYPE_Q2TP) CHECK((lo == -3 && hi == 3));  // codes 2c - 3, odd
-        else if (c.dtype == CMF_DTYPE_Q1) CHECK((lo == -1 && hi == 1));
+        else if (c.dtype == CMF_DTYPE_Q1 || c.dtype == CMF_DTYPE_Q1T) CHECK((lo == -1 && hi == 1));
         else if (c.dtype == CMF_DTYPE_VBIT_RO) CHECK((lo >= -31 && hi <= 32 && lo < 0 && hi > 0));
         else CHECK((lo >= -8 && hi <= 7 && lo < 0));
         if (c.dtype == CMF_DTYPE_Q2TP)
             for (int8_t q : codes) CHECK((q == -3 || q == -1 || q == 1 || q == 3));
         if (c.dtype == CMF_DTYPE_Q1)
             for (int8_t q : codes) CHECK((q == -1 || q == 1));
+        if (c.dtype == CMF_DTYPE_Q1T)
+            for (int8_t q : codes) CHECK((q == -1 || q == 0 || q == 1));
         // Out-of-range rows are refused.
         err = codec->int8_rows(ctx, &e.v, 0, c.rows + 1, codes.data(), scales.data());
         CHECK(err != nullptr);

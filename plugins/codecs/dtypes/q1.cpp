@@ -358,25 +358,47 @@ public:
     // params->act_rms (cols floats) weighs outlier scores and errors; default 1.
     void quantize(Shape shape, const float *src, const cmf_quantize_params *params,
                   std::vector<uint8_t> &out) const override;
+    // The base rows through kernels::rows_q1t_xq against x quantized to
+    // int8 blocks (the form before took f32 x through a table of 8 floats
+    // per byte: docs/dtypes.md), then each overlay entry of the rows as a
+    // correction (value - base value) * x against the same quantized x, so
+    // a row is its decoded values against that x. The entries' columns are
+    // checked at load (validate); one past the row here (a tensor that
+    // skipped it) is left out rather than read past x.
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
-        Q1tView v = q1t_view(w, true);
-        if (v.m.cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
-        uint64_t gpr = v.m.cols / 32;
+        Q1tView v = q1t_view(w, false);
+        const uint64_t cols = v.m.cols;
+        if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
+        const uint64_t gpr = cols / 32;
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
+        for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
+            kernels::rows_q1t_xq(v.tiles + 9 * t0 * gpr, xq.q(b), xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
+        });
+        if (v.ptr(r1) == v.ptr(r0)) return;
         for (uint64_t r = r0; r < r1; ++r)
-            for (uint64_t b = 0; b < n_batch; ++b) {
-                const float *xb = x + b * ldx;
-                float acc = kernels::dot_q1t(v.tiles + 9 * r * gpr, xb, gpr);
-                // The overlay replaces the base value at its column.
-                for (uint32_t e = v.ptr(r); e < v.ptr(r + 1); ++e) {
-                    uint16_t c = load_u16(v.entries + 4 * e);
-                    const uint8_t *tile = v.tiles + 9 * (r * gpr + c / 32);
-                    float base = trit_value(trit(tile + 2, c % 32), load_f16(tile));
-                    acc += (load_f16(v.entries + 4 * e + 2) - base) * xb[c];
-                }
-                y[b * ldy + r] = acc;
+            for (uint32_t e = v.ptr(r); e < v.ptr(r + 1); ++e) {
+                const uint16_t c = load_u16(v.entries + 4 * e);
+                if (c >= cols) continue;
+                const uint8_t *tile = v.tiles + 9 * (r * gpr + c / 32);
+                const float delta = load_f16(v.entries + 4 * e + 2) - trit_value(trit(tile + 2, c % 32), load_f16(tile));
+                for (uint64_t b = 0; b < n_batch; ++b)
+                    y[b * ldy + r] += delta * (xq.d(b)[c / 32] * static_cast<float>(xq.q(b)[c]));
             }
+    }
+    // int8 view: codes -1, 0, +1 and the group's scale, for a tensor with
+    // whole groups per row and no overlay (the converter's default keep of
+    // 0 writes none; an overlay value is no multiple of its group's scale).
+    bool has_int8_rows() const override { return true; }
+    bool int8_view(const cmf_tensor_view &t) const override {
+        return rows_of_int8_blocks(t) && q1t_view(t, false).ptr(t.shape[0]) == 0;
+    }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        Q1tView v = q1t_view(t, false);
+        if (v.ptr(v.m.rows) != 0) fail(CMF_ERR_UNSUPPORTED, "q1t tensor with an overlay: no int8 view");
+        const uint64_t gpr = v.m.cols / 32;
+        kernels::unpack_q1t_groups(v.tiles + 9 * r0 * gpr, (r1 - r0) * gpr, codes, scales);
     }
 };
 

@@ -1772,41 +1772,250 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 #endif
 }
 
+// ---- q1t ------------------------------------------------------------------------
+// A q1t group is 7 bytes of base-3 digits (element 5j+k = digit k of byte j,
+// kernels.hpp) against x quantized to int8 blocks. Both forms make each
+// group's exact integer sum of w*q and add s * d[g] * it to f32 lanes; the
+// VBMI form sums 8 groups' lanes in another order than the AVX2 one.
 namespace {
-// Byte value -> its 5 base-3 digits as weights (0, +1, -1) in lanes 0..4 of
-// an 8-float row (lanes 5..7 zero). Bytes > 242 never occur in valid payloads
-// (the decoder rejects them) and map to 0 here. 8 KiB: stays in L1.
-// Built at compile time: a run-time initializer here would be compiled
-// with this file's ISA flags and run at library load, before any CPU check.
-struct TritTable {
-    alignas(32) float v[256][8] = {};
-    constexpr TritTable() {
+// The weights of a byte's 5 digits (0, +1, -1) in bytes 0..4 of an 8-byte
+// row (5..7 zero): the AVX2 form's decode and every build's int8 view. 2 KiB,
+// built at compile time: a run-time initializer here would be compiled with
+// this file's ISA flags and run at library load, before any CPU check.
+struct Q1tSigns {
+    alignas(64) int8_t v[256][8] = {};
+    constexpr Q1tSigns() {
         for (int b = 0; b < 256; ++b) {
             int x = b;
-            for (int k = 0; k < 8; ++k, x /= 3)
-                v[b][k] = (b > 242 || k >= 5) ? 0.0f : (x % 3 == 2 ? -1.0f : static_cast<float>(x % 3));
+            for (int k = 0; k < 5; ++k, x /= 3) v[b][k] = static_cast<int8_t>(x % 3 == 0 ? 0 : x % 3 == 1 ? 1 : -1);
         }
     }
 };
-constexpr TritTable kTrits;
-}  // namespace
+constexpr Q1tSigns kQ1tSigns;
+inline int64_t q1t_signs(uint8_t b) {
+    int64_t v;
+    std::memcpy(&v, kQ1tSigns.v[b], 8);
+    return v;
+}
 
-float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
-    // Masked loads read exactly the 5 (last byte: 2) activations a byte covers,
-    // so nothing past the group (or the end of x) is touched.
-    const __m256i five = _mm256_setr_epi32(-1, -1, -1, -1, -1, 0, 0, 0);
-    const __m256i two = _mm256_setr_epi32(-1, -1, 0, 0, 0, 0, 0, 0);
-    __m256 acc = _mm256_setzero_ps();
+// The AVX2 form: a group's 7 bytes become 7 rows of kQ1tSigns, 8 bytes a
+// byte (its 5 weights and 3 zeros), against x in the same slots: slot j of a
+// group's 64 table bytes holds x's elements 5j..5j+4 and three zeros, made
+// once per call by three byte shuffles a group. vpsignb, vpmaddubsw against
+// 1 and vpmaddwd against 1 then give a group's int32 lanes.
+struct Q1tSlotShuffles {
+    alignas(32) int8_t lo_a[32] = {}, hi_a[32] = {}, hi_b[32] = {};
+    constexpr Q1tSlotShuffles() {
+        // Output byte p of slots 0-3 (a) and 4-7 (b): slot p/8, digit p%8.
+        for (int p = 0; p < 32; ++p) {
+            const int ka = p % 8, ea = 5 * (p / 8) + ka, eb = 5 * (4 + p / 8) + ka;
+            lo_a[p] = static_cast<int8_t>(ka < 5 && ea < 16 ? ea : -128);
+            hi_a[p] = static_cast<int8_t>(ka < 5 && ea >= 16 && ea < 32 ? ea - 16 : -128);
+            hi_b[p] = static_cast<int8_t>(ka < 5 && eb < 32 ? eb - 16 : -128);
+        }
+    }
+};
+constexpr Q1tSlotShuffles kQ1tSlots;
+
+void q1t_x_slots(const int8_t *xq, uint64_t groups, int8_t *xt) {
+    const __m256i lo_a = _mm256_load_si256(reinterpret_cast<const __m256i *>(kQ1tSlots.lo_a));
+    const __m256i hi_a = _mm256_load_si256(reinterpret_cast<const __m256i *>(kQ1tSlots.hi_a));
+    const __m256i hi_b = _mm256_load_si256(reinterpret_cast<const __m256i *>(kQ1tSlots.hi_b));
+    for (uint64_t g = 0; g < groups; ++g) {
+        const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(xq + 32 * g)));
+        const __m256i hi =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(xq + 32 * g + 16)));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(xt + 64 * g),
+                           _mm256_or_si256(_mm256_shuffle_epi8(lo, lo_a), _mm256_shuffle_epi8(hi, hi_a)));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(xt + 64 * g + 32), _mm256_shuffle_epi8(hi, hi_b));
+    }
+}
+
+inline float q1t_row_slots(const uint8_t *tiles, const int8_t *xt, const float *xd, uint64_t groups) {
+    const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (uint64_t g = 0; g < groups; ++g) {
         const uint8_t *t = tiles + 9 * g;
-        const float *xg = x + 32 * g;
-        __m256 ga = _mm256_setzero_ps();
-        for (int j = 0; j < 6; ++j)
-            ga = _mm256_fmadd_ps(_mm256_load_ps(kTrits.v[t[2 + j]]), _mm256_maskload_ps(xg + 5 * j, five), ga);
-        ga = _mm256_fmadd_ps(_mm256_load_ps(kTrits.v[t[8]]), _mm256_maskload_ps(xg + 30, two), ga);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(t)), ga, acc);
+        if ((9 * g) % 64 < 9) prefetch_ahead(t);  // one group a line starts in
+        const uint8_t *c = t + 2;
+        const __m256i w0 = _mm256_setr_epi64x(q1t_signs(c[0]), q1t_signs(c[1]), q1t_signs(c[2]), q1t_signs(c[3]));
+        const __m256i w1 = _mm256_setr_epi64x(q1t_signs(c[4]), q1t_signs(c[5]), q1t_signs(c[6]), 0);
+        const __m256i s0 = _mm256_maddubs_epi16(one8, _mm256_sign_epi8(load32(xt + 64 * g), w0));
+        const __m256i s1 = _mm256_maddubs_epi16(one8, _mm256_sign_epi8(load32(xt + 64 * g + 32), w1));
+        const __m256i p = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), one16);
+        acc[g & 1] = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(t) * xd[g]), _mm256_cvtepi32_ps(p), acc[g & 1]);
     }
-    return hsum(acc);
+    return hsum(_mm256_add_ps(acc[0], acc[1]));
+}
+
+#ifdef CMF_CODECS_VNNI
+// The VBMI form, 8 groups (72 bytes) a step: one byte permute over the
+// step's two loads gathers the groups' 7 digit bytes into 8-byte slots (one
+// a group), another their f16 scales into words 2g and 2g+1. A digit plane
+// k (digit k of every byte) is then a byte-table lookup: u = 1, 2, 0 for the
+// digits 0, 1, 2 (so u - 1 is the weight), straight into vpdpbusd against
+// x's elements 5j+k laid out in the same slots, started at minus each
+// group's sum of x codes (lane 2g; lane 2g+1 at 0): the two lanes of a
+// group then hold sum(w*q). A table of 256 entries takes two merge-masked
+// vpermi2b (bytes below 128, at or above), one of 128 entries one: b mod 81
+// (256) leaves digits 0-3, each one lookup (128), and digit 4 is its own
+// 256-entry lookup on b: 8 permutes a step for 5 planes.
+struct Q1tVbmiTables {
+    alignas(64) uint8_t mod81[256] = {};
+    alignas(64) uint8_t plane[4][128] = {};  // m -> u(digit k of m)
+    alignas(64) uint8_t top[256] = {};       // b -> u(floor(b / 81) mod 3)
+    alignas(64) uint8_t code_idx[64] = {};   // slot g, byte j: digit byte min(j, 6) of group g
+    alignas(64) uint8_t scale_idx[64] = {};  // words 2g, 2g+1: group g's f16 scale
+    alignas(64) uint8_t x_idx[5][64] = {};   // plane k, slot g, byte j: element 5j+k of group g (of 4 in two registers)
+    uint64_t x_valid[5] = {};                // the slot bytes that hold an element
+    static constexpr uint8_t u_of(int d) { return static_cast<uint8_t>(d == 0 ? 1 : d == 1 ? 2 : 0); }
+    constexpr Q1tVbmiTables() {
+        constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+        for (int b = 0; b < 256; ++b) {
+            mod81[b] = static_cast<uint8_t>(b % 81);
+            top[b] = u_of(b / 81 % 3);
+        }
+        for (int k = 0; k < 4; ++k)
+            for (int m = 0; m < 128; ++m) plane[k][m] = u_of(m / kPow3[k] % 3);
+        for (int g = 0; g < 8; ++g)
+            for (int j = 0; j < 8; ++j) {
+                code_idx[8 * g + j] = static_cast<uint8_t>(9 * g + 2 + (j < 6 ? j : 6));
+                for (int k = 0; k < 5; ++k) {
+                    const int e = 5 * j + k;
+                    if (j < 7 && e < 32) {
+                        x_idx[k][8 * g + j] = static_cast<uint8_t>(32 * (g % 4) + e);
+                        x_valid[k] |= uint64_t{1} << (8 * g + j);
+                    }
+                }
+            }
+        for (int w = 0; w < 16; ++w)
+            for (int h = 0; h < 2; ++h) scale_idx[2 * w + h] = static_cast<uint8_t>(9 * (w / 2) + h);
+    }
+};
+constexpr Q1tVbmiTables kQ1tVbmi;
+// A step's x: 5 planes of 64 bytes, then the 16 int32 starts (-sum of the
+// group's codes in lane 2g), then the 16 floats d[g] (lanes 2g, 2g+1); the
+// groups past `groups` in the last step all zero.
+constexpr uint64_t kQ1tStepBytes = 7 * 64;
+
+__attribute__((target("avx512vbmi"))) void q1t_x_planes(const int8_t *xq, const float *xd, uint64_t groups,
+                                                        uint8_t *xt) {
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i flip = _mm256_set1_epi8(-128);
+    for (uint64_t g0 = 0; g0 < groups; g0 += 8) {
+        const uint64_t n = std::min<uint64_t>(8, groups - g0);
+        uint8_t *o = xt + kQ1tStepBytes * (g0 / 8);
+        __m512i X[4];
+        for (uint64_t i = 0; i < 4; ++i) {
+            const uint64_t have = 2 * i < n ? std::min<uint64_t>(64, 32 * (n - 2 * i)) : 0;
+            X[i] = _mm512_maskz_loadu_epi8(have == 64 ? ~uint64_t{0} : (uint64_t{1} << have) - 1, xq + 32 * g0 + 64 * i);
+        }
+        for (int k = 0; k < 5; ++k) {
+            const __m512i idx = _mm512_load_si512(kQ1tVbmi.x_idx[k]);
+            const uint64_t v = kQ1tVbmi.x_valid[k];
+            const __m512i a = _mm512_maskz_permutex2var_epi8(v & 0xFFFFFFFFull, X[0], idx, X[1]);
+            const __m512i b = _mm512_maskz_permutex2var_epi8(v & ~0xFFFFFFFFull, X[2], idx, X[3]);
+            _mm512_store_si512(o + 64 * k, _mm512_or_si512(a, b));
+        }
+        // Sums of each group's codes: the sums of |code + 128| by 8-byte
+        // SAD, less 32 * 128.
+        alignas(64) int32_t sums[16] = {};
+        for (uint64_t g = 0; g < n; ++g) {
+            const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(load32(xq + 32 * (g0 + g)), flip), _mm256_setzero_si256());
+            const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            sums[2 * g] = 32 * 128 - static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+        }
+        _mm512_store_si512(o + 320, _mm512_load_si512(sums));
+        _mm512_store_ps(o + 384, _mm512_maskz_permutexvar_ps(0xFFFF, dup, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xd + g0)));
+    }
+}
+
+// One step of 8 groups: lo = their bytes 0..63, hi = bytes 64..71 in its
+// low 8 bytes; xs = the step's x (q1t_x_planes).
+struct Q1tVbmiRegs {
+    __m512i code_idx, scale_idx, mod81[4], top[4], plane[4][2];
+};
+__attribute__((target("avx512vbmi"), always_inline)) inline __m512 q1t_step(const Q1tVbmiRegs &T, __m512i lo,
+                                                                            __m512i hi, const uint8_t *xs,
+                                                                            __m512 acc) {
+    const __m512i codes = _mm512_permutex2var_epi8(lo, T.code_idx, hi);
+    const __m256i h = _mm512_maskz_extracti64x4_epi64(0xF, _mm512_permutex2var_epi8(lo, T.scale_idx, hi), 0);
+    const __m512 sc = _mm512_mul_ps(_mm512_maskz_cvtph_ps(0xFFFF, h), _mm512_load_ps(xs + 384));
+    const __mmask64 high = _mm512_movepi8_mask(codes), low = _knot_mask64(high);
+    // b >= 128 from the tables' upper halves first, then the rest.
+    const __m512i m = _mm512_mask2_permutex2var_epi8(
+        T.mod81[0], _mm512_mask2_permutex2var_epi8(T.mod81[2], codes, high, T.mod81[3]), low, T.mod81[1]);
+    const __m512i u4 = _mm512_mask2_permutex2var_epi8(
+        T.top[0], _mm512_mask2_permutex2var_epi8(T.top[2], codes, high, T.top[3]), low, T.top[1]);
+    __m512i s = _mm512_load_si512(xs + 320);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+        s = _mm512_dpbusd_epi32(s, _mm512_permutex2var_epi8(T.plane[k][0], m, T.plane[k][1]),
+                                _mm512_load_si512(xs + 64 * k));
+    s = _mm512_dpbusd_epi32(s, u4, _mm512_load_si512(xs + 256));
+    return _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s), sc, acc);
+}
+
+template <bool Nta>
+__attribute__((target("avx512vbmi"))) void q1t_rows_vbmi(const uint8_t *tiles, const uint8_t *xt, uint64_t groups,
+                                                         uint64_t rows, float *y) {
+    Q1tVbmiRegs T;
+    T.code_idx = _mm512_load_si512(kQ1tVbmi.code_idx);
+    T.scale_idx = _mm512_load_si512(kQ1tVbmi.scale_idx);
+    for (int i = 0; i < 4; ++i) {
+        T.mod81[i] = _mm512_load_si512(kQ1tVbmi.mod81 + 64 * i);
+        T.top[i] = _mm512_load_si512(kQ1tVbmi.top + 64 * i);
+        T.plane[i][0] = _mm512_load_si512(kQ1tVbmi.plane[i]);
+        T.plane[i][1] = _mm512_load_si512(kQ1tVbmi.plane[i] + 64);
+    }
+    const uint64_t ld = 9 * groups, steps = groups / 8, tail = groups % 8;
+    for (uint64_t r = 0; r < rows; ++r) {
+        const uint8_t *t = tiles + r * ld;
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (uint64_t i = 0; i < steps; ++i) {
+            const uint8_t *p = t + 72 * i;
+            prefetch_weights<Nta>(p + kPrefetchAhead);
+            prefetch_weights<Nta>(p + kPrefetchAhead + 64);
+            acc[i & 1] = q1t_step(T, _mm512_loadu_si512(p), _mm512_maskz_loadu_epi8(0xFF, p + 64),
+                                  xt + kQ1tStepBytes * i, acc[i & 1]);
+        }
+        if (tail != 0)  // 9 * 7 = 63 bytes at most: one masked load
+            acc[0] = q1t_step(T, _mm512_maskz_loadu_epi8((uint64_t{1} << (9 * tail)) - 1, t + 72 * steps),
+                              _mm512_setzero_si512(), xt + kQ1tStepBytes * steps, acc[0]);
+        const __m512 a = _mm512_add_ps(acc[0], acc[1]);
+        y[r] = hsum(_mm256_add_ps(lo256(a), hi256(a)));
+    }
+}
+#endif
+}  // namespace
+
+void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    if (rows == 0) return;
+#ifdef CMF_CODECS_VNNI
+    static const bool vbmi = has_avx512_vbmi();
+    if (vbmi) {
+        uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q1t_x_table, kQ1tStepBytes * ((groups + 7) / 8)));
+        q1t_x_planes(xq, xd, groups, xt);
+        with_weights_hint([&](auto nta) { q1t_rows_vbmi<decltype(nta)::value>(tiles, xt, groups, rows, y); });
+        return;
+    }
+#endif
+    int8_t *xt = static_cast<int8_t *>(thread_room(RoomSlot::q1t_x_table, 64 * groups));
+    q1t_x_slots(xq, groups, xt);
+    for (uint64_t r = 0; r < rows; ++r) y[r] = q1t_row_slots(tiles + 9 * groups * r, xt, xd, groups);
+}
+
+void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales) {
+    for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t *t = tiles + 9 * g;
+        int8_t *c = codes + 32 * g;
+        // Bytes 0..4 of the group 8 bytes at a time (each row's 3 zeros
+        // overwritten by the next), byte 5's 5 weights and byte 6's 2.
+        for (int j = 0; j < 5; ++j) std::memcpy(c + 5 * j, kQ1tSigns.v[t[2 + j]], 8);
+        std::memcpy(c + 25, kQ1tSigns.v[t[7]], 5);
+        std::memcpy(c + 30, kQ1tSigns.v[t[8]], 2);
+        scales[g] = f16_scalar(t);
+    }
 }
 
 // ---- decode -------------------------------------------------------------------

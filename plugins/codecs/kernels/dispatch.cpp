@@ -49,9 +49,16 @@ bool has_avx512vnni() {
 long prefetch_ahead_light() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light); }
 long prefetch_ahead_q4() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::q4); }
 bool prefetch_weights_nta() { return cmf::prefetch_weights_nta(); }
+bool has_avx512_vbmi() {
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
+    return has_avx512vnni() && cmf::cpu_has_avx512_vbmi();
+#else
+    return false;
+#endif
+}
 
 void *thread_room(RoomSlot slot, uint64_t bytes) {
-    thread_local std::vector<unsigned char> rooms[2];
+    thread_local std::vector<unsigned char> rooms[static_cast<int>(RoomSlot::count)];
     std::vector<unsigned char> &room = rooms[static_cast<int>(slot)];
     if (room.size() < bytes + 64) room.resize(bytes + 64);
     const uintptr_t at = reinterpret_cast<uintptr_t>(room.data());
@@ -189,7 +196,12 @@ void dequant_vbit_groups(const uint8_t *c, unsigned b, const uint8_t *s, uint64_
 void unpack_q4_groups(const uint8_t *n, uint64_t stride, uint64_t g, int8_t *codes) {
     CMF_PICK(unpack_q4_groups, n, stride, g, codes);
 }
-float dot_q1t(const uint8_t *t, const float *x, uint64_t g) { return CMF_PICK(dot_q1t, t, x, g); }
+void rows_q1t_xq(const uint8_t *t, const int8_t *xq, const float *xd, uint64_t g, uint64_t rows, float *y) {
+    CMF_PICK(rows_q1t_xq, t, xq, xd, g, rows, y);
+}
+void unpack_q1t_groups(const uint8_t *t, uint64_t g, int8_t *codes, float *scales) {
+    CMF_PICK(unpack_q1t_groups, t, g, codes, scales);
+}
 
 std::vector<SimdKernels> simd_kernels() {
     std::vector<SimdKernels> sets;

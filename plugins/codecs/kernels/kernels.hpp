@@ -2,10 +2,10 @@
 // AVX2+FMA+F16C implementation when the CPU has those features (checked once)
 // and the portable one otherwise. All are reentrant and allocation-free.
 //
-// Numerics. The float kernels (dot_f32/f16/bf16, dot_q1t) accumulate
+// Numerics. The float kernels (dot_f32/f16/bf16) accumulate
 // in f32 against f32 activations: they match the reference decode followed by
 // an f32 dot product up to summation order. The int8 kernels (*_xq, used by
-// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s, vbit, vbit_ro) first quantize the
+// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s, q1t, vbit, vbit_ro) first quantize the
 // activations with quantize_x: per block of 32, d = amax/127 and
 // q = clamp(rne(x * (1/d)), -127, 127), so each activation moves by at most
 // d/2. A block then contributes (weight scale) * d * (exact integer sum of
@@ -22,7 +22,6 @@ namespace cmf::codecs::kernels {
 float dot_f32(const float *a, const float *x, uint64_t n);
 float dot_f16(const uint16_t *h, const float *x, uint64_t n);
 float dot_bf16(const uint16_t *h, const float *x, uint64_t n);
-float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);  // [f16 s][7 B base-3]
 
 // ---- int8 activations ---------------------------------------------------------
 constexpr uint64_t kXBlock = 32;
@@ -134,6 +133,23 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, con
 // q1 tiles -> the int8 view the prefill GEMM takes: codes[32*g + k] = +1
 // where bit k of tile g is set, -1 where clear; scales[g] = its f16 scale.
 void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);
+// q1t rows against a natural-order x: row r is the `groups` tiles at
+// tiles + 9*groups*r, tile g = [f16 s][7 B base-3 digits]; element 5j+k of
+// the group (k < 5; byte 6 holds elements 30 and 31 as its digits 0 and 1)
+// is digit k of byte j, floor(b / 3^k) mod 3: 0 -> 0, 1 -> +s, 2 -> -s.
+// y[r] = the sum over groups of s * d[g] * (exact integer sum of w*q): the
+// base only (the caller adds the row's overlay). A byte the decoder rejects
+// (> 242, or > 8 in the last place) reads by the same rule, so any bytes
+// give a defined sum. Only the tiles of the `rows` rows are read.
+// Against f32 activations (the form this replaced, a table of 8 floats per
+// byte) it trades the x rounding bounded above for whole registers of
+// digits: with AVX-512 VBMI each digit plane of 8 groups is a byte-table
+// lookup and one vpdpbusd.
+void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows, float *y);
+// q1t tiles -> the int8 view the prefill GEMM takes (a tensor without an
+// overlay): codes[32*g + i] = the weight of element i by the rule above
+// (-1, 0, +1), scales[g] = its f16 scale.
+void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);
 // Whether the u32 indices of `count` 6-byte q1s overlay entries strictly ascend.
 bool q1s_ascending(const uint8_t *entries, uint64_t count);
 // q1s's overlay on the rows_q1_xq base of a row range: y[r] += (value - base
@@ -253,6 +269,9 @@ const char *active_isa();
 long prefetch_ahead_light();
 long prefetch_ahead_q4();
 bool prefetch_weights_nta();
+// cmf::cpu_has_avx512_vbmi (and not capped by CMF_CODECS_ISA), for the
+// kernels with a VBMI form inside the AVX-512 VNNI build.
+bool has_avx512_vbmi();
 
 // A thread's scratch room for the SIMD kernels, `bytes` long and 64-byte
 // aligned, valid until the same thread asks for the same slot again (each
@@ -260,7 +279,7 @@ bool prefetch_weights_nta();
 // std::vector in avx2.cpp: the vector's members would be instantiated
 // there, compiled with AVX-512 flags, as weak symbols another file's copy
 // could be merged with (tests/codecs/no_shared_inline_copies.sh).
-enum class RoomSlot { q4_x_table, q1s_x_floats };
+enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, count };
 void *thread_room(RoomSlot slot, uint64_t bytes);
 
 }  // namespace cmf::codecs::kernels

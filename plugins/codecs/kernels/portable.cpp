@@ -258,20 +258,34 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
         y[r] = dot_q2_groups_xq(chunks + 8 * groups * r, scales + groups * r, xq, xoff, xd, groups);
 }
 
-float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups) {
+namespace {
+// Weight of digit k of a q1t byte (kernels.hpp): floor(b / 3^k) mod 3 as 0, +1, -1.
+int q1t_weight(unsigned b, unsigned k) {
     static constexpr unsigned kPow3[5] = {1, 3, 9, 27, 81};
-    float acc = 0.0f;
+    const unsigned d = b / kPow3[k] % 3;
+    return d == 0 ? 0 : d == 1 ? 1 : -1;
+}
+}  // namespace
+
+void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (uint64_t g = 0; g < groups; ++g) {
+            const uint8_t *t = tiles + 9 * (groups * r + g);
+            int32_t s = 0;
+            for (unsigned i = 0; i < 32; ++i) s += q1t_weight(t[2 + i / 5], i % 5) * xq[32 * g + i];
+            acc += f16_at(t) * xd[g] * static_cast<float>(s);
+        }
+        y[r] = acc;
+    }
+}
+
+void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales) {
     for (uint64_t g = 0; g < groups; ++g) {
         const uint8_t *t = tiles + 9 * g;
-        float a = 0.0f;
-        for (unsigned i = 0; i < 32; ++i) {
-            unsigned d = t[2 + i / 5] / kPow3[i % 5] % 3;
-            if (d == 1) a += x[32 * g + i];
-            else if (d == 2) a -= x[32 * g + i];
-        }
-        acc += f16_at(t) * a;
+        for (unsigned i = 0; i < 32; ++i) codes[32 * g + i] = static_cast<int8_t>(q1t_weight(t[2 + i / 5], i % 5));
+        scales[g] = f16_at(t);
     }
-    return acc;
 }
 
 void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst) {

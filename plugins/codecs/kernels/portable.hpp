@@ -11,7 +11,6 @@
     float dot_f32(const float *a, const float *x, uint64_t n);                                                        \
     float dot_f16(const uint16_t *h, const float *x, uint64_t n);                                                     \
     float dot_bf16(const uint16_t *h, const float *x, uint64_t n);                                                    \
-    float dot_q1t(const uint8_t *tiles, const float *x, uint64_t groups);                                             \
     void quantize_x(const float *x, uint64_t n, XOrder order, int8_t *q, float *d);                                   \
     void q4_pair_offset(const int8_t *q, uint64_t blocks, int32_t *offset);                                           \
     void i8_offset(const int8_t *q, uint64_t blocks, int32_t *offset);                                                \
@@ -30,6 +29,9 @@
     void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,  \
                     uint64_t rows, float *y);                                                                         \
     void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);                    \
+    void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows,         \
+                     float *y);                                                                                       \
+    void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);                   \
     bool q1s_ascending(const uint8_t *entries, uint64_t count);                                                      \
     void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols, \
                         uint64_t rows, const int8_t *xq, const float *xd, float *y);                                  \
@@ -84,8 +86,8 @@ CMF_CODECS_KERNEL_DECLS
 
 // Every kernel above, by name, for X-macro tables.
 #define CMF_CODECS_KERNEL_NAMES(X)                                                                                    \
-    X(dot_f32) X(dot_f16) X(dot_bf16) X(dot_q1t) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
-    X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(q1s_ascending) X(q1s_overlay_xq)                                            \
+    X(dot_f32) X(dot_f16) X(dot_bf16) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
+    X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(rows_q1t_xq) X(unpack_q1t_groups) X(q1s_ascending) X(q1s_overlay_xq)                                            \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(rows_vbit4_xq) X(dot_q4_groups_xq)                \
     X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(rows_q4tp_xq) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
     X(unpack_q4_groups)
