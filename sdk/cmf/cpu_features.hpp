@@ -56,6 +56,19 @@ inline bool cpu_has_avx512_vbmi() {
 #endif
 }
 
+// AVX-512 BITALG (vpshufbitqmb: 64 bits picked from qwords by byte
+// indices into a mask), on top of cpu_has_avx512_vnni: the codecs' q1 rows
+// turn 16 groups' bits into vpdpbusd masks with it (Ice Lake and later,
+// Zen 4 and later).
+inline bool cpu_has_avx512_bitalg() {
+#if defined(__x86_64__)
+    static const bool yes = cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bitalg");
+    return yes;
+#else
+    return false;
+#endif
+}
+
 // AVX-512 F + BF16 (with AVX2 + FMA + F16C): the CPU backend's bf16 GEMM
 // (vdpbf16ps, two bf16 products per f32 lane).
 inline bool cpu_has_avx512_bf16() {

@@ -610,6 +610,8 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             want += w * cmf::codecs::f16_to_f32(h) * double(xd[i / 32]) * xq[i];
         }
         CHECK(std::fabs(ya[0] - want) <= 1e-4 * std::fabs(want) + 1e-6);
+        isa.rows_q1t_xq(tiles.data() + 9 * g, xq.data(), xd.data(), g, 4, ya);
+        CHECK(bits(ya[3]) == bits(y1));
         std::vector<int8_t> ca(32 * g + 1, 99), cp(32 * g + 1, 99);
         std::vector<float> sa(g), sp(g);
         isa.unpack_q1t_groups(tiles.data(), g, ca.data(), sa.data());

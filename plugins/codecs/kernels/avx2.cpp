@@ -1166,6 +1166,111 @@ __attribute__((always_inline)) inline void q1_acc_rows(const uint8_t *tiles, uin
                                rest);
     }
 }
+// The BITALG form (CPUs with AVX-512 BITALG, checked at run time): x
+// transposed so that one vpdpbusd covers 4 elements of each of 16 groups,
+// lane g accumulating group g: pass t (0..7) holds elements 4t..4t+3 of each
+// group in its lane (x_passes, made once per call, then each group's lane
+// started at minus the sum of its 32 codes). A row's 16 groups' bits (one
+// word permute of the step's 96 bytes, dword g = group g's bits) become
+// pass t's byte mask by one vpshufbitqmb (byte 4g+i <- bit 4t+i of dword g),
+// a zero-masked move of 2s makes the bytes 2b, and vpdpbusd adds them
+// against the pass: 3 operations per 64 weights, where the pair loop above
+// takes a mask move, the vpdpbusd and three float operations (a permute of
+// the scales, a convert, an FMA) per 64. The lanes then hold each group's
+// sum((2b-1)*q), converted and multiplied by s*d once per 16 groups. A
+// last step short of 16 groups reads only its groups (masked loads; the
+// lanes past them are zero in x, the bits and the scales).
+constexpr uint64_t kQ1StepBytes = 9 * 64;  // 8 passes of x, the lanes' starts
+struct Q1BitalgTables {
+    alignas(64) uint16_t bit_words[32] = {};  // dword g <- bytes 6g+2..6g+5 of 16 tiles
+    alignas(64) uint16_t scale_words[32] = {};
+    alignas(64) uint8_t pick[64] = {};  // pass 0: byte 8q+m <- bit m (m < 4) or 32+m-4 of qword q
+    alignas(64) int32_t lane8[16] = {};
+    constexpr Q1BitalgTables() {
+        for (int g = 0; g < 16; ++g) {
+            bit_words[2 * g] = static_cast<uint16_t>(3 * g + 1);
+            bit_words[2 * g + 1] = static_cast<uint16_t>(3 * g + 2);
+            scale_words[g] = static_cast<uint16_t>(3 * g);
+            lane8[g] = 8 * g;
+        }
+        for (int q = 0; q < 8; ++q)
+            for (int m = 0; m < 8; ++m) pick[8 * q + m] = static_cast<uint8_t>(m < 4 ? m : 32 + m - 4);
+    }
+};
+constexpr Q1BitalgTables kQ1Bitalg;
+
+void q1_x_passes(const int8_t *xq, uint64_t groups, uint8_t *xt) {
+    const __m512i lane8 = _mm512_load_si512(kQ1Bitalg.lane8), ones = _mm512_set1_epi8(1);
+    for (uint64_t g0 = 0; g0 < groups; g0 += 16) {
+        const uint64_t n = std::min<uint64_t>(16, groups - g0);
+        const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);
+        uint8_t *o = xt + kQ1StepBytes * (g0 / 16);
+        __m512i sum = _mm512_setzero_si512();
+        for (int t = 0; t < 8; ++t) {
+            const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live,
+                                                          _mm512_add_epi32(lane8, _mm512_set1_epi32(t)), xq + 32 * g0, 4);
+            _mm512_store_si512(o + 64 * t, v);
+            sum = _mm512_dpbusd_epi32(sum, ones, v);
+        }
+        _mm512_store_si512(o + 512, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
+    }
+}
+
+template <int R>
+__attribute__((target("avx512bitalg"), always_inline)) inline void q1_pass_bitalg(const uint8_t *tiles, uint64_t ld,
+                                                                                  const uint8_t *xt, const float *xd,
+                                                                                  uint64_t groups, float *y) {
+    const __m512i bit_words = _mm512_load_si512(kQ1Bitalg.bit_words);
+    const __m512i scale_words = _mm512_load_si512(kQ1Bitalg.scale_words);
+    const __m512i pick0 = _mm512_load_si512(kQ1Bitalg.pick), four = _mm512_set1_epi8(4), twos = _mm512_set1_epi8(2);
+    const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
+    __m512 acc[R];
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) acc[q] = _mm512_setzero_ps();
+    for (uint64_t g0 = 0; g0 < groups; g0 += 16) {
+        const uint64_t n = std::min<uint64_t>(16, groups - g0);
+        const uint8_t *xs = xt + kQ1StepBytes * (g0 / 16);
+        const uint64_t lo_bytes = std::min<uint64_t>(64, 6 * n), hi_bytes = 6 * n - lo_bytes;
+        const __mmask64 lo_mask = lo_bytes == 64 ? ~uint64_t{0} : (uint64_t{1} << lo_bytes) - 1;
+        const __mmask64 hi_mask = (uint64_t{1} << hi_bytes) - 1;  // at most 32 bytes
+        const __m512 xd16 = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xd + g0);
+        __m512i bits[R], s[R];
+        __m512 sc[R];
+#pragma GCC unroll 4
+        for (int q = 0; q < R; ++q) {
+            const uint8_t *t = tiles + q * ld + 6 * g0;
+            _mm_prefetch(reinterpret_cast<const char *>(t + ahead), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char *>(t + ahead + 64), _MM_HINT_T0);
+            const __m512i lo = _mm512_maskz_loadu_epi8(lo_mask, t), hi = _mm512_maskz_loadu_epi8(hi_mask, t + 64);
+            bits[q] = _mm512_permutex2var_epi16(lo, bit_words, hi);
+            const __m256i h = _mm512_maskz_extracti64x4_epi64(0xF, _mm512_permutex2var_epi16(lo, scale_words, hi), 0);
+            sc[q] = _mm512_mul_ps(_mm512_maskz_cvtph_ps(0xFFFF, h), xd16);
+            s[q] = _mm512_load_si512(xs + 512);
+        }
+        __m512i pick = pick0;
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+            const __m512i xv = _mm512_load_si512(xs + 64 * t);
+#pragma GCC unroll 4
+            for (int q = 0; q < R; ++q)
+                s[q] = _mm512_dpbusd_epi32(s[q], _mm512_maskz_mov_epi8(_mm512_bitshuffle_epi64_mask(bits[q], pick), twos),
+                                           xv);
+            pick = _mm512_add_epi8(pick, four);
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < R; ++q) acc[q] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s[q]), sc[q], acc[q]);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) y[q] = hsum(_mm256_add_ps(lo256(acc[q]), hi256(acc[q])));
+}
+
+__attribute__((target("avx512bitalg"))) void q1_rows_bitalg(const uint8_t *tiles, const uint8_t *xt, const float *xd,
+                                                            uint64_t groups, uint64_t rows, float *y) {
+    const uint64_t ld = 6 * groups;
+    uint64_t r = 0;
+    for (; r + 4 <= rows; r += 4) q1_pass_bitalg<4>(tiles + r * ld, ld, xt, xd, groups, y + r);
+    for (; r < rows; ++r) q1_pass_bitalg<1>(tiles + r * ld, ld, xt, xd, groups, y + r);
+}
 #else
 // One row: the group's bits spread to bytes (byte k = bit k), -1 where set
 // and +1 where clear after an or with 1; vpsignb, vpmaddubsw against 1 and
@@ -1329,6 +1434,13 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
 void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, [[maybe_unused]] const int32_t *xoff, const float *xd,
                 uint64_t groups, uint64_t rows, float *y) {
 #ifdef CMF_CODECS_VNNI
+    static const bool bitalg = has_avx512_bitalg();
+    if (bitalg) {
+        if (rows == 0) return;
+        uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q1_x_passes, kQ1StepBytes * ((groups + 15) / 16)));
+        q1_x_passes(xq, groups, xt);
+        return q1_rows_bitalg(tiles, xt, xd, groups, rows, y);
+    }
     q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
         q1_acc_rows<decltype(rn)::value>(tiles + 6 * groups * q, 6 * groups, xq, xoff, xd, groups, o);
     });

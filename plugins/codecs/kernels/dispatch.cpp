@@ -56,6 +56,13 @@ bool has_avx512_vbmi() {
     return false;
 #endif
 }
+bool has_avx512_bitalg() {
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
+    return has_avx512vnni() && cmf::cpu_has_avx512_bitalg();
+#else
+    return false;
+#endif
+}
 
 void *thread_room(RoomSlot slot, uint64_t bytes) {
     thread_local std::vector<unsigned char> rooms[static_cast<int>(RoomSlot::count)];

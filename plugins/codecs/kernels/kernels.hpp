@@ -272,6 +272,8 @@ bool prefetch_weights_nta();
 // cmf::cpu_has_avx512_vbmi (and not capped by CMF_CODECS_ISA), for the
 // kernels with a VBMI form inside the AVX-512 VNNI build.
 bool has_avx512_vbmi();
+// cmf::cpu_has_avx512_bitalg, the same way.
+bool has_avx512_bitalg();
 
 // A thread's scratch room for the SIMD kernels, `bytes` long and 64-byte
 // aligned, valid until the same thread asks for the same slot again (each
@@ -279,7 +281,7 @@ bool has_avx512_vbmi();
 // std::vector in avx2.cpp: the vector's members would be instantiated
 // there, compiled with AVX-512 flags, as weak symbols another file's copy
 // could be merged with (tests/codecs/no_shared_inline_copies.sh).
-enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, count };
+enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, q1_x_passes, count };
 void *thread_room(RoomSlot slot, uint64_t bytes);
 
 }  // namespace cmf::codecs::kernels
