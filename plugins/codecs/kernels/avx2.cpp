@@ -1866,12 +1866,122 @@ __attribute__((always_inline)) inline void q2_acc_rows(const uint8_t *chunks, co
         out[r] = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(_mm256_add_ps(lo256(a), hi256(a)), rest));
     }
 }
+
+// The VBMI form (CPUs with AVX-512 VBMI, checked at run time), 8 groups
+// (64 code bytes, one load) a step: x transposed so that pass t (0..3)
+// holds bytes 8t..8t+7 of each group's q2_quads block (the codes in bits
+// 2t..2t+1 of the group's 8 bytes) in the group's qword (q2_x_passes, made
+// once per call, then each lane started at -3 * the sum of the x codes it
+// meets). vpmultishiftqb picks for byte i of pass t the 8 bits from bit
+// 8i + 2t - 1 of the group's qword, which masked by 6 is 2c: one multishift,
+// one and, one vpdpbusd per 64 weights, where the pair loop above takes a
+// permute, a shift, an and, a doubling and three float operations (a permute
+// of the scales, a convert, an FMA) per 64. The float work comes once per 8
+// groups (lanes 2g, 2g+1 hold group g's halves). A last step short of 8
+// groups reads only its groups (masked loads; zero x past them).
+constexpr uint64_t kQ2StepBytes = 6 * 64;  // 4 passes of x, the lanes' starts, d per lane
+struct Q2VbmiTables {
+    alignas(64) uint8_t shift[4][64] = {};  // pass t: byte 8g+i <- bits 8i+2t-1 .. of qword g
+    alignas(64) int64_t pass_qwords[4][8] = {};  // pass t, group g: qword 4(g%4)+t of two x registers
+    alignas(64) int32_t dup[16] = {};
+    constexpr Q2VbmiTables() {
+        for (int t = 0; t < 4; ++t)
+            for (int g = 0; g < 8; ++g) {
+                for (int i = 0; i < 8; ++i) shift[t][8 * g + i] = static_cast<uint8_t>((8 * i + 2 * t + 63) % 64);
+                pass_qwords[t][g] = 4 * (g % 4) + t;
+            }
+        for (int l = 0; l < 16; ++l) dup[l] = l / 2;
+    }
+};
+constexpr Q2VbmiTables kQ2Vbmi;
+
+void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt) {
+    const __m512i ones = _mm512_set1_epi8(1), dup = _mm512_load_si512(kQ2Vbmi.dup);
+    for (uint64_t g0 = 0; g0 < groups; g0 += 8) {
+        const uint64_t n = std::min<uint64_t>(8, groups - g0);
+        uint8_t *o = xt + kQ2StepBytes * (g0 / 8);
+        __m512i X[4];
+        for (uint64_t i = 0; i < 4; ++i) {
+            const uint64_t have = 2 * i < n ? std::min<uint64_t>(64, 32 * (n - 2 * i)) : 0;
+            X[i] = _mm512_maskz_loadu_epi8(have == 64 ? ~uint64_t{0} : (uint64_t{1} << have) - 1, xq + 32 * g0 + 64 * i);
+        }
+        __m512i sum = _mm512_setzero_si512();
+        for (int t = 0; t < 4; ++t) {
+            const __m512i idx = _mm512_load_si512(kQ2Vbmi.pass_qwords[t]);
+            const __m512i v = _mm512_mask_blend_epi64(0xF0, _mm512_maskz_permutex2var_epi64(0xFF, X[0], idx, X[1]),
+                                                      _mm512_maskz_permutex2var_epi64(0xFF, X[2], idx, X[3]));
+            _mm512_store_si512(o + 64 * t, v);
+            sum = _mm512_dpbusd_epi32(sum, ones, v);
+        }
+        // -3 * sum, the offset of codes doubled less 3: sum((2c - 3) * q)
+        _mm512_store_si512(o + 256, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(sum, _mm512_add_epi32(sum, sum))));
+        _mm512_store_ps(o + 320, _mm512_maskz_permutexvar_ps(0xFFFF, dup, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xd + g0)));
+    }
+}
+
+template <int R, bool Nta>
+__attribute__((target("avx512vbmi"), always_inline)) inline void q2_pass_vbmi(const uint8_t *chunks, uint64_t ld,
+                                                                             const float *scales, const uint8_t *xt,
+                                                                             uint64_t groups, float *y) {
+    const __m512i six = _mm512_set1_epi8(6), dup = _mm512_load_si512(kQ2Vbmi.dup);
+    const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
+    __m512 acc[R];
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) acc[q] = _mm512_setzero_ps();
+    for (uint64_t g0 = 0; g0 < groups; g0 += 8) {
+        const uint64_t n = std::min<uint64_t>(8, groups - g0);
+        const uint8_t *xs = xt + kQ2StepBytes * (g0 / 8);
+        const __mmask8 live = static_cast<__mmask8>((1u << n) - 1);
+        __m512i codes[R], s[R];
+#pragma GCC unroll 4
+        for (int q = 0; q < R; ++q) {
+            const uint8_t *c = chunks + q * ld + 8 * g0;
+            prefetch_weights<Nta>(c + ahead);
+            codes[q] = _mm512_maskz_loadu_epi64(live, c);
+            s[q] = _mm512_load_si512(xs + 256);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+            const __m512i sh = _mm512_load_si512(kQ2Vbmi.shift[t]), xv = _mm512_load_si512(xs + 64 * t);
+#pragma GCC unroll 4
+            for (int q = 0; q < R; ++q)
+                s[q] = _mm512_dpbusd_epi32(s[q], _mm512_and_si512(_mm512_maskz_multishift_epi64_epi8(~__mmask64{0}, sh, codes[q]), six), xv);
+        }
+        const __m512 d = _mm512_load_ps(xs + 320);
+#pragma GCC unroll 4
+        for (int q = 0; q < R; ++q) {
+            const __m512 sc = _mm512_maskz_permutexvar_ps(
+                0xFFFF, dup, _mm512_maskz_loadu_ps(live, scales + q * groups + g0));
+            acc[q] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s[q]), _mm512_mul_ps(sc, d), acc[q]);
+        }
+    }
+    // (c - 1.5) * s = (2c - 3) * (s / 2): the integer sums, halved once.
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) y[q] = 0.5f * hsum(_mm256_add_ps(lo256(acc[q]), hi256(acc[q])));
+}
+
+template <bool Nta>
+__attribute__((target("avx512vbmi"))) void q2_rows_vbmi(const uint8_t *chunks, const float *scales, const uint8_t *xt,
+                                                        uint64_t groups, uint64_t rows, float *y) {
+    const uint64_t ld = 8 * groups;
+    uint64_t r = 0;
+    for (; r + 4 <= rows; r += 4) q2_pass_vbmi<4, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
+    for (; r < rows; ++r) q2_pass_vbmi<1, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
+}
 }  // namespace
 #endif
 
 void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
 #ifdef CMF_CODECS_VNNI
+    static const bool vbmi = has_avx512_vbmi();
+    if (vbmi) {
+        if (rows == 0) return;
+        uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q2_x_passes, kQ2StepBytes * ((groups + 7) / 8)));
+        q2_x_passes(xq, xd, groups, xt);
+        with_weights_hint([&](auto nta) { q2_rows_vbmi<decltype(nta)::value>(chunks, scales, xt, groups, rows, y); });
+        return;
+    }
     with_weights_hint([&](auto nta) {
         q4_rows4(rows, y, [&](uint64_t q, auto rn, __m256 *o) {
             q2_acc_rows<decltype(rn)::value, decltype(nta)::value>(chunks + 8 * groups * q, scales + groups * q, xq,
