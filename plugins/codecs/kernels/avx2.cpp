@@ -1321,15 +1321,18 @@ void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, floa
 }
 
 #ifdef CMF_CODECS_VNNI
-// Up to 16 entries of one row at a time: their indices and values picked
-// from the 6-byte records by two word permutes, the base tiles' scale and
-// bits gathered (8 bytes a tile), x's value at each entry gathered from x
-// made floats once per call, the products summed across the lanes and added
-// to the row once. Against 16-lane gathers of the scales, the bits, x's
-// code dwords and its block scales: one core, weights in L2, 1024x1024,
-// 7.2-7.4 -> 9.0-9.2 GB/s. A row has about cols/100 entries at the
-// encoder's default keep of 1 %, so this is usually one step a row where
-// the scalar loop (q1s_overlay_rows, the other builds) took ~20 cycles an
+// Up to 16 entries of up to four rows at a time: their indices and values
+// picked from the 6-byte records by two word permutes, each lane's row and
+// column by at most three compares and masked subtractions of cols, the
+// base tiles' scale and bits gathered (8 bytes a tile), x's value at each
+// entry gathered from x made floats once per call, the products of each row
+// summed across its lanes and added to the row once. Against 16-lane
+// gathers of the scales, the bits, x's code dwords and its block scales:
+// one core, weights in L2, 1024x1024, 7.2-7.4 -> 9.0-9.2 GB/s; against
+// steps of one row's entries (a row has about cols/100 at the encoder's
+// default keep of 1 %, so most steps had 6-10 of 16 lanes live) 11.1-11.2
+// -> 12.9-13.4 GB/s, and 3072x1024 streamed on two threads 16.6 -> 19.6.
+// The scalar loop (q1s_overlay_rows, the other builds) took ~20 cycles an
 // entry, waiting on each load in turn. The lanes are summed in another order
 // than the scalar loop's, so the bits differ from the AVX2 build's.
 void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
@@ -1368,11 +1371,20 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
         const __m512i lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1, p);
         const __m512i hi = _mm512_maskz_loadu_epi8(bytes > 64 ? (__mmask64{1} << (bytes - 64)) - 1 : 0, p + 64);
         const __m512i idx = _mm512_permutex2var_epi16(lo, index_words, hi);
-        __mmask16 k = __mmask16((1u << n) - 1);
-        if (row_begin + cols <= UINT32_MAX)  // else every u32 index is below the row's end
-            k &= _mm512_cmplt_epu32_mask(idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin + cols))));
+        // The step's entries in this row and the next three (and below
+        // the range's end): c = idx - row_begin, less cols once per row
+        // past this one.
+        const uint64_t reach = std::min<uint64_t>(std::min<uint64_t>(4 * cols, end - row_begin), UINT32_MAX);
+        __m512i c = _mm512_maskz_sub_epi32(0xFFFF, idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
+        __mmask16 k = __mmask16((1u << n) - 1) & _mm512_cmplt_epu32_mask(c, _mm512_set1_epi32(int32_t(uint32_t(reach))));
         // and none below its start (a list out of order: entry 0 is in the row)
         k &= _mm512_cmpge_epu32_mask(idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
+        const __m512i cols32 = _mm512_set1_epi32(int32_t(uint32_t(std::min<uint64_t>(cols, UINT32_MAX))));
+        __mmask16 past[4] = {k, 0, 0, 0};  // past[j]: lanes of row j or later
+        for (int j = 1; j < 4; ++j) {
+            past[j] = _mm512_mask_cmpge_epu32_mask(past[j - 1], c, cols32);
+            c = _mm512_mask_sub_epi32(c, past[j], c, cols32);
+        }
         const __m512i tile = _mm512_maskz_mullo_epi32(0xFFFF, _mm512_maskz_srli_epi32(0xFFFF, idx, 5), _mm512_set1_epi32(6));
         // Each tile's scale and bits (6 of its bytes) by one 8-byte gather
         // a lane, two gathers of 8 lanes, not two of 16 (a gather's cost
@@ -1390,10 +1402,15 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
                                                                       _mm512_castps_si512(s), sign));
         const __m512 value = _mm512_maskz_cvtph_ps(
             0xFFFF, _mm512_maskz_extracti64x4_epi64(0xF, _mm512_permutex2var_epi16(lo, value_words, hi), 0));
-        const __m512i c = _mm512_maskz_sub_epi32(0xFFFF, idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
         const __m512 xc = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, c, xf, 4);
         const __m512 prod = _mm512_maskz_mul_ps(k, _mm512_maskz_sub_ps(0xFFFF, value, base), xc);
-        y[row] += hsum(_mm256_add_ps(lo256(prod), hi256(prod)));
+        // Each row's lanes summed and added to it once.
+        for (int j = 0; j < 4; ++j) {
+            const __mmask16 mine = __mmask16(past[j] & ~(j < 3 ? past[j + 1] : 0));
+            if (mine == 0) continue;
+            const __m512 v = _mm512_maskz_mov_ps(mine, prod);
+            y[row + j] += hsum(_mm256_add_ps(lo256(v), hi256(v)));
+        }
         e += uint64_t(__builtin_popcount(k));
     }
 }
