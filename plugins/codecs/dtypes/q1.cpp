@@ -290,7 +290,13 @@ struct Q1tView {
     uint32_t ptr(uint64_t r) const { return load_u32(row_ptr + 4 * r); }
 };
 
-Q1tView q1t_view(const cmf_tensor_view &t, bool check_entries) {
+// The payload's parts and the sizes they need (row_ptr[0] and the entry
+// count read from row_ptr[rows]); the rows' own pointers and columns are
+// checked by q1t_check_rows, for every row at load (validate) and for the
+// rows a call reads otherwise: a whole-table check per call read all of
+// row_ptr (600 KB for a 151936-row output layer) for each token's one
+// embedding row and each thread's share of a matmul.
+Q1tView q1t_view(const cmf_tensor_view &t) {
     Q1tView v;
     v.m = require_rows(shape_of(t), "q1t");
     v.groups = groups_of(v.m.rows * v.m.cols);
@@ -302,20 +308,26 @@ Q1tView q1t_view(const cmf_tensor_view &t, bool check_entries) {
     v.row_ptr = v.tiles + 9 * v.groups;
     v.entries = bytes_of(t) + header;
     if (v.ptr(0) != 0) fail(CMF_ERR_PARSE, "q1t row_ptr[0] is " + std::to_string(v.ptr(0)) + ", not 0");
-    for (uint64_t r = 0; r < v.m.rows; ++r)
-        if (v.ptr(r + 1) < v.ptr(r))
-            fail(CMF_ERR_PARSE, "q1t row_ptr decreases at row " + std::to_string(r));
     uint64_t total = header + 4 * static_cast<uint64_t>(v.ptr(v.m.rows));
     if (total != t.nbytes)
         fail(CMF_ERR_BOUNDS, "q1t payload is " + std::to_string(t.nbytes) + " bytes, its overlay needs " +
                                  std::to_string(total));
-    if (check_entries)
-        for (uint64_t e = 0; e < v.ptr(v.m.rows); ++e)
-            if (load_u16(v.entries + 4 * e) >= v.m.cols)
-                fail(CMF_ERR_PARSE, "q1t overlay entry " + std::to_string(e) + " has column " +
-                                        std::to_string(load_u16(v.entries + 4 * e)) + " >= " +
-                                        std::to_string(v.m.cols));
     return v;
+}
+
+// Rows [r0, r1): their row_ptr entries do not decrease and stay within the
+// overlay, and their entries' columns are below cols.
+void q1t_check_rows(const Q1tView &v, uint64_t r0, uint64_t r1) {
+    for (uint64_t r = r0; r < r1; ++r)
+        if (v.ptr(r + 1) < v.ptr(r))
+            fail(CMF_ERR_PARSE, "q1t row_ptr decreases at row " + std::to_string(r));
+    if (v.ptr(r1) > v.ptr(v.m.rows))
+        fail(CMF_ERR_PARSE, "q1t row_ptr[" + std::to_string(r1) + "] is past the overlay's " +
+                                std::to_string(v.ptr(v.m.rows)) + " entries");
+    for (uint64_t e = v.ptr(r0); e < v.ptr(r1); ++e)
+        if (load_u16(v.entries + 4 * e) >= v.m.cols)
+            fail(CMF_ERR_PARSE, "q1t overlay entry " + std::to_string(e) + " has column " +
+                                    std::to_string(load_u16(v.entries + 4 * e)) + " >= " + std::to_string(v.m.cols));
 }
 
 class Q1t final : public Dtype {
@@ -327,9 +339,13 @@ public:
         require_rows(shape, name());
         return CMF_SIZE_VARIABLE;
     }
-    void validate(const cmf_tensor_view &t) const override { q1t_view(t, true); }
+    void validate(const cmf_tensor_view &t) const override {
+        const Q1tView v = q1t_view(t);
+        q1t_check_rows(v, 0, v.m.rows);
+    }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
-        Q1tView v = q1t_view(t, true);
+        Q1tView v = q1t_view(t);
+        q1t_check_rows(v, r0, r1);
         uint64_t cols = v.m.cols;
         for (uint64_t i = r0 * cols, end = r1 * cols; i < end;) {
             const uint8_t *tile = v.tiles + 9 * (i / 32);
@@ -362,13 +378,12 @@ public:
     // int8 blocks (the form before took f32 x through a table of 8 floats
     // per byte: docs/dtypes.md), then each overlay entry of the rows as a
     // correction (value - base value) * x against the same quantized x, so
-    // a row is its decoded values against that x. The entries' columns are
-    // checked at load (validate); one past the row here (a tensor that
-    // skipped it) is left out rather than read past x.
+    // a row is its decoded values against that x.
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
-        Q1tView v = q1t_view(w, false);
+        Q1tView v = q1t_view(w);
+        q1t_check_rows(v, r0, r1);
         const uint64_t cols = v.m.cols;
         if (cols % 32 != 0) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
         const uint64_t gpr = cols / 32;
@@ -380,7 +395,6 @@ public:
         for (uint64_t r = r0; r < r1; ++r)
             for (uint32_t e = v.ptr(r); e < v.ptr(r + 1); ++e) {
                 const uint16_t c = load_u16(v.entries + 4 * e);
-                if (c >= cols) continue;
                 const uint8_t *tile = v.tiles + 9 * (r * gpr + c / 32);
                 const float delta = load_f16(v.entries + 4 * e + 2) - trit_value(trit(tile + 2, c % 32), load_f16(tile));
                 for (uint64_t b = 0; b < n_batch; ++b)
@@ -392,10 +406,10 @@ public:
     // 0 writes none; an overlay value is no multiple of its group's scale).
     bool has_int8_rows() const override { return true; }
     bool int8_view(const cmf_tensor_view &t) const override {
-        return rows_of_int8_blocks(t) && q1t_view(t, false).ptr(t.shape[0]) == 0;
+        return rows_of_int8_blocks(t) && q1t_view(t).ptr(t.shape[0]) == 0;
     }
     void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
-        Q1tView v = q1t_view(t, false);
+        Q1tView v = q1t_view(t);
         if (v.ptr(v.m.rows) != 0) fail(CMF_ERR_UNSUPPORTED, "q1t tensor with an overlay: no int8 view");
         const uint64_t gpr = v.m.cols / 32;
         kernels::unpack_q1t_groups(v.tiles + 9 * r0 * gpr, (r1 - r0) * gpr, codes, scales);
