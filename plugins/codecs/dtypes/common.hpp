@@ -182,10 +182,14 @@ const QuantizedX &quantized_x(const float *x, uint64_t ldx, uint64_t n_batch, ui
 // computes rows [t0, t1) against activation row b. In decode (n_batch 1) that
 // is one call for the whole range; with a batch the rows go in 16-row tiles
 // (at most 48 KiB of q8 at 3072 columns) that stay in L2 while every
-// activation row passes over them.
+// activation row passes over them. A kernel that makes a table of x per
+// call (q1 and q1t with AVX-512: x transposed or in digit planes) takes
+// tiles of kTableTileBytes / row_bytes rows (at least 16) instead, so the
+// table is made once per tile and activation row, not per 16 rows.
+constexpr uint64_t kTableTileBytes = 64 * 1024;
 template <class Kernel>
-void for_row_tiles(uint64_t r0, uint64_t r1, uint64_t n_batch, Kernel kernel) {
-    const uint64_t tile = n_batch == 1 ? r1 - r0 : 16;
+void for_row_tiles(uint64_t r0, uint64_t r1, uint64_t n_batch, Kernel kernel, uint64_t row_bytes = 0) {
+    const uint64_t tile = n_batch == 1 ? r1 - r0 : row_bytes == 0 ? 16 : std::max<uint64_t>(16, kTableTileBytes / row_bytes);
     for (uint64_t t0 = r0; t0 < r1; t0 += tile) {
         const uint64_t t1 = std::min(r1, t0 + tile);
         for (uint64_t b = 0; b < n_batch; ++b) kernel(t0, t1, b);

@@ -61,7 +61,7 @@ void q1_base_rows(const uint8_t *tiles, uint64_t gpr, const QuantizedX &xq, uint
                   float *y, uint64_t ldy) {
     for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
         kernels::rows_q1_xq(tiles + 6 * t0 * gpr, xq.q(b), xq.offset(b), xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
-    });
+    }, 6 * gpr);
 }
 
 class Q1 final : public Dtype {
@@ -390,7 +390,7 @@ public:
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
         for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
             kernels::rows_q1t_xq(v.tiles + 9 * t0 * gpr, xq.q(b), xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
-        });
+        }, 9 * gpr);
         if (v.ptr(r1) == v.ptr(r0)) return;
         for (uint64_t r = r0; r < r1; ++r)
             for (uint32_t e = v.ptr(r); e < v.ptr(r + 1); ++e) {
