@@ -261,6 +261,16 @@ inline __m256 lo256(__m512 v) { return _mm256_castpd_ps(_mm512_maskz_extractf64x
 // (Zero-masked forms with a full mask: see q4_pair_acc_rows_zmm below.)
 inline __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 1)); }
 inline __m512 cvt_ps(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
+// The sum of 16 lanes, halves added first (the row kernels' last step).
+inline float hsum512(__m512 v) { return hsum(_mm256_add_ps(lo256(v), hi256(v))); }
+// The 32-byte x blocks of groups [g0, g0 + n), n <= 8, two a register,
+// zero past them (nothing past them read): the VBMI kernels' x tables.
+inline void load_x8(const int8_t *xq, uint64_t g0, uint64_t n, __m512i X[4]) {
+    for (uint64_t i = 0; i < 4; ++i) {
+        const uint64_t have = 2 * i < n ? std::min<uint64_t>(64, 32 * (n - 2 * i)) : 0;
+        X[i] = _mm512_maskz_loadu_epi8(have == 64 ? ~uint64_t{0} : (uint64_t{1} << have) - 1, xq + 32 * g0 + 64 * i);
+    }
+}
 
 // The q8 row kernel on AVX-512 VNNI. A q8 row's blocks share one scale per
 // row, x has one per block, so each block's exact integer sum must meet its
@@ -1261,7 +1271,7 @@ __attribute__((target("avx512bitalg"), always_inline)) inline void q1_pass_bital
         for (int q = 0; q < R; ++q) acc[q] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s[q]), sc[q], acc[q]);
     }
 #pragma GCC unroll 4
-    for (int q = 0; q < R; ++q) y[q] = hsum(_mm256_add_ps(lo256(acc[q]), hi256(acc[q])));
+    for (int q = 0; q < R; ++q) y[q] = hsum512(acc[q]);
 }
 
 __attribute__((target("avx512bitalg"))) void q1_rows_bitalg(const uint8_t *tiles, const uint8_t *xt, const float *xd,
@@ -1409,7 +1419,7 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
             const __mmask16 mine = __mmask16(past[j] & ~(j < 3 ? past[j + 1] : 0));
             if (mine == 0) continue;
             const __m512 v = _mm512_maskz_mov_ps(mine, prod);
-            y[row + j] += hsum(_mm256_add_ps(lo256(v), hi256(v)));
+            y[row + j] += hsum512(v);
         }
         e += uint64_t(__builtin_popcount(k));
     }
@@ -1918,10 +1928,7 @@ void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt
         const uint64_t n = std::min<uint64_t>(8, groups - g0);
         uint8_t *o = xt + kQ2StepBytes * (g0 / 8);
         __m512i X[4];
-        for (uint64_t i = 0; i < 4; ++i) {
-            const uint64_t have = 2 * i < n ? std::min<uint64_t>(64, 32 * (n - 2 * i)) : 0;
-            X[i] = _mm512_maskz_loadu_epi8(have == 64 ? ~uint64_t{0} : (uint64_t{1} << have) - 1, xq + 32 * g0 + 64 * i);
-        }
+        load_x8(xq, g0, n, X);
         __m512i sum = _mm512_setzero_si512();
         for (int t = 0; t < 4; ++t) {
             const __m512i idx = _mm512_load_si512(kQ2Vbmi.pass_qwords[t]);
@@ -1974,7 +1981,7 @@ __attribute__((target("avx512vbmi"), always_inline)) inline void q2_pass_vbmi(co
     }
     // (c - 1.5) * s = (2c - 3) * (s / 2): the integer sums, halved once.
 #pragma GCC unroll 4
-    for (int q = 0; q < R; ++q) y[q] = 0.5f * hsum(_mm256_add_ps(lo256(acc[q]), hi256(acc[q])));
+    for (int q = 0; q < R; ++q) y[q] = 0.5f * hsum512(acc[q]);
 }
 
 template <bool Nta>
@@ -2145,10 +2152,7 @@ __attribute__((target("avx512vbmi"))) void q1t_x_planes(const int8_t *xq, const 
         const uint64_t n = std::min<uint64_t>(8, groups - g0);
         uint8_t *o = xt + kQ1tStepBytes * (g0 / 8);
         __m512i X[4];
-        for (uint64_t i = 0; i < 4; ++i) {
-            const uint64_t have = 2 * i < n ? std::min<uint64_t>(64, 32 * (n - 2 * i)) : 0;
-            X[i] = _mm512_maskz_loadu_epi8(have == 64 ? ~uint64_t{0} : (uint64_t{1} << have) - 1, xq + 32 * g0 + 64 * i);
-        }
+        load_x8(xq, g0, n, X);
         for (int k = 0; k < 5; ++k) {
             const __m512i idx = _mm512_load_si512(kQ1tVbmi.x_idx[k]);
             const uint64_t v = kQ1tVbmi.x_valid[k];
@@ -2228,7 +2232,7 @@ __attribute__((target("avx512vbmi"), always_inline)) inline void q1t_pass(const 
                               _mm512_setzero_si512(), xs, acc[q]);
     }
 #pragma GCC unroll 2
-    for (int q = 0; q < R; ++q) y[q] = hsum(_mm256_add_ps(lo256(acc[q]), hi256(acc[q])));
+    for (int q = 0; q < R; ++q) y[q] = hsum512(acc[q]);
 }
 
 template <bool Nta>
