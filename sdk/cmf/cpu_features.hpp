@@ -82,13 +82,15 @@ inline bool cpu_has_avx512_bf16() {
 }
 
 // The SIMD level an environment variable caps a plugin's kernel choice at
-// (CMF_CODECS_ISA, CMF_CPU_ISA): "portable" 0, "avx2" 1, unset or anything
-// else 2 (no cap). Read when called; callers keep the answer.
+// (CMF_CODECS_ISA, CMF_CPU_ISA): "portable" 0, "avx2" 1, "avx512vnni" 2
+// (AVX-512 VNNI kernels, not their VBMI and BITALG forms), unset or
+// anything else 3 (no cap). Read when called; callers keep the answer.
 inline int isa_cap_from_env(const char *name) {
     const char *env = std::getenv(name);
     if (env != nullptr && std::strcmp(env, "portable") == 0) return 0;
     if (env != nullptr && std::strcmp(env, "avx2") == 0) return 1;
-    return 2;
+    if (env != nullptr && std::strcmp(env, "avx512vnni") == 0) return 2;
+    return 3;
 }
 
 // Decode kernels stream weights from memory and software-prefetch each

@@ -420,11 +420,15 @@ TEST_CASE("roundtrip: int8 matmul paths equal the decode against quantized activ
 
 TEST_CASE("roundtrip: SIMD and portable kernels agree") {
     // Every SIMD build this CPU runs (avx512vnni, avx2), not only the one
-    // dispatch picks.
+    // dispatch picks; the avx512vnni build with and without its VBMI and
+    // BITALG forms (q1t, q1, q2tp rows) where the CPU has those.
     namespace k = cmf::codecs::kernels;
     const std::vector<k::SimdKernels> simd = k::simd_kernels();
-    for (const k::SimdKernels &isa : simd) {
+    for (const k::SimdKernels &isa : simd)
+    for (bool extensions : {true, false}) {
+    k::set_avx512_extensions(extensions);
     CAPTURE(isa.isa);
+    CAPTURE(extensions);
     std::mt19937 rng(5);
     std::vector<uint8_t> bytes(32 * 64 * 2);  // enough for every kernel at 64 groups
     for (auto &b : bytes) b = static_cast<uint8_t>(rng() % 243);
@@ -735,6 +739,7 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         CHECK(std::memcmp(a.data(), p.data(), a.size() * sizeof(float)) == 0);
     }
     }
+    k::set_avx512_extensions(true);
 }
 
 TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or not") {

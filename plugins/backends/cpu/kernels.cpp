@@ -1229,7 +1229,7 @@ const Kernels *kernels_for(const char *isa) {
 }
 
 bool isa_allowed(const char *isa) {
-    static const int cap = isa_cap_from_env("CMF_CPU_ISA");  // 0: portable only, 1: up to AVX2, 2: anything
+    static const int cap = isa_cap_from_env("CMF_CPU_ISA");  // 0: portable only, 1: up to AVX2, 2+: AVX-512
     if (std::strcmp(isa, "portable") == 0) return true;
     if (std::strncmp(isa, "avx512", 6) == 0) return cap >= 2;
     return cap >= 1;

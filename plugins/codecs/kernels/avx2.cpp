@@ -1461,8 +1461,7 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
 void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, [[maybe_unused]] const int32_t *xoff, const float *xd,
                 uint64_t groups, uint64_t rows, float *y) {
 #ifdef CMF_CODECS_VNNI
-    static const bool bitalg = has_avx512_bitalg();
-    if (bitalg) {
+    if (has_avx512_bitalg()) {
         if (rows == 0) return;
         uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q1_x_passes, kQ1StepBytes * ((groups + 15) / 16)));
         q1_x_passes(xq, groups, xt);
@@ -1998,8 +1997,7 @@ __attribute__((target("avx512vbmi"))) void q2_rows_vbmi(const uint8_t *chunks, c
 void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
 #ifdef CMF_CODECS_VNNI
-    static const bool vbmi = has_avx512_vbmi();
-    if (vbmi) {
+    if (has_avx512_vbmi()) {
         if (rows == 0) return;
         uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q2_x_passes, kQ2StepBytes * ((groups + 7) / 8)));
         q2_x_passes(xq, xd, groups, xt);
@@ -2258,8 +2256,7 @@ __attribute__((target("avx512vbmi"))) void q1t_rows_vbmi(const uint8_t *tiles, c
 void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows, float *y) {
     if (rows == 0) return;
 #ifdef CMF_CODECS_VNNI
-    static const bool vbmi = has_avx512_vbmi();
-    if (vbmi) {
+    if (has_avx512_vbmi()) {
         uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q1t_x_table, kQ1tStepBytes * ((groups + 7) / 8)));
         q1t_x_planes(xq, xd, groups, xt);
         with_weights_hint([&](auto nta) { q1t_rows_vbmi<decltype(nta)::value>(tiles, xt, groups, rows, y); });

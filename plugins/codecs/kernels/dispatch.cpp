@@ -6,6 +6,7 @@
 
 #include <cmf/cpu_features.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -13,9 +14,10 @@
 namespace cmf::codecs::kernels {
 
 namespace {
-// CMF_CODECS_ISA=avx2 or =portable caps the kernels at that level (A/B
-// benchmarks, or a way around a suspected SIMD bug); unset or anything else:
-// the best the CPU runs.
+// CMF_CODECS_ISA=avx512vnni, =avx2 or =portable caps the kernels at that
+// level (A/B benchmarks, or a way around a suspected SIMD bug; avx512vnni
+// leaves out the VBMI and BITALG forms); unset or anything else: the best
+// the CPU runs.
 int isa_cap() {
     static const int cap = cmf::isa_cap_from_env("CMF_CODECS_ISA");
     return cap;
@@ -49,16 +51,22 @@ bool has_avx512vnni() {
 long prefetch_ahead_light() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::light); }
 long prefetch_ahead_q4() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream::q4); }
 bool prefetch_weights_nta() { return cmf::prefetch_weights_nta(); }
+namespace {
+std::atomic<bool> avx512_extensions_on{true};  // set_avx512_extensions
+}
+void set_avx512_extensions(bool on) { avx512_extensions_on.store(on, std::memory_order_relaxed); }
 bool has_avx512_vbmi() {
 #if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
-    return has_avx512vnni() && cmf::cpu_has_avx512_vbmi();
+    return isa_cap() >= 3 && avx512_extensions_on.load(std::memory_order_relaxed) && has_avx512vnni() &&
+           cmf::cpu_has_avx512_vbmi();
 #else
     return false;
 #endif
 }
 bool has_avx512_bitalg() {
 #if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
-    return has_avx512vnni() && cmf::cpu_has_avx512_bitalg();
+    return isa_cap() >= 3 && avx512_extensions_on.load(std::memory_order_relaxed) && has_avx512vnni() &&
+           cmf::cpu_has_avx512_bitalg();
 #else
     return false;
 #endif

@@ -270,10 +270,14 @@ long prefetch_ahead_light();
 long prefetch_ahead_q4();
 bool prefetch_weights_nta();
 // cmf::cpu_has_avx512_vbmi (and not capped by CMF_CODECS_ISA), for the
-// kernels with a VBMI form inside the AVX-512 VNNI build.
+// kernels with a VBMI form inside the AVX-512 VNNI build; read at each
+// call of such a kernel.
 bool has_avx512_vbmi();
 // cmf::cpu_has_avx512_bitalg, the same way.
 bool has_avx512_bitalg();
+// Off: the AVX-512 VNNI build runs its forms without VBMI and BITALG
+// whatever the CPU has (tests hold both against the portable kernels).
+void set_avx512_extensions(bool on);
 
 // A thread's scratch room for the SIMD kernels, `bytes` long and 64-byte
 // aligned, valid until the same thread asks for the same slot again (each
