@@ -2098,9 +2098,8 @@ inline float q1t_row_slots(const uint8_t *tiles, const int8_t *xt, const float *
 // a group), another their f16 scales into words 2g and 2g+1. A digit plane
 // k (digit k of every byte) is then a byte-table lookup: u = 1, 2, 0 for the
 // digits 0, 1, 2 (so u - 1 is the weight), straight into vpdpbusd against
-// x's elements 5j+k laid out in the same slots, started at minus each
-// group's sum of x codes (lane 2g; lane 2g+1 at 0): the two lanes of a
-// group then hold sum(w*q). A table of 256 entries takes two merge-masked
+// x's elements 5j+k laid out in the same slots, each lane started at minus
+// the x codes it meets: the two lanes of a group then hold sum(w*q). A table of 256 entries takes two merge-masked
 // vpermi2b (bytes below 128, at or above), one of 128 entries one: b mod 81
 // (256) leaves digits 0-3, each one lookup (128), and digit 4 is its own
 // 256-entry lookup on b: 8 permutes a step for 5 planes.
@@ -2137,36 +2136,31 @@ struct Q1tVbmiTables {
     }
 };
 constexpr Q1tVbmiTables kQ1tVbmi;
-// A step's x: 5 planes of 64 bytes, then the 16 int32 starts (-sum of the
-// group's codes in lane 2g), then the 16 floats d[g] (lanes 2g, 2g+1); the
-// groups past `groups` in the last step all zero.
+// A step's x: 5 planes of 64 bytes, then the 16 int32 starts (minus the
+// sum of the x codes each lane meets over the planes: lanes 2g and 2g+1
+// together minus group g's sum), then the 16 floats d[g] (lanes 2g, 2g+1);
+// the groups past `groups` in the last step all zero.
 constexpr uint64_t kQ1tStepBytes = 7 * 64;
 
 __attribute__((target("avx512vbmi"))) void q1t_x_planes(const int8_t *xq, const float *xd, uint64_t groups,
                                                         uint8_t *xt) {
-    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m256i flip = _mm256_set1_epi8(-128);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), ones = _mm512_set1_epi8(1);
     for (uint64_t g0 = 0; g0 < groups; g0 += 8) {
         const uint64_t n = std::min<uint64_t>(8, groups - g0);
         uint8_t *o = xt + kQ1tStepBytes * (g0 / 8);
         __m512i X[4];
         load_x8(xq, g0, n, X);
+        __m512i sum = _mm512_setzero_si512();
         for (int k = 0; k < 5; ++k) {
             const __m512i idx = _mm512_load_si512(kQ1tVbmi.x_idx[k]);
             const uint64_t v = kQ1tVbmi.x_valid[k];
             const __m512i a = _mm512_maskz_permutex2var_epi8(v & 0xFFFFFFFFull, X[0], idx, X[1]);
             const __m512i b = _mm512_maskz_permutex2var_epi8(v & ~0xFFFFFFFFull, X[2], idx, X[3]);
-            _mm512_store_si512(o + 64 * k, _mm512_or_si512(a, b));
+            const __m512i plane = _mm512_or_si512(a, b);
+            _mm512_store_si512(o + 64 * k, plane);
+            sum = _mm512_dpbusd_epi32(sum, ones, plane);
         }
-        // Sums of each group's codes: the sums of |code + 128| by 8-byte
-        // SAD, less 32 * 128.
-        alignas(64) int32_t sums[16] = {};
-        for (uint64_t g = 0; g < n; ++g) {
-            const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(load32(xq + 32 * (g0 + g)), flip), _mm256_setzero_si256());
-            const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            sums[2 * g] = 32 * 128 - static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
-        }
-        _mm512_store_si512(o + 320, _mm512_load_si512(sums));
+        _mm512_store_si512(o + 320, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
         _mm512_store_ps(o + 384, _mm512_maskz_permutexvar_ps(0xFFFF, dup, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xd + g0)));
     }
 }

@@ -53,24 +53,23 @@ long prefetch_ahead_q4() { return cmf::prefetch_ahead_bytes(cmf::PrefetchStream:
 bool prefetch_weights_nta() { return cmf::prefetch_weights_nta(); }
 namespace {
 std::atomic<bool> avx512_extensions_on{true};  // set_avx512_extensions
+// Whether the VNNI build's forms for an AVX-512 extension run: the build
+// runs, CMF_CODECS_ISA does not cap them, they are not turned off, and the
+// CPU has the extension (cpu_has).
+#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
+bool avx512_extension(bool cpu_has) {
+    return isa_cap() >= 3 && avx512_extensions_on.load(std::memory_order_relaxed) && has_avx512vnni() && cpu_has;
 }
+#endif
+}  // namespace
 void set_avx512_extensions(bool on) { avx512_extensions_on.store(on, std::memory_order_relaxed); }
-bool has_avx512_vbmi() {
 #if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
-    return isa_cap() >= 3 && avx512_extensions_on.load(std::memory_order_relaxed) && has_avx512vnni() &&
-           cmf::cpu_has_avx512_vbmi();
+bool has_avx512_vbmi() { return avx512_extension(cmf::cpu_has_avx512_vbmi()); }
+bool has_avx512_bitalg() { return avx512_extension(cmf::cpu_has_avx512_bitalg()); }
 #else
-    return false;
+bool has_avx512_vbmi() { return false; }
+bool has_avx512_bitalg() { return false; }
 #endif
-}
-bool has_avx512_bitalg() {
-#if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
-    return isa_cap() >= 3 && avx512_extensions_on.load(std::memory_order_relaxed) && has_avx512vnni() &&
-           cmf::cpu_has_avx512_bitalg();
-#else
-    return false;
-#endif
-}
 
 void *thread_room(RoomSlot slot, uint64_t bytes) {
     thread_local std::vector<unsigned char> rooms[static_cast<int>(RoomSlot::count)];

@@ -267,24 +267,27 @@ int q1t_weight(unsigned b, unsigned k) {
 }
 }  // namespace
 
-void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    for (uint64_t r = 0; r < rows; ++r) {
-        float acc = 0.0f;
-        for (uint64_t g = 0; g < groups; ++g) {
-            const uint8_t *t = tiles + 9 * (groups * r + g);
-            int32_t s = 0;
-            for (unsigned i = 0; i < 32; ++i) s += q1t_weight(t[2 + i / 5], i % 5) * xq[32 * g + i];
-            acc += f16_at(t) * xd[g] * static_cast<float>(s);
-        }
-        y[r] = acc;
-    }
-}
-
 void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales) {
     for (uint64_t g = 0; g < groups; ++g) {
         const uint8_t *t = tiles + 9 * g;
         for (unsigned i = 0; i < 32; ++i) codes[32 * g + i] = static_cast<int8_t>(q1t_weight(t[2 + i / 5], i % 5));
         scales[g] = f16_at(t);
+    }
+}
+
+// Each group's weights from its int8 view, against x.
+void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (uint64_t g = 0; g < groups; ++g) {
+            int8_t w[32];
+            float s;
+            unpack_q1t_groups(tiles + 9 * (groups * r + g), 1, w, &s);
+            int32_t sum = 0;
+            for (unsigned i = 0; i < 32; ++i) sum += w[i] * xq[32 * g + i];
+            acc += s * xd[g] * static_cast<float>(sum);
+        }
+        y[r] = acc;
     }
 }
 
