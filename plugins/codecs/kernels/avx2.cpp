@@ -263,6 +263,12 @@ inline __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_maskz_extractf64x
 inline __m512 cvt_ps(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
 // The sum of 16 lanes, halves added first (the row kernels' last step).
 inline float hsum512(__m512 v) { return hsum(_mm256_add_ps(lo256(v), hi256(v))); }
+// Floats p[0 .. n), n <= 8, each in two lanes (2i, 2i+1), zero past them
+// (nothing past them read): a per-group value beside 8 groups' lane pairs.
+inline __m512 pairs_of8(const float *p, uint64_t n) {
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return _mm512_maskz_permutexvar_ps(0xFFFF, dup, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p));
+}
 // The 32-byte x blocks of groups [g0, g0 + n), n <= 8, two a register,
 // zero past them (nothing past them read): the VBMI kernels' x tables.
 inline void load_x8(const int8_t *xq, uint64_t g0, uint64_t n, __m512i X[4]) {
@@ -1909,20 +1915,18 @@ constexpr uint64_t kQ2StepBytes = 6 * 64;  // 4 passes of x, the lanes' starts, 
 struct Q2VbmiTables {
     alignas(64) uint8_t shift[4][64] = {};  // pass t: byte 8g+i <- bits 8i+2t-1 .. of qword g
     alignas(64) int64_t pass_qwords[4][8] = {};  // pass t, group g: qword 4(g%4)+t of two x registers
-    alignas(64) int32_t dup[16] = {};
     constexpr Q2VbmiTables() {
         for (int t = 0; t < 4; ++t)
             for (int g = 0; g < 8; ++g) {
                 for (int i = 0; i < 8; ++i) shift[t][8 * g + i] = static_cast<uint8_t>((8 * i + 2 * t + 63) % 64);
                 pass_qwords[t][g] = 4 * (g % 4) + t;
             }
-        for (int l = 0; l < 16; ++l) dup[l] = l / 2;
     }
 };
 constexpr Q2VbmiTables kQ2Vbmi;
 
 void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt) {
-    const __m512i ones = _mm512_set1_epi8(1), dup = _mm512_load_si512(kQ2Vbmi.dup);
+    const __m512i ones = _mm512_set1_epi8(1);
     for (uint64_t g0 = 0; g0 < groups; g0 += 8) {
         const uint64_t n = std::min<uint64_t>(8, groups - g0);
         uint8_t *o = xt + kQ2StepBytes * (g0 / 8);
@@ -1938,7 +1942,7 @@ void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt
         }
         // -3 * sum, the offset of codes doubled less 3: sum((2c - 3) * q)
         _mm512_store_si512(o + 256, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(sum, _mm512_add_epi32(sum, sum))));
-        _mm512_store_ps(o + 320, _mm512_maskz_permutexvar_ps(0xFFFF, dup, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xd + g0)));
+        _mm512_store_ps(o + 320, pairs_of8(xd + g0, n));
     }
 }
 
@@ -1946,7 +1950,7 @@ template <int R, bool Nta>
 __attribute__((target("avx512vbmi"), always_inline)) inline void q2_pass_vbmi(const uint8_t *chunks, uint64_t ld,
                                                                              const float *scales, const uint8_t *xt,
                                                                              uint64_t groups, float *y) {
-    const __m512i six = _mm512_set1_epi8(6), dup = _mm512_load_si512(kQ2Vbmi.dup);
+    const __m512i six = _mm512_set1_epi8(6);
     const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
     __m512 acc[R];
 #pragma GCC unroll 4
@@ -1973,9 +1977,8 @@ __attribute__((target("avx512vbmi"), always_inline)) inline void q2_pass_vbmi(co
         const __m512 d = _mm512_load_ps(xs + 320);
 #pragma GCC unroll 4
         for (int q = 0; q < R; ++q) {
-            const __m512 sc = _mm512_maskz_permutexvar_ps(
-                0xFFFF, dup, _mm512_maskz_loadu_ps(live, scales + q * groups + g0));
-            acc[q] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s[q]), _mm512_mul_ps(sc, d), acc[q]);
+            acc[q] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s[q]), _mm512_mul_ps(pairs_of8(scales + q * groups + g0, n), d),
+                                     acc[q]);
         }
     }
     // (c - 1.5) * s = (2c - 3) * (s / 2): the integer sums, halved once.
@@ -2144,7 +2147,7 @@ constexpr uint64_t kQ1tStepBytes = 7 * 64;
 
 __attribute__((target("avx512vbmi"))) void q1t_x_planes(const int8_t *xq, const float *xd, uint64_t groups,
                                                         uint8_t *xt) {
-    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), ones = _mm512_set1_epi8(1);
+    const __m512i ones = _mm512_set1_epi8(1);
     for (uint64_t g0 = 0; g0 < groups; g0 += 8) {
         const uint64_t n = std::min<uint64_t>(8, groups - g0);
         uint8_t *o = xt + kQ1tStepBytes * (g0 / 8);
@@ -2161,7 +2164,7 @@ __attribute__((target("avx512vbmi"))) void q1t_x_planes(const int8_t *xq, const 
             sum = _mm512_dpbusd_epi32(sum, ones, plane);
         }
         _mm512_store_si512(o + 320, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
-        _mm512_store_ps(o + 384, _mm512_maskz_permutexvar_ps(0xFFFF, dup, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xd + g0)));
+        _mm512_store_ps(o + 384, pairs_of8(xd + g0, n));
     }
 }
 
