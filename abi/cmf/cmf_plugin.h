@@ -187,6 +187,16 @@ typedef struct cmf_codec_vt {
      * with the whole rows). Reentrant. */
     cmf_error *(*select_columns)(void *ctx, const cmf_tensor_view *t, const uint64_t *blocks, uint64_t n_blocks,
                                  const cmf_byte_sink *out, uint64_t *block_cols);
+
+    /* validate, also reporting facts about the payload (bits whose meaning
+     * is this codec's own; see cmf_tensor_view.facts) into *facts. A host
+     * that validates a tensor once and hands out views of it afterwards
+     * calls this instead of validate and puts *facts into those views; the
+     * codec's other members then find them in t->facts. Every set bit must
+     * hold of these bytes. Optional (NULL: validate, no facts; added after
+     * plugin ABI 1's first release, so hosts read it only when struct_size
+     * covers it). */
+    cmf_error *(*validate_facts)(void *ctx, const cmf_tensor_view *t, uint32_t *facts);
 } cmf_codec_vt;
 
 /* Columns per scale block of cmf_codec_vt.int8_rows. */

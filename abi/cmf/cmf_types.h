@@ -103,12 +103,26 @@ typedef struct cmf_error cmf_error;
  * needs to interpret a payload. `data` points into the file mapping (or a
  * caller's buffer) and is valid as long as its owner says (the model for
  * cmf_tensor views). `struct_size` first: fields are only ever appended.
+ *
+ * `facts` carries what the dtype's codec established about these very bytes
+ * when the host validated them at load (cmf_codec_vt.validate_facts), so its
+ * kernels need not establish it again on every call (q1s: that its outlier
+ * list ascends, which lets a row range find its entries by binary search
+ * instead of reading the whole list). The bits mean what that codec says;
+ * 0 means nothing is known and is always correct. Facts are of the bytes,
+ * not of the shape: a view that reshapes the same payload keeps them. A
+ * producer that did not get the facts from the codec for these exact bytes
+ * (a copy, a selection, a caller's buffer) writes 0 (the member
+ * was reserved, zero, before: views from older producers say "nothing
+ * known"). A set bit is a promise, like `data` and `nbytes`: a codec may
+ * compute a different result from bytes that break it, but must still read
+ * nothing outside the payload.
  */
 typedef struct cmf_tensor_view {
     uint32_t struct_size;   /* sizeof(cmf_tensor_view) as the producer knows it */
     int32_t dtype;          /* CMF_DTYPE_* */
     uint32_t ndim;          /* 0..CMF_MAX_DIMS */
-    uint32_t reserved0;     /* zero */
+    uint32_t facts;         /* the codec's facts about the payload, or 0 (above) */
     uint64_t shape[CMF_MAX_DIMS];
     const void *data;       /* payload bytes */
     uint64_t nbytes;        /* payload length */

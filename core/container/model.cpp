@@ -101,15 +101,17 @@ uint64_t check_tensor_size(Runtime &rt, const TensorRec &t) {
     return expected;
 }
 
-void check_tensor_payload(Runtime &rt, const TensorRec &t) {
+uint32_t check_tensor_payload(Runtime &rt, const TensorRec &t) {
     check_tensor_size(rt, t);
     const CodecEntry *codec = rt.codec(t.dtype);
-    if (codec->vt.validate != nullptr) {
-        const cmf_tensor_view v = t.view();
-        if (cmf_error *e = codec->vt.validate(codec->ctx, &v)) {
-            bounds(tensor_label(t) + " (" + codec->name + "): " + take_message(e));
-        }
-    }
+    cmf_tensor_view v = t.view();
+    v.facts = 0;  // the bytes are being asked about, not yet known
+    uint32_t facts = 0;
+    cmf_error *e = nullptr;
+    if (codec->vt.validate_facts != nullptr) e = codec->vt.validate_facts(codec->ctx, &v, &facts);
+    else if (codec->vt.validate != nullptr) e = codec->vt.validate(codec->ctx, &v);
+    if (e != nullptr) bounds(tensor_label(t) + " (" + codec->name + "): " + take_message(e));
+    return facts;
 }
 
 void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vector<MaskRec> &masks,
@@ -304,7 +306,7 @@ Shard open_shard(Runtime &rt, const std::string &path, bool allow_mmap, std::vec
     for (auto &t : sh.tensors) {  // 10
         check_tensor_bounds(t, env.len[kData]);
         t.data = data + t.off;  // only now known to lie inside the data section
-        check_tensor_payload(rt, t);
+        t.facts = check_tensor_payload(rt, t);
     }
     {  // 11
         std::unordered_map<std::string_view, size_t> seen;

@@ -27,6 +27,7 @@ struct TensorRec {
     uint64_t off = 0, nbytes = 0, hash = 0;
     uint32_t shard = 0;
     const uint8_t *data = nullptr;  // inside the shard's mapping
+    uint32_t facts = 0;             // its codec's facts about the payload, from validation at open
 
     // The tensor as codecs and backends see it.
     cmf_tensor_view view() const {
@@ -34,6 +35,7 @@ struct TensorRec {
         v.struct_size = sizeof v;
         v.dtype = dtype;
         v.ndim = ndim;
+        v.facts = facts;
         for (uint32_t i = 0; i < CMF_MAX_DIMS; ++i) v.shape[i] = shape[i];
         v.data = data;
         v.nbytes = nbytes;
@@ -131,8 +133,10 @@ void decode_masks(const uint8_t *s, uint64_t len, const ArchInfo &arch, std::vec
 void decode_index(const uint8_t *s, uint64_t len, std::vector<IndexEntry> &out);
 
 // A payload's size (via its dtype's codec: UnknownDtype without one) and
-// structure; Bounds when they do not match the shape.
-void check_tensor_payload(Runtime &rt, const TensorRec &t);
+// structure; Bounds when they do not match the shape. Returns the codec's
+// facts about the payload (cmf_tensor_view.facts; 0 from a codec without
+// validate_facts).
+uint32_t check_tensor_payload(Runtime &rt, const TensorRec &t);
 // The size part of check_tensor_payload alone; returns the codec's expected
 // size (CMF_SIZE_VARIABLE when the dtype's size varies).
 uint64_t check_tensor_size(Runtime &rt, const TensorRec &t);

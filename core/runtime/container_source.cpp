@@ -264,6 +264,7 @@ std::shared_ptr<const cmf_model_source> make_container_source(const cmf_model *c
                 }
                 std::vector<float> &owned = cs->blended.emplace_back(std::move(acc));
                 e.view.dtype = CMF_DTYPE_F32;
+                e.view.facts = 0;  // new bytes: nothing established about them
                 e.view.data = owned.data();
                 e.view.nbytes = n * sizeof(float);
             }

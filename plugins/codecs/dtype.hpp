@@ -27,6 +27,12 @@ public:
     virtual uint64_t expected_size(Shape shape) const = 0;
     // Structural check of a payload; the default checks the expected size.
     virtual void validate(const cmf_tensor_view &t) const;
+    // validate, returning the facts (cmf_tensor_view.facts) this dtype's
+    // kernels may later rely on; the default has none.
+    virtual uint32_t validate_facts(const cmf_tensor_view &t) const {
+        validate(t);
+        return 0;
+    }
     virtual void dequantize_rows(const cmf_tensor_view &t, uint64_t row_begin, uint64_t row_end,
                                  float *dst) const = 0;
     virtual bool can_quantize() const { return false; }

@@ -44,6 +44,15 @@ cmf_error *vt_validate(void *ctx, const cmf_tensor_view *t) {
     return cmf::sdk::call(c->state->host, [&] { c->dtype->validate(*t); });
 }
 
+cmf_error *vt_validate_facts(void *ctx, const cmf_tensor_view *t, uint32_t *facts) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (t == nullptr || facts == nullptr) cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "validate_facts: NULL argument");
+        *facts = 0;
+        *facts = c->dtype->validate_facts(*t);
+    });
+}
+
 cmf_error *vt_dequantize_rows(void *ctx, const cmf_tensor_view *t, uint64_t r0, uint64_t r1, float *dst) {
     CodecCtx *c = as_codec(ctx);
     return cmf::sdk::call(c->state->host, [&] {
@@ -194,6 +203,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
             vt.int8_rows = d->has_int8_rows() ? vt_int8_rows : nullptr;
             vt.matmul_rows_x = d->has_matmul() ? vt_matmul_rows_x : nullptr;
             vt.select_columns = vt_select_columns;
+            vt.validate_facts = vt_validate_facts;
             state->codecs.push_back(std::move(c));
         }
     });

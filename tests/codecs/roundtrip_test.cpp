@@ -8,9 +8,12 @@
 #include "dtypes/common.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/portable.hpp"
+#include "container/model.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -796,6 +799,110 @@ TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or no
             CHECK(y[b * ldy + rows] == -7.0f);
         }
     }
+}
+
+TEST_CASE("roundtrip: q1s facts: validate_facts says whether the list ascends, views carrying it compute the same") {
+    // Bit 0 of cmf_tensor_view.facts (the host puts validate_facts' answer
+    // into every view of a tensor it validated at load): the outlier list
+    // ascends strictly, so the kernels skip checking it and the decode finds
+    // a range's entries by binary search. With the bit, matmul and decode
+    // give the same bits as without; a view that claims it falsely reads
+    // nothing outside its payload (the ASan build runs this).
+    const uint64_t rows = 7, cols = 64;
+    const std::vector<uint64_t> shape{rows, cols};
+    std::vector<float> w = gaussian(rows * cols, 11, 0.01f);
+    const std::vector<uint8_t> sorted = encode(CMF_DTYPE_Q1S, shape, w.data(), "keep=0.08");
+    const uint64_t base = 6 * rows * cols / 32;
+    uint32_t count;
+    std::memcpy(&count, sorted.data() + base, 4);
+    REQUIRE(count >= 8);
+    std::vector<uint8_t> swapped = sorted;  // entries 2 and 3 exchanged
+    std::swap_ranges(swapped.begin() + base + 4 + 12, swapped.begin() + base + 4 + 18, swapped.begin() + base + 4 + 18);
+    std::vector<uint8_t> repeated = sorted;  // entry 1's index on entry 2 as well
+    std::memcpy(repeated.data() + base + 4 + 12, repeated.data() + base + 4 + 6, 4);
+    const Dtype &q1s = dtype(CMF_DTYPE_Q1S);
+    CHECK(q1s.validate_facts(view(CMF_DTYPE_Q1S, shape, sorted)) == 1u);
+    CHECK(q1s.validate_facts(view(CMF_DTYPE_Q1S, shape, swapped)) == 0u);
+    CHECK(q1s.validate_facts(view(CMF_DTYPE_Q1S, shape, repeated)) == 0u);
+    std::vector<uint8_t> past = sorted;  // an index past the tensor: refused, facts or not
+    const uint32_t beyond = uint32_t(rows * cols);
+    std::memcpy(past.data() + base + 4 + 6 * (count - 1), &beyond, 4);
+    CHECK_THROWS_WITH(q1s.validate_facts(view(CMF_DTYPE_Q1S, shape, past)), doctest::Contains(">= element count"));
+    const uint64_t batch = 2, ldx = cols, ldy = rows + 1;
+    std::vector<float> x = gaussian(batch * ldx, 12);
+    auto run = [&](const std::vector<uint8_t> &bytes, uint32_t facts, std::vector<float> &y, std::vector<float> &dec) {
+        cmf_tensor_view t = view(CMF_DTYPE_Q1S, shape, bytes);
+        t.facts = facts;
+        y.assign(batch * ldy, -7.0f);
+        dec.assign(rows * cols, -9.0f);
+        for (uint64_t r0 : {uint64_t{0}, uint64_t{2}, uint64_t{3}}) {
+            const uint64_t r1 = r0 == 0 ? 2 : (r0 == 2 ? 3 : rows);
+            q1s.matmul_rows(t, x.data(), ldx, batch, r0, r1, y.data(), ldy);
+            q1s.dequantize_rows(t, r0, r1, dec.data() + r0 * cols);
+        }
+    };
+    std::vector<float> y0, d0, y1, d1;
+    run(sorted, 0, y0, d0);
+    run(sorted, 1, y1, d1);
+    CHECK(y0 == y1);
+    CHECK(d0 == d1);
+    CHECK(d0 == decode(CMF_DTYPE_Q1S, shape, sorted));
+    // False claims: results may differ from the decode, reads stay inside.
+    for (const std::vector<uint8_t> *p : {&swapped, &repeated}) {
+        run(*p, 1, y1, d1);
+        for (uint64_t b = 0; b < batch; ++b) {
+            CHECK(y1[b * ldy + rows] == -7.0f);
+            for (uint64_t r = 0; r < rows; ++r) CHECK(std::isfinite(y1[b * ldy + r]));
+        }
+        for (float v : d1) CHECK(std::isfinite(v));
+    }
+}
+
+TEST_CASE("roundtrip: q1s facts reach the views of a model opened from a file, and only for a list that ascends") {
+    // The host validates each tensor at open through validate_facts and
+    // hands the answer out in every view of it.
+    const uint64_t rows = 4, cols = 64;
+    const std::vector<uint64_t> shape{rows, cols};
+    std::vector<float> w = gaussian(rows * cols, 13, 0.01f);
+    const std::vector<uint8_t> sorted = encode(CMF_DTYPE_Q1S, shape, w.data(), "keep=0.05");
+    const uint64_t base = 6 * rows * cols / 32;
+    uint32_t count;
+    std::memcpy(&count, sorted.data() + base, 4);
+    REQUIRE(count >= 2);
+    std::vector<uint8_t> swapped = sorted;
+    std::swap_ranges(swapped.begin() + base + 4, swapped.begin() + base + 10, swapped.begin() + base + 10);
+    const char *header =
+        R"({"format":"cmf","version":2,"arch":{"arch_name":"tiny-test","hidden_size":64,"intermediate_size":4,)"
+        R"("num_layers":1,"num_attention_heads":1,"num_kv_heads":1,"head_dim":64,"vocab_size":10,)"
+        R"("layer_types":["FullAttention"],"rms_norm_eps":1e-6,"norm_style":"qwen","rope_theta":10000.0,)"
+        R"("tie_word_embeddings":false,"partial_rotary_factor":1.0,"max_position_embeddings":64,)"
+        R"("linear_conv_kernel_dim":null,"linear_num_key_heads":null,"linear_num_value_heads":null},"quant_type":"F16"})";
+    char dir[] = "/tmp/cmf-q1s-facts.XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    const std::string path = std::string(dir) + "/facts.cmf";
+    cmf_writer_options o;
+    cmf_writer_options_init(&o);
+    cmf_writer *wr = nullptr;
+    cmf_runtime *rt = static_cast<cmf_runtime *>(&runtime());
+    if (cmf_error *e = cmf_writer_create(rt, path.c_str(), header, std::strlen(header), &o, &wr)) FAIL(std::string(cmf_error_message(e)));
+    CHECK(cmf_writer_add_tensor(wr, "model.layers.0.mlp.up_proj.weight", CMF_DTYPE_Q1S, 2, shape.data(), sorted.data(),
+                                sorted.size()) == nullptr);
+    CHECK(cmf_writer_add_tensor(wr, "model.layers.0.mlp.gate_proj.weight", CMF_DTYPE_Q1S, 2, shape.data(),
+                                swapped.data(), swapped.size()) == nullptr);
+    CHECK(cmf_writer_finish(wr) == nullptr);
+    cmf_writer_free(wr);
+    {
+        cmf::container::Model m;
+        cmf::container::Model::open(m, runtime(), path, 0);
+        const cmf::container::TensorRec *up = m.find("model.layers.0.mlp.up_proj.weight");
+        const cmf::container::TensorRec *gate = m.find("model.layers.0.mlp.gate_proj.weight");
+        REQUIRE(up != nullptr);
+        REQUIRE(gate != nullptr);
+        CHECK(up->view().facts == 1u);
+        CHECK(gate->view().facts == 0u);
+    }
+    std::remove(path.c_str());
+    rmdir(dir);
 }
 
 TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read only their bytes, on every ISA") {

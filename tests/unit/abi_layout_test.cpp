@@ -19,6 +19,7 @@ namespace {
     CHECK_OFFSET(cmf_tensor_view, struct_size, 0);
     CHECK_OFFSET(cmf_tensor_view, dtype, 4);
     CHECK_OFFSET(cmf_tensor_view, ndim, 8);
+    CHECK_OFFSET(cmf_tensor_view, facts, 12);
     CHECK_OFFSET(cmf_tensor_view, shape, 16);
     CHECK_OFFSET(cmf_tensor_view, data, 64);
     CHECK_OFFSET(cmf_tensor_view, nbytes, 72);
@@ -75,8 +76,9 @@ namespace {
     CHECK_OFFSET(cmf_quantize_params, options, 8);
     CHECK_OFFSET(cmf_quantize_params, act_rms, 16);
     CHECK_OFFSET(cmf_quantize_params, act_rms_len, 24);
-    CHECK_SIZE(cmf_codec_vt, 112);
+    CHECK_SIZE(cmf_codec_vt, 120);
     CHECK_OFFSET(cmf_codec_vt, select_columns, 104);
+    CHECK_OFFSET(cmf_codec_vt, validate_facts, 112);
     CHECK_OFFSET(cmf_codec_vt, abi_version, 4);
     CHECK_OFFSET(cmf_codec_vt, name, 8);
     CHECK_OFFSET(cmf_codec_vt, version, 16);

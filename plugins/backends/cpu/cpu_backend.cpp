@@ -205,6 +205,7 @@ void gather_columns(Backend *be, cmf_backend_weight &w, const uint32_t *idx, uin
     v.shape[1] = blocks.size() * g;
     v.data = w.gathered.data();
     v.nbytes = w.gathered.size();
+    v.facts = 0;  // other bytes than the ones the source's facts were established of
     const uint64_t rows = w.rows;
     w.view = v;
     init_weight(be, w);

@@ -144,24 +144,38 @@ public:
         elements(shape);
         return CMF_SIZE_VARIABLE;
     }
-    void validate(const cmf_tensor_view &t) const override {
+    void validate(const cmf_tensor_view &t) const override { validate_facts(t); }
+    // An index >= n is an error; a list out of order is not (a repeated
+    // index: its last value wins), but only a strictly ascending list gets
+    // kQ1sAscending, on which the kernels find a row range's entries by
+    // binary search.
+    uint32_t validate_facts(const cmf_tensor_view &t) const override {
         Q1sView v = q1s_view(t);
+        bool up = true;
+        uint32_t prev = 0;
         for (uint64_t e = 0; e < v.count; ++e) {
             uint32_t idx = load_u32(v.entries + 6 * e);
             if (idx >= v.n)
                 fail(CMF_ERR_PARSE, "q1s outlier " + std::to_string(e) + " has index " + std::to_string(idx) +
                                         " >= element count " + std::to_string(v.n));
+            if (e > 0 && idx <= prev) up = false;
+            prev = idx;
         }
+        return up ? kQ1sAscending : 0;
     }
     // No validate() per call: the host validates every tensor once at load
     // (an index >= n is an error there), and here an entry is only written
-    // when its index falls in the rows asked for.
+    // when its index falls in the rows asked for. With the list known to
+    // ascend, only the range's entries are read (one embedding row a token
+    // otherwise read the whole list: 0.47 ms of a 0.6B token).
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         Q1sView v = q1s_view(t);
         uint64_t len = sdk::row_len_of(t);
         uint64_t begin = r0 * len, end = r1 * len;
         for (uint64_t i = begin; i < end; ++i) dst[i - begin] = q1_value(v.tiles, i);
-        for (uint64_t e = 0; e < v.count; ++e) {
+        uint64_t lo = 0, hi = v.count;
+        if (t.facts & kQ1sAscending) lo = first_at(v, begin), hi = first_at(v, end);
+        for (uint64_t e = lo; e < hi; ++e) {
             uint32_t idx = load_u32(v.entries + 6 * e);
             if (idx >= begin && idx < end) dst[idx - begin] = load_f16(v.entries + 6 * e + 4);
         }
@@ -171,9 +185,11 @@ public:
     // quantized to int8 blocks. A list whose indices do not
     // strictly ascend (the original writes them ascending; a repeated index
     // means its last value wins) takes the decode-then-dot path, which
-    // applies the entries in their order. Whether they ascend takes a read
-    // of the whole list: done once per thread and matmul (the caller's x_id
-    // names one matmul, split into many row ranges), after which each range
+    // applies the entries in their order. Whether they ascend the view's
+    // facts say when the host validated the tensor at load (kQ1sAscending);
+    // otherwise it takes a read of the whole list, done once per thread and
+    // matmul (the caller's x_id names one matmul, split into many row
+    // ranges): 36 MB a token per thread on the 0.6B shape. Then each range
     // finds its entries by binary search. Scanned per range, the list cost
     // about twice the base dots of the 0.6B shape (docs/performance.md).
     // Without this kernel a matmul dequantized 16-row tiles, each scanning
@@ -183,30 +199,46 @@ public:
                      uint64_t r1, float *y, uint64_t ldy) const override {
         Q1sView v = q1s_view(w);
         const uint64_t cols = sdk::row_len_of(w);
-        if (cols % 32 != 0 || !ascending(v)) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
-        const uint64_t begin = r0 * cols, end = r1 * cols;
+        if (cols % 32 != 0 || !((w.facts & kQ1sAscending) || ascending(v)))
+            return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
-        q1_base_rows(v.tiles, cols / 32, xq, n_batch, r0, r1, y, ldy);
-        // The entries [lo, hi) of the range, found by binary search (the
-        // list ascends), against the same quantized x as the base: the row
-        // is its decoded values against that x.
-        auto first_at = [&](uint64_t index) {
-            uint64_t lo = 0, hi = v.count;
-            while (lo < hi) {
-                const uint64_t mid = lo + (hi - lo) / 2;
-                if (load_u32(v.entries + 6 * mid) < index) lo = mid + 1;
-                else hi = mid;
-            }
-            return lo;
-        };
-        const uint64_t lo = first_at(begin), hi = first_at(end);
-        for (uint64_t b = 0; b < n_batch; ++b)
-            kernels::q1s_overlay_xq(v.tiles, v.entries + 6 * lo, hi - lo, begin, cols, r1 - r0, xq.q(b), xq.d(b),
-                                    y + b * ldy + r0);
+        // In pieces of at most kTableTileBytes of base tiles, each piece's
+        // base and then its overlay: the overlay gathers each entry's tile,
+        // which the base has just brought into L2 (a decode chunk of the
+        // 0.6B output layer is 1.8 MB of tiles, whose overlay read them from
+        // memory a second time). A piece's entries [lo, hi), found by binary
+        // search (the list ascends), are prefetched before its base runs and
+        // arrive while it computes (read when the overlay came to them, they
+        // were its longest waits). The overlay runs against the same
+        // quantized x as the base: a row is its decoded values against it.
+        const uint64_t gpr = cols / 32, piece = std::max<uint64_t>(4, kTableTileBytes / (6 * gpr));
+        for (uint64_t p0 = r0; p0 < r1; p0 += piece) {
+            const uint64_t p1 = std::min(r1, p0 + piece);
+            const uint64_t lo = first_at(v, p0 * cols), hi = first_at(v, p1 * cols);
+            for (uint64_t at = 6 * lo / 64 * 64; at < 6 * hi; at += 64) __builtin_prefetch(v.entries + at);
+            q1_base_rows(v.tiles, gpr, xq, n_batch, p0, p1, y, ldy);
+            for (uint64_t b = 0; b < n_batch; ++b)
+                kernels::q1s_overlay_xq(v.tiles, v.entries + 6 * lo, hi - lo, p0 * cols, cols, p1 - p0, xq.q(b),
+                                        xq.d(b), y + b * ldy + p0);
+        }
     }
 
 private:
-    // Whether the overlay's indices strictly ascend; remembered for the
+    // cmf_tensor_view.facts bit: the outlier indices strictly ascend.
+    static constexpr uint32_t kQ1sAscending = 1;
+    // The first entry whose index is >= `index`, in a list that ascends.
+    static uint64_t first_at(const Q1sView &v, uint64_t index) {
+        uint64_t lo = 0, hi = v.count;
+        while (lo < hi) {
+            const uint64_t mid = lo + (hi - lo) / 2;
+            if (load_u32(v.entries + 6 * mid) < index) lo = mid + 1;
+            else hi = mid;
+        }
+        return lo;
+    }
+    // Whether the overlay's indices strictly ascend, for views that do not
+    // carry kQ1sAscending (made by a caller that did not validate them with
+    // this codec); remembered for the
     // matmul in progress on this thread (a nonzero x_id: no tensor can
     // change within one matmul), read in full otherwise. Up to 8 tensors per
     // matmul: a fused matmul_multi (q, k and v; gate and up) hands a thread

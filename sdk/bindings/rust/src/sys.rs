@@ -93,7 +93,7 @@ pub struct cmf_tensor_view {
     pub struct_size: u32,
     pub dtype: i32,
     pub ndim: u32,
-    pub reserved0: u32,
+    pub facts: u32,
     pub shape: [u64; 6usize],
     pub data: *const ::std::os::raw::c_void,
     pub nbytes: u64,
@@ -161,23 +161,23 @@ fn bindgen_test_layout_cmf_tensor_view() {
         );
     }
     test_field_ndim();
-    fn test_field_reserved0() {
+    fn test_field_facts() {
         assert_eq!(
             unsafe {
                 let uninit = ::std::mem::MaybeUninit::<cmf_tensor_view>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).facts) as usize - ptr as usize
             },
             12usize,
             concat!(
                 "Offset of field: ",
                 stringify!(cmf_tensor_view),
                 "::",
-                stringify!(reserved0)
+                stringify!(facts)
             )
         );
     }
-    test_field_reserved0();
+    test_field_facts();
     fn test_field_shape() {
         assert_eq!(
             unsafe {
