@@ -745,6 +745,21 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
     k::set_avx512_extensions(true);
 }
 
+// A q1s payload of Gaussian weights as the encoder writes it (ascending
+// outliers), with where its outlier list starts (after the base tiles and
+// the count) and how many entries it holds.
+struct Q1sSample {
+    std::vector<uint8_t> bytes;
+    uint64_t base;
+    uint32_t count;
+};
+Q1sSample q1s_sample(uint64_t rows, uint64_t cols, unsigned seed, const char *options) {
+    std::vector<float> w = gaussian(rows * cols, seed, 0.01f);
+    Q1sSample q{encode(CMF_DTYPE_Q1S, {rows, cols}, w.data(), options), 6 * rows * cols / 32, 0};
+    std::memcpy(&q.count, q.bytes.data() + q.base, 4);
+    return q;
+}
+
 TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or not") {
     // The kernel applies an ascending overlay as corrections to the q1 dot,
     // both against x quantized to int8 blocks: the decode against that x.
@@ -752,11 +767,7 @@ TEST_CASE("roundtrip: q1s matmul equals its decode, overlays in file order or no
     // wins) goes through the decode: decode + f32 dot.
     const uint64_t rows = 6, cols = 96;
     const std::vector<uint64_t> shape{rows, cols};
-    std::vector<float> w = gaussian(rows * cols, 5, 0.01f);
-    const std::vector<uint8_t> sorted = encode(CMF_DTYPE_Q1S, shape, w.data(), "keep=0.05");
-    const uint64_t base = 6 * rows * cols / 32;
-    uint32_t count;
-    std::memcpy(&count, sorted.data() + base, 4);
+    const auto [sorted, base, count] = q1s_sample(rows, cols, 5, "keep=0.05");
     REQUIRE(count >= 4);
     // Reversed entries, then the first entry again with another value.
     std::vector<uint8_t> shuffled(sorted.begin(), sorted.begin() + base + 4);
@@ -810,11 +821,7 @@ TEST_CASE("roundtrip: q1s facts: validate_facts says whether the list ascends, v
     // nothing outside its payload (the ASan build runs this).
     const uint64_t rows = 7, cols = 64;
     const std::vector<uint64_t> shape{rows, cols};
-    std::vector<float> w = gaussian(rows * cols, 11, 0.01f);
-    const std::vector<uint8_t> sorted = encode(CMF_DTYPE_Q1S, shape, w.data(), "keep=0.08");
-    const uint64_t base = 6 * rows * cols / 32;
-    uint32_t count;
-    std::memcpy(&count, sorted.data() + base, 4);
+    const auto [sorted, base, count] = q1s_sample(rows, cols, 11, "keep=0.08");
     REQUIRE(count >= 8);
     std::vector<uint8_t> swapped = sorted;  // entries 2 and 3 exchanged
     std::swap_ranges(swapped.begin() + base + 4 + 12, swapped.begin() + base + 4 + 18, swapped.begin() + base + 4 + 18);
@@ -863,11 +870,7 @@ TEST_CASE("roundtrip: q1s facts reach the views of a model opened from a file, a
     // hands the answer out in every view of it.
     const uint64_t rows = 4, cols = 64;
     const std::vector<uint64_t> shape{rows, cols};
-    std::vector<float> w = gaussian(rows * cols, 13, 0.01f);
-    const std::vector<uint8_t> sorted = encode(CMF_DTYPE_Q1S, shape, w.data(), "keep=0.05");
-    const uint64_t base = 6 * rows * cols / 32;
-    uint32_t count;
-    std::memcpy(&count, sorted.data() + base, 4);
+    const auto [sorted, base, count] = q1s_sample(rows, cols, 13, "keep=0.05");
     REQUIRE(count >= 2);
     std::vector<uint8_t> swapped = sorted;
     std::swap_ranges(swapped.begin() + base + 4, swapped.begin() + base + 10, swapped.begin() + base + 10);
