@@ -55,6 +55,27 @@ void encode_q1_tiles(const float *src, Matrix m, bool diffuse, const std::vector
     }
 }
 
+// The q1 values of elements [begin, end) into dst (q1's decode, q1s's base):
+// whole groups through the SIMD unpack (codes +-1 and the group's scale; a
+// code picks the scale or its negation, as q1_value does, NaN's sign
+// included), the ends of a range that cuts groups one by one. q1s's prefill dequantizes its panels for the f32 GEMM; one element at a
+// time (tile, scale and bit found per element) that was 56 % of a pp256 run.
+void q1_values(const uint8_t *tiles, uint64_t begin, uint64_t end, float *dst) {
+    uint64_t i = begin;
+    for (; i < end && i % 32 != 0; ++i) *dst++ = q1_value(tiles, i);
+    constexpr uint64_t kChunk = 64;  // groups unpacked at a time, on the stack
+    int8_t codes[32 * kChunk];
+    float scales[kChunk];
+    for (uint64_t groups = (end - i) / 32; groups > 0;) {
+        const uint64_t n = std::min(groups, kChunk);
+        kernels::unpack_q1_groups(tiles + 6 * (i / 32), n, codes, scales);
+        for (uint64_t g = 0; g < n; ++g)
+            for (uint64_t k = 0; k < 32; ++k) dst[32 * g + k] = codes[32 * g + k] > 0 ? scales[g] : -scales[g];
+        dst += 32 * n, i += 32 * n, groups -= n;
+    }
+    for (; i < end; ++i) *dst++ = q1_value(tiles, i);
+}
+
 // The q1 rows [r0, r1) of a matrix of gpr groups a row against x quantized
 // to int8 blocks in natural order (kernels::rows_q1_xq): q1 and q1s's base.
 void q1_base_rows(const uint8_t *tiles, uint64_t gpr, const QuantizedX &xq, uint64_t n_batch, uint64_t r0, uint64_t r1,
@@ -71,18 +92,8 @@ public:
     uint64_t expected_size(Shape shape) const override { return checked_mad(groups_of(elements(shape)), 6, 0, name()); }
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         validate(t);  // never read past nbytes, even if the caller skipped validation
-        uint64_t len = sdk::row_len_of(t);
-        for (uint64_t i = r0 * len, end = r1 * len; i < end;) {
-            if (i % 32 == 0 && end - i >= 32) {  // whole group
-                const uint8_t *tile = bytes_of(t) + 6 * (i / 32);
-                float s = load_f16(tile);
-                uint32_t bits = load_u32(tile + 2);
-                for (int k = 0; k < 32; ++k) *dst++ = ((bits >> k) & 1u) ? s : -s;
-                i += 32;
-            } else {
-                *dst++ = q1_value(bytes_of(t), i++);
-            }
-        }
+        const uint64_t len = sdk::row_len_of(t);
+        q1_values(bytes_of(t), r0 * len, r1 * len, dst);
     }
     bool can_quantize() const override { return true; }
     // Option error_diffusion=1 is the converter's `--quant q1p`.
@@ -172,7 +183,7 @@ public:
         Q1sView v = q1s_view(t);
         uint64_t len = sdk::row_len_of(t);
         uint64_t begin = r0 * len, end = r1 * len;
-        for (uint64_t i = begin; i < end; ++i) dst[i - begin] = q1_value(v.tiles, i);
+        q1_values(v.tiles, begin, end, dst);
         uint64_t lo = 0, hi = v.count;
         if (t.facts & kQ1sAscending) lo = first_at(v, begin), hi = first_at(v, end);
         for (uint64_t e = lo; e < hi; ++e) {
