@@ -545,8 +545,8 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             entries.insert(entries.end(), reinterpret_cast<const uint8_t *>(&val), reinterpret_cast<const uint8_t *>(&val) + 2);
         }
         float oa[5] = {1, 2, 3, 4, -7}, op[5] = {1, 2, 3, 4, -7};
-        isa.q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, 4, xq.data(), xd.data(), oa);
-        k::portable::q1s_overlay_xq(bytes.data(), entries.data(), at.size(), begin, cols, 4, xq.data(), xd.data(), op);
+        isa.q1s_overlay_xq(bytes.data(), entries.data(), at.size(), 0, begin, cols, 4, xq.data(), xd.data(), oa);
+        k::portable::q1s_overlay_xq(bytes.data(), entries.data(), at.size(), 0, begin, cols, 4, xq.data(), xd.data(), op);
         for (int r = 0; r < 5; ++r) CHECK(near(oa[r], op[r]));
         CHECK(oa[0] == 1.0f);
         CHECK(oa[2] == 3.0f);
@@ -580,8 +580,8 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             bad.insert(bad.end(), reinterpret_cast<const uint8_t *>(&val), reinterpret_cast<const uint8_t *>(&val) + 2);
         }
         float ba[5] = {1, 2, 3, 4, -7}, bp[5] = {1, 2, 3, 4, -7};
-        isa.q1s_overlay_xq(bytes.data(), bad.data(), bad.size() / 6, begin, cols, 4, xq.data(), xd.data(), ba);
-        k::portable::q1s_overlay_xq(bytes.data(), bad.data(), bad.size() / 6, begin, cols, 4, xq.data(), xd.data(), bp);
+        isa.q1s_overlay_xq(bytes.data(), bad.data(), bad.size() / 6, 0, begin, cols, 4, xq.data(), xd.data(), ba);
+        k::portable::q1s_overlay_xq(bytes.data(), bad.data(), bad.size() / 6, 0, begin, cols, 4, xq.data(), xd.data(), bp);
         CHECK(ba[4] == -7.0f);
         CHECK(bp[4] == -7.0f);
         for (int r = 0; r < 4; ++r) CHECK((std::isfinite(ba[r]) && std::isfinite(bp[r])));
@@ -862,6 +862,29 @@ TEST_CASE("roundtrip: q1s facts: validate_facts says whether the list ascends, v
             for (uint64_t r = 0; r < rows; ++r) CHECK(std::isfinite(y1[b * ldy + r]));
         }
         for (float v : d1) CHECK(std::isfinite(v));
+    }
+}
+
+TEST_CASE("roundtrip: q1s gives a row the same bits wherever its row range starts") {
+    // The backend cuts a weight's rows one way for a matmul and another for
+    // a fused matmul_multi; both must give the same bits (tests/unit's
+    // backend tests hold the standard codecs to it). The overlay's steps of
+    // 16 entries must not depend on where a range's entries begin.
+    const uint64_t rows = 41, cols = 256;
+    const std::vector<uint64_t> shape{rows, cols};
+    const Q1sSample q = q1s_sample(rows, cols, 17, "keep=0.05");
+    REQUIRE(q.count > 16 * 8);
+    cmf_tensor_view t = view(CMF_DTYPE_Q1S, shape, q.bytes);
+    t.facts = 1;  // ascends: the kernel path
+    const uint64_t batch = 2;
+    std::vector<float> x = gaussian(batch * cols, 18);
+    std::vector<float> whole(batch * rows), cut(batch * rows);
+    dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), cols, batch, 0, rows, whole.data(), rows);
+    for (uint64_t split : {1u, 3u, 5u, 7u, 13u, 22u}) {
+        CAPTURE(split);
+        for (uint64_t r0 = 0; r0 < rows; r0 += split)
+            dtype(CMF_DTYPE_Q1S).matmul_rows(t, x.data(), cols, batch, r0, std::min(rows, r0 + split), cut.data(), rows);
+        for (uint64_t i = 0; i < batch * rows; ++i) CHECK(bits(cut[i]) == bits(whole[i]));
     }
 }
 

@@ -229,8 +229,8 @@ public:
             for (uint64_t at = 6 * lo / 64 * 64; at < 6 * hi; at += 64) __builtin_prefetch(v.entries + at);
             q1_base_rows(v.tiles, gpr, xq, n_batch, p0, p1, y, ldy);
             for (uint64_t b = 0; b < n_batch; ++b)
-                kernels::q1s_overlay_xq(v.tiles, v.entries + 6 * lo, hi - lo, p0 * cols, cols, p1 - p0, xq.q(b),
-                                        xq.d(b), y + b * ldy + p0);
+                kernels::q1s_overlay_xq(v.tiles, v.entries + 6 * lo, hi - lo, lo % 16, p0 * cols, cols, p1 - p0,
+                                        xq.q(b), xq.d(b), y + b * ldy + p0);
         }
     }
 

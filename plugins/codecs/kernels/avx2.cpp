@@ -1355,8 +1355,8 @@ void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, floa
 // The scalar loop (q1s_overlay_rows, the other builds) took ~20 cycles an
 // entry, waiting on each load in turn. The lanes are summed in another order
 // than the scalar loop's, so the bits differ from the AVX2 build's.
-void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
-                    uint64_t rows, const int8_t *xq, const float *xd, float *y) {
+void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t phase, uint64_t begin,
+                    uint64_t cols, uint64_t rows, const int8_t *xq, const float *xd, float *y) {
     alignas(64) static constexpr uint16_t kIndexWords[32] = {0,  1,  3,  4,  6,  7,  9,  10, 12, 13, 15,
                                                              16, 18, 19, 21, 22, 24, 25, 27, 28, 30, 31,
                                                              33, 34, 36, 37, 39, 40, 42, 43, 45, 46};
@@ -1379,76 +1379,79 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
     uint64_t row = 0, row_begin = begin;
     const uint64_t end = begin + rows * cols;
     const __m512i cols32 = _mm512_set1_epi32(int32_t(uint32_t(std::min<uint64_t>(cols, UINT32_MAX))));
-    for (uint64_t e = 0; e < count;) {
-        const uint8_t *p = entries + 6 * e;
-        const uint64_t n = std::min<uint64_t>(16, count - e), bytes = 6 * n;
-        const __m512i lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1, p);
-        const __m512i hi = _mm512_maskz_loadu_epi8(bytes > 64 ? (__mmask64{1} << (bytes - 64)) - 1 : 0, p + 64);
+    // Steps of 16 entries aligned to the whole list (step s holds its
+    // entries [16 s, 16 s + 16)), the lanes outside [0, count) masked off
+    // and not read: a row's entries meet in the same steps and lanes, so
+    // its sum has the same bits wherever the range begins (the backend
+    // cuts a weight one way for matmul and another for matmul_multi).
+    for (int64_t e0 = -int64_t(phase % 16); e0 < int64_t(count); e0 += 16) {
+        const uint8_t *p = entries + 6 * e0;
+        const unsigned a = unsigned(std::max<int64_t>(0, -e0)), b = unsigned(std::min<int64_t>(16, int64_t(count) - e0));
+        const unsigned __int128 bytes = ((unsigned __int128)1 << (6 * b)) - ((unsigned __int128)1 << (6 * a));
+        const __m512i lo = _mm512_maskz_loadu_epi8(__mmask64(uint64_t(bytes)), p);
+        const __m512i hi = _mm512_maskz_loadu_epi8(__mmask64(uint64_t(bytes >> 64)), p + 64);
         const __m512i idx = _mm512_permutex2var_epi16(lo, index_words, hi);
-        // The step's entries in this row and the next three (and below
-        // the range's end): c = idx - row_begin, less cols once per row
-        // past this one.
-        const uint64_t reach = std::min<uint64_t>(std::min<uint64_t>(4 * cols, end - row_begin), UINT32_MAX);
-        __m512i c = _mm512_maskz_sub_epi32(0xFFFF, idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
-        __mmask16 k = __mmask16((1u << n) - 1) & _mm512_cmplt_epu32_mask(c, _mm512_set1_epi32(int32_t(uint32_t(reach))));
-        // and none below its start (a list out of order)
-        k &= _mm512_cmpge_epu32_mask(idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
-        if ((k & 1) == 0) {
-            // The step's first entry is not in the four rows from this one:
-            // rows without entries lie between (rare: a row of 1024 columns
-            // has none with probability 3e-5 at the encoder's default keep),
-            // or the list is out of order or past the range (skipped).
+        // A pass takes the step's lanes left to do that lie in the row of
+        // the first of them and the next three; a step spans more rows
+        // only where rows without entries lie within it.
+        for (__mmask16 todo = __mmask16(((1u << b) - 1) & ~((1u << a) - 1)); todo != 0;) {
             uint32_t first;
-            std::memcpy(&first, p, 4);
-            if (first < row_begin || first >= end) {
-                ++e;
+            std::memcpy(&first, p + 6 * __builtin_ctz(todo), 4);
+            if (first < row_begin || first >= end) {  // out of order or out of range: skipped (see kernels.hpp)
+                todo &= __mmask16(todo - 1);
                 continue;
             }
-            const uint64_t skip = (first - row_begin) / cols;
-            row += skip, row_begin += skip * cols;
-            continue;
+            if (first >= row_begin + 4 * cols) {
+                const uint64_t skip = (first - row_begin) / cols;
+                row += skip, row_begin += skip * cols;
+            }
+            const uint64_t reach = std::min<uint64_t>(std::min<uint64_t>(4 * cols, end - row_begin), UINT32_MAX);
+            __m512i c = _mm512_maskz_sub_epi32(0xFFFF, idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
+            __mmask16 k = todo & _mm512_cmplt_epu32_mask(c, _mm512_set1_epi32(int32_t(uint32_t(reach))));
+            // and none below its start (a list out of order)
+            k &= _mm512_cmpge_epu32_mask(idx, _mm512_set1_epi32(int32_t(uint32_t(row_begin))));
+            todo &= __mmask16(~k);
+            __mmask16 past[4] = {k, 0, 0, 0};  // past[j]: lanes of row j or later
+            for (int j = 1; j < 4; ++j) {
+                past[j] = _mm512_mask_cmpge_epu32_mask(past[j - 1], c, cols32);
+                c = _mm512_mask_sub_epi32(c, past[j], c, cols32);
+            }
+            const __m512i tile = _mm512_maskz_mullo_epi32(0xFFFF, _mm512_maskz_srli_epi32(0xFFFF, idx, 5), _mm512_set1_epi32(6));
+            // Each tile's scale and bits (6 of its bytes) by one 8-byte gather
+            // a lane, two gathers of 8 lanes, not two of 16 (a gather's cost
+            // is its lanes): the low words the scales, bits 16-47 the bits.
+            const __m256i tile_lo = _mm512_maskz_extracti64x4_epi64(0xF, tile, 0), tile_hi = _mm512_maskz_extracti64x4_epi64(0xF, tile, 1);
+            const __m512i q0 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(k), tile_lo, tiles, 1);
+            const __m512i q1 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(k >> 8), tile_hi, tiles, 1);
+            const __m512i low_dwords = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const __m512i head = _mm512_maskz_permutex2var_epi32(0xFFFF, q0, low_dwords, q1);
+            const __m512i bits = _mm512_maskz_permutex2var_epi32(0xFFFF, _mm512_maskz_srli_epi64(0xFF, q0, 16), low_dwords,
+                                                                 _mm512_maskz_srli_epi64(0xFF, q1, 16));
+            const __m512 s = _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_cvtepi32_epi16(0xFFFF, head));
+            const __mmask16 set = _mm512_test_epi32_mask(_mm512_maskz_srlv_epi32(0xFFFF, bits, _mm512_maskz_and_epi32(0xFFFF, idx, low5)), one);
+            const __m512 base = _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(s), __mmask16(~set),
+                                                                          _mm512_castps_si512(s), sign));
+            const __m512 value = _mm512_maskz_cvtph_ps(
+                0xFFFF, _mm512_maskz_extracti64x4_epi64(0xF, _mm512_permutex2var_epi16(lo, value_words, hi), 0));
+            const __m512 xc = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, c, xf, 4);
+            const __m512 prod = _mm512_maskz_mul_ps(k, _mm512_maskz_sub_ps(0xFFFF, value, base), xc);
+            // Each row's lanes summed (the four rows at once, no branch on
+            // which rows the pass reached: a branch per row mispredicted as
+            // often as rows end) and added to rows row .. row + last, last
+            // the row of the pass's last entry, where the next pass begins.
+            const __mmask16 top = __mmask16(1u << (31 - __builtin_clz(uint32_t(k))));
+            const unsigned last = unsigned((past[1] & top) != 0) + unsigned((past[2] & top) != 0) + unsigned((past[3] & top) != 0);
+            __m256 a[4];
+            for (int j = 0; j < 4; ++j) {
+                const __m512 v = _mm512_maskz_mov_ps(__mmask16(past[j] & ~(j < 3 ? past[j + 1] : 0)), prod);
+                a[j] = _mm256_add_ps(lo256(v), hi256(v));
+            }
+            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+            const __mmask8 live = __mmask8((2u << last) - 1);
+            _mm_mask_storeu_ps(y + row, live, _mm_add_ps(_mm_maskz_loadu_ps(live, y + row),
+                                                         _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))));
+            row += last, row_begin += last * cols;
         }
-        __mmask16 past[4] = {k, 0, 0, 0};  // past[j]: lanes of row j or later
-        for (int j = 1; j < 4; ++j) {
-            past[j] = _mm512_mask_cmpge_epu32_mask(past[j - 1], c, cols32);
-            c = _mm512_mask_sub_epi32(c, past[j], c, cols32);
-        }
-        const __m512i tile = _mm512_maskz_mullo_epi32(0xFFFF, _mm512_maskz_srli_epi32(0xFFFF, idx, 5), _mm512_set1_epi32(6));
-        // Each tile's scale and bits (6 of its bytes) by one 8-byte gather
-        // a lane, two gathers of 8 lanes, not two of 16 (a gather's cost
-        // is its lanes): the low words the scales, bits 16-47 the bits.
-        const __m256i tile_lo = _mm512_maskz_extracti64x4_epi64(0xF, tile, 0), tile_hi = _mm512_maskz_extracti64x4_epi64(0xF, tile, 1);
-        const __m512i q0 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(k), tile_lo, tiles, 1);
-        const __m512i q1 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(k >> 8), tile_hi, tiles, 1);
-        const __m512i low_dwords = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i head = _mm512_maskz_permutex2var_epi32(0xFFFF, q0, low_dwords, q1);
-        const __m512i bits = _mm512_maskz_permutex2var_epi32(0xFFFF, _mm512_maskz_srli_epi64(0xFF, q0, 16), low_dwords,
-                                                             _mm512_maskz_srli_epi64(0xFF, q1, 16));
-        const __m512 s = _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_cvtepi32_epi16(0xFFFF, head));
-        const __mmask16 set = _mm512_test_epi32_mask(_mm512_maskz_srlv_epi32(0xFFFF, bits, _mm512_maskz_and_epi32(0xFFFF, idx, low5)), one);
-        const __m512 base = _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(s), __mmask16(~set),
-                                                                      _mm512_castps_si512(s), sign));
-        const __m512 value = _mm512_maskz_cvtph_ps(
-            0xFFFF, _mm512_maskz_extracti64x4_epi64(0xF, _mm512_permutex2var_epi16(lo, value_words, hi), 0));
-        const __m512 xc = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, c, xf, 4);
-        const __m512 prod = _mm512_maskz_mul_ps(k, _mm512_maskz_sub_ps(0xFFFF, value, base), xc);
-        // Each row's lanes summed (the four rows at once, no branch on
-        // which rows the step reached: a branch per row mispredicted as
-        // often as rows end) and added to rows row .. row + last, last
-        // the row of the step's last entry, where the next step begins.
-        const __mmask16 top = __mmask16(1u << (31 - __builtin_clz(uint32_t(k))));
-        const unsigned last = unsigned((past[1] & top) != 0) + unsigned((past[2] & top) != 0) + unsigned((past[3] & top) != 0);
-        __m256 a[4];
-        for (int j = 0; j < 4; ++j) {
-            const __m512 v = _mm512_maskz_mov_ps(__mmask16(past[j] & ~(j < 3 ? past[j + 1] : 0)), prod);
-            a[j] = _mm256_add_ps(lo256(v), hi256(v));
-        }
-        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-        const __mmask8 live = __mmask8((2u << last) - 1);
-        _mm_mask_storeu_ps(y + row, live, _mm_add_ps(_mm_maskz_loadu_ps(live, y + row),
-                                                     _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))));
-        row += last, row_begin += last * cols;
-        e += uint64_t(__builtin_popcount(k));
     }
 }
 
@@ -1479,8 +1482,8 @@ bool q1s_ascending(const uint8_t *entries, uint64_t count) {
 #else
 bool q1s_ascending(const uint8_t *entries, uint64_t count) { return q1s_ascending_from(entries, 0, count); }
 
-void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
-                    uint64_t rows, const int8_t *xq, const float *xd, float *y) {
+void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t /*phase*/, uint64_t begin,
+                    uint64_t cols, uint64_t rows, const int8_t *xq, const float *xd, float *y) {
     q1s_overlay_rows<&f16_scalar>(tiles, entries, count, begin, cols, rows, xq, xd, y);
 }
 #endif

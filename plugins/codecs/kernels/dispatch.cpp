@@ -196,9 +196,9 @@ void unpack_q1_groups(const uint8_t *t, uint64_t g, int8_t *codes, float *scales
     CMF_PICK(unpack_q1_groups, t, g, codes, scales);
 }
 bool q1s_ascending(const uint8_t *e, uint64_t count) { return CMF_PICK(q1s_ascending, e, count); }
-void q1s_overlay_xq(const uint8_t *t, const uint8_t *e, uint64_t count, uint64_t begin, uint64_t cols, uint64_t rows,
-                    const int8_t *xq, const float *xd, float *y) {
-    CMF_PICK(q1s_overlay_xq, t, e, count, begin, cols, rows, xq, xd, y);
+void q1s_overlay_xq(const uint8_t *t, const uint8_t *e, uint64_t count, uint64_t phase, uint64_t begin, uint64_t cols,
+                    uint64_t rows, const int8_t *xq, const float *xd, float *y) {
+    CMF_PICK(q1s_overlay_xq, t, e, count, phase, begin, cols, rows, xq, xd, y);
 }
 void dequant_q4_groups(const uint8_t *n, uint64_t stride, const float *s, uint64_t g, float *dst) {
     CMF_PICK(dequant_q4_groups, n, stride, s, g, dst);

@@ -159,12 +159,16 @@ bool q1s_ascending(const uint8_t *entries, uint64_t count);
 // tiles the whole tensor's q1 base (every index below its element count),
 // followed by at least 2 readable bytes (in a q1s payload, its entry count:
 // the AVX-512 form reads each tile's 6 bytes as 8).
+// `phase` is entries[0]'s position in its whole list, modulo 16: the AVX-512
+// form takes the list in steps of 16 entries aligned to it, so that a row's
+// entries fall into the same steps, and its sum gets the same bits, wherever
+// a range begins (nothing before entries[0] is read).
 // Memory-safe for any list: an entry below the row being summed (a list
 // that does not ascend) or past the range is skipped, so nothing outside
 // x, y's `rows` and the tiles is touched; such a list's sums are wrong,
 // which the caller prevents (it checks the list, q1s_ascending).
-void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
-                    uint64_t rows, const int8_t *xq, const float *xd, float *y);
+void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t phase, uint64_t begin,
+                    uint64_t cols, uint64_t rows, const int8_t *xq, const float *xd, float *y);
 // q4: 16 B of nibbles (even element low) per group, value (q-8)*scale; x in
 // q4_pair_blocks order over exactly `groups` blocks, xoff = q4_pair_offset of it
 // (the portable kernels recompute the offset from the codes and ignore xoff).

@@ -123,8 +123,10 @@ void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, floa
 
 bool q1s_ascending(const uint8_t *entries, uint64_t count) { return q1s_ascending_from(entries, 0, count); }
 
-void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols,
-                    uint64_t rows, const int8_t *xq, const float *xd, float *y) {
+// (One entry at a time, each row summed in one register: the same bits
+// wherever a range begins; `phase` is for the AVX-512 form's steps.)
+void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t /*phase*/, uint64_t begin,
+                    uint64_t cols, uint64_t rows, const int8_t *xq, const float *xd, float *y) {
     q1s_overlay_rows<&f16_at>(tiles, entries, count, begin, cols, rows, xq, xd, y);
 }
 

@@ -33,8 +33,8 @@
                      float *y);                                                                                       \
     void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);                   \
     bool q1s_ascending(const uint8_t *entries, uint64_t count);                                                      \
-    void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t begin, uint64_t cols, \
-                        uint64_t rows, const int8_t *xq, const float *xd, float *y);                                  \
+    void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t phase,             \
+                        uint64_t begin, uint64_t cols, uint64_t rows, const int8_t *xq, const float *xd, float *y);  \
     float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,              \
                           uint64_t groups);                                                                           \
     float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,  \
