@@ -58,8 +58,9 @@ void encode_q1_tiles(const float *src, Matrix m, bool diffuse, const std::vector
 // The q1 values of elements [begin, end) into dst (q1's decode, q1s's base):
 // whole groups through the SIMD unpack (codes +-1 and the group's scale; a
 // code picks the scale or its negation, as q1_value does, NaN's sign
-// included), the ends of a range that cuts groups one by one. q1s's prefill dequantizes its panels for the f32 GEMM; one element at a
-// time (tile, scale and bit found per element) that was 56 % of a pp256 run.
+// included), the ends of a range that cuts groups one by one. q1s's prefill
+// dequantizes its panels for the f32 GEMM: one element at a time (tile,
+// scale and bit found per element), that was 56 % of a pp256 run.
 void q1_values(const uint8_t *tiles, uint64_t begin, uint64_t end, float *dst) {
     uint64_t i = begin;
     for (; i < end && i % 32 != 0; ++i) *dst++ = q1_value(tiles, i);

@@ -1337,16 +1337,18 @@ void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, floa
 }
 
 #ifdef CMF_CODECS_VNNI
-// Up to 16 entries of up to four rows at a time: their indices and values
-// picked from the 6-byte records by two word permutes, each lane's row and
-// column by at most three compares and masked subtractions of cols, the
-// base tiles' scale and bits gathered (8 bytes a tile), x's value at each
-// entry gathered from x made floats once per call, the products of the
-// four rows summed across their lanes at once and added to the rows up to
-// the step's last entry's (a masked 4-float add: no branch on which rows a
-// step reached; the per-row branches, taken as unpredictably as rows end,
-// cost 8 % of the kernel: 9.1-9.6 -> 10.1-10.4 GB/s, one core, L2). A
-// step begins at the row where the one before ended. Against 16-lane
+// Steps of 16 entries aligned to the whole list, each in passes of the
+// entries of up to four rows (one pass unless rows without entries lie
+// within the step): their indices and values picked from the 6-byte
+// records by two word permutes, each lane's row and column by at most three
+// compares and masked subtractions of cols, the base tiles' scale and bits
+// gathered (8 bytes a tile), x's value at each entry gathered from x made
+// floats once per call, the products of the four rows summed across their
+// lanes at once and added to the rows up to the pass's last entry's (a
+// masked 4-float add: no branch on which rows a pass reached; the per-row
+// branches, taken as unpredictably as rows end, cost 8 % of the kernel:
+// 9.1-9.6 -> 10.1-10.4 GB/s, one core, L2). A pass begins at the row where
+// the one before ended. Against 16-lane
 // gathers of the scales, the bits, x's code dwords and its block scales:
 // one core, weights in L2, 1024x1024, 7.2-7.4 -> 9.0-9.2 GB/s; against
 // steps of one row's entries (a row has about cols/100 at the encoder's
