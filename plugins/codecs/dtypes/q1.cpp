@@ -179,7 +179,7 @@ public:
     // (an index >= n is an error there), and here an entry is only written
     // when its index falls in the rows asked for. With the list known to
     // ascend, only the range's entries are read (one embedding row a token
-    // otherwise read the whole list: 0.47 ms of a 0.6B token).
+    // otherwise read the whole list: 0.78 ms, 5 % of a 0.6B token).
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         Q1sView v = q1s_view(t);
         uint64_t len = sdk::row_len_of(t);
