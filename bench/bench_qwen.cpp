@@ -6,7 +6,7 @@
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
 //              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1]] [--attention DEPTH [--pp N]]
-//              [--plugin-path DIRS]
+//              [--overlap ROUNDS [--overlap-loop-kib KIB] [--overlap-side]] [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
 // one ROWSxCOLS weight (f32/f16/bf16, or q8 (q8_row), q4 (q4_block) or any
@@ -19,6 +19,11 @@
 // given too, prefill attention instead: N new tokens at positions DEPTH on
 // (the caches hold DEPTH + N rows), ms per call and GFLOP/s (the causal
 // product's multiply-adds, QK^T and PV, counted as 2 flops each).
+// --overlap ROUNDS: streams with K vector operations per 64-byte line (K from
+// 0 to 32) against the read pass and against the same work in L2: the share
+// of the read that work of each amount keeps (overlap_bench);
+// --overlap-loop-kib KIB cuts the stream into loops of KIB (a token's
+// matmuls), --overlap-side adds a second stream as q4_block's scales.
 // --plugin-path replaces the build tree's plugins (e.g. a saved older
 // backend, to compare two versions in one session).
 #include "common/byte_views.hpp"
@@ -32,6 +37,8 @@
 #include <cmf/cmf.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <chrono>
 #include <cmath>
 #include <immintrin.h>
@@ -210,6 +217,171 @@ double read_bandwidth(cmf::Runtime &rt) {
     std::printf("memory read bandwidth: %.2f GB/s wall, %.2f GB/s CPU-normalised (median pass %.2f)\n", best / 1e9,
                 best_cpu / 1e9, std::max(med4k, med2m) / 1e9);
     return best_cpu;
+}
+
+// --overlap: how much of the read bandwidth a stream keeps when each core
+// also does K vector operations on every 64-byte line it reads. A decode
+// matmul is such a stream (the weights read once, some arithmetic per byte);
+// this measures the share a stream with a given amount of work can reach on
+// this machine, apart from any one format's kernel, so a dtype's share can
+// be set beside what any code with its ceiling gets.
+//
+// The work is K vpdpbusd per line on the loaded bytes, spread over 16
+// accumulators across four lines so no dependency chain binds it; the lines
+// are prefetched non-temporally 6 KiB ahead as the q4 row kernels do. The
+// ceiling is the same loop over a slice that stays in L2 (one per thread).
+// With --overlap-side, a second stream as q4_block's scales beside its
+// nibbles: a line of it per 512 B of the main stream, at side_base +
+// (offset in the main stream) / 8, prefetched 32 of its lines ahead.
+const uint8_t *g_main_base = nullptr, *g_side_base = nullptr;
+template <int K>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) uint64_t work_lines(const uint8_t *p, uint64_t b, uint64_t e,
+                                                                           long ahead) {
+    const uint8_t *side = g_side_base != nullptr ? g_side_base + (p - g_main_base) / 8 : nullptr;
+    __m512i acc[16];
+    for (__m512i &a : acc) a = _mm512_setzero_si512();
+    const __m512i c = _mm512_set1_epi8(3);
+    uint64_t i = b;
+    for (; i + 256 <= e; i += 256) {
+        for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char *>(p + i + 64 * l) + ahead, _MM_HINT_NTA);
+        if (side != nullptr && i % 512 == 0) {
+            _mm_prefetch(reinterpret_cast<const char *>(side + i / 8 + 32 * 64), _MM_HINT_NTA);
+            acc[15] = _mm512_add_epi64(acc[15], _mm512_loadu_si512(side + i / 8));
+        }
+        const __m512i v[4] = {_mm512_loadu_si512(p + i), _mm512_loadu_si512(p + i + 64),
+                              _mm512_loadu_si512(p + i + 128), _mm512_loadu_si512(p + i + 192)};
+        if constexpr (K == 0) {
+            for (int l = 0; l < 4; ++l) acc[l] = _mm512_add_epi64(acc[l], v[l]);
+        } else {
+#pragma GCC unroll 128
+            for (int j = 0; j < 4 * K; ++j) acc[j % 16] = _mm512_dpbusd_epi32(acc[j % 16], v[j / K], c);
+        }
+    }
+    __m512i s = acc[0];
+    for (int l = 1; l < 16; ++l) s = _mm512_add_epi64(s, acc[l]);
+    uint64_t lanes[8];  // not _mm512_reduce_add_epi64: GCC 12 warns inside it (-Werror=uninitialized)
+    _mm512_storeu_si512(lanes, s);
+    uint64_t t = 0;
+    for (uint64_t x : lanes) t += x;
+    return t;
+}
+
+using WorkFn = uint64_t (*)(const uint8_t *, uint64_t, uint64_t, long);
+template <int... Ks>
+constexpr std::array<std::pair<int, WorkFn>, sizeof...(Ks)> work_table(std::integer_sequence<int, Ks...>) {
+    return {std::pair<int, WorkFn>{Ks, &work_lines<Ks>}...};
+}
+
+int overlap_bench(cmf::Runtime &rt, int rounds, uint64_t matrix_bytes, bool side) {
+    if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
+        throw cmf::Error(CMF_ERR_UNSUPPORTED, "--overlap needs AVX-512 VNNI (its work is vpdpbusd)");
+    constexpr auto table = work_table(std::integer_sequence<int, 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32>{});
+    const size_t bytes = size_t(1) << 30;
+    PageBuffer buf(bytes, true);
+    auto *bytes_p = reinterpret_cast<uint8_t *>(buf.p);
+    rt.pool().parallel_for(0, bytes / 8, 1 << 20, [](void *u, uint64_t b, uint64_t e) {
+        auto *p = static_cast<uint64_t *>(u);
+        for (uint64_t i = b; i < e; ++i) p[i] = i * 0x9E3779B97F4A7C15ull;
+    }, buf.p);
+    const int threads = rt.pool().threads();
+    const long ahead = 6144;
+    // The main stream's span; with a side stream 7/8 of the buffer, the side
+    // (an eighth of it) after it, and the bytes counted are both.
+    const uint64_t span = side ? bytes / 8 * 7 : bytes;
+    const double counted = side ? 9.0 / 8.0 : 1.0;
+    g_main_base = bytes_p;
+    g_side_base = side ? bytes_p + span : nullptr;
+    struct Job {
+        const uint8_t *p;
+        WorkFn fn;
+        long ahead;
+        uint64_t slice, reps, sum;
+    };
+    // The stream: the buffer in loops of matrix_bytes (a decode token's
+    // matmuls, each cut into 8 chunks a thread as decode_grain cuts them), or
+    // one loop.
+    auto stream = [&](WorkFn fn) {
+        Job job{bytes_p, fn, ahead, 0, 0, 0};
+        const uint64_t m = matrix_bytes ? matrix_bytes : span;
+        auto t = Clock::now();
+        for (uint64_t off = 0; off + m <= span; off += m) {
+            job.p = bytes_p + off;
+            rt.pool().parallel_for(0, m / 256, std::max<uint64_t>(1, m / 256 / (8 * threads)), [](void *u, uint64_t b, uint64_t e) {
+                auto *j = static_cast<Job *>(u);
+                __atomic_fetch_add(&j->sum, j->fn(j->p, 256 * b, 256 * e, j->ahead), __ATOMIC_RELAXED);
+            }, &job);
+        }
+        const double s = since(t);
+        if (job.sum == 42) std::printf(" ");
+        return counted * double(span / m * m) / s;
+    };
+    // The ceiling: every thread works its own 512 KiB slice (in L2) over and over.
+    auto ceiling = [&](WorkFn fn) {
+        Job job{bytes_p, fn, 0, uint64_t(512) << 10, 0, 0};
+        job.reps = (uint64_t(256) << 20) / job.slice;
+        fn(bytes_p, 0, job.slice, 0);  // warm
+        auto t = Clock::now();
+        rt.pool().parallel_for(0, uint64_t(threads), 1, [](void *u, uint64_t b, uint64_t e) {
+            auto *j = static_cast<Job *>(u);
+            for (uint64_t w = b; w < e; ++w) {
+                const uint8_t *p = j->p + w * (uint64_t(4) << 20);
+                uint64_t s = 0;
+                for (uint64_t r = 0; r < j->reps; ++r) s += j->fn(p, 0, j->slice, 0);
+                __atomic_fetch_add(&j->sum, s, __ATOMIC_RELAXED);
+            }
+        }, &job);
+        const double s = since(t);
+        if (job.sum == 42) std::printf(" ");
+        return counted * double(job.slice * job.reps * uint64_t(threads)) / s;
+    };
+    auto read = [&] {
+        struct R {
+            const uint64_t *p;
+            uint64_t sum;
+        } r{buf.p, 0};
+        auto t = Clock::now();
+        rt.pool().parallel_for(0, bytes / 8, 1 << 22, [](void *u, uint64_t b, uint64_t e) {
+            auto *j = static_cast<R *>(u);
+            __atomic_fetch_add(&j->sum, sum_avx2<true>(j->p, b, e), __ATOMIC_RELAXED);
+        }, &r);
+        const double s = since(t);
+        if (r.sum == 42) std::printf(" ");
+        return double(bytes) / s;
+    };
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    std::vector<std::vector<double>> streamed(table.size()), shares(table.size()), ceilings(table.size());
+    std::vector<double> reads;
+    for (int r = 0; r < rounds; ++r) {
+        for (size_t k = 0; k < table.size(); ++k) {
+            const double before = read();
+            const double got = stream(table[k].second);
+            const double after = read();
+            reads.push_back(before);
+            streamed[k].push_back(got);
+            shares[k].push_back(2 * got / (before + after));
+            ceilings[k].push_back(ceiling(table[k].second));
+        }
+    }
+    std::printf("streams with work, %d threads, 1 GiB in 2 MiB pages, %s, lines prefetched (NTA) %ld B ahead%s, %d "
+                "rounds; read passes %.1f-%.1f GB/s (median %.1f)\n",
+                threads,
+                matrix_bytes ? ("loops of " + std::to_string(matrix_bytes >> 10) + " KiB").c_str() : "one loop",
+                ahead, side ? ", a side stream of a line per 512 B" : "", rounds, *std::min_element(reads.begin(), reads.end()) / 1e9,
+                *std::max_element(reads.begin(), reads.end()) / 1e9, median(reads) / 1e9);
+    std::printf("%4s %8s %14s %14s %22s %20s\n", "ops", "ops/B", "ceiling GB/s", "streamed GB/s",
+                "share of read (range)", "no overlap ... full");
+    for (size_t k = 0; k < table.size(); ++k) {
+        const double ceil = median(ceilings[k]), rd = median(reads);
+        const double lo = 1.0 / (1.0 / rd + 1.0 / ceil), hi = std::min(rd, ceil);
+        std::printf("%4d %8.3f %14.1f %14.1f %9.0f %% (%2.0f-%2.0f) %9.0f %% ... %3.0f %%\n", table[k].first,
+                    table[k].first / 64.0, ceil / 1e9, median(streamed[k]) / 1e9, 100 * median(shares[k]),
+                    100 * *std::min_element(shares[k].begin(), shares[k].end()),
+                    100 * *std::max_element(shares[k].begin(), shares[k].end()), 100 * lo / rd, 100 * hi / rd);
+    }
+    return 0;
 }
 
 // The largest data cache of cpu0 (sysfs "size", e.g. "307200K"), 0 if unknown.
@@ -425,6 +597,9 @@ int main(int argc, char **argv) {
     int reps = 10;
     uint64_t matrices = 1, attention_depth = 0;
     bool pp_given = false;
+    int overlap_rounds = 0;
+    bool overlap_side = false;
+    uint64_t overlap_matrix = 0;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -445,10 +620,14 @@ int main(int argc, char **argv) {
         else if (a == "--reps") reps = std::max(1, std::stoi(next()));
         else if (a == "--matrices") matrices = std::max<uint64_t>(1, std::stoull(next()));
         else if (a == "--plugin-path") plugin_path = next();
+        else if (a == "--overlap") overlap_rounds = std::max(1, std::stoi(next()));
+        else if (a == "--overlap-side") overlap_side = true;
+        else if (a == "--overlap-loop-kib") overlap_matrix = std::stoull(next()) << 10;
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
                                  "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4|DTYPE] [--reps N] [--matrices N]] "
-                                 "[--attention DEPTH [--pp N] [--layers N] [--reps N]] [--plugin-path DIRS]\n");
+                                 "[--attention DEPTH [--pp N] [--layers N] [--reps N]] [--overlap ROUNDS [--overlap-loop-kib KIB] "
+                                 "[--overlap-side]] [--plugin-path DIRS]\n");
             return 2;
         }
     }
@@ -471,6 +650,11 @@ int main(int argc, char **argv) {
             if (xpos == std::string::npos) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--gemm wants ROWSxCOLS");
             int rc = gemm_bench(rt, dtype_name, std::stoull(gemm.substr(0, xpos)), std::stoull(gemm.substr(xpos + 1)),
                                 pp, reps, matrices);
+            cmf_runtime_free(rt);
+            return rc;
+        }
+        if (overlap_rounds > 0) {
+            int rc = overlap_bench(*rt, overlap_rounds, overlap_matrix, overlap_side);
             cmf_runtime_free(rt);
             return rc;
         }
