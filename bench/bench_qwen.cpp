@@ -5,7 +5,7 @@
 // (decode tok/s x weight bytes per token / bandwidth).
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
-//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1]] [--attention DEPTH [--pp N]]
+//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1] [--read-around]] [--attention DEPTH [--pp N]]
 //              [--overlap ROUNDS [--overlap-loop-kib KIB] [--overlap-side]] [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
@@ -13,7 +13,9 @@
 // other quantized dtype by name, through its codec) times --pp tokens, --reps times; GFLOP/s of the median and best rep,
 // and the weight bytes per second. --matrices N runs N distinct copies in
 // rotation, as a model's layers (decode: --pp 1 --matrices 200 streams from
-// memory with a join per matmul).
+// memory with a join per matmul; the copies sit in 2 MiB pages as a mapped
+// model's weights do). --read-around sets every rep against wall read passes
+// just before and after it (the share of the read, as --overlap gives it).
 // --attention DEPTH times the backend's decode attention alone over --layers
 // f16 KV caches of DEPTH rows in rotation: us per call, KV GB/s; with --pp N
 // given too, prefill attention instead: N new tokens at positions DEPTH on
@@ -47,6 +49,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -219,6 +222,24 @@ double read_bandwidth(cmf::Runtime &rt) {
     return best_cpu;
 }
 
+// One wall-clock prefetching read pass (sum_avx2) of `bytes` at p on the
+// pool, in bytes per second: the read a stream in the same minute is set
+// against (--overlap, --gemm --read-around).
+double wall_read_pass(cmf::Runtime &rt, const uint64_t *p, uint64_t bytes) {
+    struct R {
+        const uint64_t *p;
+        uint64_t sum;
+    } r{p, 0};
+    auto t = Clock::now();
+    rt.pool().parallel_for(0, bytes / 8, 1 << 22, [](void *u, uint64_t b, uint64_t e) {
+        auto *j = static_cast<R *>(u);
+        __atomic_fetch_add(&j->sum, sum_avx2<true>(j->p, b, e), __ATOMIC_RELAXED);
+    }, &r);
+    const double s = since(t);
+    if (r.sum == 42) std::printf(" ");
+    return double(bytes) / s;
+}
+
 // --overlap: how much of the read bandwidth a stream keeps when each core
 // also does K vector operations on every 64-byte line it reads. A decode
 // matmul is such a stream (the weights read once, some arithmetic per byte);
@@ -233,7 +254,11 @@ double read_bandwidth(cmf::Runtime &rt) {
 // With --overlap-side, a second stream as q4_block's scales beside its
 // nibbles: a line of it per 512 B of the main stream, at side_base +
 // (offset in the main stream) / 8, prefetched 32 of its lines ahead.
+// With --overlap-row-bytes N, the stream ends a "row" every N bytes as a
+// row kernel does: its accumulators summed to one number, stored, and
+// started again from zero.
 const uint8_t *g_main_base = nullptr, *g_side_base = nullptr;
+uint64_t g_row_bytes = 0;
 template <int K>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) uint64_t work_lines(const uint8_t *p, uint64_t b, uint64_t e,
                                                                            long ahead) {
@@ -241,6 +266,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) uint64_t work_lines(const
     __m512i acc[16];
     for (__m512i &a : acc) a = _mm512_setzero_si512();
     const __m512i c = _mm512_set1_epi8(3);
+    uint64_t row_sums = 0;
     uint64_t i = b;
     for (; i + 256 <= e; i += 256) {
         for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char *>(p + i + 64 * l) + ahead, _MM_HINT_NTA);
@@ -256,12 +282,22 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) uint64_t work_lines(const
 #pragma GCC unroll 128
             for (int j = 0; j < 4 * K; ++j) acc[j % 16] = _mm512_dpbusd_epi32(acc[j % 16], v[j / K], c);
         }
+        if (g_row_bytes != 0 && (p - g_main_base + i + 256) % g_row_bytes == 0) {
+            __m512i r = acc[0];
+            for (int l = 1; l < 16; ++l) r = _mm512_add_epi32(r, acc[l]);
+            alignas(64) int32_t lanes[16];
+            _mm512_store_si512(lanes, r);
+            int32_t t = 0;
+            for (int32_t x : lanes) t += x;
+            row_sums += uint64_t(uint32_t(t));
+            for (__m512i &a : acc) a = _mm512_setzero_si512();
+        }
     }
     __m512i s = acc[0];
     for (int l = 1; l < 16; ++l) s = _mm512_add_epi64(s, acc[l]);
     uint64_t lanes[8];  // not _mm512_reduce_add_epi64: GCC 12 warns inside it (-Werror=uninitialized)
     _mm512_storeu_si512(lanes, s);
-    uint64_t t = 0;
+    uint64_t t = row_sums;
     for (uint64_t x : lanes) t += x;
     return t;
 }
@@ -334,20 +370,7 @@ int overlap_bench(cmf::Runtime &rt, int rounds, uint64_t matrix_bytes, bool side
         if (job.sum == 42) std::printf(" ");
         return counted * double(job.slice * job.reps * uint64_t(threads)) / s;
     };
-    auto read = [&] {
-        struct R {
-            const uint64_t *p;
-            uint64_t sum;
-        } r{buf.p, 0};
-        auto t = Clock::now();
-        rt.pool().parallel_for(0, bytes / 8, 1 << 22, [](void *u, uint64_t b, uint64_t e) {
-            auto *j = static_cast<R *>(u);
-            __atomic_fetch_add(&j->sum, sum_avx2<true>(j->p, b, e), __ATOMIC_RELAXED);
-        }, &r);
-        const double s = since(t);
-        if (r.sum == 42) std::printf(" ");
-        return double(bytes) / s;
-    };
+    auto read = [&] { return wall_read_pass(rt, buf.p, bytes); };
     auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
         return v[v.size() / 2];
@@ -400,7 +423,7 @@ uint64_t last_level_cache_bytes() {
 
 // The backend matmul alone: GFLOP/s (2*rows*cols*tokens per call).
 int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, uint64_t cols, uint64_t tokens, int reps,
-               uint64_t matrices) {
+               uint64_t matrices, bool read_around) {
     const cmf::BackendEntry *be = rt->backend("cpu");
     if (be == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend");
     // q8 and q4 as the converter's --quant spells them; any other dtype by its own name (q4tp, q1t, ...).
@@ -428,17 +451,32 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     // one after another in each rep, as a model's layers are: with N * size
     // beyond the caches every matmul streams from memory and pays its own
     // start and join, where one weight repeated would stay in L2/L3.
-    std::vector<std::vector<uint8_t>> copies(matrices, bytes);
+    // The copies sit in one buffer advised into 2 MiB pages, as cmf_open maps
+    // a model file's weights where the kernel gives them (docs/performance.md,
+    // "Page size"); each copy starts on a 4 KiB boundary.
+    const uint64_t stride = (bytes.size() + 4095) & ~uint64_t(4095);
+    PageBuffer copies(stride * matrices, true);
     std::vector<cmf_backend_weight *> ws;
-    for (auto &c : copies) {
-        cmf_tensor_view v = cmf::tensor_view(dtype, {rows, cols}, c);
+    for (uint64_t i = 0; i < matrices; ++i) {
+        uint8_t *c = reinterpret_cast<uint8_t *>(copies.p) + i * stride;
+        std::memcpy(c, bytes.data(), bytes.size());
+        cmf_tensor_view v = cmf::tensor_view(dtype, std::initializer_list<uint64_t>{rows, cols}, c, bytes.size());
         cmf_backend_weight *w = nullptr;
         cmf::throw_if_error(be->vt.weight_bind(be->ctx, &v, &w));
         ws.push_back(w);
     }
-    std::vector<double> secs, cpu;
+    std::vector<double> secs, cpu, reads;
     const double nthr = rt->pool().threads();
+    // --read-around: a wall read pass of 1 GiB before every timed rep and
+    // after the last, each rep's rate set against the two around it.
+    const uint64_t read_bytes = uint64_t(1) << 30;
+    std::unique_ptr<PageBuffer> read_buf;
+    if (read_around) {
+        read_buf = std::make_unique<PageBuffer>(read_bytes, true);
+        std::memset(read_buf->p, 1, read_bytes);
+    }
     for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
+        if (read_around && rep > 0) reads.push_back(wall_read_pass(*rt, read_buf->p, read_bytes));
         auto t = Clock::now();
         const double c0 = cpu_seconds();
         for (cmf_backend_weight *w : ws) cmf::throw_if_error(be->vt.matmul(be->ctx, w, x.data(), tokens, y.data()));
@@ -446,6 +484,14 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
             secs.push_back(since(t) / double(matrices));
             cpu.push_back((cpu_seconds() - c0) / nthr / double(matrices));
         }
+    }
+    std::vector<double> shares;
+    if (read_around) {
+        reads.push_back(wall_read_pass(*rt, read_buf->p, read_bytes));
+        for (size_t i = 0; i < secs.size(); ++i)
+            shares.push_back(double(bytes.size()) / secs[i] / ((reads[i] + reads[i + 1]) / 2));
+        std::sort(shares.begin(), shares.end());
+        std::sort(reads.begin(), reads.end());
     }
     for (cmf_backend_weight *w : ws) be->vt.weight_free(be->ctx, w);
     std::sort(secs.begin(), secs.end());
@@ -461,6 +507,11 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
                 double(bytes.size()) / secs[secs.size() / 2] / 1e9, double(bytes.size()) / secs.front() / 1e9,
                 double(bytes.size()) / cpu[cpu.size() / 2] / 1e9, double(bytes.size()) / cpu.front() / 1e9,
                 (unsigned long long)matrices, double(bytes.size()) / 1e6);
+    if (read_around)
+        std::printf("  read passes around the reps %.1f-%.1f GB/s wall (median %.1f); each rep's share of the reads around "
+                    "it: median %.0f %% (%.0f-%.0f)\n",
+                    reads.front() / 1e9, reads.back() / 1e9, reads[reads.size() / 2] / 1e9,
+                    100 * shares[shares.size() / 2], 100 * shares.front(), 100 * shares.back());
     // The Intel VM of docs/performance.md reports a 300 MiB L3: a rotation
     // below that streams partly from cache, not memory (a 177 MB rotation
     // read up to 33 GB/s there against a 25 GB/s memory, 2026-12-01).
@@ -598,7 +649,7 @@ int main(int argc, char **argv) {
     uint64_t matrices = 1, attention_depth = 0;
     bool pp_given = false;
     int overlap_rounds = 0;
-    bool overlap_side = false;
+    bool overlap_side = false, read_around = false;
     uint64_t overlap_matrix = 0;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -622,12 +673,15 @@ int main(int argc, char **argv) {
         else if (a == "--plugin-path") plugin_path = next();
         else if (a == "--overlap") overlap_rounds = std::max(1, std::stoi(next()));
         else if (a == "--overlap-side") overlap_side = true;
+        else if (a == "--overlap-row-bytes") g_row_bytes = std::stoull(next()) / 256 * 256;
+        else if (a == "--read-around") read_around = true;
         else if (a == "--overlap-loop-kib") overlap_matrix = std::stoull(next()) << 10;
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
-                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4|DTYPE] [--reps N] [--matrices N]] "
+                                 "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4|DTYPE] [--reps N] [--matrices N] "
+                                 "[--read-around]] "
                                  "[--attention DEPTH [--pp N] [--layers N] [--reps N]] [--overlap ROUNDS [--overlap-loop-kib KIB] "
-                                 "[--overlap-side]] [--plugin-path DIRS]\n");
+                                 "[--overlap-side] [--overlap-row-bytes N]] [--plugin-path DIRS]\n");
             return 2;
         }
     }
@@ -649,7 +703,7 @@ int main(int argc, char **argv) {
             const size_t xpos = gemm.find('x');
             if (xpos == std::string::npos) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--gemm wants ROWSxCOLS");
             int rc = gemm_bench(rt, dtype_name, std::stoull(gemm.substr(0, xpos)), std::stoull(gemm.substr(xpos + 1)),
-                                pp, reps, matrices);
+                                pp, reps, matrices, read_around);
             cmf_runtime_free(rt);
             return rc;
         }
