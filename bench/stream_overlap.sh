@@ -7,7 +7,8 @@
 #      of the wall read passes just around it: the share any code with that
 #      ceiling keeps on this machine;
 #   2. per dtype: its row kernel on one core with the weights in L2
-#      (--gemm 1024x1024 --pp 1 --threads 1), times two = its ceiling; its
+#      (--gemm 1024x1024 --pp 1 --threads 1; 256 rows for f16 and bf16, 512
+#      for q8), times two = its ceiling; its
 #      one-token matmul streamed from memory (--gemm ROWSxCOLS --pp 1, 200
 #      copies in rotation in 2 MiB pages, --read-around) as a share of the
 #      reads around each rep;
@@ -33,7 +34,9 @@ synth="$(mktemp)"
 trap 'rm -f "$synth"' EXIT
 "$bq" --overlap "${ROUNDS:-3}" --overlap-loop-kib "$loop" | tail -n +2 | tee "$synth"
 for q in $dtypes; do
-  l2=$("$bq" --gemm 1024x1024 --dtype "$q" --pp 1 --threads 1 --reps 3000 | grep 'weight bytes' | sed 's/.*median \([0-9.]*\) GB\/s wall.*/\1/')
+  # A matrix of at most ~0.6 MB, so that it stays in a 1 MiB L2.
+  case "$q" in f16|bf16) l2shape=256x1024 ;; q8|q8_row) l2shape=512x1024 ;; *) l2shape=1024x1024 ;; esac
+  l2=$("$bq" --gemm "$l2shape" --dtype "$q" --pp 1 --threads 1 --reps 3000 | grep 'weight bytes' | sed 's/.*median \([0-9.]*\) GB\/s wall.*/\1/')
   out=$("$bq" --gemm "$shape" --dtype "$q" --pp 1 --threads 2 --reps 5 --matrices 200 --read-around)
   streamed=$(grep 'weight bytes' <<<"$out" | sed 's/.*median \([0-9.]*\) GB\/s wall.*/\1/')
   share=$(grep 'share of the reads' <<<"$out" | sed 's/.*median \([0-9]*\) % (\([0-9-]*\)).*/\1 % (\2)/')
