@@ -63,6 +63,19 @@ typedef struct cmf_host_api cmf_host_api;
 #define CMF_CODEC_VARIABLE_SIZE 0x1u /* payload size depends on the data (vbit, q1s, q1t) */
 #define CMF_CODEC_RESERVED      0x2u /* a reserved id: registered only to refuse it clearly */
 
+/* Codec dtype ids: 0..255 are the file dtypes (the spec's CMF_DTYPE_* and
+ * third parties' own; a file's directory stores the id in one byte).
+ * CMF_DTYPE_MEMORY_FIRST.. CMF_DTYPE_MEMORY_LAST are memory-only dtypes:
+ * layouts that no file can name, which a codec makes from a file dtype's
+ * payload for its own kernels (cmf_codec_vt.decode_copy). */
+#define CMF_DTYPE_MEMORY_FIRST 512
+#define CMF_DTYPE_MEMORY_LAST  1023
+/* q4_block's payload with each row's group scales after that row's
+ * nibbles (rows of 16*gpr nibble bytes then 2*gpr f16 scale bytes, gpr =
+ * cols / 32), what q4_block's decode_copy makes: a decode row reads one
+ * stream. 2-D, cols % 32 == 0. */
+#define CMF_DTYPE_MEM_Q4_ROWS 512
+
 /* Returned through expected_size when the size is data-dependent. */
 #define CMF_SIZE_VARIABLE UINT64_MAX
 
@@ -197,6 +210,19 @@ typedef struct cmf_codec_vt {
      * plugin ABI 1's first release, so hosts read it only when struct_size
      * covers it). */
     cmf_error *(*validate_facts)(void *ctx, const cmf_tensor_view *t, uint32_t *facts);
+
+    /* A copy of t's payload in a memory-only layout (CMF_DTYPE_MEMORY_FIRST
+     * ..LAST) whose codec, registered by the same plugin, multiplies it
+     * faster than this dtype's own layout when its bytes stream from memory
+     * (one decode stream instead of two): the bytes go to `out` and the
+     * copy's dtype to *out_dtype, the shape being t's. Every member of
+     * the copy's codec gives the same bits on the copy as this codec on t.
+     * *out_dtype = -1 and nothing written: no such layout for this tensor.
+     * A backend makes the copy when a weight is bound, if it was asked to
+     * spend the memory. Optional (NULL: none; added after plugin ABI 1's
+     * first release, so hosts and backends read it only when struct_size
+     * covers it). Reentrant. */
+    cmf_error *(*decode_copy)(void *ctx, const cmf_tensor_view *t, const cmf_byte_sink *out, int32_t *out_dtype);
 } cmf_codec_vt;
 
 /* Columns per scale block of cmf_codec_vt.int8_rows. */

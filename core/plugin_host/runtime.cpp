@@ -158,9 +158,12 @@ cmf_error *host_register_codec(cmf_registrar *reg, const cmf_codec_vt *vt, void 
         check_string(vt->version, "codec '" + e.name + "': version");
         e.version = str_or_empty(vt->version);
         e.plugin = reg->plugin_index;
-        if (e.vt.dtype_id < 0 || e.vt.dtype_id > 255)
-            throw Error(CMF_ERR_INVALID_ARGUMENT, "codec '" + e.name + "': dtype id " +
-                                                      std::to_string(e.vt.dtype_id) + " outside 0..255");
+        if (e.vt.dtype_id < 0 || (e.vt.dtype_id > 255 && e.vt.dtype_id < CMF_DTYPE_MEMORY_FIRST) ||
+            e.vt.dtype_id > CMF_DTYPE_MEMORY_LAST)
+            throw Error(CMF_ERR_INVALID_ARGUMENT, "codec '" + e.name + "': dtype id " + std::to_string(e.vt.dtype_id) +
+                                                      " outside 0..255 (file dtypes) and " +
+                                                      std::to_string(CMF_DTYPE_MEMORY_FIRST) + ".." +
+                                                      std::to_string(CMF_DTYPE_MEMORY_LAST) + " (memory-only dtypes)");
         if (e.vt.expected_size == nullptr || e.vt.dequantize_rows == nullptr)
             throw Error(CMF_ERR_INVALID_ARGUMENT,
                         "codec '" + e.name + "': expected_size and dequantize_rows are required");

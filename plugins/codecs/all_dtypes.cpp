@@ -21,6 +21,7 @@ std::vector<std::unique_ptr<Dtype>> make_all_dtypes() {
     v.push_back(make_q1t());
     v.push_back(make_q4tp());
     v.push_back(make_q2tp());
+    v.push_back(make_q4_rows());  // memory-only (CMF_DTYPE_MEM_Q4_ROWS)
     return v;
 }
 

@@ -65,6 +65,12 @@ public:
     virtual uint64_t column_block(const cmf_tensor_view &) const { return 0; }
     virtual void select_columns(const cmf_tensor_view &t, const uint64_t *blocks, uint64_t n,
                                 std::vector<uint8_t> &out) const;
+    // cmf_codec_vt.decode_copy: appends t's payload in a memory-only layout
+    // (a Dtype of this module with an id in CMF_DTYPE_MEMORY_FIRST..LAST)
+    // and returns that dtype's id, or returns -1 and appends nothing when
+    // this tensor has no such layout (the default). The glue validates t
+    // first.
+    virtual int32_t decode_copy(const cmf_tensor_view &, std::vector<uint8_t> &) const { return -1; }
 };
 
 // Every dtype this module provides, in id order.

@@ -171,6 +171,22 @@ cmf_error *vt_select_columns(void *ctx, const cmf_tensor_view *t, const uint64_t
     });
 }
 
+// A copy in a memory-only layout (cmf_codec_vt.decode_copy).
+cmf_error *vt_decode_copy(void *ctx, const cmf_tensor_view *t, const cmf_byte_sink *out, int32_t *out_dtype) {
+    CodecCtx *c = as_codec(ctx);
+    return cmf::sdk::call(c->state->host, [&] {
+        if (t == nullptr || out == nullptr || out_dtype == nullptr)
+            cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "decode_copy: NULL argument");
+        *out_dtype = -1;
+        c->dtype->validate(*t);
+        std::vector<uint8_t> bytes;
+        const int32_t id = c->dtype->decode_copy(*t, bytes);
+        if (id < 0) return;
+        cmf::sdk::sink_append(out, bytes.data(), bytes.size());
+        *out_dtype = id;
+    });
+}
+
 }  // namespace
 
 extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32_t *abi_version,
@@ -204,6 +220,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
             vt.matmul_rows_x = d->has_matmul() ? vt_matmul_rows_x : nullptr;
             vt.select_columns = vt_select_columns;
             vt.validate_facts = vt_validate_facts;
+            vt.decode_copy = vt_decode_copy;
             state->codecs.push_back(std::move(c));
         }
     });

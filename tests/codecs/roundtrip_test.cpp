@@ -888,6 +888,69 @@ TEST_CASE("roundtrip: q1s gives a row the same bits wherever its row range start
     }
 }
 
+TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the same bits") {
+    // The dispatched kernels here; the row kernel on every ISA with the
+    // scales after each row's nibbles is in "row-range kernels equal the
+    // per-row dots".
+    const Dtype &block = dtype(CMF_DTYPE_Q4_BLOCK), &rows_dt = dtype(CMF_DTYPE_MEM_Q4_ROWS);
+    CHECK(!rows_dt.can_quantize());
+    CHECK_THROWS_WITH(rows_dt.expected_size(std::vector<uint64_t>{64}), doctest::Contains("2-D"));
+    CHECK_THROWS_WITH(rows_dt.expected_size(std::vector<uint64_t>{4, 40}), doctest::Contains("multiple of 32"));
+    {  // no decode layout: 1-D, or groups that straddle rows
+        std::vector<float> w = gaussian(160, 30);
+        std::vector<uint8_t> out;
+        for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{160}, std::vector<uint64_t>{4, 40}}) {
+            std::vector<uint8_t> b = encode(CMF_DTYPE_Q4_BLOCK, shape, w.data());
+            CHECK(block.decode_copy(view(CMF_DTYPE_Q4_BLOCK, shape, b), out) == -1);
+            CHECK(out.empty());
+        }
+        std::vector<uint8_t> t = encode(CMF_DTYPE_Q4_TILED, {5, 32}, w.data());
+        CHECK(dtype(CMF_DTYPE_Q4_TILED).decode_copy(view(CMF_DTYPE_Q4_TILED, {5, 32}, t), out) == -1);
+    }
+    {
+        for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{3, 32}, std::vector<uint64_t>{17, 64},
+                                                   std::vector<uint64_t>{40, 1024}, std::vector<uint64_t>{21, 96}}) {
+            CAPTURE(shape[0]);
+            CAPTURE(shape[1]);
+            const uint64_t rows = shape[0], cols = shape[1];
+            std::vector<float> w = gaussian(rows * cols, 31);
+            std::vector<uint8_t> b = encode(CMF_DTYPE_Q4_BLOCK, shape, w.data()), c;
+            const cmf_tensor_view tb = view(CMF_DTYPE_Q4_BLOCK, shape, b);
+            REQUIRE(block.decode_copy(tb, c) == CMF_DTYPE_MEM_Q4_ROWS);
+            REQUIRE(c.size() == b.size());
+            const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q4_ROWS, shape, c);
+            rows_dt.validate(tc);
+            // Row 0's scales follow its nibbles.
+            CHECK(std::memcmp(c.data() + 16 * (cols / 32), b.data() + 16 * rows * (cols / 32), 2 * (cols / 32)) == 0);
+            std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
+            block.dequantize_rows(tb, 0, rows, db.data());
+            rows_dt.dequantize_rows(tc, 0, rows, dc.data());
+            CHECK(std::memcmp(db.data(), dc.data(), db.size() * sizeof(float)) == 0);
+            rows_dt.dequantize_rows(tc, 1, rows, dc.data());  // a range from row 1
+            CHECK(std::memcmp(db.data() + cols, dc.data(), (rows - 1) * cols * sizeof(float)) == 0);
+            for (uint64_t batch : {1u, 3u, 20u}) {
+                CAPTURE(batch);
+                std::vector<float> x = gaussian(batch * cols, 32), yb(batch * rows), yc(batch * rows, -7.0f);
+                block.matmul_rows(tb, x.data(), cols, batch, 0, rows, yb.data(), rows);
+                rows_dt.matmul_rows(tc, x.data(), cols, batch, 0, rows, yc.data(), rows);
+                CHECK(std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)) == 0);
+                std::fill(yc.begin(), yc.end(), -7.0f);
+                for (uint64_t r0 = 0; r0 < rows; r0 += 7)
+                    rows_dt.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), yc.data(), rows);
+                CHECK(std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)) == 0);
+            }
+            REQUIRE(rows_dt.int8_view(tc));
+            std::vector<int8_t> qb(rows * cols), qc(rows * cols);
+            std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
+            block.int8_rows(tb, 1, rows, qb.data(), sb.data());
+            rows_dt.int8_rows(tc, 1, rows, qc.data(), sc.data());
+            CHECK(qb == qc);
+            CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
+            CHECK(rows_dt.column_block(tc) == 0);
+        }
+    }
+}
+
 TEST_CASE("roundtrip: q1s facts reach the views of a model opened from a file, and only for a list that ascends") {
     // The host validates each tensor at open through validate_facts and
     // hands the answer out in every view of it.
@@ -1408,9 +1471,10 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
                         if (use_simd) isa->rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
                         else k::portable::rows_q4_tiled_xq(tiled.data(), xq.data(), xb.data(), xd.data(), g, rows, y);
                     } else if (use_simd) {
-                        isa->rows_q4_split_xq(split.data(), ss, xq.data(), xb.data(), xd.data(), g, rows, y);
+                        isa->rows_q4_split_xq(split.data(), 16 * g, ss, 2 * g, xq.data(), xb.data(), xd.data(), g, rows, y);
                     } else {
-                        k::portable::rows_q4_split_xq(split.data(), ss, xq.data(), xb.data(), xd.data(), g, rows, y);
+                        k::portable::rows_q4_split_xq(split.data(), 16 * g, ss, 2 * g, xq.data(), xb.data(), xd.data(), g,
+                                                      rows, y);
                     }
                 };
                 // sum |w| * max |x| bounds a row's sum of |terms| (up to x's rounding).
@@ -1450,11 +1514,23 @@ TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
                         else if (tiled_layout)
                             isa->rows_q4_tiled_xq(tiled.data() + 18 * g * r0, xq.data(), xb.data(), xd.data(), g, n, y);
                         else
-                            isa->rows_q4_split_xq(split.data() + 16 * g * r0, ss + 2 * g * r0, xq.data(), xb.data(),
+                            isa->rows_q4_split_xq(split.data() + 16 * g * r0, 16 * g, ss + 2 * g * r0, 2 * g, xq.data(), xb.data(),
                                                   xd.data(), g, n, y);
                     };
                     std::vector<float> from1(rows, -7.0f);
                     if (rows > 1) range(1, rows - 1, from1.data() + 1);
+                    if (layout == 0) {  // q4_rows: each row's scales after its nibbles, the same bits
+                        std::vector<uint8_t> il(18 * g * rows);
+                        for (uint64_t r = 0; r < rows; ++r) {
+                            std::memcpy(il.data() + 18 * g * r, split.data() + 16 * g * r, 16 * g);
+                            std::memcpy(il.data() + 18 * g * r + 16 * g, ss + 2 * g * r, 2 * g);
+                        }
+                        std::vector<float> yi(rows + 1, -7.0f);
+                        isa->rows_q4_split_xq(il.data(), 18 * g, il.data() + 16 * g, 18 * g, xq.data(), xb.data(),
+                                              xd.data(), g, rows, yi.data());
+                        CHECK(std::memcmp(yi.data(), ya.data(), rows * sizeof(float)) == 0);
+                        CHECK(yi[rows] == -7.0f);
+                    }
                     for (uint64_t r = 0; r < rows; ++r) {
                         CAPTURE(r);
                         float alone = -7.0f;

@@ -23,6 +23,7 @@
 #define BACKEND_NULL_OPS 14   /* a backend whose operations are NULL */
 #define REPORTS_IN_PROGRESS 15 /* fails init with what cmf_plugin_in_progress() says */
 #define LONG_NAME 16          /* a 300-byte name */
+#define DTYPE_BETWEEN 17      /* dtype id 300: neither a file dtype nor a memory-only one */
 
 #if BAD_KIND == CRASHES_IN_INIT
 #include <signal.h>
@@ -108,6 +109,8 @@ CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *host, uint32
     g_vt.dequantize_rows = NULL;
 #elif BAD_KIND == BAD_NAME
     g_vt.name = "bad\xff\x01name";
+#elif BAD_KIND == DTYPE_BETWEEN
+    g_vt.dtype_id = 300;
 #elif BAD_KIND == LONG_NAME
     {
         static char name[301];

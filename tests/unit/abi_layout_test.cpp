@@ -76,9 +76,10 @@ namespace {
     CHECK_OFFSET(cmf_quantize_params, options, 8);
     CHECK_OFFSET(cmf_quantize_params, act_rms, 16);
     CHECK_OFFSET(cmf_quantize_params, act_rms_len, 24);
-    CHECK_SIZE(cmf_codec_vt, 120);
+    CHECK_SIZE(cmf_codec_vt, 128);
     CHECK_OFFSET(cmf_codec_vt, select_columns, 104);
     CHECK_OFFSET(cmf_codec_vt, validate_facts, 112);
+    CHECK_OFFSET(cmf_codec_vt, decode_copy, 120);
     CHECK_OFFSET(cmf_codec_vt, abi_version, 4);
     CHECK_OFFSET(cmf_codec_vt, name, 8);
     CHECK_OFFSET(cmf_codec_vt, version, 16);

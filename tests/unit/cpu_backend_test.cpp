@@ -18,8 +18,10 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -642,6 +644,55 @@ TEST_CASE("cpu backend: matmul_multi equals one matmul per weight, bit for bit, 
     cmf_error_free(e);
     be->vt.weight_free(be->ctx, wide);
     for (auto *w : ws) be->vt.weight_free(be->ctx, w);
+}
+
+TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block matrices as q4_rows copies with the same bits") {
+    TestRuntime plain;
+    ::setenv("CMF_CPU_DECODE_COPY", "1", 1);
+    TestRuntime copying;  // the backend reads the variable when it starts
+    ::unsetenv("CMF_CPU_DECODE_COPY");
+    const cmf::BackendEntry *bp = plain.rt->backend("cpu"), *bc = copying.rt->backend("cpu");
+    REQUIRE(bp != nullptr);
+    REQUIRE(bc != nullptr);
+    const uint64_t cols = 96;
+    for (const auto &[dtype, rows] : std::vector<std::pair<int32_t, uint64_t>>{
+             {CMF_DTYPE_Q4_BLOCK, 37}, {CMF_DTYPE_Q4_BLOCK, 200}, {CMF_DTYPE_Q8_ROW, 5}, {CMF_DTYPE_Q4_TILED, 9}}) {
+        CAPTURE(dtype);
+        CAPTURE(rows);
+        void *cctx = nullptr;
+        const cmf_codec_vt *codec = find_test_codec(plain.rt, dtype, &cctx);
+        REQUIRE(codec != nullptr);
+        const auto wf = random_vec(rows * cols, 300 + unsigned(rows));
+        Encoded e = encode(codec, cctx, dtype, rows, cols, wf.data());
+        cmf_backend_weight *wp = nullptr, *wc = nullptr;
+        REQUIRE(bp->vt.weight_bind(bp->ctx, &e.v, &wp) == nullptr);
+        REQUIRE(bc->vt.weight_bind(bc->ctx, &e.v, &wc) == nullptr);
+        // Decode (1-3 tokens), the batched rows and the int8 GEMM (17), and
+        // embedding rows: the same bits from the copy.
+        const int32_t tokens[3] = {0, int32_t(rows - 1), int32_t(rows / 2)};
+        auto run = [&](const cmf::BackendEntry *be, cmf_backend_weight *w) {
+            std::vector<float> out;
+            for (uint64_t batch : {1u, 2u, 3u, 5u, 17u}) {
+                const auto x = random_vec(batch * cols, 9 + unsigned(batch));
+                std::vector<float> y(batch * rows, -1.0f);
+                REQUIRE(be->vt.matmul(be->ctx, w, x.data(), batch, y.data()) == nullptr);
+                out.insert(out.end(), y.begin(), y.end());
+            }
+            std::vector<float> emb(3 * cols, -1.0f);
+            REQUIRE(be->vt.embed(be->ctx, w, tokens, 3, 1.0f, emb.data()) == nullptr);
+            out.insert(out.end(), emb.begin(), emb.end());
+            return out;
+        };
+        const std::vector<float> want = run(bp, wp);
+        CHECK(run(bc, wc) == want);
+        // Only q4_block has a decode layout, and its weight reads the copy,
+        // its own memory: the stored bytes no longer matter to it.
+        std::fill(e.bytes.begin(), e.bytes.end(), uint8_t(0));
+        const std::vector<float> after = run(bc, wc);
+        CHECK((after == want) == (dtype == CMF_DTYPE_Q4_BLOCK));
+        bp->vt.weight_free(bp->ctx, wp);
+        bc->vt.weight_free(bc->ctx, wc);
+    }
 }
 
 TEST_CASE("cpu backend: buffer_write, buffer_read and copy move every byte, small and large (split over threads)") {

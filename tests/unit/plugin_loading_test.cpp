@@ -67,6 +67,7 @@ TEST_CASE("the build's plugins load from CMF_PLUGIN_PATH") {
     CHECK(has_codec(rt.rt, CMF_DTYPE_F32));
     CHECK(has_codec(rt.rt, CMF_DTYPE_F16));
     CHECK(has_codec(rt.rt, CMF_DTYPE_BF16));
+    CHECK(has_codec(rt.rt, CMF_DTYPE_MEM_Q4_ROWS));  // a memory-only dtype (q4_block's decode copy)
     CHECK(cmf_runtime_component_count(rt.rt, CMF_COMPONENT_BACKEND) >= 1);
 }
 
@@ -126,6 +127,8 @@ TEST_CASE("garbage vtables are refused with what is wrong, naming the file") {
         {"cmf-test-null-required.so", "init failed: codec 'test-dtype': expected_size and dequantize_rows are required"},
         {"cmf-test-bad-name.so", "init failed: codec name has byte 0xff at 3 (must be UTF-8 without control characters)"},
         {"cmf-test-long-name.so", "init failed: codec name is 300 bytes long (at most 256)"},
+        {"cmf-test-dtype-between-ranges.so",
+         "init failed: codec 'test-dtype': dtype id 300 outside 0..255 (file dtypes) and 512..1023 (memory-only dtypes)"},
         {"cmf-test-null-vtable.so", "init failed: register_codec: NULL argument"},
         {"cmf-test-backend-null-ops.so",
          "init failed: backend 'hollow': required operations are NULL: weight_bind, weight_free, matmul, buffer_alloc, "

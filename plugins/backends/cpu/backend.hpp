@@ -9,8 +9,26 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace cmf::cpu {
+// Anonymous memory in 2 MiB pages where the kernel gives them (the pages a
+// mapped model's weights get): a weight's decode copy.
+class PageMemory {
+public:
+    explicit PageMemory(size_t bytes);
+    ~PageMemory();
+    PageMemory(const PageMemory &) = delete;
+    PageMemory &operator=(const PageMemory &) = delete;
+    uint8_t *data() const { return static_cast<uint8_t *>(p_); }
+
+private:
+    void *p_ = nullptr;
+    size_t n_ = 0;
+};
+}  // namespace cmf::cpu
 
 struct cmf_backend_weight {
     cmf_tensor_view view;
@@ -39,6 +57,10 @@ struct cmf_backend_weight {
     bool int8 = false;
     // The codec's matmul_rows_x, when its struct_size covers it (else NULL).
     decltype(cmf_codec_vt::matmul_rows_x) matmul_rows_x = nullptr;
+    // CMF_CPU_DECODE_COPY=1: the payload in the memory-only layout its codec
+    // made (cmf_codec_vt.decode_copy); `view` then points here, with that
+    // layout's dtype, and every operation reads the copy.
+    std::unique_ptr<cmf::cpu::PageMemory> decode_copy;
 };
 
 namespace cmf::cpu {
@@ -51,6 +73,10 @@ struct Backend {
     // Prefill of the gated delta rule in the chunked (WY) form; the
     // environment's CMF_CPU_DELTA_CHUNKED=0 keeps the recurrence (A/B runs).
     bool delta_chunked = true;
+    // CMF_CPU_DECODE_COPY=1: matrices whose codec offers a decode layout
+    // (cmf_codec_vt.decode_copy) are copied into it when bound, spending
+    // their bytes once more in memory for faster decode (docs/runtime.md).
+    bool decode_copy = false;
 };
 
 inline Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }

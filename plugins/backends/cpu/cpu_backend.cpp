@@ -130,6 +130,49 @@ void decode_vector(cmf_backend_weight &w) {
     }
 }
 
+}  // namespace
+
+namespace cmf::cpu {
+PageMemory::PageMemory(size_t bytes) : n_(std::max<size_t>(bytes, 1)) {
+    p_ = mmap(nullptr, n_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p_ == MAP_FAILED) {
+        p_ = nullptr;
+        throw Error(CMF_ERR_OUT_OF_MEMORY, "decode copy: cannot map " + std::to_string(bytes) + " bytes");
+    }
+    madvise(p_, n_, MADV_HUGEPAGE);
+}
+PageMemory::~PageMemory() {
+    if (p_ != nullptr) munmap(p_, n_);
+}
+}  // namespace cmf::cpu
+
+namespace {
+
+// CMF_CPU_DECODE_COPY: a matrix whose codec has a decode layout for it is
+// copied into that layout, and the weight reads the copy from then on.
+void make_decode_copy(Backend *be, cmf_backend_weight &w) {
+    if (w.view.ndim != 2 || w.codec == nullptr ||
+        w.codec->struct_size < offsetof(cmf_codec_vt, decode_copy) + sizeof(void *) || w.codec->decode_copy == nullptr)
+        return;
+    std::vector<uint8_t> bytes;
+    cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, &bytes, [](void *user, const void *data, size_t n) -> cmf_error * {
+        const auto *b = static_cast<const uint8_t *>(data);
+        static_cast<std::vector<uint8_t> *>(user)->insert(static_cast<std::vector<uint8_t> *>(user)->end(), b, b + n);
+        return nullptr;
+    }};
+    int32_t dtype = -1;
+    if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, &sink, &dtype)) throw cmf::sdk::HostError{e};
+    if (dtype < 0) return;
+    auto copy = std::make_unique<cmf::cpu::PageMemory>(bytes.size());
+    std::memcpy(copy->data(), bytes.data(), bytes.size());
+    w.view.dtype = dtype;
+    w.view.data = copy->data();
+    w.view.nbytes = bytes.size();
+    w.view.facts = 0;  // the copy's codec has established nothing about these bytes
+    w.decode_copy = std::move(copy);
+    init_weight(be, w);
+}
+
 cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight **out) {
     Backend *be = as_backend(ctx);
     return cmf::sdk::call(be->host, [&] {
@@ -140,6 +183,7 @@ cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight *
         w->view = *t;
         init_weight(be, *w);
         if (t->ndim == 1) decode_vector(*w);
+        if (be->decode_copy) make_decode_copy(be, *w);
         *out = w.release();
     });
 }
@@ -1734,6 +1778,8 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
         be->int8_gemm = false;
     if (const char *env = std::getenv("CMF_CPU_DELTA_CHUNKED"); env != nullptr && std::strcmp(env, "0") == 0)
         be->delta_chunked = false;
+    if (const char *env = std::getenv("CMF_CPU_DECODE_COPY"); env != nullptr && std::strcmp(env, "1") == 0)
+        be->decode_copy = true;
     be->description = std::string("x86-64 CPU, kernels: ") + cmf::cpu::kernels().isa;
     cmf_backend_vt &vt = be->vt;
     vt = cmf_backend_vt{};

@@ -15,6 +15,7 @@ std::unique_ptr<Dtype> make_vbit();
 std::unique_ptr<Dtype> make_q8_2f();
 std::unique_ptr<Dtype> make_vbit_ro();
 std::unique_ptr<Dtype> make_q4_tiled();
+std::unique_ptr<Dtype> make_q4_rows();
 std::unique_ptr<Dtype> make_q1();
 std::unique_ptr<Dtype> make_q1s();
 std::unique_ptr<Dtype> make_q1t();

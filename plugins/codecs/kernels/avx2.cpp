@@ -935,13 +935,16 @@ inline void q4_tiled_rows(const uint8_t *tiles, const int8_t *xq, const int8_t *
         [&](int r, uint64_t g) { return f16_scales8<18>(tiles + r * ld + 18 * g, xd + g); },
         [&](int r, uint64_t g) { return f16_scalar(tiles + r * ld + 18 * g) * xd[g]; }, out);
 }
+// Split rows: row r's nibbles at nibbles + nib_ld*r, its scales at
+// f16_scales + scale_ld*r.
 template <int R, bool Nta = false, int Bias = 8>
-inline void q4_split_rows(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int8_t *xt,
-                          const int32_t *xoff, const float *xd, uint64_t groups, __m256 *out) {
+inline void q4_split_rows(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f16_scales, uint64_t scale_ld,
+                          const int8_t *xq, const int8_t *xt, const int32_t *xoff, const float *xd, uint64_t groups,
+                          __m256 *out) {
     q4_pair_acc_rows<R, Nta, 16, Bias>(
-        nibbles, 16 * groups, xq, xt, xoff, groups,
-        [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + 2 * groups * r + 2 * g, xd + g); },
-        [&](int r, uint64_t g) { return f16_scalar(f16_scales + 2 * groups * r + 2 * g) * xd[g]; }, out);
+        nibbles, nib_ld, xq, xt, xoff, groups,
+        [&](int r, uint64_t g) { return f16_scales8<2>(f16_scales + scale_ld * r + 2 * g, xd + g); },
+        [&](int r, uint64_t g) { return f16_scalar(f16_scales + scale_ld * r + 2 * g) * xd[g]; }, out);
 }
 template <int R, bool Nta = false>
 inline void q4_groups_rows(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int8_t *xt,
@@ -1043,7 +1046,7 @@ float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
                       const float *xd, uint64_t groups) {
     __m256 a;
     const Q4XTable xt(xq, xoff, groups);
-    q4_split_rows<1>(nibbles, f16_scales, xq, xt.p, xoff, xd, groups, &a);
+    q4_split_rows<1>(nibbles, 16 * groups, f16_scales, 2 * groups, xq, xt.p, xoff, xd, groups, &a);
     return hsum(a);
 }
 
@@ -1066,13 +1069,16 @@ void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xof
     });
 }
 
-void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
+void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f16_scales, uint64_t scale_ld,
+                      const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, float *y) {
     const Q4XTable xt(xq, xoff, groups);
+    // The scales are a stream of their own (q4_block) unless they sit in
+    // the rows (q4_rows: equal strides), where the rows' stream brings them.
+    const uint8_t *side = scale_ld == nib_ld ? nullptr : f16_scales;
     with_weights_hint([&](auto nta) {
-        q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
-            q4_split_rows<decltype(rn)::value, decltype(nta)::value>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
-                                                                    xq, xt.p, xoff, xd, groups, o);
+        q4_rows4<decltype(nta)::value>(rows, y, side, scale_ld, [&](uint64_t q, auto rn, __m256 *o) {
+            q4_split_rows<decltype(rn)::value, decltype(nta)::value>(nibbles + nib_ld * q, nib_ld, f16_scales + scale_ld * q,
+                                                                    scale_ld, xq, xt.p, xoff, xd, groups, o);
         });
     });
 }
@@ -1084,8 +1090,9 @@ void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8
     const Q4XTable xt(xq, xoff, groups);
     with_weights_hint([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
-            q4_split_rows<decltype(rn)::value, decltype(nta)::value, 7>(nibbles + 16 * groups * q, f16_scales + 2 * groups * q,
-                                                                    xq, xt.p, xoff, xd, groups, o);
+            q4_split_rows<decltype(rn)::value, decltype(nta)::value, 7>(nibbles + 16 * groups * q, 16 * groups,
+                                                                       f16_scales + 2 * groups * q, 2 * groups, xq, xt.p,
+                                                                       xoff, xd, groups, o);
         });
     });
 }

@@ -127,9 +127,9 @@ void rows_q4_tiled_xq(const uint8_t *t, const int8_t *xq, const int32_t *xb, con
                       float *y) {
     CMF_PICK(rows_q4_tiled_xq, t, xq, xb, xd, g, rows, y);
 }
-void rows_q4_split_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g,
-                      uint64_t rows, float *y) {
-    CMF_PICK(rows_q4_split_xq, n, s, xq, xb, xd, g, rows, y);
+void rows_q4_split_xq(const uint8_t *n, uint64_t nld, const uint8_t *s, uint64_t sld, const int8_t *xq, const int32_t *xb,
+                      const float *xd, uint64_t g, uint64_t rows, float *y) {
+    CMF_PICK(rows_q4_split_xq, n, nld, s, sld, xq, xb, xd, g, rows, y);
 }
 void rows_vbit4_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g,
                    uint64_t rows, float *y) {

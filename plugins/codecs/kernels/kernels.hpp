@@ -178,12 +178,14 @@ float dot_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const i
                       const float *xd, uint64_t groups);
 // Row ranges of the two above, one call per range (the AVX2 forms sum four
 // rows at a time, as rows_i8_xq): y[r] for r < rows, row r being the
-// `groups` groups starting at group groups*r (tiles: 18 B each; split: 16 B
-// of nibbles, 2 B of scale).
+// `groups` groups starting at group groups*r (tiles: 18 B each); split:
+// row r's 16 B of nibbles a group at nibbles + nib_ld*r, its f16 scales at
+// f16_scales + scale_ld*r (q4_block: 16*groups and 2*groups; q4_rows, the
+// scales after each row's nibbles: 18*groups both).
 void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                       uint64_t rows, float *y);
-void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, uint64_t groups, uint64_t rows, float *y);
+void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f16_scales, uint64_t scale_ld,
+                      const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, float *y);
 // vbit rows of width 4 as rows_q4_split_xq: row r's 16 code bytes a group
 // at nibbles + 16*groups*r, its f16 scales at f16_scales + 2*groups*r. A
 // byte holds element 2k in its high nibble (MSB-first), so the x it meets

@@ -162,10 +162,10 @@ void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xof
     for (uint64_t r = 0; r < rows; ++r) y[r] = dot_q4_tiled_xq(tiles + 18 * groups * r, xq, xoff, xd, groups);
 }
 
-void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
+void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f16_scales, uint64_t scale_ld,
+                      const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, float *y) {
     for (uint64_t r = 0; r < rows; ++r)
-        y[r] = dot_q4_split_xq(nibbles + 16 * groups * r, f16_scales + 2 * groups * r, xq, xoff, xd, groups);
+        y[r] = dot_q4_split_xq(nibbles + nib_ld * r, f16_scales + scale_ld * r, xq, xoff, xd, groups);
 }
 void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
                    const float *xd, uint64_t groups, uint64_t rows, float *y) {

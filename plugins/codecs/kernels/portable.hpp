@@ -41,8 +41,9 @@
                           const float *xd, uint64_t groups);                                                          \
     void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,            \
                           uint64_t groups, uint64_t rows, float *y);                                                  \
-    void rows_q4_split_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff, \
-                          const float *xd, uint64_t groups, uint64_t rows, float *y);                                 \
+    void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f16_scales, uint64_t scale_ld,   \
+                          const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows,     \
+                          float *y);                                                                                  \
     void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,    \
                        const float *xd, uint64_t groups, uint64_t rows, float *y);                                    \
     float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,       \
