@@ -133,16 +133,33 @@ void decode_vector(cmf_backend_weight &w) {
 }  // namespace
 
 namespace cmf::cpu {
-PageMemory::PageMemory(size_t bytes) : n_(std::max<size_t>(bytes, 1)) {
-    p_ = mmap(nullptr, n_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p_ == MAP_FAILED) {
-        p_ = nullptr;
-        throw Error(CMF_ERR_OUT_OF_MEMORY, "decode copy: cannot map " + std::to_string(bytes) + " bytes");
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kCopyChunk = size_t(64) << 20;
+
+PageMemory::PageMemory(size_t bytes) : size_((std::max<size_t>(bytes, 1) + kHugePage - 1) & ~(kHugePage - 1)) {
+    map_bytes_ = size_ + kHugePage;
+    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map_ == MAP_FAILED) {
+        map_ = nullptr;
+        throw Error(CMF_ERR_OUT_OF_MEMORY, "decode copy: cannot map " + std::to_string(size_) + " bytes");
     }
-    madvise(p_, n_, MADV_HUGEPAGE);
+    data_ = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(map_) + kHugePage - 1) & ~uintptr_t(kHugePage - 1));
+    madvise(data_, size_, MADV_HUGEPAGE);
 }
 PageMemory::~PageMemory() {
-    if (p_ != nullptr) munmap(p_, n_);
+    if (map_ != nullptr) munmap(map_, map_bytes_);
+}
+
+std::shared_ptr<PageMemory> CopyArena::take(size_t bytes, uint8_t **at) {
+    const size_t need = (bytes + 63) & ~size_t(63);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (chunk_ == nullptr || chunk_->size() - used_ < need) {
+        chunk_ = std::make_shared<PageMemory>(std::max(need, kCopyChunk));
+        used_ = 0;
+    }
+    *at = chunk_->data() + used_;
+    used_ += need;
+    return chunk_;
 }
 }  // namespace cmf::cpu
 
@@ -163,13 +180,14 @@ void make_decode_copy(Backend *be, cmf_backend_weight &w) {
     int32_t dtype = -1;
     if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, &sink, &dtype)) throw cmf::sdk::HostError{e};
     if (dtype < 0) return;
-    auto copy = std::make_unique<cmf::cpu::PageMemory>(bytes.size());
-    std::memcpy(copy->data(), bytes.data(), bytes.size());
+    uint8_t *at = nullptr;
+    std::shared_ptr<cmf::cpu::PageMemory> chunk = be->copies.take(bytes.size(), &at);
+    std::memcpy(at, bytes.data(), bytes.size());
     w.view.dtype = dtype;
-    w.view.data = copy->data();
+    w.view.data = at;
     w.view.nbytes = bytes.size();
     w.view.facts = 0;  // the copy's codec has established nothing about these bytes
-    w.decode_copy = std::move(copy);
+    w.decode_copy = std::move(chunk);
     init_weight(be, w);
 }
 
