@@ -47,7 +47,15 @@ void add_session_options(boost::program_options::options_description &desc, Sess
         ("skill", po::value(&flags.skill), "run skill ID: each tensor is read from skill.ID.<name> where the file has one")
         ("blend", po::value(&flags.blend), "soft blend of skills \"a:0.7,b:0.3\": tensors are the weighted sums (f32)")
         ("moe-mask", po::value(&flags.moe_mask), "MoE routing restricted to the experts covering --moe-mask-cover of the selections counted in this stats file")
-        ("moe-mask-cover", po::value(&flags.moe_cover)->default_value(flags.moe_cover), "share of the recorded routing the --moe-mask experts cover");
+        ("moe-mask-cover", po::value(&flags.moe_cover)->default_value(flags.moe_cover), "share of the recorded routing the --moe-mask experts cover")
+        // The cpu backend reads CMF_CPU_DECODE_COPY when the runtime starts,
+        // which every command does after parsing its options.
+        ("decode-copy", po::bool_switch()->notifier([](bool on) {
+             if (on) ::setenv("CMF_CPU_DECODE_COPY", "1", 1);
+         }),
+         "copy the weights whose dtype has a faster decode layout into it when loading (q4_block: each row's scales "
+         "after its nibbles, read as one stream): faster decode for the memory those weights take once more "
+         "(docs/runtime.md; the same as CMF_CPU_DECODE_COPY=1)");
 }
 
 void add_route_stats_option(boost::program_options::options_description &desc, SessionFlags &flags) {

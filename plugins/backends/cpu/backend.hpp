@@ -34,9 +34,10 @@ private:
 };
 // Where decode copies live: chunks of at least 64 MiB handed out in turn,
 // so that a model's many 1-4 MB matrices sit in 2 MiB pages (a mapping of
-// each copy alone gets 4 KiB pages below 2 MiB: 84 of a 0.6B q4 model's 320
-// MB were in 2 MiB pages that way, and its decode read them slower). A
-// chunk is unmapped when the last weight in it is freed.
+// each copy alone gets 4 KiB pages below 2 MiB: of a 0.6B q4 model's 320
+// MiB of copies only the 83 MiB head was in 2 MiB pages that way, and its
+// decode read them slower). A chunk is unmapped when the last weight in it
+// is freed.
 class CopyArena {
 public:
     // Room for `bytes` (64-byte aligned) and the chunk it lies in.
