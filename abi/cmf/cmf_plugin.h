@@ -63,19 +63,6 @@ typedef struct cmf_host_api cmf_host_api;
 #define CMF_CODEC_VARIABLE_SIZE 0x1u /* payload size depends on the data (vbit, q1s, q1t) */
 #define CMF_CODEC_RESERVED      0x2u /* a reserved id: registered only to refuse it clearly */
 
-/* Codec dtype ids: 0..255 are the file dtypes (the spec's CMF_DTYPE_* and
- * third parties' own; a file's directory stores the id in one byte).
- * CMF_DTYPE_MEMORY_FIRST.. CMF_DTYPE_MEMORY_LAST are memory-only dtypes:
- * layouts that no file can name, which a codec makes from a file dtype's
- * payload for its own kernels (cmf_codec_vt.decode_copy). */
-#define CMF_DTYPE_MEMORY_FIRST 512
-#define CMF_DTYPE_MEMORY_LAST  1023
-/* q4_block's payload with each row's group scales after that row's
- * nibbles (rows of 16*gpr nibble bytes then 2*gpr f16 scale bytes, gpr =
- * cols / 32), what q4_block's decode_copy makes: a decode row reads one
- * stream. 2-D, cols % 32 == 0. */
-#define CMF_DTYPE_MEM_Q4_ROWS 512
-
 /* Returned through expected_size when the size is data-dependent. */
 #define CMF_SIZE_VARIABLE UINT64_MAX
 

@@ -79,6 +79,19 @@ typedef struct cmf_error cmf_error;
 #define CMF_DTYPE_Q4TP     15
 #define CMF_DTYPE_Q2TP     16
 
+/* Codec dtype ids: 0..255 are the file dtypes (the spec's CMF_DTYPE_* and
+ * third parties' own; a file's directory stores the id in one byte).
+ * CMF_DTYPE_MEMORY_FIRST.. CMF_DTYPE_MEMORY_LAST are memory-only dtypes:
+ * layouts that no file can name, which a codec makes from a file dtype's
+ * payload for its own kernels (cmf_codec_vt.decode_copy). */
+#define CMF_DTYPE_MEMORY_FIRST 512
+#define CMF_DTYPE_MEMORY_LAST  1023
+/* q4_block's payload with each row's group scales after that row's
+ * nibbles (rows of 16*gpr nibble bytes then 2*gpr f16 scale bytes, gpr =
+ * cols / 32), what q4_block's decode_copy makes: a decode row reads one
+ * stream. 2-D, cols % 32 == 0. */
+#define CMF_DTYPE_MEM_Q4_ROWS 512
+
 /* required_features bits of the envelope (spec §1.1). */
 #define CMF_FEATURE_TENSOR_DIR    0x01u
 #define CMF_FEATURE_BINARY_MASKS  0x02u

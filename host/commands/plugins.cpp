@@ -68,7 +68,10 @@ int cmd_plugins(const std::vector<std::string> &args) {
     for (const auto &v : components) {
         const auto &o = v.as_object();
         std::string what;
-        if (o.contains("dtype_id")) what = "dtype " + std::to_string(o.at("dtype_id").as_int64());
+        if (o.contains("dtype_id")) {
+            const int64_t id = o.at("dtype_id").as_int64();
+            what = "dtype " + std::to_string(id) + (id >= CMF_DTYPE_MEMORY_FIRST ? " (memory-only)" : "");
+        }
         if (o.contains("arch_names")) what = std::string(o.at("arch_names").as_string());
         if (o.contains("description")) what = std::string(o.at("description").as_string());
         std::printf("%-8s %-12s %-34s %-4lld %s\n", std::string(o.at("kind").as_string()).c_str(),
