@@ -201,15 +201,17 @@ typedef struct cmf_codec_vt {
     /* A copy of t's payload in a memory-only layout (CMF_DTYPE_MEMORY_FIRST
      * ..LAST) whose codec, registered by the same plugin, multiplies it
      * faster than this dtype's own layout when its bytes stream from memory
-     * (one decode stream instead of two): the bytes go to `out` and the
-     * copy's dtype to *out_dtype, the shape being t's. Every member of
-     * the copy's codec gives the same bits on the copy as this codec on t.
-     * *out_dtype = -1 and nothing written: no such layout for this tensor.
-     * A backend makes the copy when a weight is bound, if it was asked to
-     * spend the memory. Optional (NULL: none; added after plugin ABI 1's
-     * first release, so hosts and backends read it only when struct_size
-     * covers it). Reentrant. */
-    cmf_error *(*decode_copy)(void *ctx, const cmf_tensor_view *t, const cmf_byte_sink *out, int32_t *out_dtype);
+     * (one decode stream instead of two). dst == NULL asks: *out_dtype gets
+     * the copy's dtype (-1: no such layout for this tensor) and *out_bytes
+     * its size. Then dst (dst_bytes == *out_bytes) receives the copy, the
+     * shape being t's, written straight where the caller keeps it. Every
+     * member of the copy's codec gives the same bits on the copy as this
+     * codec on t. A backend makes the copy when a weight is bound, if it was
+     * asked to spend the memory. Optional (NULL: none; added after plugin
+     * ABI 1's first release, so hosts and backends read it only when
+     * struct_size covers it). Reentrant. */
+    cmf_error *(*decode_copy)(void *ctx, const cmf_tensor_view *t, void *dst, uint64_t dst_bytes, uint64_t *out_bytes,
+                              int32_t *out_dtype);
 } cmf_codec_vt;
 
 /* Columns per scale block of cmf_codec_vt.int8_rows. */

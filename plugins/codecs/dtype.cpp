@@ -37,4 +37,8 @@ void Dtype::select_columns(const cmf_tensor_view &, const uint64_t *, uint64_t, 
     fail(CMF_ERR_UNSUPPORTED, std::string("dtype ") + name() + " cannot select columns");
 }
 
+void Dtype::decode_copy(const cmf_tensor_view &, uint8_t *) const {
+    fail(CMF_ERR_UNSUPPORTED, std::string("dtype ") + name() + " has no decode layout");
+}
+
 }  // namespace cmf::codecs

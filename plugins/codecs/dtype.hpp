@@ -65,12 +65,16 @@ public:
     virtual uint64_t column_block(const cmf_tensor_view &) const { return 0; }
     virtual void select_columns(const cmf_tensor_view &t, const uint64_t *blocks, uint64_t n,
                                 std::vector<uint8_t> &out) const;
-    // cmf_codec_vt.decode_copy: appends t's payload in a memory-only layout
-    // (a Dtype of this module with an id in CMF_DTYPE_MEMORY_FIRST..LAST)
-    // and returns that dtype's id, or returns -1 and appends nothing when
-    // this tensor has no such layout (the default). The glue validates t
-    // first.
-    virtual int32_t decode_copy(const cmf_tensor_view &, std::vector<uint8_t> &) const { return -1; }
+    // cmf_codec_vt.decode_copy: decode_layout returns the id of the
+    // memory-only layout (a Dtype of this module with an id in
+    // CMF_DTYPE_MEMORY_FIRST..LAST) t has a copy in, with the copy's size in
+    // *bytes, or -1 when it has none (the default); decode_copy writes that
+    // copy to dst (*bytes of room). The glue validates t first.
+    virtual int32_t decode_layout(const cmf_tensor_view &, uint64_t *bytes) const {
+        *bytes = 0;
+        return -1;
+    }
+    virtual void decode_copy(const cmf_tensor_view &t, uint8_t *dst) const;
 };
 
 // Every dtype this module provides, in id order.

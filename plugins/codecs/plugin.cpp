@@ -171,19 +171,30 @@ cmf_error *vt_select_columns(void *ctx, const cmf_tensor_view *t, const uint64_t
     });
 }
 
-// A copy in a memory-only layout (cmf_codec_vt.decode_copy).
-cmf_error *vt_decode_copy(void *ctx, const cmf_tensor_view *t, const cmf_byte_sink *out, int32_t *out_dtype) {
+// A copy in a memory-only layout (cmf_codec_vt.decode_copy): its dtype and
+// size, then (dst given) the copy itself.
+cmf_error *vt_decode_copy(void *ctx, const cmf_tensor_view *t, void *dst, uint64_t dst_bytes, uint64_t *out_bytes,
+                          int32_t *out_dtype) {
     CodecCtx *c = as_codec(ctx);
     return cmf::sdk::call(c->state->host, [&] {
-        if (t == nullptr || out == nullptr || out_dtype == nullptr)
+        if (t == nullptr || out_bytes == nullptr || out_dtype == nullptr)
             cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "decode_copy: NULL argument");
         *out_dtype = -1;
+        *out_bytes = 0;
         c->dtype->validate(*t);
-        std::vector<uint8_t> bytes;
-        const int32_t id = c->dtype->decode_copy(*t, bytes);
-        if (id < 0) return;
-        cmf::sdk::sink_append(out, bytes.data(), bytes.size());
+        uint64_t n = 0;
+        const int32_t id = c->dtype->decode_layout(*t, &n);
+        if (id < 0 || dst == nullptr) {
+            *out_dtype = id;
+            *out_bytes = id < 0 ? 0 : n;
+            return;
+        }
+        if (dst_bytes != n)
+            cmf::codecs::fail(CMF_ERR_INVALID_ARGUMENT, "decode_copy: room for " + std::to_string(dst_bytes) +
+                                                            " bytes, the copy has " + std::to_string(n));
+        c->dtype->decode_copy(*t, static_cast<uint8_t *>(dst));
         *out_dtype = id;
+        *out_bytes = n;
     });
 }
 

@@ -898,15 +898,24 @@ TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the sa
     CHECK_THROWS_WITH(rows_dt.expected_size(std::vector<uint64_t>{4, 40}), doctest::Contains("multiple of 32"));
     {  // no decode layout: 1-D, or groups that straddle rows
         std::vector<float> w = gaussian(160, 30);
-        std::vector<uint8_t> out;
+        uint64_t n = 7;
+        uint8_t room[64];
         for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{160}, std::vector<uint64_t>{4, 40}}) {
             std::vector<uint8_t> b = encode(CMF_DTYPE_Q4_BLOCK, shape, w.data());
-            CHECK(block.decode_copy(view(CMF_DTYPE_Q4_BLOCK, shape, b), out) == -1);
-            CHECK(out.empty());
+            CHECK(block.decode_layout(view(CMF_DTYPE_Q4_BLOCK, shape, b), &n) == -1);
+            CHECK(n == 0);
+            CHECK_THROWS_WITH(block.decode_copy(view(CMF_DTYPE_Q4_BLOCK, shape, b), room),
+                              doctest::Contains("no decode layout"));
         }
         std::vector<uint8_t> t = encode(CMF_DTYPE_Q4_TILED, {5, 32}, w.data());
-        CHECK(dtype(CMF_DTYPE_Q4_TILED).decode_copy(view(CMF_DTYPE_Q4_TILED, {5, 32}, t), out) == -1);
+        CHECK(dtype(CMF_DTYPE_Q4_TILED).decode_layout(view(CMF_DTYPE_Q4_TILED, {5, 32}, t), &n) == -1);
     }
+    // Through the registry's vtable: the size first, then the copy into the
+    // caller's room, which must be that size.
+    void *cctx = nullptr;
+    const cmf_codec_vt *vt = runtime().host_api()->find_codec(runtime().host_api()->host_ctx, CMF_DTYPE_Q4_BLOCK, &cctx);
+    REQUIRE(vt != nullptr);
+    REQUIRE((vt->decode_copy != nullptr));
     {
         for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{3, 32}, std::vector<uint64_t>{17, 64},
                                                    std::vector<uint64_t>{40, 1024}, std::vector<uint64_t>{21, 96}}) {
@@ -914,10 +923,24 @@ TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the sa
             CAPTURE(shape[1]);
             const uint64_t rows = shape[0], cols = shape[1];
             std::vector<float> w = gaussian(rows * cols, 31);
-            std::vector<uint8_t> b = encode(CMF_DTYPE_Q4_BLOCK, shape, w.data()), c;
+            std::vector<uint8_t> b = encode(CMF_DTYPE_Q4_BLOCK, shape, w.data());
             const cmf_tensor_view tb = view(CMF_DTYPE_Q4_BLOCK, shape, b);
-            REQUIRE(block.decode_copy(tb, c) == CMF_DTYPE_MEM_Q4_ROWS);
-            REQUIRE(c.size() == b.size());
+            uint64_t n = 0;
+            int32_t id = -1;
+            REQUIRE(vt->decode_copy(cctx, &tb, nullptr, 0, &n, &id) == nullptr);
+            REQUIRE(id == CMF_DTYPE_MEM_Q4_ROWS);
+            REQUIRE(n == b.size());
+            std::vector<uint8_t> c(n + 1, 0xAB);  // a guard byte past the copy
+            uint64_t got = 0;
+            cmf_error *short_room = vt->decode_copy(cctx, &tb, c.data(), n - 1, &got, &id);
+            REQUIRE(short_room != nullptr);
+            CHECK(cmf_error_code(short_room) == CMF_ERR_INVALID_ARGUMENT);
+            cmf_error_free(short_room);
+            REQUIRE(vt->decode_copy(cctx, &tb, c.data(), n, &got, &id) == nullptr);
+            CHECK(id == CMF_DTYPE_MEM_Q4_ROWS);
+            CHECK(got == n);
+            CHECK(c[n] == 0xAB);
+            c.pop_back();
             const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q4_ROWS, shape, c);
             rows_dt.validate(tc);
             // Row 0's scales follow its nibbles.

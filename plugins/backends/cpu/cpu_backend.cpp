@@ -171,21 +171,17 @@ void make_decode_copy(Backend *be, cmf_backend_weight &w) {
     if (w.view.ndim != 2 || w.codec == nullptr ||
         w.codec->struct_size < offsetof(cmf_codec_vt, decode_copy) + sizeof(void *) || w.codec->decode_copy == nullptr)
         return;
-    std::vector<uint8_t> bytes;
-    cmf_byte_sink sink{sizeof(cmf_byte_sink), 0, &bytes, [](void *user, const void *data, size_t n) -> cmf_error * {
-        const auto *b = static_cast<const uint8_t *>(data);
-        static_cast<std::vector<uint8_t> *>(user)->insert(static_cast<std::vector<uint8_t> *>(user)->end(), b, b + n);
-        return nullptr;
-    }};
+    // Its dtype and size first, then the codec writes it where it stays.
+    uint64_t bytes = 0;
     int32_t dtype = -1;
-    if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, &sink, &dtype)) throw cmf::sdk::HostError{e};
+    if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, nullptr, 0, &bytes, &dtype)) throw cmf::sdk::HostError{e};
     if (dtype < 0) return;
     uint8_t *at = nullptr;
-    std::shared_ptr<cmf::cpu::PageMemory> chunk = be->copies.take(bytes.size(), &at);
-    std::memcpy(at, bytes.data(), bytes.size());
+    std::shared_ptr<cmf::cpu::PageMemory> chunk = be->copies.take(bytes, &at);
+    if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, at, bytes, &bytes, &dtype)) throw cmf::sdk::HostError{e};
     w.view.dtype = dtype;
     w.view.data = at;
-    w.view.nbytes = bytes.size();
+    w.view.nbytes = bytes;
     w.view.facts = 0;  // the copy's codec has established nothing about these bytes
     w.decode_copy = std::move(chunk);
     init_weight(be, w);

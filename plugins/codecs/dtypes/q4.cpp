@@ -179,19 +179,22 @@ public:
         });
     }
     // q4_block: each row's nibbles, then its scales (q4_rows), when every
-    // row is whole groups.
-    int32_t decode_copy(const cmf_tensor_view &t, std::vector<uint8_t> &out) const override {
+    // row is whole groups; the copy is as large as the payload.
+    int32_t decode_layout(const cmf_tensor_view &t, uint64_t *bytes) const override {
+        *bytes = 0;
         if (L != Q4Layout::split || t.ndim != 2 || t.shape[1] == 0 || t.shape[1] % 32 != 0) return -1;
+        *bytes = t.nbytes;
+        return CMF_DTYPE_MEM_Q4_ROWS;
+    }
+    void decode_copy(const cmf_tensor_view &t, uint8_t *dst) const override {
+        uint64_t n = 0;
+        if (decode_layout(t, &n) < 0) Dtype::decode_copy(t, dst);
         const uint64_t rows = t.shape[0], gpr = t.shape[1] / 32, groups = rows * gpr;
         const uint8_t *p = bytes_of(t);
-        const size_t at = out.size();
-        out.resize(at + 18 * groups);
-        uint8_t *dst = out.data() + at;
         for (uint64_t r = 0; r < rows; ++r, dst += 18 * gpr) {
             std::memcpy(dst, p + 16 * gpr * r, 16 * gpr);
             std::memcpy(dst + 16 * gpr, p + 16 * groups + 2 * gpr * r, 2 * gpr);
         }
-        return CMF_DTYPE_MEM_Q4_ROWS;
     }
 };
 
