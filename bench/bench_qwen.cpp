@@ -165,16 +165,22 @@ struct PageBuffer {
     ~PageBuffer() { ::munmap(map, map_bytes); }
 };
 
+// Words p[0..n) written on the pool (a buffer's pages touched, so a read
+// pass reads memory, not the zero page).
+void fill_words(cmf::Runtime &rt, uint64_t *p, uint64_t n) {
+    rt.pool().parallel_for(0, n, 1 << 20, [](void *u, uint64_t b, uint64_t e) {
+        auto *w = static_cast<uint64_t *>(u);
+        for (uint64_t i = b; i < e; ++i) w[i] = i * 0x9E3779B97F4A7C15ull;
+    }, p);
+}
+
 // Best CPU-normalised read rate over 10 passes of a 1 GiB buffer in 4 KiB or
 // 2 MiB pages (the weights of a model file mapped by cmf_open get 2 MiB pages
 // where the kernel gives them: docs/performance.md, "Page size").
 double read_bandwidth_pages(cmf::Runtime &rt, bool huge, double *best_wall, double *median_cpu) {
     const size_t n = (size_t(1) << 30) / sizeof(uint64_t);
     PageBuffer buf(n * sizeof(uint64_t), huge);
-    rt.pool().parallel_for(0, n, 1 << 20, [](void *u, uint64_t b, uint64_t e) {
-        auto *p = static_cast<uint64_t *>(u);
-        for (uint64_t i = b; i < e; ++i) p[i] = i * 0x9E3779B97F4A7C15ull;
-    }, buf.p);
+    fill_words(rt, buf.p, n);
     struct Job {
         const uint64_t *p;
         uint64_t sum;
@@ -315,10 +321,7 @@ int overlap_bench(cmf::Runtime &rt, int rounds, uint64_t matrix_bytes, bool side
     const size_t bytes = size_t(1) << 30;
     PageBuffer buf(bytes, true);
     auto *bytes_p = reinterpret_cast<uint8_t *>(buf.p);
-    rt.pool().parallel_for(0, bytes / 8, 1 << 20, [](void *u, uint64_t b, uint64_t e) {
-        auto *p = static_cast<uint64_t *>(u);
-        for (uint64_t i = b; i < e; ++i) p[i] = i * 0x9E3779B97F4A7C15ull;
-    }, buf.p);
+    fill_words(rt, buf.p, bytes / 8);
     const int threads = rt.pool().threads();
     const long ahead = 6144;
     // The main stream's span; with a side stream 7/8 of the buffer, the side
@@ -473,7 +476,7 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     std::unique_ptr<PageBuffer> read_buf;
     if (read_around) {
         read_buf = std::make_unique<PageBuffer>(read_bytes, true);
-        std::memset(read_buf->p, 1, read_bytes);
+        fill_words(*rt, read_buf->p, read_bytes / 8);
     }
     for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
         if (read_around && rep > 0) reads.push_back(wall_read_pass(*rt, read_buf->p, read_bytes));
