@@ -808,6 +808,16 @@ struct cmf_host_api {
 
     /* Codec lookup by dtype id (for backends and archs): NULL if none. */
     const cmf_codec_vt *(*find_codec)(void *host_ctx, int32_t dtype_id, void **codec_ctx);
+
+    /* A plugin that keeps a copy of bytes it was handed (a weight's payload,
+     * for instance in a cmf_codec_vt.decode_copy layout) tells the host it
+     * no longer reads them there. Where the host mapped them from a model
+     * file it drops their whole pages from the process's memory (a later
+     * read maps them again from the file); any other memory is left as it
+     * is. Advice only: nothing changes what the bytes read as. Added after
+     * plugin ABI 1's first release: plugins read it only when struct_size
+     * covers it (it may be NULL). */
+    void (*release_pages)(void *host_ctx, const void *data, uint64_t nbytes);
 };
 
 typedef cmf_error *(*cmf_plugin_init_fn)(const cmf_host_api *host, uint32_t *abi_version,

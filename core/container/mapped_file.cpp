@@ -1,6 +1,7 @@
 #include "container/mapped_file.hpp"
 
 #include "common/error.hpp"
+#include "common/file_mappings.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -45,6 +46,12 @@ MappedFile::MappedFile(const std::string &path, bool allow_mmap) : path_(path) {
             data_ = static_cast<const uint8_t *>(p);
             size_ = uint64_t(st.st_size);
             mapped_ = true;
+            try {
+                file_mappings::add(p, size_);  // its pages may be released (cmf_host_api.release_pages)
+            } catch (...) {
+                ::munmap(p, size_t(st.st_size));
+                throw;
+            }
             return;
         }
         // fall through to read(): some filesystems refuse mmap
@@ -66,7 +73,9 @@ MappedFile::MappedFile(const std::string &path, bool allow_mmap) : path_(path) {
 }
 
 MappedFile::~MappedFile() {
-    if (mapped_) ::munmap(const_cast<uint8_t *>(data_), size_t(size_));
+    if (!mapped_) return;
+    file_mappings::remove(data_);
+    ::munmap(const_cast<uint8_t *>(data_), size_t(size_));
 }
 
 }  // namespace cmf::container

@@ -1,6 +1,7 @@
 #include "plugin_host/runtime.hpp"
 
 #include "common/error.hpp"
+#include "common/file_mappings.hpp"
 
 #include <boost/dll/shared_library.hpp>
 
@@ -273,6 +274,7 @@ Runtime::Runtime(const cmf_runtime_options &opts) : pool_(opts.n_threads) {
     host_.register_backend = host_register_backend;
     host_.register_arch = host_register_arch;
     host_.find_codec = host_find_codec;
+    host_.release_pages = [](void *, const void *data, uint64_t nbytes) { file_mappings::release_pages(data, nbytes); };
 }
 
 Runtime::~Runtime() {

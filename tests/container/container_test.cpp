@@ -935,3 +935,66 @@ TEST_CASE("container: an in-place rewrite leaves the old or the new file at ever
                          cmf::Error);
     CHECK(read_all(p) == before);
 }
+
+#include "common/file_mappings.hpp"
+#include "container/mapped_file.hpp"
+
+namespace {
+// Resident KiB of the mapping that starts at `p` (/proc/self/smaps).
+long mapping_rss_kib(const void *p) {
+    std::ifstream f("/proc/self/smaps");
+    std::string line;
+    bool in = false;
+    while (std::getline(f, line)) {
+        unsigned long a = 0, b = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx", &a, &b) == 2) {  // a mapping's first line
+            in = a == reinterpret_cast<uintptr_t>(p);
+            continue;
+        }
+        long kib = 0;
+        if (in && std::sscanf(line.c_str(), "Rss: %ld kB", &kib) == 1) return kib;
+    }
+    return -1;
+}
+}  // namespace
+
+TEST_CASE("container: release_pages drops a mapped model file's pages and leaves other memory alone") {
+    // The host's release_pages (cmf_host_api) is what a backend calls after
+    // copying a weight; the registry knows which ranges are file mappings.
+    const fs::path p = tmpdir() / "release-pages.bin";
+    const long page = ::sysconf(_SC_PAGESIZE);
+    Bytes want(size_t(1) << 20);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = uint8_t(i * 7 + (i >> 12));
+    write_all(p, want);
+    TestRuntime t;
+    const cmf_host_api *host = t.rt->host_api();
+    REQUIRE(host->struct_size >= offsetof(cmf_host_api, release_pages) + sizeof(void *));
+    REQUIRE((host->release_pages != nullptr));
+    {
+        cmf::container::MappedFile f(p.string(), true);
+        REQUIRE(f.mapped());
+        volatile uint64_t sum = 0;
+        for (size_t i = 0; i < f.size(); i += size_t(page)) sum = sum + f.data()[i];  // every page resident
+        const long before = mapping_rss_kib(f.data());
+        REQUIRE(before >= 1024);
+        // A range from the middle of one page to the middle of another: the
+        // whole pages inside it go, the partial ones stay.
+        host->release_pages(host->host_ctx, f.data() + page / 2, 64 * uint64_t(page));
+        const long after = mapping_rss_kib(f.data());
+        CHECK(after <= before - 63 * page / 1024);
+        CHECK(after > 0);
+        // Read again: the file's bytes.
+        CHECK(std::memcmp(f.data(), want.data(), want.size()) == 0);
+        // A range that runs past the mapping's end: nothing.
+        const long full = mapping_rss_kib(f.data());
+        host->release_pages(host->host_ctx, f.data() + f.size() - 8 * uint64_t(page), 16 * uint64_t(page));
+        CHECK(mapping_rss_kib(f.data()) == full);
+    }
+    // Anonymous memory (a vector, a weight an arch made itself) keeps its
+    // bytes: DONTNEED would have zeroed them.
+    Bytes anon = want;
+    host->release_pages(host->host_ctx, anon.data(), anon.size());
+    CHECK(anon == want);
+    // After the file is closed its range is no longer a mapping of ours.
+    CHECK_FALSE(cmf::file_mappings::release_pages(anon.data(), anon.size()));
+}

@@ -141,7 +141,7 @@ namespace {
     CHECK_OFFSET(cmf_arch_vt, version, 16);
     CHECK_OFFSET(cmf_arch_vt, arch_names, 24);
     CHECK_OFFSET(cmf_arch_vt, hf_model_types, 32);
-    CHECK_SIZE(cmf_host_api, 104);
+    CHECK_SIZE(cmf_host_api, 112);
     CHECK_OFFSET(cmf_host_api, abi_version, 4);
     CHECK_OFFSET(cmf_host_api, host_ctx, 8);
     CHECK_OFFSET(cmf_host_api, error_create, 16);
@@ -155,6 +155,7 @@ namespace {
     CHECK_OFFSET(cmf_host_api, register_backend, 80);
     CHECK_OFFSET(cmf_host_api, register_arch, 88);
     CHECK_OFFSET(cmf_host_api, find_codec, 96);
+    CHECK_OFFSET(cmf_host_api, release_pages, 104);
     CHECK_OFFSET(cmf_arch_vt, import_config, 40);
     CHECK_OFFSET(cmf_arch_vt, import_tensor, 48);
     CHECK_OFFSET(cmf_arch_vt, model_create, 56);

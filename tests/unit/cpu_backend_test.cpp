@@ -665,8 +665,12 @@ TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block matrices as q4_rows c
         const auto wf = random_vec(rows * cols, 300 + unsigned(rows));
         Encoded e = encode(codec, cctx, dtype, rows, cols, wf.data());
         cmf_backend_weight *wp = nullptr, *wc = nullptr;
+        const std::vector<uint8_t> stored = e.bytes;
         REQUIRE(bp->vt.weight_bind(bp->ctx, &e.v, &wp) == nullptr);
         REQUIRE(bc->vt.weight_bind(bc->ctx, &e.v, &wc) == nullptr);
+        // The copy's source is told to the host as no longer read
+        // (release_pages); memory that is not a mapped file keeps its bytes.
+        CHECK(e.bytes == stored);
         // Decode (1-3 tokens), the batched rows and the int8 GEMM (17), and
         // embedding rows: the same bits from the copy.
         const int32_t tokens[3] = {0, int32_t(rows - 1), int32_t(rows / 2)};

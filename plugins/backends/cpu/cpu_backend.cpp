@@ -166,7 +166,10 @@ std::shared_ptr<PageMemory> CopyArena::take(size_t bytes, uint8_t **at) {
 namespace {
 
 // CMF_CPU_DECODE_COPY: a matrix whose codec has a decode layout for it is
-// copied into that layout, and the weight reads the copy from then on.
+// copied into that layout, and the weight reads the copy from then on. The
+// host is told the source bytes are no longer read here: where they are a
+// model file's mapping it drops their pages, so the weights are not held
+// in memory twice (read again from the file should anyone read them).
 void make_decode_copy(Backend *be, cmf_backend_weight &w) {
     if (w.view.ndim != 2 || w.codec == nullptr ||
         w.codec->struct_size < offsetof(cmf_codec_vt, decode_copy) + sizeof(void *) || w.codec->decode_copy == nullptr)
@@ -179,6 +182,8 @@ void make_decode_copy(Backend *be, cmf_backend_weight &w) {
     uint8_t *at = nullptr;
     std::shared_ptr<cmf::cpu::PageMemory> chunk = be->copies.take(bytes, &at);
     if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, at, bytes, &bytes, &dtype)) throw cmf::sdk::HostError{e};
+    if (be->host->struct_size >= offsetof(cmf_host_api, release_pages) + sizeof(void *) && be->host->release_pages != nullptr)
+        be->host->release_pages(be->host->host_ctx, w.view.data, w.view.nbytes);
     w.view.dtype = dtype;
     w.view.data = at;
     w.view.nbytes = bytes;
