@@ -11,8 +11,10 @@
 # share, then per dtype the median share and its range over the rounds,
 # and the median of each dtype's GB/s over q4's in the same round (the
 # ratio of two runs a few seconds apart, the steadiest figure here).
+# A dtype written D+copy runs D's file with --decode-copy (the backend's
+# decode copies, docs/runtime.md), so both forms share every round.
 # Needs the .cmf files bench/qwen06b.sh writes (run it once first).
-# usage: [DTYPES="q4 q4tp q4t vbit q2tp q8 f16"] [ROUNDS=5] [TG=128] [THREADS=2] [NAME=qwen06b]
+# usage: [DTYPES="q4 q4+copy q4tp q4t vbit q2tp q8 f16"] [ROUNDS=5] [TG=128] [THREADS=2] [NAME=qwen06b]
 #        bench/decode_shares.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
 # Takes ~4 s per dtype and round (0.6B shape, 2-core machine). Run it on an idle machine.
 set -euo pipefail
@@ -26,8 +28,11 @@ threads="${THREADS:-2}"
 tg="${TG:-128}"
 rounds="${ROUNDS:-5}"
 export CMF_PLUGIN_PATH="$build/plugins/codecs:$build/plugins/archs/qwen:$build/plugins/archs:$build/plugins/backends/cpu"
+# D+copy: D's file, run with --decode-copy.
+file_of() { echo "$work/$name-${1%+copy}.cmf"; }
+flags_of() { case "$1" in *+copy) echo --decode-copy ;; esac; }
 for q in $dtypes; do
-  [ -f "$work/$name-$q.cmf" ] || { echo "decode_shares: no $work/$name-$q.cmf (run bench/qwen06b.sh with DTYPES including $q first)" >&2; exit 2; }
+  [ -f "$(file_of "$q")" ] || { echo "decode_shares: no $(file_of "$q") (run bench/qwen06b.sh with DTYPES including ${q%+copy} first)" >&2; exit 2; }
 done
 read_pass() {
   "$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep 'median pass' | sed 's/.*median pass \([0-9.]*\).*/\1/'
@@ -44,7 +49,8 @@ for ((i = 0; i < rounds; i++)); do
   declare -A round_gbs=()
   for q in $dtypes; do
     out="$work/bench-shares-$q.txt"
-    "$build/host/cmfhost" bench "$work/$name-$q.cmf" -p 0 -n "$tg" -r 1 --threads "$threads" >"$out"
+    # shellcheck disable=SC2046
+    "$build/host/cmfhost" bench "$(file_of "$q")" $(flags_of "$q") -p 0 -n "$tg" -r 1 --threads "$threads" >"$out"
     g="$(grep 'tg streams' "$out" | awk '{print $3}')"
     after="$(read_pass)"
     reads+=("$after")
@@ -62,7 +68,7 @@ for ((i = 0; i < rounds; i++)); do
 done
 for q in $dtypes; do
   # shellcheck disable=SC2086
-  printf '%-6s decode %s GB/s (median %.1f); share of the read around it: median %.0f %%, rounds %s %%' "$q" \
+  printf '%-8s decode %s GB/s (median %.1f); share of the read around it: median %.0f %%, rounds %s %%' "$q" \
     "$(minmax ${gbs[$q]})" "$(median ${gbs[$q]})" "$(median ${shares[$q]})" "$(minmax ${shares[$q]})"
   # shellcheck disable=SC2086
   [ -z "${gbs_ratio[$q]:-}" ] || printf '; GB/s over q4 in the same round: median %.2f (%s)' "$(median ${gbs_ratio[$q]})" "$(minmax ${gbs_ratio[$q]})"
