@@ -11,10 +11,12 @@
 # share, then per dtype the median share and its range over the rounds,
 # and the median of each dtype's GB/s over q4's in the same round (the
 # ratio of two runs a few seconds apart, the steadiest figure here).
-# A dtype written D+copy runs D's file with --decode-copy (the backend's
-# decode copies, docs/runtime.md), so both forms share every round.
+# A dtype written D+copy runs D's file with --decode-copy (every decode
+# copy, whatever the budget), D+nocopy with --no-decode-copy (the file's
+# bytes as they are; docs/runtime.md, "Decode copies"), so the forms share
+# every round.
 # Needs the .cmf files bench/qwen06b.sh writes (run it once first).
-# usage: [DTYPES="q4 q4+copy q4tp q4t vbit q2tp q8 f16"] [ROUNDS=5] [TG=128] [THREADS=2] [NAME=qwen06b]
+# usage: [DTYPES="q4 q4+nocopy q4tp q4t vbit q2tp q8 f16"] [ROUNDS=5] [TG=128] [THREADS=2] [NAME=qwen06b]
 #        bench/decode_shares.sh [BUILD_DIR=build-rel] [WORK_DIR=/tmp/cmf-qwen06b]
 # Takes ~4 s per dtype and round (0.6B shape, 2-core machine). Run it on an idle machine.
 set -euo pipefail
@@ -28,11 +30,11 @@ threads="${THREADS:-2}"
 tg="${TG:-128}"
 rounds="${ROUNDS:-5}"
 export CMF_PLUGIN_PATH="$build/plugins/codecs:$build/plugins/archs/qwen:$build/plugins/archs:$build/plugins/backends/cpu"
-# D+copy: D's file, run with --decode-copy.
-file_of() { echo "$work/$name-${1%+copy}.cmf"; }
-flags_of() { case "$1" in *+copy) echo --decode-copy ;; esac; }
+# D+copy, D+nocopy: D's file, run with --decode-copy / --no-decode-copy.
+file_of() { local d="${1%+copy}"; echo "$work/$name-${d%+nocopy}.cmf"; }
+flags_of() { case "$1" in *+copy) echo --decode-copy ;; *+nocopy) echo --no-decode-copy ;; esac; }
 for q in $dtypes; do
-  [ -f "$(file_of "$q")" ] || { echo "decode_shares: no $(file_of "$q") (run bench/qwen06b.sh with DTYPES including ${q%+copy} first)" >&2; exit 2; }
+  [ -f "$(file_of "$q")" ] || { echo "decode_shares: no $(file_of "$q") (run bench/qwen06b.sh with DTYPES including $(basename "$(file_of "$q")" .cmf | sed "s/^$name-//") first)" >&2; exit 2; }
 done
 read_pass() {
   "$build/bench/bench_qwen" --threads "$threads" --bandwidth-only | grep 'median pass' | sed 's/.*median pass \([0-9.]*\).*/\1/'

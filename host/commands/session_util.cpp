@@ -33,6 +33,13 @@ std::string resolve_model(const std::string &given) {
     return def;
 }
 
+// Whether this command line gave --decode-copy (its notifier runs before
+// --no-decode-copy's).
+static bool &decode_copy_asked() {
+    static bool asked = false;
+    return asked;
+}
+
 void add_session_options(boost::program_options::options_description &desc, SessionFlags &flags) {
     namespace po = boost::program_options;
     desc.add_options()("kv-cache", po::value(&flags.kv_cache)->default_value(flags.kv_cache),
@@ -50,12 +57,20 @@ void add_session_options(boost::program_options::options_description &desc, Sess
         ("moe-mask-cover", po::value(&flags.moe_cover)->default_value(flags.moe_cover), "share of the recorded routing the --moe-mask experts cover")
         // The cpu backend reads CMF_CPU_DECODE_COPY when the runtime starts,
         // which every command does after parsing its options.
+        // (po::notify runs the notifiers in the options' name order:
+        // decode-copy's before no-decode-copy's, which refuses the pair.)
         ("decode-copy", po::bool_switch()->notifier([](bool on) {
              if (on) ::setenv("CMF_CPU_DECODE_COPY", "1", 1);
+             decode_copy_asked() = on;
          }),
-         "copy the weights whose dtype has a faster decode layout into it when loading (q4_block: each row's scales "
-         "after its nibbles, read as one stream): faster decode for the memory those weights take once more "
-         "(docs/runtime.md; the same as CMF_CPU_DECODE_COPY=1)");
+         "copy every weight whose dtype has a faster decode layout into it when loading (q4_block: each row's "
+         "scales after its nibbles, read as one stream), however much memory that takes; by default they are copied "
+         "while the copies fit in half the memory available at start (docs/runtime.md; CMF_CPU_DECODE_COPY=1)")
+        ("no-decode-copy", po::bool_switch()->notifier([](bool on) {
+             if (on && decode_copy_asked()) throw po::error("--decode-copy and --no-decode-copy contradict each other");
+             if (on) ::setenv("CMF_CPU_DECODE_COPY", "0", 1);
+         }),
+         "read every weight from the model file as it is stored: no decode copies (CMF_CPU_DECODE_COPY=0)");
 }
 
 void add_route_stats_option(boost::program_options::options_description &desc, SessionFlags &flags) {

@@ -647,9 +647,10 @@ TEST_CASE("cpu backend: matmul_multi equals one matmul per weight, bit for bit, 
 }
 
 TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block matrices as q4_rows copies with the same bits") {
-    TestRuntime plain;
+    ::setenv("CMF_CPU_DECODE_COPY", "0", 1);
+    TestRuntime plain;  // the backend reads the variable when it starts
     ::setenv("CMF_CPU_DECODE_COPY", "1", 1);
-    TestRuntime copying;  // the backend reads the variable when it starts
+    TestRuntime copying;
     ::unsetenv("CMF_CPU_DECODE_COPY");
     const cmf::BackendEntry *bp = plain.rt->backend("cpu"), *bc = copying.rt->backend("cpu");
     REQUIRE(bp != nullptr);
@@ -697,6 +698,69 @@ TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block matrices as q4_rows c
         bp->vt.weight_free(bp->ctx, wp);
         bc->vt.weight_free(bc->ctx, wc);
     }
+}
+
+TEST_CASE("cpu backend: decode copies by default while they fit the budget, none under CMF_CPU_DECODE_COPY=0") {
+    // Whether a bound q4_block weight reads a copy: zeroing the bytes it
+    // was bound from changes its matmul or not.
+    auto reads_a_copy = [&](const TestRuntime &t, int n_weights, uint64_t rows = 64, uint64_t cols = 256) {
+        const cmf::BackendEntry *be = t.rt->backend("cpu");
+        REQUIRE(be != nullptr);
+        void *cctx = nullptr;
+        const cmf_codec_vt *codec = find_test_codec(t.rt, CMF_DTYPE_Q4_BLOCK, &cctx);
+        REQUIRE(codec != nullptr);
+        std::vector<bool> copied;
+        std::vector<Encoded> es;
+        std::vector<cmf_backend_weight *> ws;
+        for (int i = 0; i < n_weights; ++i) {
+            const auto wf = random_vec(rows * cols, 500 + unsigned(i));
+            es.push_back(encode(codec, cctx, CMF_DTYPE_Q4_BLOCK, rows, cols, wf.data()));
+        }
+        for (Encoded &e : es) {
+            cmf_backend_weight *w = nullptr;
+            REQUIRE(be->vt.weight_bind(be->ctx, &e.v, &w) == nullptr);
+            ws.push_back(w);
+        }
+        const auto x = random_vec(cols, 7);
+        for (size_t i = 0; i < ws.size(); ++i) {
+            std::vector<float> y0(rows), y1(rows);
+            REQUIRE(be->vt.matmul(be->ctx, ws[i], x.data(), 1, y0.data()) == nullptr);
+            std::fill(es[i].bytes.begin(), es[i].bytes.end(), uint8_t(0));
+            REQUIRE(be->vt.matmul(be->ctx, ws[i], x.data(), 1, y1.data()) == nullptr);
+            copied.push_back(y0 == y1);
+        }
+        for (cmf_backend_weight *w : ws) be->vt.weight_free(be->ctx, w);
+        return copied;
+    };
+    ::unsetenv("CMF_CPU_DECODE_COPY");
+    ::unsetenv("CMF_CPU_DECODE_COPY_BUDGET_MIB");
+    {
+        TestRuntime by_default;  // half the available memory: room for these
+        CHECK(reads_a_copy(by_default, 3) == std::vector<bool>{true, true, true});
+    }
+    ::setenv("CMF_CPU_DECODE_COPY", "0", 1);
+    {
+        TestRuntime never;
+        CHECK(reads_a_copy(never, 2) == std::vector<bool>{false, false});
+    }
+    ::unsetenv("CMF_CPU_DECODE_COPY");
+    ::setenv("CMF_CPU_DECODE_COPY_BUDGET_MIB", "0", 1);
+    {
+        TestRuntime no_room;  // a budget of 0 MiB: nothing fits
+        CHECK(reads_a_copy(no_room, 2) == std::vector<bool>{false, false});
+    }
+    ::setenv("CMF_CPU_DECODE_COPY_BUDGET_MIB", "1", 1);
+    {
+        TestRuntime room_for_one;  // 1 MiB: one 1024x1024 q4_block copy (576 KiB), not two
+        CHECK(reads_a_copy(room_for_one, 2, 1024, 1024) == std::vector<bool>{true, false});
+    }
+    ::setenv("CMF_CPU_DECODE_COPY", "1", 1);
+    {
+        TestRuntime always;  // =1: copies whatever the budget
+        CHECK(reads_a_copy(always, 2) == std::vector<bool>{true, true});
+    }
+    ::unsetenv("CMF_CPU_DECODE_COPY");
+    ::unsetenv("CMF_CPU_DECODE_COPY_BUDGET_MIB");
 }
 
 TEST_CASE("cpu backend: buffer_write, buffer_read and copy move every byte, small and large (split over threads)") {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,6 +83,7 @@ struct cmf_backend_weight {
     // then points into it, with that layout's dtype, and every operation
     // reads the copy.
     std::shared_ptr<cmf::cpu::PageMemory> decode_copy;
+    uint64_t decode_copy_bytes = 0;  // its size, counted against Backend::copy_budget
 };
 
 namespace cmf::cpu {
@@ -94,10 +96,16 @@ struct Backend {
     // Prefill of the gated delta rule in the chunked (WY) form; the
     // environment's CMF_CPU_DELTA_CHUNKED=0 keeps the recurrence (A/B runs).
     bool delta_chunked = true;
-    // CMF_CPU_DECODE_COPY=1: matrices whose codec offers a decode layout
-    // (cmf_codec_vt.decode_copy) are copied into it when bound, spending
-    // their bytes once more in memory for faster decode (docs/runtime.md).
-    bool decode_copy = false;
+    // Matrices whose codec offers a decode layout (cmf_codec_vt.decode_copy)
+    // are copied into it when bound, for faster decode, while the copies
+    // fit copy_budget (by default half the memory available when the
+    // backend starts; CMF_CPU_DECODE_COPY=1: always, =0: never;
+    // docs/runtime.md, "Decode copies").
+    enum class DecodeCopy { never, within_budget, always };
+    DecodeCopy decode_copy = DecodeCopy::within_budget;
+    uint64_t copy_budget = 0;
+    std::atomic<uint64_t> copied{0};          // bytes of the live copies
+    std::atomic<bool> budget_reached{false};  // logged once
     cmf::cpu::CopyArena copies;
 };
 

@@ -165,6 +165,59 @@ std::shared_ptr<PageMemory> CopyArena::take(size_t bytes, uint8_t **at) {
 
 namespace {
 
+// The first unsigned number in a file, if it holds one ("max" does not).
+bool read_u64_file(const char *path, uint64_t &v) {
+    FILE *f = std::fopen(path, "r");
+    if (f == nullptr) return false;
+    unsigned long long n = 0;
+    const bool ok = std::fscanf(f, "%llu", &n) == 1;
+    std::fclose(f);
+    v = n;
+    return ok;
+}
+// What the process's memory cgroup still allows (its limit less its usage,
+// page cache included, so on the low side), or UINT64_MAX without a limit:
+// in a container MemAvailable is the host's.
+uint64_t cgroup_room() {
+    uint64_t limit = 0, usage = 0;
+    if ((read_u64_file("/sys/fs/cgroup/memory.max", limit) && read_u64_file("/sys/fs/cgroup/memory.current", usage)) ||
+        (read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes", limit) &&
+         read_u64_file("/sys/fs/cgroup/memory/memory.usage_in_bytes", usage)))
+        return limit > usage ? limit - usage : 0;
+    return UINT64_MAX;
+}
+
+// What the decode copies may take: CMF_CPU_DECODE_COPY_BUDGET_MIB, else
+// half of the memory the kernel reports available when the backend starts
+// (MemAvailable, or the cgroup's room where that is less): a model that
+// fits is copied whole, one that does not keeps streaming most of its
+// weights from the file's mapping, whose pages the kernel can drop under
+// pressure where it cannot drop the copies.
+uint64_t decode_copy_budget(const cmf_host_api *host) {
+    if (const char *env = std::getenv("CMF_CPU_DECODE_COPY_BUDGET_MIB"); env != nullptr) {
+        char *end = nullptr;
+        const unsigned long long mib = std::strtoull(env, &end, 10);
+        if (end != env && *end == '\0') return uint64_t(mib) << 20;
+        host->log(host->host_ctx, CMF_LOG_WARN,
+                  ("cpu backend: CMF_CPU_DECODE_COPY_BUDGET_MIB=" + std::string(env) +
+                   " is not a number of MiB; using half the available memory")
+                      .c_str());
+    }
+    uint64_t available = 0;
+    if (FILE *f = std::fopen("/proc/meminfo", "r")) {
+        char line[256];
+        unsigned long long kib = 0;
+        while (std::fgets(line, sizeof line, f) != nullptr)
+            if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+                available = uint64_t(kib) << 10;
+                break;
+            }
+        std::fclose(f);
+    }
+    if (available == 0) available = uint64_t(sysconf(_SC_AVPHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
+    return std::min(available, cgroup_room()) / 2;
+}
+
 // CMF_CPU_DECODE_COPY: a matrix whose codec has a decode layout for it is
 // copied into that layout, and the weight reads the copy from then on. The
 // host is told the source bytes are no longer read here: where they are a
@@ -179,6 +232,24 @@ void make_decode_copy(Backend *be, cmf_backend_weight &w) {
     int32_t dtype = -1;
     if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, nullptr, 0, &bytes, &dtype)) throw cmf::sdk::HostError{e};
     if (dtype < 0) return;
+    if (be->decode_copy == Backend::DecodeCopy::within_budget) {
+        uint64_t now = be->copied.load();
+        do {
+            if (now + bytes > be->copy_budget) {
+                if (!be->budget_reached.exchange(true))
+                    be->host->log(be->host->host_ctx, CMF_LOG_INFO,
+                                  ("cpu backend: decode copies stop at " + std::to_string(now >> 20) + " MiB (budget " +
+                                   std::to_string(be->copy_budget >> 20) +
+                                   " MiB: half the memory available at start unless CMF_CPU_DECODE_COPY_BUDGET_MIB "
+                                   "sets it): the other weights are read from the file as they are")
+                                      .c_str());
+                return;
+            }
+        } while (!be->copied.compare_exchange_weak(now, now + bytes));
+    } else {
+        be->copied += bytes;
+    }
+    w.decode_copy_bytes = bytes;
     uint8_t *at = nullptr;
     std::shared_ptr<cmf::cpu::PageMemory> chunk = be->copies.take(bytes, &at);
     if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, at, bytes, &bytes, &dtype)) throw cmf::sdk::HostError{e};
@@ -202,7 +273,7 @@ cmf_error *weight_bind(void *ctx, const cmf_tensor_view *t, cmf_backend_weight *
         w->view = *t;
         init_weight(be, *w);
         if (t->ndim == 1) decode_vector(*w);
-        if (be->decode_copy) make_decode_copy(be, *w);
+        if (be->decode_copy != Backend::DecodeCopy::never) make_decode_copy(be, *w);
         *out = w.release();
     });
 }
@@ -325,7 +396,10 @@ cmf_error *weight_bind_subset(void *ctx, const cmf_tensor_view *t, uint32_t axis
     });
 }
 
-void weight_free(void *, cmf_backend_weight *w) { delete w; }
+void weight_free(void *ctx, cmf_backend_weight *w) {
+    if (w != nullptr) as_backend(ctx)->copied -= w->decode_copy_bytes;
+    delete w;
+}
 
 // ---- matmul -------------------------------------------------------------------
 
@@ -1798,7 +1872,10 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
     if (const char *env = std::getenv("CMF_CPU_DELTA_CHUNKED"); env != nullptr && std::strcmp(env, "0") == 0)
         be->delta_chunked = false;
     if (const char *env = std::getenv("CMF_CPU_DECODE_COPY"); env != nullptr && std::strcmp(env, "1") == 0)
-        be->decode_copy = true;
+        be->decode_copy = Backend::DecodeCopy::always;
+    else if (env != nullptr && std::strcmp(env, "0") == 0)
+        be->decode_copy = Backend::DecodeCopy::never;
+    be->copy_budget = decode_copy_budget(host);
     be->description = std::string("x86-64 CPU, kernels: ") + cmf::cpu::kernels().isa;
     cmf_backend_vt &vt = be->vt;
     vt = cmf_backend_vt{};
