@@ -178,6 +178,30 @@ for quant, min_cos_floor, top1_floor in (("q8", 0.999, 0.95), ("q4", 0.99, 0.85)
     check(cos.min() >= min_cos_floor, f"{quant} vs PyTorch f32: min cosine {cos.min():.5f} >= {min_cos_floor}")
     check(top1 >= top1_floor, f"{quant} vs PyTorch f32: top-1 agreement {top1:.3f} >= {top1_floor}")
 
+# Decode copies (q4_block weights copied into q4_rows when loaded, by default
+# within a memory budget): the same logits and the same greedy text with
+# every copy, with none, and by default; the two flags together refused.
+q4path = os.path.join(work, "austen-q4.cmf")
+copy_logits, copy_text = {}, {}
+for flag in ("--decode-copy", "--no-decode-copy", None):
+    o = os.path.join(work, f"logits-q4-{flag or 'default'}.f32")
+    extra = [flag] if flag else []
+    run(["logits", q4path, "--ids", ",".join(map(str, qids[:20])), "--out", o] + extra)
+    copy_logits[flag] = open(o, "rb").read()
+    copy_text[flag] = run(["run", q4path, "--greedy", "--raw", "-n", "12", "-p", prompt] + extra).stdout
+check(copy_logits["--decode-copy"] == copy_logits["--no-decode-copy"] == copy_logits[None],
+      "q4 logits: the same bits with every decode copy, with none and by default")
+check(copy_text["--decode-copy"] == copy_text["--no-decode-copy"] == copy_text[None] and copy_text[None],
+      "q4 run --greedy: the same text with every decode copy, with none and by default")
+p = run(["bench", q4path, "-p", "8", "-n", "0", "--decode-copy", "--no-decode-copy"], expect=2)
+check("contradict" in p.stderr.decode(), "bench --decode-copy --no-decode-copy: clear error")
+# The file's q4 weights have a decode layout: a budget of 0 MiB stops the
+# copies at the first one, and -v shows the line that says so.
+os.environ["CMF_CPU_DECODE_COPY_BUDGET_MIB"] = "0"
+p = run(["bench", q4path, "-p", "8", "-n", "0", "-v"])
+del os.environ["CMF_CPU_DECODE_COPY_BUDGET_MIB"]
+check("decode copies stop at 0 MiB" in p.stderr.decode(), "q4 weights are decode-copied: a 0 MiB budget stops them, said once")
+
 # ---- bench -------------------------------------------------------------------
 p = run(["bench", model_path, "-p", "32", "-n", "8", "-r", "2", "--json"])
 try:
