@@ -249,10 +249,18 @@ void make_decode_copy(Backend *be, cmf_backend_weight &w) {
     } else {
         be->copied += bytes;
     }
-    w.decode_copy_bytes = bytes;
+    // The reservation goes back if the copy fails (the weight is then
+    // dropped without weight_free).
+    struct Reserved {
+        Backend *be;
+        uint64_t bytes;
+        ~Reserved() { be->copied -= bytes; }
+    } reserved{be, bytes};
     uint8_t *at = nullptr;
     std::shared_ptr<cmf::cpu::PageMemory> chunk = be->copies.take(bytes, &at);
     if (cmf_error *e = w.codec->decode_copy(w.codec_ctx, &w.view, at, bytes, &bytes, &dtype)) throw cmf::sdk::HostError{e};
+    w.decode_copy_bytes = reserved.bytes;
+    reserved.bytes = 0;
     if (be->host->struct_size >= offsetof(cmf_host_api, release_pages) + sizeof(void *) && be->host->release_pages != nullptr)
         be->host->release_pages(be->host->host_ctx, w.view.data, w.view.nbytes);
     w.view.dtype = dtype;
@@ -1875,6 +1883,11 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
         be->decode_copy = Backend::DecodeCopy::always;
     else if (env != nullptr && std::strcmp(env, "0") == 0)
         be->decode_copy = Backend::DecodeCopy::never;
+    else if (env != nullptr && *env != '\0')
+        host->log(host->host_ctx, CMF_LOG_WARN,
+                  ("cpu backend: CMF_CPU_DECODE_COPY=" + std::string(env) +
+                   " is neither 0 nor 1; decode copies within the budget, as when it is unset")
+                      .c_str());
     be->copy_budget = decode_copy_budget(host);
     be->description = std::string("x86-64 CPU, kernels: ") + cmf::cpu::kernels().isa;
     cmf_backend_vt &vt = be->vt;
