@@ -7,9 +7,9 @@
 #include <cmf/cmf_plugin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,7 +103,7 @@ struct Backend {
     // docs/runtime.md, "Decode copies").
     enum class DecodeCopy { never, within_budget, always };
     DecodeCopy decode_copy = DecodeCopy::within_budget;
-    uint64_t copy_budget = 0;
+    uint64_t copy_budget = 0;  // within_budget only
     std::atomic<uint64_t> copied{0};          // bytes of the live copies
     std::atomic<bool> budget_reached{false};  // logged once
     cmf::cpu::CopyArena copies;

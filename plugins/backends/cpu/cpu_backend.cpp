@@ -1888,7 +1888,7 @@ extern "C" CMF_PLUGIN_EXPORT cmf_error *cmf_plugin_init_v1(const cmf_host_api *h
                   ("cpu backend: CMF_CPU_DECODE_COPY=" + std::string(env) +
                    " is neither 0 nor 1; decode copies within the budget, as when it is unset")
                       .c_str());
-    be->copy_budget = decode_copy_budget(host);
+    if (be->decode_copy == Backend::DecodeCopy::within_budget) be->copy_budget = decode_copy_budget(host);
     be->description = std::string("x86-64 CPU, kernels: ") + cmf::cpu::kernels().isa;
     cmf_backend_vt &vt = be->vt;
     vt = cmf_backend_vt{};
