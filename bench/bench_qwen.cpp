@@ -5,7 +5,8 @@
 // (decode tok/s x weight bytes per token / bandwidth).
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
-//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1] [--read-around]] [--attention DEPTH [--pp N]]
+//              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1] [--read-around] [--row-spread S]]
+//              [--attention DEPTH [--pp N]]
 //              [--overlap ROUNDS [--overlap-loop-kib KIB] [--overlap-side]] [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
@@ -16,6 +17,8 @@
 // memory with a join per matmul; the copies sit in 2 MiB pages as a mapped
 // model's weights do). --read-around sets every rep against wall read passes
 // just before and after it (the share of the read, as --overlap gives it).
+// --row-spread S scales row r by 2^(S z), z uniform in [-1, 1] (vbit's
+// widths follow its rows' maxima: 1.5 gives it rows of 3 to 6 bits).
 // --attention DEPTH times the backend's decode attention alone over --layers
 // f16 KV caches of DEPTH rows in rotation: us per call, KV GB/s; with --pp N
 // given too, prefill attention instead: N new tokens at positions DEPTH on
@@ -426,7 +429,7 @@ uint64_t last_level_cache_bytes() {
 
 // The backend matmul alone: GFLOP/s (2*rows*cols*tokens per call).
 int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, uint64_t cols, uint64_t tokens, int reps,
-               uint64_t matrices, bool read_around) {
+               uint64_t matrices, bool read_around, float row_spread) {
     const cmf::BackendEntry *be = rt->backend("cpu");
     if (be == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend");
     // q8 and q4 as the converter's --quant spells them; any other dtype by its own name (q4tp, q1t, ...).
@@ -437,6 +440,14 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     Rng rng;
     std::vector<float> wf(rows * cols), x(tokens * cols), y(tokens * rows);
     for (auto &v : wf) v = rng.next(0.05f);
+    // --row-spread S: row r times 2^(S z), z uniform in [-1, 1]: rows whose
+    // maxima differ as a trained matrix's do (vbit then gives its rows
+    // different widths: S = 1.5 spreads them over 3 to 6 bits).
+    if (row_spread > 0.0f)
+        for (uint64_t r = 0; r < rows; ++r) {
+            const float f = std::exp2(row_spread * rng.next(1.0f));
+            for (uint64_t c = 0; c < cols; ++c) wf[r * cols + c] *= f;
+        }
     for (auto &v : x) v = rng.next(1.0f);
     std::vector<uint8_t> bytes;
     if (dtype == CMF_DTYPE_F32) {
@@ -653,6 +664,7 @@ int main(int argc, char **argv) {
     bool pp_given = false;
     int overlap_rounds = 0;
     bool overlap_side = false, read_around = false;
+    float row_spread = 0.0f;
     uint64_t overlap_matrix = 0;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -678,11 +690,12 @@ int main(int argc, char **argv) {
         else if (a == "--overlap-side") overlap_side = true;
         else if (a == "--overlap-row-bytes") g_row_bytes = std::stoull(next()) / 256 * 256;
         else if (a == "--read-around") read_around = true;
+        else if (a == "--row-spread") row_spread = std::stof(next());
         else if (a == "--overlap-loop-kib") overlap_matrix = std::stoull(next()) << 10;
         else {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
                                  "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4|DTYPE] [--reps N] [--matrices N] "
-                                 "[--read-around]] "
+                                 "[--read-around] [--row-spread S]] "
                                  "[--attention DEPTH [--pp N] [--layers N] [--reps N]] [--overlap ROUNDS [--overlap-loop-kib KIB] "
                                  "[--overlap-side] [--overlap-row-bytes N]] [--plugin-path DIRS]\n");
             return 2;
@@ -706,7 +719,7 @@ int main(int argc, char **argv) {
             const size_t xpos = gemm.find('x');
             if (xpos == std::string::npos) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--gemm wants ROWSxCOLS");
             int rc = gemm_bench(rt, dtype_name, std::stoull(gemm.substr(0, xpos)), std::stoull(gemm.substr(xpos + 1)),
-                                pp, reps, matrices, read_around);
+                                pp, reps, matrices, read_around, row_spread);
             cmf_runtime_free(rt);
             return rc;
         }

@@ -1109,8 +1109,8 @@ TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read on
 }
 
 TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its width and the rows beside it") {
-    // Rows of mixed widths in runs and alone (the AVX-512 form remakes its
-    // offsets when the width changes), row counts that leave 0-3 rows past
+    // Rows of mixed widths in runs and alone (the AVX-512 form takes each
+    // width's offsets from the table vbit_width_offsets makes), row counts that leave 0-3 rows past
     // the last group of four, one row whose codes end at an unmapped page.
     // Each ISA's rows against its own per-row dots: equal up to the order
     // the 8 partial sums are added in (exactly, portable); a row's bits the
@@ -1147,9 +1147,10 @@ TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its 
             }
             std::vector<float> x = gaussian(32 * groups, static_cast<uint32_t>(rng()), 1.0f), xd(groups);
             std::vector<int8_t> xq(32 * groups);
-            std::vector<int32_t> xo(8 * groups), scratch(8 * groups);
+            std::vector<int32_t> xo(8 * groups), scratch(k::kVbitWidthOffsets * 8 * groups);
             k::portable::quantize_x(x.data(), 32 * groups, k::XOrder::natural, xq.data(), xd.data());
             k::portable::i8_offset(xq.data(), groups, xo.data());
+            k::vbit_width_offsets(xo.data(), groups, scratch.data());
             struct Isa {
                 const char *name;
                 decltype(&k::portable::dot_vbit_xq) dot;
@@ -1174,6 +1175,19 @@ TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its 
                              xd.data(), groups, 1, scratch.data(), &alone);
                     CHECK(std::memcmp(&alone, &y[r], sizeof(float)) == 0);
                 }
+            }
+            // The VBMI form of the widths 3, 5 and 6 gives the word decode's
+            // bits (the same code bytes, the same sums in the same order).
+            for (const k::SimdKernels &set : k::simd_kernels()) {
+                CAPTURE(set.isa);
+                std::vector<float> with(rows, -7.0f), without(rows, -8.0f);
+                k::set_avx512_extensions(false);
+                set.rows_vbit_xq(codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows,
+                                 scratch.data(), without.data());
+                k::set_avx512_extensions(true);
+                set.rows_vbit_xq(codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows,
+                                 scratch.data(), with.data());
+                CHECK(std::memcmp(with.data(), without.data(), rows * sizeof(float)) == 0);
             }
         }
     munmap(map, 2 * page);

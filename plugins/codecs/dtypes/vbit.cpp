@@ -215,27 +215,35 @@ public:
         if (r0 >= r1) return;
         const RowTable rows(w, name());
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, rows.m.cols, kernels::XOrder::natural);
-        thread_local std::vector<int32_t> scratch;
-        scratch.resize(8 * rows.gpr);
         // Width-4 rows go through the q4 row kernel (kernels::rows_vbit4_xq:
         // their 16 code bytes a group are q4_block's nibbles swapped), which
-        // meets x in its own order: made here once per call, when one of the
-        // rows is 4 bits wide. The others through kernels::rows_vbit_xq.
+        // meets x in its own order; the others through kernels::rows_vbit_xq,
+        // their sums started at offsets of their width
+        // (kernels::vbit_width_offsets). Each is made once per x, when the
+        // first row that needs it comes: a trained matrix's rows mix widths,
+        // so its runs of one kind are short, and a row range of one width
+        // makes nothing for the other kind.
         // Which kernel a row takes depends on its width alone, so a batched
         // decode still gives each sequence the bits it gets alone.
         thread_local std::vector<int8_t> x4;
-        thread_local std::vector<int32_t> off4;
-        thread_local uint64_t x4_serial = 0;  // the xq.serial x4 was made from (0: none)
-        bool any4 = false;
-        for (uint64_t r = r0; r < r1 && !any4; ++r) any4 = rows.widths[r] == 4;
-        const uint64_t blocks = xq.blocks, per_off = 8 * (blocks / 2);
-        if (any4 && x4_serial != xq.serial) {
+        thread_local std::vector<int32_t> off4, width_off;
+        thread_local uint64_t x4_serial = 0, width_serial = 0;  // the xq.serial each was made from (0: none)
+        const uint64_t blocks = xq.blocks, per_off = 8 * (blocks / 2), per_width = kernels::kVbitWidthOffsets * 8 * blocks;
+        auto need_x4 = [&] {
+            if (x4_serial == xq.serial) return;
             x4_serial = xq.serial;
             x4.resize(n_batch * 32 * blocks);
             off4.resize(n_batch * per_off);
             for (uint64_t b = 0; b < n_batch; ++b)
                 kernels::vbit4_x(xq.q(b), blocks, x4.data() + b * 32 * blocks, off4.data() + b * per_off);
-        }
+        };
+        auto need_width_offsets = [&] {
+            if (width_serial == xq.serial) return;
+            width_serial = xq.serial;
+            width_off.resize(n_batch * per_width);
+            for (uint64_t b = 0; b < n_batch; ++b)
+                kernels::vbit_width_offsets(xq.offset(b), blocks, width_off.data() + b * per_width);
+        };
         // Blocks of rows (each checked against the payload as it is found),
         // each run of rows of one kind in one kernel call per token: width-4
         // rows whose codes follow one another, or rows of other widths.
@@ -257,6 +265,7 @@ public:
                        (!four || codes[e] == codes[e - 1] + 16 * rows.gpr))
                     ++e;
                 const uint8_t *sc = rows.scales + 2 * (rb + j) * rows.gpr;
+                four ? need_x4() : need_width_offsets();
                 for (uint64_t b = 0; b < n_batch; ++b) {
                     float *yb = y + b * ldy + rb + j;
                     if (four)
@@ -264,7 +273,7 @@ public:
                                                xq.d(b), rows.gpr, e - j, yb);
                     else
                         kernels::rows_vbit_xq(codes + j, rows.widths + rb + j, sc, xq.q(b), xq.offset(b), xq.d(b),
-                                              rows.gpr, e - j, scratch.data(), yb);
+                                              rows.gpr, e - j, width_off.data() + b * per_width, yb);
                 }
                 j = e;
             }

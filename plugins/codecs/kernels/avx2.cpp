@@ -2356,18 +2356,29 @@ namespace {
 // Then (u - L) widened to int32, converted and scaled: the scalar form's
 // operations, so the same floats. each(g, lo, hi) gets group g's values
 // 0-15 and 16-31.
+// By width b: idx, the byte shuffle that puts code j's two bytes (k = j*b/8
+// and k+1) big-endian into 16-bit lane j; shift, lane j's right shift.
+// Made at compile time: made per call (per row in a decode), the scalar
+// stores and the vector loads of them that could not forward took a
+// quarter of a mixed-width vbit_ro row's time (perf, one core).
+struct VbitWordTables {
+    alignas(16) int8_t idx[9][16] = {};
+    alignas(16) int16_t shift[9][8] = {};
+    constexpr VbitWordTables() {
+        for (unsigned b = 1; b <= 8; ++b)
+            for (unsigned j = 0; j < 8; ++j) {
+                const unsigned p = j * b, k = p / 8;
+                idx[b][2 * j] = static_cast<int8_t>(k + 1 < b ? k + 1 : 0x80);  // the low byte; 0x80: a zero byte
+                idx[b][2 * j + 1] = static_cast<int8_t>(k);
+                shift[b][j] = static_cast<int16_t>(16 - p % 8 - b);
+            }
+    }
+};
+constexpr VbitWordTables kVbitWords;
 template <class Each>
 inline void vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, Each each) {
-    alignas(16) int8_t idx[16];
-    alignas(16) int16_t shift[8];
-    for (unsigned j = 0; j < 8; ++j) {
-        const unsigned p = j * b, k = p / 8;
-        idx[2 * j] = int8_t(k + 1 < b ? k + 1 : 0x80);  // the low byte; 0x80: a zero byte
-        idx[2 * j + 1] = int8_t(k);
-        shift[j] = int16_t(16 - p % 8 - b);
-    }
-    const __m512i sh_idx = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(idx)));
-    const __m512i sh = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(shift)));
+    const __m512i sh_idx = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(kVbitWords.idx[b])));
+    const __m512i sh = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(kVbitWords.shift[b])));
     const __m512i mask = _mm512_set1_epi16(int16_t((1 << b) - 1)), L = _mm512_set1_epi16(int16_t((1 << (b - 1)) - 1));
     const __mmask16 bytes = __mmask16((1u << b) - 1);
     for (uint64_t g = 0; g < groups; ++g) {
@@ -2404,16 +2415,8 @@ class VbitBytes {
 public:
     explicit VbitBytes(unsigned b) : b_(b) {
         if constexpr (B == 0) {
-            alignas(16) int8_t idx[16];
-            alignas(16) int16_t shift[8];
-            for (unsigned j = 0; j < 8; ++j) {
-                const unsigned p = j * b, k = p / 8;
-                idx[2 * j] = int8_t(k + 1 < b ? k + 1 : 0x80);
-                idx[2 * j + 1] = int8_t(k);
-                shift[j] = int16_t(16 - p % 8 - b);
-            }
-            sh_idx_ = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(idx)));
-            sh_ = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(shift)));
+            sh_idx_ = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(kVbitWords.idx[b])));
+            sh_ = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i *>(kVbitWords.shift[b])));
             mask_ = _mm512_set1_epi16(int16_t((1 << b) - 1));
             bytes_ = __mmask16((1u << b) - 1);
         }
@@ -2458,38 +2461,44 @@ private:
 // a time. Where the f32 form widened every code to a float and met x in two
 // FMAs per 16 weights, the codes stay bytes.
 // Returns the dot as 8 partial sums. Lw: null, or the offsets -L times
-// each 4 x codes' sum already made for this width (vbit_offsets), which a
-// row range makes once per width rather than once per row. Nta: the code
+// each 4 x codes' sum already made for this width (vbit_width_offsets),
+// which a matmul makes once per x rather than once per row. Nta: the code
 // stream's prefetch hint (prefetch_weights; a row range takes the CPU's, tg128 on
 // the 0.6B vbit_ro file 2 % faster with NTA on the Zen 5 VM, four pairs).
-template <unsigned B, bool Nta = false>
-__m256 vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-               const int32_t *Lw, const float *xd, uint64_t groups) {
-    const VbitBytes<B> bytes(b);
-    const __m128i up = _mm_cvtsi32_si128(int(b - 1));
-    auto offset = [&](uint64_t g) {  // (o1 << (b-1)) - o1 = L * o1, o1 = xoff >> 7
-        if (Lw != nullptr) return _mm512_loadu_si512(Lw + 8 * g);
-        const __m512i o1 = _mm512_maskz_srai_epi32(0xFFFF, _mm512_loadu_si512(xoff + 8 * g), 7);
-        return _mm512_maskz_sub_epi32(0xFFFF, _mm512_maskz_sll_epi32(0xFFFF, o1, up), o1);
-    };
+// -L times each 4 x codes' sum of groups g, g+1 (16 lanes): Lw's, or made
+// from xoff ((o1 << (b-1)) - o1 = L * o1, o1 = xoff >> 7; up = b - 1).
+__attribute__((always_inline)) inline __m512i vbit_pair_offset(const int32_t *Lw, const int32_t *xoff, __m128i up,
+                                                              uint64_t g) {
+    if (Lw != nullptr) return _mm512_loadu_si512(Lw + 8 * g);
+    const __m512i o1 = _mm512_maskz_srai_epi32(0xFFFF, _mm512_loadu_si512(xoff + 8 * g), 7);
+    return _mm512_maskz_sub_epi32(0xFFFF, _mm512_maskz_sll_epi32(0xFFFF, o1, up), o1);
+}
+// One pair of groups' step of the 16-group loop: the pair's code bytes
+// (64, element order) against x, started at the offsets, then one FMA
+// with [s(g) d(g) x8 | s(g+1) d(g+1) x8] picked from sc (the 16 groups'
+// scale products) into acc.
+__attribute__((always_inline)) inline void vbit_pair_step(__m512i codes, __m512i offset, const int8_t *xq, __m512 sc,
+                                                           int j, __m512 &acc) {
     const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    uint64_t g0 = 0;
-    for (; g0 + 16 <= groups; g0 += 16) {
-        const uint8_t *c0 = codes + 4 * b * g0;
-        for (unsigned o = 0; o < 64 * b; o += 64) prefetch_weights<Nta>(c0 + o + kPrefetchAhead);
-        const __m512 sc = _mm512_mul_ps(
-            _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(f16_scales + 2 * g0))),
-            _mm512_loadu_ps(xd + g0));
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-            const uint64_t g = g0 + 2 * j;
-            const __m512i p = _mm512_dpbusd_epi32(offset(g), bytes.pair(codes + 4 * b * g), _mm512_loadu_si512(xq + 32 * g));
-            acc[j & 1] = _mm512_fmadd_ps(
-                _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_maskz_add_epi32(0xFFFF, pair0, _mm512_set1_epi32(2 * j)), sc),
-                _mm512_maskz_cvtepi32_ps(0xFFFF, p), acc[j & 1]);
-        }
-    }
+    const __m512i p = _mm512_dpbusd_epi32(offset, codes, _mm512_loadu_si512(xq));
+    acc = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, _mm512_maskz_add_epi32(0xFFFF, pair0, _mm512_set1_epi32(2 * j)), sc),
+                          _mm512_maskz_cvtepi32_ps(0xFFFF, p), acc);
+}
+// The 16 groups' scale products from g0 on, and the step's prefetch.
+template <bool Nta>
+__attribute__((always_inline)) inline __m512 vbit_step_scales(const uint8_t *c0, unsigned b, const uint8_t *f16_scales,
+                                                               const float *xd, uint64_t g0) {
+    for (unsigned o = 0; o < 64 * b; o += 64) prefetch_weights<Nta>(c0 + o + kPrefetchAhead);
+    return _mm512_mul_ps(
+        _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(f16_scales + 2 * g0))),
+        _mm512_loadu_ps(xd + g0));
+}
+// The last groups short of 16, one at a time, and the row's 8 partial sums.
+template <unsigned B>
+__attribute__((always_inline)) inline __m256 vbit_rest(const VbitBytes<B> &bytes, const uint8_t *codes, unsigned b, const uint8_t *f16_scales,
+                 const int8_t *xq, const int32_t *xoff, const int32_t *Lw, const float *xd, uint64_t g0,
+                 uint64_t groups, const __m512 *acc) {
+    const __m128i up = _mm_cvtsi32_si128(int(b - 1));
     __m256 rest = _mm256_setzero_ps();
     for (uint64_t g = g0; g < groups; ++g) {  // the last groups short of 16
         __m256i o;
@@ -2505,13 +2514,71 @@ __m256 vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, cons
     const __m512 a = _mm512_add_ps(acc[0], acc[1]);
     return _mm256_add_ps(_mm256_add_ps(lo256(a), hi256(a)), rest);
 }
-// -L times each 4 x codes' sum for width b (L = 2^(b-1) - 1), as vbit_xq makes them.
-void vbit_offsets(const int32_t *xoff, unsigned b, uint64_t groups, int32_t *Lw) {
+template <unsigned B, bool Nta = false>
+__m256 vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
+               const int32_t *Lw, const float *xd, uint64_t groups) {
+    const VbitBytes<B> bytes(b);
     const __m128i up = _mm_cvtsi32_si128(int(b - 1));
-    for (uint64_t i = 0; i < groups; ++i) {
-        const __m256i o1 = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xoff + 8 * i)), 7);
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(Lw + 8 * i), _mm256_sub_epi32(_mm256_sll_epi32(o1, up), o1));
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    uint64_t g0 = 0;
+    for (; g0 + 16 <= groups; g0 += 16) {
+        const __m512 sc = vbit_step_scales<Nta>(codes + 4 * b * g0, b, f16_scales, xd, g0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const uint64_t g = g0 + 2 * j;
+            vbit_pair_step(bytes.pair(codes + 4 * b * g), vbit_pair_offset(Lw, xoff, up, g), xq + 32 * g, sc, j, acc[j & 1]);
+        }
     }
+    return vbit_rest(bytes, codes, b, f16_scales, xq, xoff, Lw, xd, g0, groups, acc);
+}
+// The VBMI form of the widths 3, 5 and 6 (CPUs with AVX-512 VBMI, checked
+// at run time): a pair of groups' 8b code bytes in one masked load; one
+// byte permute gives each qword its 8 codes' b bytes reversed (so that the
+// qword read as a number holds them MSB-first from bit 63 down, as the row
+// stores them), one vpmultishiftqb takes code i's bits from bit 64 - (i+1)b
+// into byte i, and one and leaves the code: 4 operations per 64 codes where
+// VbitBytes' word decode takes 22 (masked loads, inserts, a shuffle, a
+// shift, an and and a narrowing per 32). The same bytes, so the same sums
+// and floats as vbit_xq<0>.
+struct VbitVbmiTables {
+    alignas(64) uint8_t idx[9][64] = {};   // by width: byte 8j+t <- code byte b*j + 7 - t
+    alignas(64) uint8_t ctrl[9][64] = {};  // by width: byte 8j+i <- 8 bits from bit 64 - (i+1)*b of qword j
+    uint64_t live[9] = {};                 // by width: the permute's bytes that take a code byte (7 - t < b)
+    constexpr VbitVbmiTables() {
+        for (unsigned b = 3; b <= 8; ++b)
+            for (unsigned j = 0; j < 8; ++j)
+                for (unsigned t = 0; t < 8; ++t) {
+                    const unsigned m = 7 - t;
+                    idx[b][8 * j + t] = static_cast<uint8_t>(m < b ? b * j + m : 0);
+                    ctrl[b][8 * j + t] = static_cast<uint8_t>(64 - (t + 1) * b);
+                    if (m < b) live[b] |= uint64_t{1} << (8 * j + t);
+                }
+    }
+};
+constexpr VbitVbmiTables kVbitVbmi;
+
+template <bool Nta>
+__attribute__((target("avx512vbmi"))) __m256 vbit_xq_vbmi(const uint8_t *codes, unsigned b, const uint8_t *f16_scales,
+                                                          const int8_t *xq, const int32_t *xoff, const int32_t *Lw,
+                                                          const float *xd, uint64_t groups) {
+    const __m512i idx = _mm512_load_si512(kVbitVbmi.idx[b]), ctrl = _mm512_load_si512(kVbitVbmi.ctrl[b]);
+    const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << b) - 1));
+    const __mmask64 live = kVbitVbmi.live[b], pair_bytes = (uint64_t{1} << (8 * b)) - 1;
+    const __m128i up = _mm_cvtsi32_si128(int(b - 1));
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    uint64_t g0 = 0;
+    for (; g0 + 16 <= groups; g0 += 16) {
+        const __m512 sc = vbit_step_scales<Nta>(codes + 4 * b * g0, b, f16_scales, xd, g0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const uint64_t g = g0 + 2 * j;
+            const __m512i raw = _mm512_maskz_loadu_epi8(pair_bytes, codes + 4 * b * g);
+            const __m512i u = _mm512_and_si512(
+                _mm512_maskz_multishift_epi64_epi8(~__mmask64{0}, ctrl, _mm512_maskz_permutexvar_epi8(live, idx, raw)), mask);
+            vbit_pair_step(u, vbit_pair_offset(Lw, xoff, up, g), xq + 32 * g, sc, j, acc[j & 1]);
+        }
+    }
+    return vbit_rest(VbitBytes<0>(b), codes, b, f16_scales, xq, xoff, Lw, xd, g0, groups, acc);
 }
 }  // namespace
 
@@ -2529,12 +2596,14 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
                   const float *xd, uint64_t groups) {
     if (b == 4) return hsum(vbit_xq<4>(codes, b, f16_scales, xq, xoff, nullptr, xd, groups));
     if (b == 8) return hsum(vbit_xq<8>(codes, b, f16_scales, xq, xoff, nullptr, xd, groups));
+    if (has_avx512_vbmi()) return hsum(vbit_xq_vbmi<false>(codes, b, f16_scales, xq, xoff, nullptr, xd, groups));
     return hsum(vbit_xq<0>(codes, b, f16_scales, xq, xoff, nullptr, xd, groups));
 }
 
-// A row range: the offsets for a width made when a row of another width
-// than the last comes (most of a tensor's rows share a width), four rows'
-// sums through one horizontal-add tree. Per-row calls of dot_vbit_xq spent
+// A row range: each width's offsets from the caller's table (made once per
+// x: remade here when the width changed, they took a sixth of a matmul
+// whose rows' widths mix as a trained matrix's do), four rows' sums
+// through one horizontal-add tree. Per-row calls of dot_vbit_xq spent
 // a third of a one-token vbit_ro matmul outside the group loop (perf: the
 // horizontal sum, the dispatch and the caller's loop), and a fifth of the
 // loop's own operations remade the offsets. One core, weights in L2,
@@ -2542,20 +2611,22 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
 // its own: inlined here (three forms) it ran faster in L2 but read a
 // 3072x1024 stream from memory on 2 threads at 34-38 GB/s against 39-40.
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, int32_t *scratch, float *y) {
-    unsigned made = 0;  // the width scratch holds offsets for
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const int32_t *width_offsets,
+                  float *y) {
     // One instance of the group loop per width form, the rows' partial sums
     // reduced four at a time as rows4_quads reduces them.
     __m256 a[4];
+    const bool vbmi = has_avx512_vbmi();
     with_weights_hint([&](auto nta) {
         constexpr bool Nta = decltype(nta)::value;
         for (uint64_t r = 0; r < rows; ++r) {
             const unsigned b = widths[r];
-            if (b != made) vbit_offsets(xoff, b, groups, scratch), made = b;
+            const int32_t *Lw = width_offsets + 8 * groups * b;
             const uint8_t *sc = f16_scales + 2 * groups * r;
-            if (b == 4) a[r % 4] = vbit_xq<4, Nta>(codes[r], b, sc, xq, xoff, scratch, xd, groups);
-            else if (b == 8) a[r % 4] = vbit_xq<8, Nta>(codes[r], b, sc, xq, xoff, scratch, xd, groups);
-            else a[r % 4] = vbit_xq<0, Nta>(codes[r], b, sc, xq, xoff, scratch, xd, groups);
+            if (b == 4) a[r % 4] = vbit_xq<4, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
+            else if (b == 8) a[r % 4] = vbit_xq<8, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
+            else if (vbmi) a[r % 4] = vbit_xq_vbmi<Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
+            else a[r % 4] = vbit_xq<0, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
             if (r % 4 == 3) sum4_rows(a, y + r - 3);
         }
     });
@@ -2572,8 +2643,9 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
     return portable::dot_vbit_xq(codes, b, f16_scales, xq, xoff, xd, groups);
 }
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, int32_t *scratch, float *y) {
-    portable::rows_vbit_xq(codes, widths, f16_scales, xq, xoff, xd, groups, rows, scratch, y);
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const int32_t *width_offsets,
+                  float *y) {
+    portable::rows_vbit_xq(codes, widths, f16_scales, xq, xoff, xd, groups, rows, width_offsets, y);
 }
 void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst) {
     portable::dequant_vbit_groups(codes, b, f16_scales, groups, dst);

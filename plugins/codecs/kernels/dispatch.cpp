@@ -184,8 +184,15 @@ float dot_vbit_xq(const uint8_t *c, unsigned b, const uint8_t *s, const int8_t *
     return CMF_PICK(dot_vbit_xq, c, b, s, xq, xoff, xd, g);
 }
 void rows_vbit_xq(const uint8_t *const *c, const uint8_t *widths, const uint8_t *s, const int8_t *xq, const int32_t *xoff,
-                  const float *xd, uint64_t g, uint64_t rows, int32_t *scratch, float *y) {
-    CMF_PICK(rows_vbit_xq, c, widths, s, xq, xoff, xd, g, rows, scratch, y);
+                  const float *xd, uint64_t g, uint64_t rows, const int32_t *width_offsets, float *y) {
+    CMF_PICK(rows_vbit_xq, c, widths, s, xq, xoff, xd, g, rows, width_offsets, y);
+}
+void vbit_width_offsets(const int32_t *xoff, uint64_t groups, int32_t *table) {
+    for (unsigned b = 3; b < kVbitWidthOffsets; ++b) {
+        const int32_t L = (1 << (b - 1)) - 1;
+        int32_t *t = table + 8 * groups * b;
+        for (uint64_t i = 0; i < 8 * groups; ++i) t[i] = L * (xoff[i] / 128);
+    }
 }
 void unpack_vbit_groups(const uint8_t *c, unsigned b, uint64_t g, int8_t *out) { CMF_PICK(unpack_vbit_groups, c, b, g, out); }
 void rows_q1_xq(const uint8_t *t, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t g, uint64_t rows,

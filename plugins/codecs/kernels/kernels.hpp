@@ -111,11 +111,19 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
                   const float *xd, uint64_t groups);
 // Rows of the one above (vbit_ro): row r's codes at codes[r], width
 // widths[r], f16 scales at f16_scales + 2*groups*r; y[r] for r < rows.
-// scratch: 8*groups int32 the AVX-512 VNNI form keeps a width's offsets in.
+// width_offsets: vbit_width_offsets of xoff (the AVX-512 VNNI form starts
+// a width-b row's lanes at its b-th table; the others ignore it).
 // A row's sum is dot_vbit_xq's up to the order its 8 partial sums are added
 // in, and does not depend on the rows beside it.
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, int32_t *scratch, float *y);
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const int32_t *width_offsets,
+                  float *y);
+// For every width b (3..8), -L times each 4 x codes' sum (L = 2^(b-1) - 1;
+// xoff = i8_offset of x, -128 times that sum): table[8*groups*b + i] =
+// L * (xoff[i] / 128), kVbitWidthOffsets * 8*groups int32 in all, made once
+// per x for every row range of its matmul (the same integers on every ISA).
+constexpr unsigned kVbitWidthOffsets = 9;
+void vbit_width_offsets(const int32_t *xoff, uint64_t groups, int32_t *table);
 // vbit codes of width b <= 6 as int8 values u - L in element order (the
 // int8 view; |u - L| <= 32), 32 per group.
 void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out);

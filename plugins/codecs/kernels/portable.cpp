@@ -357,7 +357,8 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
     return acc;
 }
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, int32_t * /*scratch*/, float *y) {
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows,
+                  const int32_t * /*width_offsets*/, float *y) {
     for (uint64_t r = 0; r < rows; ++r)
         y[r] = dot_vbit_xq(codes[r], widths[r], f16_scales + 2 * groups * r, xq, xoff, xd, groups);
 }

@@ -24,7 +24,7 @@
                       const int32_t *xoff, const float *xd, uint64_t groups);                                         \
     void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales,              \
                       const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows,         \
-                      int32_t *scratch, float *y);                                                                    \
+                      const int32_t *width_offsets, float *y);                                                        \
     void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out);                       \
     void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,  \
                     uint64_t rows, float *y);                                                                         \
