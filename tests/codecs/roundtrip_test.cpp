@@ -1224,14 +1224,24 @@ TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit4_xq) eq
                 const char *name;
                 decltype(&k::portable::dot_vbit_xq) dot;
                 decltype(&k::portable::rows_vbit4_xq) rows;
+                decltype(&k::portable::q4_pair_x_table) table;
             };
-            std::vector<Isa> isas{{"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit4_xq}};
-            for (const k::SimdKernels &set : k::simd_kernels()) isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit4_xq});
+            std::vector<Isa> isas{
+                {"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit4_xq, &k::portable::q4_pair_x_table}};
+            for (const k::SimdKernels &set : k::simd_kernels())
+                isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit4_xq, set.q4_pair_x_table});
             for (const Isa &isa : isas) {
                 CAPTURE(isa.name);
                 std::vector<float> y(rows + 1, -7.0f);
-                isa.rows(codes.data(), scales.data(), x4.data(), off4.data(), xd.data(), groups, rows, y.data());
+                isa.rows(codes.data(), scales.data(), x4.data(), off4.data(), nullptr, xd.data(), groups, rows, y.data());
                 CHECK(y[rows] == -7.0f);
+                // With the x table made once beforehand (q4_pair_x_table): the same bits.
+                std::vector<int8_t> table(32 * groups);
+                isa.table(x4.data(), off4.data(), groups, table.data());
+                std::vector<float> y_made(rows, -7.0f);
+                isa.rows(codes.data(), scales.data(), x4.data(), off4.data(), table.data(), xd.data(), groups, rows,
+                         y_made.data());
+                CHECK(std::memcmp(y_made.data(), y.data(), rows * sizeof(float)) == 0);
                 for (uint64_t r = 0; r < rows; ++r) {
                     CAPTURE(r);
                     const float want = k::portable::dot_vbit_xq(codes.data() + 16 * groups * r, 4,
@@ -1241,7 +1251,7 @@ TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit4_xq) eq
                     else CHECK(std::fabs(want - y[r]) <= 1e-5f * std::fabs(want) + 1e-6f);
                     float alone = -7.0f;
                     isa.rows(codes.data() + 16 * groups * r, scales.data() + 2 * groups * r, x4.data(), off4.data(),
-                             xd.data(), groups, 1, &alone);
+                             nullptr, xd.data(), groups, 1, &alone);
                     CHECK(std::memcmp(&alone, &y[r], sizeof(float)) == 0);
                 }
             }

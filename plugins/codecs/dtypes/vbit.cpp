@@ -225,7 +225,7 @@ public:
         // makes nothing for the other kind.
         // Which kernel a row takes depends on its width alone, so a batched
         // decode still gives each sequence the bits it gets alone.
-        thread_local std::vector<int8_t> x4;
+        thread_local std::vector<int8_t> x4, x4_table;
         thread_local std::vector<int32_t> off4, width_off;
         thread_local uint64_t x4_serial = 0, width_serial = 0;  // the xq.serial each was made from (0: none)
         const uint64_t blocks = xq.blocks, per_off = 8 * (blocks / 2), per_width = kernels::kVbitWidthOffsets * 8 * blocks;
@@ -233,9 +233,13 @@ public:
             if (x4_serial == xq.serial) return;
             x4_serial = xq.serial;
             x4.resize(n_batch * 32 * blocks);
+            x4_table.resize(n_batch * 32 * blocks);
             off4.resize(n_batch * per_off);
-            for (uint64_t b = 0; b < n_batch; ++b)
+            for (uint64_t b = 0; b < n_batch; ++b) {
                 kernels::vbit4_x(xq.q(b), blocks, x4.data() + b * 32 * blocks, off4.data() + b * per_off);
+                kernels::q4_pair_x_table(x4.data() + b * 32 * blocks, off4.data() + b * per_off, blocks,
+                                         x4_table.data() + b * 32 * blocks);
+            }
         };
         auto need_width_offsets = [&] {
             if (width_serial == xq.serial) return;
@@ -270,7 +274,7 @@ public:
                     float *yb = y + b * ldy + rb + j;
                     if (four)
                         kernels::rows_vbit4_xq(codes[j], sc, x4.data() + b * 32 * blocks, off4.data() + b * per_off,
-                                               xq.d(b), rows.gpr, e - j, yb);
+                                               x4_table.data() + b * 32 * blocks, xq.d(b), rows.gpr, e - j, yb);
                     else
                         kernels::rows_vbit_xq(codes + j, rows.widths + rb + j, sc, xq.q(b), xq.offset(b), xq.d(b),
                                               rows.gpr, e - j, width_off.data() + b * per_width, yb);

@@ -1015,11 +1015,17 @@ inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side
         q4_rows_by<kQ4Rows, Nta>(rows, y, side, side_row, run);
 }
 // The x table a q4 row range (or dot) reads (q4_x_table), made in a
-// thread's own room (thread_room) once per call; none in the 256-bit build.
+// thread's own room (thread_room) once per call unless the caller made it
+// (made: q4_pair_x_table's); none in the 256-bit build.
 struct Q4XTable {
     const int8_t *p = nullptr;
-    Q4XTable([[maybe_unused]] const int8_t *x, [[maybe_unused]] const int32_t *off, [[maybe_unused]] uint64_t groups) {
+    Q4XTable([[maybe_unused]] const int8_t *x, [[maybe_unused]] const int32_t *off, [[maybe_unused]] uint64_t groups,
+             [[maybe_unused]] const int8_t *made = nullptr) {
 #ifdef CMF_CODECS_VNNI
+        if (made != nullptr) {
+            p = made;
+            return;
+        }
         int8_t *room = static_cast<int8_t *>(thread_room(RoomSlot::q4_x_table, 32 * groups));
         q4_x_table(x, off, groups / 2, room);
         p = room;
@@ -1083,11 +1089,18 @@ void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f1
     });
 }
 
+void q4_pair_x_table([[maybe_unused]] const int8_t *xq, [[maybe_unused]] const int32_t *xoff,
+                     [[maybe_unused]] uint64_t groups, [[maybe_unused]] int8_t *xt) {
+#ifdef CMF_CODECS_VNNI
+    q4_x_table(xq, xoff, groups / 2, xt);
+#endif
+}
+
 // vbit width-4 rows: q4_block's split layout with the nibbles swapped, met by
 // an x whose block halves are swapped to match (kernels.hpp), and a bias of 7.
 void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    const Q4XTable xt(xq, xoff, groups);
+                   const int8_t *made_xt, const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    const Q4XTable xt(xq, xoff, groups, made_xt);
     with_weights_hint([&](auto nta) {
         q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
             q4_split_rows<decltype(rn)::value, decltype(nta)::value, 7>(nibbles + 16 * groups * q, 16 * groups,

@@ -131,9 +131,12 @@ void rows_q4_split_xq(const uint8_t *n, uint64_t nld, const uint8_t *s, uint64_t
                       const float *xd, uint64_t g, uint64_t rows, float *y) {
     CMF_PICK(rows_q4_split_xq, n, nld, s, sld, xq, xb, xd, g, rows, y);
 }
-void rows_vbit4_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const float *xd, uint64_t g,
-                   uint64_t rows, float *y) {
-    CMF_PICK(rows_vbit4_xq, n, s, xq, xb, xd, g, rows, y);
+void rows_vbit4_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const int8_t *xt,
+                   const float *xd, uint64_t g, uint64_t rows, float *y) {
+    CMF_PICK(rows_vbit4_xq, n, s, xq, xb, xt, xd, g, rows, y);
+}
+void q4_pair_x_table(const int8_t *xq, const int32_t *xb, uint64_t g, int8_t *xt) {
+    CMF_PICK(q4_pair_x_table, xq, xb, g, xt);
 }
 void vbit4_x(const int8_t *natural, uint64_t blocks, int8_t *q, int32_t *offset) {
     for (uint64_t b = 0; b < blocks; ++b) {

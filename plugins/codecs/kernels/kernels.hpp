@@ -199,9 +199,16 @@ void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f1
 // byte holds element 2k in its high nibble (MSB-first), so the x it meets
 // is vbit4_x's: each block's q4_pair_blocks halves swapped, its offsets
 // for u - 7. Each row's sum: the exact integer sums of (u - 7) * q per
-// group, times s * d, summed as rows_q4_split_xq sums.
+// group, times s * d, summed as rows_q4_split_xq sums. xt: null, or
+// q4_pair_x_table(xq, xoff, groups, ...) made once per x for every range
+// (vbit_ro's 4-bit rows come in short runs where a trained matrix's
+// widths mix; made per call, the table took a third of a one-row run).
 void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                   const float *xd, uint64_t groups, uint64_t rows, float *y);
+                   const int8_t *xt, const float *xd, uint64_t groups, uint64_t rows, float *y);
+// What the q4 row kernels make of a q4_pair_blocks x (xq and its offsets)
+// before their rows: 32*groups bytes at xt (the AVX-512 VNNI form's
+// pair-half table; the others write nothing and read nothing of it).
+void q4_pair_x_table(const int8_t *xq, const int32_t *xoff, uint64_t groups, int8_t *xt);
 // A natural-order x's codes (blocks of 32) in the order rows_vbit4_xq takes:
 // q4_pair_blocks positions with each block's odd elements where its even
 // ones go (element e of a paired block b at 64*(b/2) + 16*(b%2) +

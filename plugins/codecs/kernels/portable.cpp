@@ -167,7 +167,8 @@ void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f1
     for (uint64_t r = 0; r < rows; ++r)
         y[r] = dot_q4_split_xq(nibbles + nib_ld * r, f16_scales + scale_ld * r, xq, xoff, xd, groups);
 }
-void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *,
+void q4_pair_x_table(const int8_t *, const int32_t *, uint64_t, int8_t *) {}  // no table here
+void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *, const int8_t *,
                    const float *xd, uint64_t groups, uint64_t rows, float *y) {
     for (uint64_t r = 0; r < rows; ++r) {
         float acc = 0.0f;
