@@ -97,6 +97,12 @@ std::vector<uint8_t> allocate_widths(const float *src, Matrix m, float mean_bits
 // read (the whole table was checked when the tensor was loaded), not every
 // row of the tensor on every call, which for the 151936-row head read the
 // table and the widths once per row range (4 % of a decode).
+// The first 64-byte boundary in v (which has 64 bytes to spare).
+int8_t *aligned64(std::vector<int8_t> &v) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + (64 - at % 64) % 64;
+}
+
 struct RowTable {
     Matrix m;
     uint64_t gpr, header, packed_bytes;
@@ -225,7 +231,9 @@ public:
         // makes nothing for the other kind.
         // Which kernel a row takes depends on its width alone, so a batched
         // decode still gives each sequence the bits it gets alone.
-        thread_local std::vector<int8_t> x4, x4_table;
+        // x4_room holds the pair-half tables at its first 64-byte boundary
+        // (aligned64): the kernel's 64-byte loads of them stay in one line.
+        thread_local std::vector<int8_t> x4, x4_room;
         thread_local std::vector<int32_t> off4, width_off;
         thread_local uint64_t x4_serial = 0, width_serial = 0;  // the xq.serial each was made from (0: none)
         const uint64_t blocks = xq.blocks, per_off = 8 * (blocks / 2), per_width = kernels::kVbitWidthOffsets * 8 * blocks;
@@ -233,12 +241,12 @@ public:
             if (x4_serial == xq.serial) return;
             x4_serial = xq.serial;
             x4.resize(n_batch * 32 * blocks);
-            x4_table.resize(n_batch * 32 * blocks);
+            x4_room.resize(n_batch * 32 * blocks + 64);
             off4.resize(n_batch * per_off);
             for (uint64_t b = 0; b < n_batch; ++b) {
                 kernels::vbit4_x(xq.q(b), blocks, x4.data() + b * 32 * blocks, off4.data() + b * per_off);
                 kernels::q4_pair_x_table(x4.data() + b * 32 * blocks, off4.data() + b * per_off, blocks,
-                                         x4_table.data() + b * 32 * blocks);
+                                         aligned64(x4_room) + b * 32 * blocks);
             }
         };
         auto need_width_offsets = [&] {
@@ -274,7 +282,7 @@ public:
                     float *yb = y + b * ldy + rb + j;
                     if (four)
                         kernels::rows_vbit4_xq(codes[j], sc, x4.data() + b * 32 * blocks, off4.data() + b * per_off,
-                                               x4_table.data() + b * 32 * blocks, xq.d(b), rows.gpr, e - j, yb);
+                                               aligned64(x4_room) + b * 32 * blocks, xq.d(b), rows.gpr, e - j, yb);
                     else
                         kernels::rows_vbit_xq(codes + j, rows.widths + rb + j, sc, xq.q(b), xq.offset(b), xq.d(b),
                                               rows.gpr, e - j, width_off.data() + b * per_width, yb);
