@@ -1151,18 +1151,27 @@ TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its 
             k::portable::quantize_x(x.data(), 32 * groups, k::XOrder::natural, xq.data(), xd.data());
             k::portable::i8_offset(xq.data(), groups, xo.data());
             k::vbit_width_offsets(xo.data(), groups, scratch.data());
+            std::vector<int8_t> x4(32 * groups);
+            std::vector<int32_t> off4(8 * (groups / 2) + 1);
+            k::vbit4_x(xq.data(), groups, x4.data(), off4.data());
             struct Isa {
                 const char *name;
                 decltype(&k::portable::dot_vbit_xq) dot;
                 decltype(&k::portable::rows_vbit_xq) rows;
+                decltype(&k::portable::q4_pair_x_table) table;
             };
-            std::vector<Isa> isas{{"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit_xq}};
-            for (const k::SimdKernels &set : k::simd_kernels()) isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit_xq});
+            std::vector<Isa> isas{
+                {"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit_xq, &k::portable::q4_pair_x_table}};
+            for (const k::SimdKernels &set : k::simd_kernels())
+                isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit_xq, set.q4_pair_x_table});
             for (const Isa &isa : isas) {
                 CAPTURE(isa.name);
+                alignas(64) int8_t table[32 * 32];
+                isa.table(x4.data(), off4.data(), groups, table);
+                const k::VbitRowsX vx{scratch.data(), x4.data(), off4.data(), table};
                 std::vector<float> y(rows + 1, -7.0f);
-                isa.rows(codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows,
-                         scratch.data(), y.data());
+                isa.rows(codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows, vx,
+                         y.data());
                 CHECK(y[rows] == -7.0f);
                 for (uint64_t r = 0; r < rows; ++r) {
                     CAPTURE(r);
@@ -1172,7 +1181,7 @@ TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its 
                     else CHECK(std::fabs(one - y[r]) <= 1e-5f * std::fabs(one) + 1e-6f);
                     float alone = -7.0f;
                     isa.rows(codes.data() + r, widths.data() + r, scales.data() + 2 * groups * r, xq.data(), xo.data(),
-                             xd.data(), groups, 1, scratch.data(), &alone);
+                             xd.data(), groups, 1, vx, &alone);
                     CHECK(std::memcmp(&alone, &y[r], sizeof(float)) == 0);
                 }
             }
@@ -1180,20 +1189,23 @@ TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its 
             // bits (the same code bytes, the same sums in the same order).
             for (const k::SimdKernels &set : k::simd_kernels()) {
                 CAPTURE(set.isa);
+                alignas(64) int8_t table[32 * 32];
+                set.q4_pair_x_table(x4.data(), off4.data(), groups, table);
+                const k::VbitRowsX vx{scratch.data(), x4.data(), off4.data(), table};
                 std::vector<float> with(rows, -7.0f), without(rows, -8.0f);
                 k::set_avx512_extensions(false);
                 set.rows_vbit_xq(codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows,
-                                 scratch.data(), without.data());
+                                 vx, without.data());
                 k::set_avx512_extensions(true);
                 set.rows_vbit_xq(codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows,
-                                 scratch.data(), with.data());
+                                 vx, with.data());
                 CHECK(std::memcmp(with.data(), without.data(), rows * sizeof(float)) == 0);
             }
         }
     munmap(map, 2 * page);
 }
 
-TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit4_xq) equal dot_vbit_xq, on every ISA") {
+TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit_xq) equal dot_vbit_xq, on every ISA") {
     // The q4 kernel meets MSB-first codes through an x whose block halves
     // are swapped (vbit4_x) and offsets for u - 7: a half not swapped, a
     // bias of 8, or the unpaired last block's order wrong changes the sums.
@@ -1220,28 +1232,28 @@ TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit4_xq) eq
             k::portable::i8_offset(xq.data(), groups, xo.data());
             k::vbit4_x(xq.data(), groups, x4.data(), off4.data());
             CHECK(off4.back() == 12345);
+            const std::vector<uint8_t> widths(rows, 4);
+            std::vector<const uint8_t *> row_codes(rows);
+            for (uint64_t r = 0; r < rows; ++r) row_codes[r] = codes.data() + 16 * groups * r;
             struct Isa {
                 const char *name;
                 decltype(&k::portable::dot_vbit_xq) dot;
-                decltype(&k::portable::rows_vbit4_xq) rows;
+                decltype(&k::portable::rows_vbit_xq) rows;
                 decltype(&k::portable::q4_pair_x_table) table;
             };
             std::vector<Isa> isas{
-                {"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit4_xq, &k::portable::q4_pair_x_table}};
+                {"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit_xq, &k::portable::q4_pair_x_table}};
             for (const k::SimdKernels &set : k::simd_kernels())
-                isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit4_xq, set.q4_pair_x_table});
+                isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit_xq, set.q4_pair_x_table});
             for (const Isa &isa : isas) {
                 CAPTURE(isa.name);
+                alignas(64) int8_t table[32 * 33];
+                isa.table(x4.data(), off4.data(), groups, table);
+                const k::VbitRowsX vx{nullptr, x4.data(), off4.data(), table};
                 std::vector<float> y(rows + 1, -7.0f);
-                isa.rows(codes.data(), scales.data(), x4.data(), off4.data(), nullptr, xd.data(), groups, rows, y.data());
+                isa.rows(row_codes.data(), widths.data(), scales.data(), xq.data(), xo.data(), xd.data(), groups, rows, vx,
+                         y.data());
                 CHECK(y[rows] == -7.0f);
-                // With the x table made once beforehand (q4_pair_x_table): the same bits.
-                std::vector<int8_t> table(32 * groups);
-                isa.table(x4.data(), off4.data(), groups, table.data());
-                std::vector<float> y_made(rows, -7.0f);
-                isa.rows(codes.data(), scales.data(), x4.data(), off4.data(), table.data(), xd.data(), groups, rows,
-                         y_made.data());
-                CHECK(std::memcmp(y_made.data(), y.data(), rows * sizeof(float)) == 0);
                 for (uint64_t r = 0; r < rows; ++r) {
                     CAPTURE(r);
                     const float want = k::portable::dot_vbit_xq(codes.data() + 16 * groups * r, 4,
@@ -1250,8 +1262,8 @@ TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit4_xq) eq
                     if (std::string(isa.name) == "portable") CHECK(std::memcmp(&want, &y[r], sizeof(float)) == 0);
                     else CHECK(std::fabs(want - y[r]) <= 1e-5f * std::fabs(want) + 1e-6f);
                     float alone = -7.0f;
-                    isa.rows(codes.data() + 16 * groups * r, scales.data() + 2 * groups * r, x4.data(), off4.data(),
-                             nullptr, xd.data(), groups, 1, &alone);
+                    isa.rows(row_codes.data() + r, widths.data() + r, scales.data() + 2 * groups * r, xq.data(), xo.data(),
+                             xd.data(), groups, 1, vx, &alone);
                     CHECK(std::memcmp(&alone, &y[r], sizeof(float)) == 0);
                 }
             }

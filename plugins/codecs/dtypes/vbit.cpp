@@ -211,28 +211,24 @@ public:
             for (uint64_t g = 0; g < rows.gpr; ++g) *scales++ = load_f16(rows.scales + 2 * (r * rows.gpr + g));
         }
     }
-    // Rows against x quantized to int8 blocks (kernels::rows_vbit_xq and
-    // rows_vbit4_xq), the same kernel per activation row whatever the batch, so a batched
-    // decode gives each sequence the bits it gets alone. (vbit has no
-    // matmul: its rows are found by summing every width before them.)
+    // Rows against x quantized to int8 blocks (kernels::rows_vbit_xq), the
+    // same kernel per activation row whatever the batch, so a batched decode
+    // gives each sequence the bits it gets alone. (vbit has no matmul: its
+    // rows are found by summing every width before them.)
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
                      uint64_t r1, float *y, uint64_t ldy) const override {
         if constexpr (!RowOffsets) return matmul_by_decode(*this, w, x, ldx, n_batch, r0, r1, y, ldy);
         if (r0 >= r1) return;
         const RowTable rows(w, name());
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, rows.m.cols, kernels::XOrder::natural);
-        // Width-4 rows go through the q4 row kernel (kernels::rows_vbit4_xq:
-        // their 16 code bytes a group are q4_block's nibbles swapped), which
-        // meets x in its own order; the others through kernels::rows_vbit_xq,
-        // their sums started at offsets of their width
-        // (kernels::vbit_width_offsets). Each is made once per x, when the
-        // first row that needs it comes: a trained matrix's rows mix widths,
-        // so its runs of one kind are short, and a row range of one width
-        // makes nothing for the other kind.
-        // Which kernel a row takes depends on its width alone, so a batched
-        // decode still gives each sequence the bits it gets alone.
-        // x4_room holds the pair-half tables at its first 64-byte boundary
-        // (aligned64): the kernel's 64-byte loads of them stay in one line.
+        // What the rows read of x beyond its codes (kernels::VbitRowsX),
+        // each made once per x when the first row that needs it comes: the
+        // 4-bit rows' x in the q4 kernel's order (kernels::vbit4_x) and its
+        // pair-half table, the other widths' offsets
+        // (kernels::vbit_width_offsets). A row range of one width makes
+        // nothing for the other kind. The tables sit at the rooms' first
+        // 64-byte boundary (aligned64): the kernel's 64-byte loads of them
+        // stay in one line.
         thread_local std::vector<int8_t> x4, x4_room;
         thread_local std::vector<int32_t> off4, width_off;
         thread_local uint64_t x4_serial = 0, width_serial = 0;  // the xq.serial each was made from (0: none)
@@ -257,8 +253,7 @@ public:
                 kernels::vbit_width_offsets(xq.offset(b), blocks, width_off.data() + b * per_width);
         };
         // Blocks of rows (each checked against the payload as it is found),
-        // each run of rows of one kind in one kernel call per token: width-4
-        // rows whose codes follow one another, or rows of other widths.
+        // each block in one kernel call per token, whatever its rows' widths.
         constexpr uint64_t kBlock = 64;
         const uint8_t *codes[kBlock];
         for (uint64_t rb = r0; rb < r1; rb += kBlock) {
@@ -269,25 +264,24 @@ public:
             // prefetch never faults; past the table it reads nothing useful.
             __builtin_prefetch(rows.widths + rb + kBlock);
             for (uint64_t o = 0; o < 4 * kBlock; o += 64) __builtin_prefetch(rows.offsets + 4 * (rb + kBlock) + o);
-            for (uint64_t j = 0; j < n; ++j) codes[j] = rows.codes(rb + j);
-            for (uint64_t j = 0; j < n;) {
-                const bool four = rows.widths[rb + j] == 4;
-                uint64_t e = j + 1;
-                while (e < n && (rows.widths[rb + e] == 4) == four &&
-                       (!four || codes[e] == codes[e - 1] + 16 * rows.gpr))
-                    ++e;
-                const uint8_t *sc = rows.scales + 2 * (rb + j) * rows.gpr;
-                four ? need_x4() : need_width_offsets();
-                for (uint64_t b = 0; b < n_batch; ++b) {
-                    float *yb = y + b * ldy + rb + j;
-                    if (four)
-                        kernels::rows_vbit4_xq(codes[j], sc, x4.data() + b * 32 * blocks, off4.data() + b * per_off,
-                                               aligned64(x4_room) + b * 32 * blocks, xq.d(b), rows.gpr, e - j, yb);
-                    else
-                        kernels::rows_vbit_xq(codes + j, rows.widths + rb + j, sc, xq.q(b), xq.offset(b), xq.d(b),
-                                              rows.gpr, e - j, width_off.data() + b * per_width, yb);
+            bool four = false, other = false;
+            for (uint64_t j = 0; j < n; ++j) {
+                codes[j] = rows.codes(rb + j);
+                (rows.widths[rb + j] == 4 ? four : other) = true;
+            }
+            if (four) need_x4();
+            if (other) need_width_offsets();
+            const uint8_t *sc = rows.scales + 2 * rb * rows.gpr;
+            for (uint64_t b = 0; b < n_batch; ++b) {
+                kernels::VbitRowsX vx;
+                if (four) {
+                    vx.x4 = x4.data() + b * 32 * blocks;
+                    vx.off4 = off4.data() + b * per_off;
+                    vx.xt4 = aligned64(x4_room) + b * 32 * blocks;
                 }
-                j = e;
+                if (other) vx.width_offsets = width_off.data() + b * per_width;
+                kernels::rows_vbit_xq(codes, rows.widths + rb, sc, xq.q(b), xq.offset(b), xq.d(b), rows.gpr, n, vx,
+                                      y + b * ldy + rb);
             }
         }
     }

@@ -1096,17 +1096,17 @@ void q4_pair_x_table([[maybe_unused]] const int8_t *xq, [[maybe_unused]] const i
 #endif
 }
 
-// vbit width-4 rows: q4_block's split layout with the nibbles swapped, met by
-// an x whose block halves are swapped to match (kernels.hpp), and a bias of 7.
-void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                   const int8_t *made_xt, const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    const Q4XTable xt(xq, xoff, groups, made_xt);
-    with_weights_hint([&](auto nta) {
-        q4_rows4<decltype(nta)::value>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
-            q4_split_rows<decltype(rn)::value, decltype(nta)::value, 7>(nibbles + 16 * groups * q, 16 * groups,
-                                                                       f16_scales + 2 * groups * q, 2 * groups, xq, xt.p,
-                                                                       xoff, xd, groups, o);
-        });
+// vbit_ro rows of width 4 whose codes follow one another, rows [0, rows)
+// from codes on: q4_block's split layout with the nibbles swapped, met by an
+// x whose block halves are swapped to match (kernels.hpp, vbit4_x), and a
+// bias of 7, run as q4_rows4 runs q4_block's rows (its scales, a stream of
+// their own, prefetched as q4_block's).
+template <bool Nta>
+__attribute__((always_inline)) inline void vbit4_rows(const uint8_t *codes, const uint8_t *f16_scales, const VbitRowsX &vx,
+                                                      const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    q4_rows4<Nta>(rows, y, f16_scales, 2 * groups, [&](uint64_t q, auto rn, __m256 *o) {
+        q4_split_rows<decltype(rn)::value, Nta, 7>(codes + 16 * groups * q, 16 * groups, f16_scales + 2 * groups * q,
+                                                   2 * groups, vx.x4, vx.xt4, vx.off4, xd, groups, o);
     });
 }
 
@@ -2624,26 +2624,31 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
 // its own: inlined here (three forms) it ran faster in L2 but read a
 // 3072x1024 stream from memory on 2 threads at 34-38 GB/s against 39-40.
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const int32_t *width_offsets,
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const VbitRowsX &vx,
                   float *y) {
-    // One instance of the group loop per width form, the rows' partial sums
-    // reduced four at a time as rows4_quads reduces them.
-    __m256 a[4];
+    // Runs of 4-bit rows through the q4 kernel (vbit4_rows); the other rows
+    // one at a time, one instance of the group loop per width form.
     const bool vbmi = has_avx512_vbmi();
     with_weights_hint([&](auto nta) {
         constexpr bool Nta = decltype(nta)::value;
-        for (uint64_t r = 0; r < rows; ++r) {
+        for (uint64_t r = 0; r < rows;) {
             const unsigned b = widths[r];
-            const int32_t *Lw = width_offsets + 8 * groups * b;
             const uint8_t *sc = f16_scales + 2 * groups * r;
-            if (b == 4) a[r % 4] = vbit_xq<4, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
-            else if (b == 8) a[r % 4] = vbit_xq<8, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
-            else if (vbmi) a[r % 4] = vbit_xq_vbmi<Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
-            else a[r % 4] = vbit_xq<0, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
-            if (r % 4 == 3) sum4_rows(a, y + r - 3);
+            if (b == 4) {
+                uint64_t e = r + 1;
+                while (e < rows && widths[e] == 4 && codes[e] == codes[e - 1] + 16 * groups) ++e;
+                vbit4_rows<Nta>(codes[r], sc, vx, xd, groups, e - r, y + r);
+                r = e;
+                continue;
+            }
+            const int32_t *Lw = vx.width_offsets + 8 * groups * b;
+            __m256 a;
+            if (b == 8) a = vbit_xq<8, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
+            else if (vbmi) a = vbit_xq_vbmi<Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
+            else a = vbit_xq<0, Nta>(codes[r], b, sc, xq, xoff, Lw, xd, groups);
+            y[r++] = sum1_row(a);
         }
     });
-    for (uint64_t r = rows - rows % 4; r < rows; ++r) y[r] = sum1_row(a[r % 4]);
 }
 
 #else
@@ -2656,9 +2661,23 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
     return portable::dot_vbit_xq(codes, b, f16_scales, xq, xoff, xd, groups);
 }
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const int32_t *width_offsets,
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const VbitRowsX &vx,
                   float *y) {
-    portable::rows_vbit_xq(codes, widths, f16_scales, xq, xoff, xd, groups, rows, width_offsets, y);
+    // Runs of 4-bit rows through the q4 kernel, the others by the portable bit window.
+    with_weights_hint([&](auto nta) {
+        for (uint64_t r = 0; r < rows;) {
+            const uint8_t *sc = f16_scales + 2 * groups * r;
+            if (widths[r] != 4) {
+                y[r] = portable::dot_vbit_xq(codes[r], widths[r], sc, xq, xoff, xd, groups);
+                ++r;
+                continue;
+            }
+            uint64_t e = r + 1;
+            while (e < rows && widths[e] == 4 && codes[e] == codes[e - 1] + 16 * groups) ++e;
+            vbit4_rows<decltype(nta)::value>(codes[r], sc, vx, xd, groups, e - r, y + r);
+            r = e;
+        }
+    });
 }
 void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups, float *dst) {
     portable::dequant_vbit_groups(codes, b, f16_scales, groups, dst);

@@ -131,10 +131,6 @@ void rows_q4_split_xq(const uint8_t *n, uint64_t nld, const uint8_t *s, uint64_t
                       const float *xd, uint64_t g, uint64_t rows, float *y) {
     CMF_PICK(rows_q4_split_xq, n, nld, s, sld, xq, xb, xd, g, rows, y);
 }
-void rows_vbit4_xq(const uint8_t *n, const uint8_t *s, const int8_t *xq, const int32_t *xb, const int8_t *xt,
-                   const float *xd, uint64_t g, uint64_t rows, float *y) {
-    CMF_PICK(rows_vbit4_xq, n, s, xq, xb, xt, xd, g, rows, y);
-}
 void q4_pair_x_table(const int8_t *xq, const int32_t *xb, uint64_t g, int8_t *xt) {
     CMF_PICK(q4_pair_x_table, xq, xb, g, xt);
 }
@@ -187,8 +183,8 @@ float dot_vbit_xq(const uint8_t *c, unsigned b, const uint8_t *s, const int8_t *
     return CMF_PICK(dot_vbit_xq, c, b, s, xq, xoff, xd, g);
 }
 void rows_vbit_xq(const uint8_t *const *c, const uint8_t *widths, const uint8_t *s, const int8_t *xq, const int32_t *xoff,
-                  const float *xd, uint64_t g, uint64_t rows, const int32_t *width_offsets, float *y) {
-    CMF_PICK(rows_vbit_xq, c, widths, s, xq, xoff, xd, g, rows, width_offsets, y);
+                  const float *xd, uint64_t g, uint64_t rows, const VbitRowsX &vx, float *y) {
+    CMF_PICK(rows_vbit_xq, c, widths, s, xq, xoff, xd, g, rows, vx, y);
 }
 void vbit_width_offsets(const int32_t *xoff, uint64_t groups, int32_t *table) {
     for (unsigned b = 3; b < kVbitWidthOffsets; ++b) {

@@ -109,14 +109,31 @@ void rows_i8_xq_batch(const int8_t *w, uint64_t ld, const uint8_t *f16_scales, c
 // each 4 codes' sum; the others ignore it).
 float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
                   const float *xd, uint64_t groups);
+// What a vbit_ro row range reads of x beyond xq, xoff and xd, made once
+// per x for every range of its matmul (a trained matrix's rows mix widths,
+// so a range's runs of one width are short). Only the AVX2 and AVX-512
+// forms read them.
+struct VbitRowsX {
+    // vbit_width_offsets of xoff, for the rows of widths other than 4
+    // (the AVX-512 form starts a width-b row's lanes at its b-th table).
+    const int32_t *width_offsets = nullptr;
+    // For the 4-bit rows, which take the q4 row kernel (their 16 code bytes
+    // a group are q4_block's split layout with each byte's nibbles the other
+    // way round, element 2k in the high one): vbit4_x of xq, and
+    // q4_pair_x_table of that (xt4).
+    const int8_t *x4 = nullptr;
+    const int32_t *off4 = nullptr;
+    const int8_t *xt4 = nullptr;
+};
 // Rows of the one above (vbit_ro): row r's codes at codes[r], width
-// widths[r], f16 scales at f16_scales + 2*groups*r; y[r] for r < rows.
-// width_offsets: vbit_width_offsets of xoff (the AVX-512 VNNI form starts
-// a width-b row's lanes at its b-th table; the others ignore it).
-// A row's sum is dot_vbit_xq's up to the order its 8 partial sums are added
-// in, and does not depend on the rows beside it.
+// widths[r], f16 scales at f16_scales + 2*groups*r; y[r] for r < rows. The
+// SIMD forms run a 4-bit row as rows_q4_split_xq runs a q4_block row, the
+// exact integer sums of (u - 7) * q per group times s * d summed as it sums
+// them, against vx.x4. A row's sum is dot_vbit_xq's up to the order its
+// partial sums are added in (exactly, portable), and depends on its width
+// alone, not on the rows beside it.
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const int32_t *width_offsets,
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const VbitRowsX &vx,
                   float *y);
 // For every width b (3..8), -L times each 4 x codes' sum (L = 2^(b-1) - 1;
 // xoff = i8_offset of x, -128 times that sum): table[8*groups*b + i] =
@@ -194,22 +211,12 @@ void rows_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xof
                       uint64_t rows, float *y);
 void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f16_scales, uint64_t scale_ld,
                       const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, float *y);
-// vbit rows of width 4 as rows_q4_split_xq: row r's 16 code bytes a group
-// at nibbles + 16*groups*r, its f16 scales at f16_scales + 2*groups*r. A
-// byte holds element 2k in its high nibble (MSB-first), so the x it meets
-// is vbit4_x's: each block's q4_pair_blocks halves swapped, its offsets
-// for u - 7. Each row's sum: the exact integer sums of (u - 7) * q per
-// group, times s * d, summed as rows_q4_split_xq sums. xt: null, or
-// q4_pair_x_table(xq, xoff, groups, ...) made once per x for every range
-// (vbit_ro's 4-bit rows come in short runs where a trained matrix's
-// widths mix; made per call, the table took a third of a one-row run).
-void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,
-                   const int8_t *xt, const float *xd, uint64_t groups, uint64_t rows, float *y);
 // What the q4 row kernels make of a q4_pair_blocks x (xq and its offsets)
-// before their rows: 32*groups bytes at xt (the AVX-512 VNNI form's
-// pair-half table; the others write nothing and read nothing of it).
+// before their rows: 32*groups bytes at xt, 64-byte aligned (the AVX-512
+// VNNI form's pair-half table; the others write nothing and read nothing
+// of it).
 void q4_pair_x_table(const int8_t *xq, const int32_t *xoff, uint64_t groups, int8_t *xt);
-// A natural-order x's codes (blocks of 32) in the order rows_vbit4_xq takes:
+// A natural-order x's codes (blocks of 32) in the order vbit_ro's 4-bit rows take:
 // q4_pair_blocks positions with each block's odd elements where its even
 // ones go (element e of a paired block b at 64*(b/2) + 16*(b%2) +
 // 32*(1 - e%2) + e/2, of the unpaired last one at 32*b + 16*(1 - e%2) +

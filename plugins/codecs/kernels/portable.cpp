@@ -168,16 +168,6 @@ void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f1
         y[r] = dot_q4_split_xq(nibbles + nib_ld * r, f16_scales + scale_ld * r, xq, xoff, xd, groups);
 }
 void q4_pair_x_table(const int8_t *, const int32_t *, uint64_t, int8_t *) {}  // no table here
-void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *, const int8_t *,
-                   const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    for (uint64_t r = 0; r < rows; ++r) {
-        float acc = 0.0f;
-        for (uint64_t g = 0; g < groups; ++g)
-            acc += f16_at(f16_scales + 2 * (groups * r + g)) * xd[g] *
-                   static_cast<float>(q4_isum<7>(nibbles + 16 * (groups * r + g), xq, g, groups));
-        y[r] = acc;
-    }
-}
 
 float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *,
                        const float *xd, uint64_t groups) {
@@ -358,8 +348,8 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
     return acc;
 }
 void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales, const int8_t *xq,
-                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows,
-                  const int32_t * /*width_offsets*/, float *y) {
+                  const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, const VbitRowsX &,
+                  float *y) {
     for (uint64_t r = 0; r < rows; ++r)
         y[r] = dot_vbit_xq(codes[r], widths[r], f16_scales + 2 * groups * r, xq, xoff, xd, groups);
 }

@@ -24,7 +24,7 @@
                       const int32_t *xoff, const float *xd, uint64_t groups);                                         \
     void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint8_t *f16_scales,              \
                       const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows,         \
-                      const int32_t *width_offsets, float *y);                                                        \
+                      const VbitRowsX &vx, float *y);                                                                 \
     void unpack_vbit_groups(const uint8_t *codes, unsigned b, uint64_t groups, int8_t *out);                       \
     void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,  \
                     uint64_t rows, float *y);                                                                         \
@@ -44,8 +44,6 @@
     void rows_q4_split_xq(const uint8_t *nibbles, uint64_t nib_ld, const uint8_t *f16_scales, uint64_t scale_ld,   \
                           const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows,     \
                           float *y);                                                                                  \
-    void rows_vbit4_xq(const uint8_t *nibbles, const uint8_t *f16_scales, const int8_t *xq, const int32_t *xoff,    \
-                       const int8_t *xt, const float *xd, uint64_t groups, uint64_t rows, float *y);                  \
     void q4_pair_x_table(const int8_t *xq, const int32_t *xoff, uint64_t groups, int8_t *xt);                       \
     float dot_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,       \
                            const float *xd, uint64_t groups);                                                         \
@@ -90,7 +88,7 @@ CMF_CODECS_KERNEL_DECLS
 #define CMF_CODECS_KERNEL_NAMES(X)                                                                                    \
     X(dot_f32) X(dot_f16) X(dot_bf16) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
     X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(rows_q1t_xq) X(unpack_q1t_groups) X(q1s_ascending) X(q1s_overlay_xq)                                            \
-    X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(rows_vbit4_xq) X(q4_pair_x_table) X(dot_q4_groups_xq)                \
+    X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(q4_pair_x_table) X(dot_q4_groups_xq)                \
     X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(rows_q4tp_xq) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
     X(unpack_q4_groups)
 
