@@ -2552,7 +2552,10 @@ __m256 vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, cons
 // into byte i, and one and leaves the code: 4 operations per 64 codes where
 // VbitBytes' word decode takes 22 (masked loads, inserts, a shuffle, a
 // shift, an and and a narrowing per 32). The same bytes, so the same sums
-// and floats as vbit_xq<0>.
+// and floats as vbit_xq<0>. Its loop repeats vbit_xq's: the VBMI decode
+// needs the target attribute, and GCC inlines a function built for VBMI
+// only into one built for it, so the shared loop cannot take it as a
+// template argument.
 struct VbitVbmiTables {
     alignas(64) uint8_t idx[9][64] = {};   // by width: byte 8j+t <- code byte b*j + 7 - t
     alignas(64) uint8_t ctrl[9][64] = {};  // by width: byte 8j+i <- 8 bits from bit 64 - (i+1)*b of qword j
