@@ -162,7 +162,8 @@ check(math.isfinite(got_ppl) and abs(got_ppl - want_ppl) / want_ppl < 1e-3,
 # this is the trained model, 64 held-out tokens, every position.
 qids = toks[:64]
 want = torch_logits(qids)
-for quant, min_cos_floor, top1_floor in (("q8", 0.999, 0.95), ("q4", 0.99, 0.85), ("q4tp", 0.99, 0.85)):
+for quant, min_cos_floor, top1_floor in (("q8", 0.999, 0.95), ("q4", 0.99, 0.85), ("q4tp", 0.99, 0.85),
+                                         ("vbit", 0.99, 0.85)):
     qpath = os.path.join(work, f"austen-{quant}.cmf")
     subprocess.run([make_model, hf, qpath, quant], check=True)
     qout = os.path.join(work, f"logits-{quant}.f32")
@@ -177,6 +178,19 @@ for quant, min_cos_floor, top1_floor in (("q8", 0.999, 0.95), ("q4", 0.99, 0.85)
     print(f"     {quant}: cosine min {cos.min():.5f} mean {cos.mean():.5f}, top-1 {top1:.3f} over {len(qids)} positions")
     check(cos.min() >= min_cos_floor, f"{quant} vs PyTorch f32: min cosine {cos.min():.5f} >= {min_cos_floor}")
     check(top1 >= top1_floor, f"{quant} vs PyTorch f32: top-1 agreement {top1:.3f} >= {top1_floor}")
+    # Fewer than 16 positions go through the decode matmuls (int8
+    # activations, each dtype's row kernels) instead of the prefill GEMM:
+    # for vbit the trained model's rows of mixed widths (3 to 6 bits).
+    dout = os.path.join(work, f"logits-{quant}-decode.f32")
+    run(["logits", qpath, "--ids", ",".join(map(str, qids[:12])), "--out", dout])
+    d = np.fromfile(dout, dtype="<f4").astype(np.float64).reshape(12, V)
+    dcos = (d * want[:12]).sum(1) / (np.linalg.norm(d, axis=1) * np.linalg.norm(want[:12], axis=1))
+    check(dcos.min() >= min_cos_floor, f"{quant} decode matmuls vs PyTorch f32: min cosine {dcos.min():.5f} >= {min_cos_floor}")
+    # Against the same file's prefill (the same weights, another path):
+    # what is left between the two is the activations' rounding.
+    pcos = (d * q[:12]).sum(1) / (np.linalg.norm(d, axis=1) * np.linalg.norm(q[:12], axis=1))
+    print(f"     {quant}: decode matmuls against the prefill GEMM, cosine min {pcos.min():.7f}")
+    check(pcos.min() >= 0.99999, f"{quant} decode matmuls vs its prefill GEMM: min cosine {pcos.min():.7f} >= 0.99999")
 
 # Decode copies (q4_block weights copied into q4_rows when loaded, by default
 # within a memory budget): the same logits and the same greedy text with
