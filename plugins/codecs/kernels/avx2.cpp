@@ -2549,9 +2549,10 @@ __m256 vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, cons
 // byte permute gives each qword its 8 codes' b bytes reversed (so that the
 // qword read as a number holds them MSB-first from bit 63 down, as the row
 // stores them), one vpmultishiftqb takes code i's bits from bit 64 - (i+1)b
-// into byte i, and one and leaves the code: 4 operations per 64 codes where
-// VbitBytes' word decode takes 22 (masked loads, inserts, a shuffle, a
-// shift, an and and a narrowing per 32). The same bytes, so the same sums
+// into byte i, and one and leaves the code: a load and 3 operations per 64
+// codes where VbitBytes' word decode takes 8 loads and 18 (per 32: four
+// lanes' masked loads put together by inserts, a shuffle, a shift, an and
+// and a narrowing; two inserts to join the halves). The same bytes, so the same sums
 // and floats as vbit_xq<0>. Its loop repeats vbit_xq's: the VBMI decode
 // needs the target attribute, and GCC inlines a function built for VBMI
 // only into one built for it, so the shared loop cannot take it as a
