@@ -97,12 +97,6 @@ std::vector<uint8_t> allocate_widths(const float *src, Matrix m, float mean_bits
 // read (the whole table was checked when the tensor was loaded), not every
 // row of the tensor on every call, which for the 151936-row head read the
 // table and the widths once per row range (4 % of a decode).
-// The first 64-byte boundary in v (which has 64 bytes to spare).
-int8_t *aligned64(std::vector<int8_t> &v) {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(v.data());
-    return v.data() + (64 - at % 64) % 64;
-}
-
 struct RowTable {
     Matrix m;
     uint64_t gpr, header, packed_bytes;
@@ -226,10 +220,11 @@ public:
         // 4-bit rows' x in the q4 kernel's order (kernels::vbit4_x) and its
         // pair-half table, the other widths' offsets
         // (kernels::vbit_width_offsets). A row range of one width makes
-        // nothing for the other kind. The tables sit at the rooms' first
-        // 64-byte boundary (aligned64): the kernel's 64-byte loads of them
-        // stay in one line.
-        thread_local std::vector<int8_t> x4, x4_room;
+        // nothing for the other kind. The pair-half tables sit in a 64-byte
+        // aligned room (kernels::thread_room, a slot only this reads): the
+        // kernel's 64-byte loads of them stay in one line.
+        thread_local std::vector<int8_t> x4;
+        thread_local int8_t *x4_table = nullptr;
         thread_local std::vector<int32_t> off4, width_off;
         thread_local uint64_t x4_serial = 0, width_serial = 0;  // the xq.serial each was made from (0: none)
         const uint64_t blocks = xq.blocks, per_off = 8 * (blocks / 2), per_width = kernels::kVbitWidthOffsets * 8 * blocks;
@@ -237,12 +232,12 @@ public:
             if (x4_serial == xq.serial) return;
             x4_serial = xq.serial;
             x4.resize(n_batch * 32 * blocks);
-            x4_room.resize(n_batch * 32 * blocks + 64);
+            x4_table = static_cast<int8_t *>(kernels::thread_room(kernels::RoomSlot::vbit4_x_table, n_batch * 32 * blocks));
             off4.resize(n_batch * per_off);
             for (uint64_t b = 0; b < n_batch; ++b) {
                 kernels::vbit4_x(xq.q(b), blocks, x4.data() + b * 32 * blocks, off4.data() + b * per_off);
                 kernels::q4_pair_x_table(x4.data() + b * 32 * blocks, off4.data() + b * per_off, blocks,
-                                         aligned64(x4_room) + b * 32 * blocks);
+                                         x4_table + b * 32 * blocks);
             }
         };
         auto need_width_offsets = [&] {
@@ -277,7 +272,7 @@ public:
                 if (four) {
                     vx.x4 = x4.data() + b * 32 * blocks;
                     vx.off4 = off4.data() + b * per_off;
-                    vx.xt4 = aligned64(x4_room) + b * 32 * blocks;
+                    vx.xt4 = x4_table + b * 32 * blocks;
                 }
                 if (other) vx.width_offsets = width_off.data() + b * per_width;
                 kernels::rows_vbit_xq(codes, rows.widths + rb, sc, xq.q(b), xq.offset(b), xq.d(b), rows.gpr, n, vx,

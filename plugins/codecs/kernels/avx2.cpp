@@ -1015,17 +1015,11 @@ inline void q4_rows4(uint64_t rows, float *y, const uint8_t *side, uint64_t side
         q4_rows_by<kQ4Rows, Nta>(rows, y, side, side_row, run);
 }
 // The x table a q4 row range (or dot) reads (q4_x_table), made in a
-// thread's own room (thread_room) once per call unless the caller made it
-// (made: q4_pair_x_table's); none in the 256-bit build.
+// thread's own room (thread_room) once per call; none in the 256-bit build.
 struct Q4XTable {
     const int8_t *p = nullptr;
-    Q4XTable([[maybe_unused]] const int8_t *x, [[maybe_unused]] const int32_t *off, [[maybe_unused]] uint64_t groups,
-             [[maybe_unused]] const int8_t *made = nullptr) {
+    Q4XTable([[maybe_unused]] const int8_t *x, [[maybe_unused]] const int32_t *off, [[maybe_unused]] uint64_t groups) {
 #ifdef CMF_CODECS_VNNI
-        if (made != nullptr) {
-            p = made;
-            return;
-        }
         int8_t *room = static_cast<int8_t *>(thread_room(RoomSlot::q4_x_table, 32 * groups));
         q4_x_table(x, off, groups / 2, room);
         p = room;
@@ -1108,6 +1102,14 @@ __attribute__((always_inline)) inline void vbit4_rows(const uint8_t *codes, cons
         q4_split_rows<decltype(rn)::value, Nta, 7>(codes + 16 * groups * q, 16 * groups, f16_scales + 2 * groups * q,
                                                    2 * groups, vx.x4, vx.xt4, vx.off4, xd, groups, o);
     });
+}
+// The end of the run of 4-bit rows from row r (r's width 4): the rows after
+// it of width 4 whose codes follow their predecessor's.
+inline uint64_t vbit4_run_end(const uint8_t *const *codes, const uint8_t *widths, uint64_t r, uint64_t rows,
+                              uint64_t groups) {
+    uint64_t e = r + 1;
+    while (e < rows && widths[e] == 4 && codes[e] == codes[e - 1] + 16 * groups) ++e;
+    return e;
 }
 
 void rows_q4_groups_xq(const uint8_t *nibbles, const float *scales, const int8_t *xq, const int32_t *xoff,
@@ -2639,8 +2641,7 @@ void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint
             const unsigned b = widths[r];
             const uint8_t *sc = f16_scales + 2 * groups * r;
             if (b == 4) {
-                uint64_t e = r + 1;
-                while (e < rows && widths[e] == 4 && codes[e] == codes[e - 1] + 16 * groups) ++e;
+                const uint64_t e = vbit4_run_end(codes, widths, r, rows, groups);
                 vbit4_rows<Nta>(codes[r], sc, vx, xd, groups, e - r, y + r);
                 r = e;
                 continue;
@@ -2676,8 +2677,7 @@ void rows_vbit_xq(const uint8_t *const *codes, const uint8_t *widths, const uint
                 ++r;
                 continue;
             }
-            uint64_t e = r + 1;
-            while (e < rows && widths[e] == 4 && codes[e] == codes[e - 1] + 16 * groups) ++e;
+            const uint64_t e = vbit4_run_end(codes, widths, r, rows, groups);
             vbit4_rows<decltype(nta)::value>(codes[r], sc, vx, xd, groups, e - r, y + r);
             r = e;
         }

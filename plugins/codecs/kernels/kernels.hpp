@@ -313,7 +313,7 @@ void set_avx512_extensions(bool on);
 // std::vector in avx2.cpp: the vector's members would be instantiated
 // there, compiled with AVX-512 flags, as weak symbols another file's copy
 // could be merged with (tests/codecs/no_shared_inline_copies.sh).
-enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, q1_x_passes, q2_x_passes, count };
+enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, q1_x_passes, q2_x_passes, vbit4_x_table, count };
 void *thread_room(RoomSlot slot, uint64_t bytes);
 
 }  // namespace cmf::codecs::kernels

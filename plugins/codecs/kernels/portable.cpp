@@ -134,12 +134,11 @@ namespace {
 // Group g (16 nibble bytes) of a row of `groups` against its block of a
 // q4_pair_blocks x (kernels.hpp): sum (q-8)*xq, the offset taken from the
 // codes themselves (no bias vector: an independent check of the AVX2 one).
-template <int Bias = 8>
 int32_t q4_isum(const uint8_t *nib, const int8_t *xq, uint64_t g, uint64_t groups) {
     const int8_t *lo = xq + 64 * (g / 2) + 16 * (g % 2);  // the unpaired last block: 32*g
     const int8_t *hi = lo + ((g | 1) < groups ? 32 : 16);
     int32_t s = 0;
-    for (int k = 0; k < 16; ++k) s += ((nib[k] & 15) - Bias) * lo[k] + ((nib[k] >> 4) - Bias) * hi[k];
+    for (int k = 0; k < 16; ++k) s += ((nib[k] & 15) - 8) * lo[k] + ((nib[k] >> 4) - 8) * hi[k];
     return s;
 }
 }  // namespace
