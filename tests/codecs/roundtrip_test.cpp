@@ -1108,6 +1108,23 @@ TEST_CASE("roundtrip: vbit groups decode MSB-first codes of every width, read on
     munmap(map, 2 * page);
 }
 
+// The vbit_ro row kernels of the portable build and of every SIMD build
+// this CPU runs, with the per-row dot and the x table they are held to.
+struct VbitRowsIsa {
+    const char *name;
+    decltype(&cmf::codecs::kernels::portable::dot_vbit_xq) dot;
+    decltype(&cmf::codecs::kernels::portable::rows_vbit_xq) rows;
+    decltype(&cmf::codecs::kernels::portable::q4_pair_x_table) table;
+};
+std::vector<VbitRowsIsa> vbit_rows_isas() {
+    namespace k = cmf::codecs::kernels;
+    std::vector<VbitRowsIsa> isas{
+        {"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit_xq, &k::portable::q4_pair_x_table}};
+    for (const k::SimdKernels &set : k::simd_kernels())
+        isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit_xq, set.q4_pair_x_table});
+    return isas;
+}
+
 TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its width and the rows beside it") {
     // Rows of mixed widths in runs and alone (the AVX-512 form takes each
     // width's offsets from the table vbit_width_offsets makes), row counts that leave 0-3 rows past
@@ -1154,17 +1171,7 @@ TEST_CASE("roundtrip: rows_vbit_xq gives each row its dot_vbit_xq, whatever its 
             std::vector<int8_t> x4(32 * groups);
             std::vector<int32_t> off4(8 * (groups / 2) + 1);
             k::vbit4_x(xq.data(), groups, x4.data(), off4.data());
-            struct Isa {
-                const char *name;
-                decltype(&k::portable::dot_vbit_xq) dot;
-                decltype(&k::portable::rows_vbit_xq) rows;
-                decltype(&k::portable::q4_pair_x_table) table;
-            };
-            std::vector<Isa> isas{
-                {"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit_xq, &k::portable::q4_pair_x_table}};
-            for (const k::SimdKernels &set : k::simd_kernels())
-                isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit_xq, set.q4_pair_x_table});
-            for (const Isa &isa : isas) {
+            for (const VbitRowsIsa &isa : vbit_rows_isas()) {
                 CAPTURE(isa.name);
                 alignas(64) int8_t table[32 * 32];
                 isa.table(x4.data(), off4.data(), groups, table);
@@ -1235,17 +1242,7 @@ TEST_CASE("roundtrip: width-4 vbit rows through the q4 kernel (rows_vbit_xq) equ
             const std::vector<uint8_t> widths(rows, 4);
             std::vector<const uint8_t *> row_codes(rows);
             for (uint64_t r = 0; r < rows; ++r) row_codes[r] = codes.data() + 16 * groups * r;
-            struct Isa {
-                const char *name;
-                decltype(&k::portable::dot_vbit_xq) dot;
-                decltype(&k::portable::rows_vbit_xq) rows;
-                decltype(&k::portable::q4_pair_x_table) table;
-            };
-            std::vector<Isa> isas{
-                {"portable", &k::portable::dot_vbit_xq, &k::portable::rows_vbit_xq, &k::portable::q4_pair_x_table}};
-            for (const k::SimdKernels &set : k::simd_kernels())
-                isas.push_back({set.isa, set.dot_vbit_xq, set.rows_vbit_xq, set.q4_pair_x_table});
-            for (const Isa &isa : isas) {
+            for (const VbitRowsIsa &isa : vbit_rows_isas()) {
                 CAPTURE(isa.name);
                 alignas(64) int8_t table[32 * 33];
                 isa.table(x4.data(), off4.data(), groups, table);
