@@ -2621,8 +2621,9 @@ float dot_vbit_xq(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, c
 
 // A row range: each width's offsets from the caller's table (made once per
 // x: remade here when the width changed, they took a sixth of a matmul
-// whose rows' widths mix as a trained matrix's do), four rows' sums
-// through one horizontal-add tree. Per-row calls of dot_vbit_xq spent
+// whose rows' widths mix as a trained matrix's do); runs of 4-bit rows
+// summed four at a time as q4_rows4 sums them, other rows each alone (the
+// same bits: sum1_row adds as sum4_rows does). Per-row calls of dot_vbit_xq spent
 // a third of a one-token vbit_ro matmul outside the group loop (perf: the
 // horizontal sum, the dispatch and the caller's loop), and a fifth of the
 // loop's own operations remade the offsets. One core, weights in L2,
