@@ -15,6 +15,9 @@
 #include <cmf/cmf.h>
 
 #include <algorithm>
+#include <fstream>
+#include <string>
+#include <cstdio>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -786,6 +789,51 @@ TEST_CASE("cpu backend: buffer_write, buffer_read and copy move every byte, smal
         be->vt.buffer_free(be->ctx, a);
         be->vt.buffer_free(be->ctx, b);
     }
+}
+
+// The AnonHugePages of the mapping holding p, in KiB (/proc/self/smaps);
+// -1 if no mapping holds it.
+long anon_huge_kib(const void *p) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    bool inside = false;
+    for (std::string line; std::getline(smaps, line);) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-'))
+            inside = at >= lo && at < hi;
+        else if (inside && line.rfind("AnonHugePages:", 0) == 0)
+            return std::stol(line.substr(14));
+    }
+    return -1;
+}
+
+TEST_CASE("cpu backend: buffers of 2 MiB and more are 2 MiB pages of their own (a KV cache's), smaller ones the heap's") {
+    TestRuntime t;
+    const cmf::BackendEntry *be = t.rt->backend("cpu");
+    REQUIRE(be != nullptr);
+    float *big = nullptr, *small = nullptr;
+    REQUIRE(be->vt.buffer_alloc(be->ctx, size_t(5) << 20, &big) == nullptr);
+    REQUIRE(be->vt.buffer_alloc(be->ctx, size_t(1) << 20, &small) == nullptr);
+    // Written through, as a cache fills.
+    std::vector<uint8_t> ones(size_t(5) << 20, 1), back(ones.size());
+    REQUIRE(be->vt.buffer_write(be->ctx, big, ones.data(), ones.size()) == nullptr);
+    REQUIRE(be->vt.buffer_read(be->ctx, back.data(), big, back.size()) == nullptr);
+    CHECK(back == ones);
+#if defined(__SANITIZE_ADDRESS__)
+    MESSAGE("under AddressSanitizer every buffer is the heap's");
+#else
+    CHECK(reinterpret_cast<uintptr_t>(big) % (size_t(2) << 20) == 0);
+    std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string mode;
+    std::getline(thp, mode);
+    if (mode.find("[never]") == std::string::npos && !mode.empty())
+        CHECK(anon_huge_kib(big) >= 4096);  // its two whole 2 MiB pages at least
+    else
+        MESSAGE("transparent huge pages are off here: " << mode);
+#endif
+    be->vt.buffer_free(be->ctx, big);
+    be->vt.buffer_free(be->ctx, small);
+    CHECK(anon_huge_kib(big) == -1);  // unmapped
 }
 
 TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA attention, gelu_tanh, embed") {

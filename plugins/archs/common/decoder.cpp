@@ -350,8 +350,7 @@ void Scratch::release() {
 DecoderState::~DecoderState() {
     scratch.release();
     const cmf_backend_vt *be = model->be;
-    for (float *p : k_cache) be->buffer_free(model->be_ctx, p);
-    for (float *p : v_cache) be->buffer_free(model->be_ctx, p);
+    be->buffer_free(model->be_ctx, kv_block);
     for (RecurrentState &r : rec) detail::free_recurrent(*model, r);
     for (float *p : {mtp_k, mtp_v, mtp_hidden}) be->buffer_free(model->be_ctx, p);
 }
@@ -467,12 +466,28 @@ std::unique_ptr<DecoderState> create_decoder_state(DecoderModel &m, uint64_t n_c
                 throw Error(CMF_ERR_UNSUPPORTED, "kv_cache=q8 stores blocks of 32 values, and layer " + std::to_string(i) +
                                                      "'s K/V rows hold " + std::to_string(L.kv_dim) +
                                                      " (a multiple of 32 is needed): use kv_cache=f16");
-            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(L), &s->k_cache.back()));
-            check(m.be->buffer_alloc(m.be_ctx, rows * m.kv_row_bytes(L), &s->v_cache.back()));
         }
         s->cache_rows.push_back(rows);
         s->ring.push_back(ring);
         if (L.ffn == FfnKind::Moe) s->route_counts[i].assign(L.moe.experts.size(), 0);
+    }
+    // Every layer's K and V in one buffer, each 64-byte aligned: the caches
+    // grow from their first rows, so in separate buffers of a few hundred KiB
+    // (short contexts) none could sit in 2 MiB pages, and each new 4 KiB page
+    // was a fault of its own (docs/performance.md, "KV caches in 2 MiB
+    // pages"); together they fill 2 MiB pages from the first token.
+    const auto cache_bytes = [&](size_t i) { return (s->cache_rows[i] * m.kv_row_bytes(m.layers[i]) + 63) / 64 * 64; };
+    uint64_t kv_total = 0;
+    for (size_t i = 0; i < m.layers.size(); ++i) kv_total += 2 * cache_bytes(i);
+    if (kv_total > 0) {
+        check(m.be->buffer_alloc(m.be_ctx, kv_total, &s->kv_block));
+        uint8_t *at = reinterpret_cast<uint8_t *>(s->kv_block);
+        for (size_t i = 0; i < m.layers.size(); ++i) {
+            if (s->cache_rows[i] == 0) continue;
+            s->k_cache[i] = reinterpret_cast<float *>(at);
+            s->v_cache[i] = reinterpret_cast<float *>(at + cache_bytes(i));
+            at += 2 * cache_bytes(i);
+        }
     }
     if (m.mtp) detail::alloc_mtp_state(m, *s);
     return s;

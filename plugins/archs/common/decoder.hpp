@@ -229,8 +229,10 @@ struct DecoderState {
     uint64_t n_ctx = 0;
     uint64_t n_past = 0;
     // Per layer: [rows][kv_dim] of model->kv_dtype; rows = n_ctx, or a
-    // sliding layer's ring (position p in row p % rows).
+    // sliding layer's ring (position p in row p % rows). All of them lie in
+    // kv_block, one backend buffer.
     std::vector<float *> k_cache, v_cache;
+    float *kv_block = nullptr;
     std::vector<uint64_t> cache_rows;
     std::vector<bool> ring;
     uint64_t chunk = 0;  // tokens per forward chunk (rings hold window + chunk - 1 rows)

@@ -13,14 +13,16 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace cmf::cpu {
 // Anonymous memory, 2 MiB-aligned and advised into 2 MiB pages (the pages a
-// mapped model's weights get where the kernel gives them).
+// mapped model's weights get where the kernel gives them). Pages are made
+// when first touched; `what` names the memory in the out-of-memory error.
 class PageMemory {
 public:
-    explicit PageMemory(size_t bytes);
+    explicit PageMemory(size_t bytes, const char *what = "decode copy");
     ~PageMemory();
     PageMemory(const PageMemory &) = delete;
     PageMemory &operator=(const PageMemory &) = delete;
@@ -107,6 +109,16 @@ struct Backend {
     std::atomic<uint64_t> copied{0};          // bytes of the live copies
     std::atomic<bool> budget_reached{false};  // logged once
     cmf::cpu::CopyArena copies;
+    // buffer_alloc's buffers of kHugeBufferBytes and more (a session's KV
+    // cache above all), each a PageMemory: a cache grows a row at a time,
+    // and in 4 KiB pages every second Qwen3-0.6B row of each layer's K and V
+    // was a new page to fault, dear where page tables are virtualised
+    // (docs/performance.md, "KV caches in 2 MiB pages"). Smaller buffers
+    // come from the host's allocator, as do all under AddressSanitizer
+    // (which then sees their overruns).
+    static constexpr size_t kHugeBufferBytes = size_t(2) << 20;
+    std::mutex huge_buffers_mu;
+    std::unordered_map<const void *, std::unique_ptr<cmf::cpu::PageMemory>> huge_buffers;
 };
 
 inline Backend *as_backend(void *ctx) { return static_cast<Backend *>(ctx); }

@@ -136,12 +136,12 @@ namespace cmf::cpu {
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kCopyChunk = size_t(64) << 20;
 
-PageMemory::PageMemory(size_t bytes) : size_((std::max<size_t>(bytes, 1) + kHugePage - 1) & ~(kHugePage - 1)) {
+PageMemory::PageMemory(size_t bytes, const char *what) : size_((std::max<size_t>(bytes, 1) + kHugePage - 1) & ~(kHugePage - 1)) {
     map_bytes_ = size_ + kHugePage;
     map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map_ == MAP_FAILED) {
         map_ = nullptr;
-        throw Error(CMF_ERR_OUT_OF_MEMORY, "decode copy: cannot map " + std::to_string(size_) + " bytes");
+        throw Error(CMF_ERR_OUT_OF_MEMORY, std::string(what) + ": cannot map " + std::to_string(size_) + " bytes");
     }
     data_ = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(map_) + kHugePage - 1) & ~uintptr_t(kHugePage - 1));
     madvise(data_, size_, MADV_HUGEPAGE);
@@ -861,9 +861,29 @@ cmf_error *matmul_grouped(void *ctx, uint32_t n_groups, const cmf_backend_weight
 
 // ---- buffers ------------------------------------------------------------------
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kUnderAsan = true;
+#else
+constexpr bool kUnderAsan = false;
+#endif
+#else
+constexpr bool kUnderAsan = false;
+#endif
+
 cmf_error *buffer_alloc(void *ctx, size_t n_bytes, float **out) {
     Backend *be = as_backend(ctx);
     if (out == nullptr) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_alloc: NULL out");
+    if (!kUnderAsan && n_bytes >= Backend::kHugeBufferBytes) {
+        return cmf::sdk::call(be->host, [&] {
+            auto mem = std::make_unique<cmf::cpu::PageMemory>(n_bytes, "buffer_alloc");
+            *out = reinterpret_cast<float *>(mem->data());
+            std::lock_guard<std::mutex> lock(be->huge_buffers_mu);
+            be->huge_buffers.emplace(mem->data(), std::move(mem));
+        });
+    }
     void *p = be->host->alloc_aligned(std::max<size_t>(64, (n_bytes + 63) / 64 * 64), 64);
     if (p == nullptr) return be->host->error_create(CMF_ERR_OUT_OF_MEMORY, "buffer_alloc: out of memory");
     *out = static_cast<float *>(p);
@@ -871,7 +891,17 @@ cmf_error *buffer_alloc(void *ctx, size_t n_bytes, float **out) {
 }
 
 void buffer_free(void *ctx, float *buf) {
-    if (buf != nullptr) as_backend(ctx)->host->free_aligned(buf);
+    if (buf == nullptr) return;
+    Backend *be = as_backend(ctx);
+    std::unique_ptr<cmf::cpu::PageMemory> huge;  // unmapped outside the lock
+    {
+        std::lock_guard<std::mutex> lock(be->huge_buffers_mu);
+        if (auto it = be->huge_buffers.find(buf); it != be->huge_buffers.end()) {
+            huge = std::move(it->second);
+            be->huge_buffers.erase(it);
+        }
+    }
+    if (huge == nullptr) be->host->free_aligned(buf);
 }
 
 // memcpy, on every thread for large copies. A decode step reads back its
