@@ -834,6 +834,25 @@ TEST_CASE("cpu backend: buffers of 2 MiB and more are 2 MiB pages of their own (
     be->vt.buffer_free(be->ctx, big);
     be->vt.buffer_free(be->ctx, small);
     CHECK(anon_huge_kib(big) == -1);  // unmapped
+#if !defined(__SANITIZE_ADDRESS__)  // (ASan's allocator aborts on such sizes)
+    // A size no machine holds (a context far beyond memory): an error at
+    // once, as the heap's allocator gives, not a mapping that fails when
+    // touched. Under the kernel's heuristic or strict overcommit only.
+    std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+    int overcommit_mode = -1;
+    overcommit >> overcommit_mode;
+    if (overcommit_mode == 0 || overcommit_mode == 2) {
+        for (size_t n : {size_t(1) << 40, SIZE_MAX - 64}) {  // 1 TiB: within the address space
+            CAPTURE(n);
+            float *none = nullptr;
+            cmf_error *e = be->vt.buffer_alloc(be->ctx, n, &none);
+            REQUIRE(e != nullptr);
+            CHECK(cmf_error_code(e) == CMF_ERR_OUT_OF_MEMORY);
+            cmf_error_free(e);
+            CHECK(none == nullptr);
+        }
+    }
+#endif
 }
 
 TEST_CASE("cpu backend ops: gemma norm, partial RoPE, windowed soft-capped GQA attention, gelu_tanh, embed") {

@@ -20,9 +20,13 @@ namespace cmf::cpu {
 // Anonymous memory, 2 MiB-aligned and advised into 2 MiB pages (the pages a
 // mapped model's weights get where the kernel gives them). Pages are made
 // when first touched; `what` names the memory in the out-of-memory error.
+// `reserve`: the mapping counts against the kernel's overcommit check as
+// malloc's do, so that a size the machine cannot hold fails here, with an
+// error, rather than when its pages are touched (a decode copy's chunks are
+// mapped without: they are filled at once, within a budget).
 class PageMemory {
 public:
-    explicit PageMemory(size_t bytes, const char *what = "decode copy");
+    explicit PageMemory(size_t bytes, const char *what = "decode copy", bool reserve = false);
     ~PageMemory();
     PageMemory(const PageMemory &) = delete;
     PageMemory &operator=(const PageMemory &) = delete;

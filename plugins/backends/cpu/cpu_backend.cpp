@@ -136,9 +136,13 @@ namespace cmf::cpu {
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kCopyChunk = size_t(64) << 20;
 
-PageMemory::PageMemory(size_t bytes, const char *what) : size_((std::max<size_t>(bytes, 1) + kHugePage - 1) & ~(kHugePage - 1)) {
+PageMemory::PageMemory(size_t bytes, const char *what, bool reserve)
+    : size_((std::max<size_t>(bytes, 1) + kHugePage - 1) & ~(kHugePage - 1)) {
+    if (bytes > SIZE_MAX / 2)  // (the rounding and the alignment slack below would wrap)
+        throw Error(CMF_ERR_OUT_OF_MEMORY, std::string(what) + ": cannot map " + std::to_string(bytes) + " bytes");
     map_bytes_ = size_ + kHugePage;
-    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (reserve ? 0 : MAP_NORESERVE),
+                -1, 0);
     if (map_ == MAP_FAILED) {
         map_ = nullptr;
         throw Error(CMF_ERR_OUT_OF_MEMORY, std::string(what) + ": cannot map " + std::to_string(size_) + " bytes");
@@ -878,7 +882,7 @@ cmf_error *buffer_alloc(void *ctx, size_t n_bytes, float **out) {
     if (out == nullptr) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_alloc: NULL out");
     if (!kUnderAsan && n_bytes >= Backend::kHugeBufferBytes) {
         return cmf::sdk::call(be->host, [&] {
-            auto mem = std::make_unique<cmf::cpu::PageMemory>(n_bytes, "buffer_alloc");
+            auto mem = std::make_unique<cmf::cpu::PageMemory>(n_bytes, "buffer_alloc", /*reserve=*/true);
             *out = reinterpret_cast<float *>(mem->data());
             std::lock_guard<std::mutex> lock(be->huge_buffers_mu);
             be->huge_buffers.emplace(mem->data(), std::move(mem));
