@@ -17,6 +17,21 @@
 #include <vector>
 
 namespace cmf::cpu {
+// Built with AddressSanitizer (GCC defines the macro, clang answers the
+// feature test): buffer_alloc then keeps every buffer on the heap, where
+// ASan sees overruns, and the tests skip what only holds for mappings.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kUnderAsan = true;
+#else
+inline constexpr bool kUnderAsan = false;
+#endif
+#else
+inline constexpr bool kUnderAsan = false;
+#endif
+
 // Anonymous memory, 2 MiB-aligned and advised into 2 MiB pages (the pages a
 // mapped model's weights get where the kernel gives them). Pages are made
 // when first touched; `what` names the memory in the out-of-memory error.

@@ -865,22 +865,10 @@ cmf_error *matmul_grouped(void *ctx, uint32_t n_groups, const cmf_backend_weight
 
 // ---- buffers ------------------------------------------------------------------
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kUnderAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kUnderAsan = true;
-#else
-constexpr bool kUnderAsan = false;
-#endif
-#else
-constexpr bool kUnderAsan = false;
-#endif
-
 cmf_error *buffer_alloc(void *ctx, size_t n_bytes, float **out) {
     Backend *be = as_backend(ctx);
     if (out == nullptr) return be->host->error_create(CMF_ERR_INVALID_ARGUMENT, "buffer_alloc: NULL out");
-    if (!kUnderAsan && n_bytes >= Backend::kHugeBufferBytes) {
+    if (!cmf::cpu::kUnderAsan && n_bytes >= Backend::kHugeBufferBytes) {
         return cmf::sdk::call(be->host, [&] {
             auto mem = std::make_unique<cmf::cpu::PageMemory>(n_bytes, "buffer_alloc", /*reserve=*/true);
             *out = reinterpret_cast<float *>(mem->data());
