@@ -49,33 +49,68 @@ thread_local bool t_in_chunk = false;
 // the front, a thread that has run out of its own takes them from the back,
 // so the last chunks, where threads wait for each other, are the small ones.
 //
-// Each block is one word: the loop's epoch (high 32 bits) and the block's
-// front and back chunk index (16 bits each); a claim is a CAS on it. A loop's
-// fields are read after a successful claim: the loop cannot finish (and the
-// caller cannot rewrite them) before the claimed chunk is done, and the CAS
-// acquires the caller's release of the opened word.
-constexpr int32_t kMaxThreads = 2047;          // keeps a loop under 2^16 chunks
-constexpr uint64_t kMaxChunksPerBlock = 32;    // the cut table's share per thread
+// What crosses between cores is kept to a few cache lines, each moved once
+// a loop where it can be: a transfer between the two cores of the machines
+// decode runs on costs about 270 ns one way (a ping-pong's round trip 550
+// ns), as long as a 0.3 MB slice of a weight takes to stream. So
+// - each block is one line holding everything its claimers read: the word
+//   (the loop's epoch in the high 32 bits, the block's front and back chunk
+//   index in 16 bits each; a claim is a CAS on it), the function and the
+//   block's range, from which a chunk's bounds are computed (chunk_bounds)
+//   rather than read from a table in another line;
+// - a waiting server watches its own block's word only (a new epoch there
+//   opens the next loop) and looks at the others' once per loop, to steal
+//   when its own block is done: watching them all kept the caller's block
+//   line shared, and every claim of the caller had to fetch it back;
+// - a thread adds the chunks it ran to `done` once per loop, not once per
+//   chunk (one RMW of a contended line each).
+// A block's fields are read after a successful claim: the loop cannot finish
+// (and the caller cannot rewrite them) before the claimed chunk is done and
+// counted, and the CAS acquires the caller's release of the opened word.
+constexpr int32_t kMaxThreads = 2047;          // keeps a block's chunk indices under 2^16
+constexpr uint64_t kMaxChunksPerBlock = 32;
 constexpr uint64_t kEmpty = 0;                 // front 0, back 0: nothing to claim
 
 uint64_t block_word(uint64_t tag, uint64_t front, uint64_t back) { return tag | (front << 16) | back; }
 uint64_t block_front(uint64_t w) { return (w >> 16) & 0xFFFFu; }
 uint64_t block_back(uint64_t w) { return w & 0xFFFFu; }
+uint64_t block_tag(uint64_t w) { return w & ~uint64_t(0xFFFFFFFFu); }
 
 struct alignas(64) Block {
     std::atomic<uint64_t> word{0};
-};
-
-struct Team {
-    explicit Team(int32_t threads)
-        : blocks(new Block[size_t(threads)]), n_blocks(threads),
-          cuts(new uint64_t[size_t(threads) * kMaxChunksPerBlock + 1]) {}
-    std::unique_ptr<Block[]> blocks;
-    const int32_t n_blocks;
-    // The open loop (written by its caller before the words open).
+    // The open loop's part in this block (written before the word opens).
     RangeFn fn = nullptr;
     void *user = nullptr;
-    std::unique_ptr<uint64_t[]> cuts;  // chunk c is [cuts[c], cuts[c + 1])
+    uint64_t b0 = 0, b1 = 0, grain = 1;
+};
+
+// Size of the chunk at `at` of a block ending at b1 that has cut `index`
+// chunks before it: a third of what is left, at least the grain, the whole
+// rest when less than a grain would remain or the block's last chunk index
+// is reached.
+uint64_t chunk_size(uint64_t at, uint64_t b1, uint64_t grain, uint64_t index) {
+    const uint64_t left = b1 - at;
+    const uint64_t size = std::max(grain, (left + 2) / 3);
+    return left - std::min(left, size) < grain || index + 1 == kMaxChunksPerBlock ? left : size;
+}
+uint64_t block_chunks(uint64_t b0, uint64_t b1, uint64_t grain) {
+    uint64_t n = 0;
+    for (uint64_t at = b0; at < b1; ++n) at += chunk_size(at, b1, grain, n);
+    return n;
+}
+// Bounds of chunk i of block b (at most kMaxChunksPerBlock steps of integer
+// arithmetic: far less than fetching a table's line from another core).
+void chunk_bounds(const Block &b, uint64_t i, uint64_t &lo, uint64_t &hi) {
+    uint64_t at = b.b0;
+    for (uint64_t k = 0; k < i; ++k) at += chunk_size(at, b.b1, b.grain, k);
+    lo = at;
+    hi = at + chunk_size(at, b.b1, b.grain, i);
+}
+
+struct Team {
+    explicit Team(int32_t threads) : blocks(new Block[size_t(threads)]), n_blocks(threads) {}
+    std::unique_ptr<Block[]> blocks;
+    const int32_t n_blocks;
     alignas(64) std::atomic<uint64_t> done{0};  // chunks of the open loop finished
     alignas(64) std::atomic<int32_t> live{0};   // servers enqueued or running
     std::atomic<int32_t> next_slot{0};          // hands servers their blocks
@@ -85,19 +120,21 @@ struct Team {
 };
 
 // Takes one chunk of the open loop, from the front of block `own`, else from
-// the back of another block; false when none is left.
-bool claim(Team &t, int32_t own, uint64_t &chunk) {
+// the back of another block; false when none is left. On success *from is
+// the block it came from and [lo, hi) the chunk.
+bool claim(Team &t, int32_t own, const Block *&from, uint64_t &lo, uint64_t &hi) {
     for (int32_t k = 0; k < t.n_blocks; ++k) {
         const bool stealing = k != 0;
-        std::atomic<uint64_t> &word = t.blocks[size_t((own + k) % t.n_blocks)].word;
-        uint64_t w = word.load(std::memory_order_relaxed);
+        Block &b = t.blocks[size_t((own + k) % t.n_blocks)];
+        uint64_t w = b.word.load(std::memory_order_relaxed);
         for (;;) {
             const uint64_t front = block_front(w), back = block_back(w);
             if (front >= back) break;
-            const uint64_t tag = w & ~uint64_t(0xFFFFFFFFu);
-            const uint64_t to = stealing ? block_word(tag, front, back - 1) : block_word(tag, front + 1, back);
-            if (word.compare_exchange_weak(w, to, std::memory_order_acquire, std::memory_order_relaxed)) {
-                chunk = stealing ? back - 1 : front;
+            const uint64_t to = stealing ? block_word(block_tag(w), front, back - 1)
+                                         : block_word(block_tag(w), front + 1, back);
+            if (b.word.compare_exchange_weak(w, to, std::memory_order_acquire, std::memory_order_relaxed)) {
+                from = &b;
+                chunk_bounds(b, stealing ? back - 1 : front, lo, hi);
                 return true;
             }
         }
@@ -105,23 +142,25 @@ bool claim(Team &t, int32_t own, uint64_t &chunk) {
     return false;
 }
 
-// Claims and runs chunks of the open loop until none is left; true if it ran any.
+// Claims and runs chunks of the open loop until none is left; true if it ran
+// any. (All the chunks one call runs belong to one loop: the loop cannot
+// finish while this thread holds chunks it has not counted.)
 bool run_chunks(Team &t, int32_t own) {
-    bool ran = false;
-    uint64_t c = 0;
-    while (claim(t, own, c)) {
+    uint64_t ran = 0, lo = 0, hi = 0;
+    const Block *from = nullptr;
+    while (claim(t, own, from, lo, hi)) {
         t_in_chunk = true;
         try {
-            t.fn(t.user, t.cuts[c], t.cuts[c + 1]);
+            from->fn(from->user, lo, hi);
         } catch (...) {
             std::lock_guard<std::mutex> lock(t.error_mu);
             if (!t.error) t.error = std::current_exception();
         }
         t_in_chunk = false;
-        t.done.fetch_add(1, std::memory_order_release);
-        ran = true;
+        ++ran;
     }
-    return ran;
+    if (ran != 0) t.done.fetch_add(ran, std::memory_order_release);
+    return ran != 0;
 }
 
 bool has_open_chunks(const Team &t) {
@@ -136,12 +175,20 @@ bool has_open_chunks(const Team &t) {
 void serve(Team &t) {
     // Block 0 is the caller's; servers share out the others.
     const int32_t own = 1 + t.next_slot.fetch_add(1, std::memory_order_relaxed) % std::max(1, t.n_blocks - 1);
+    const std::atomic<uint64_t> &watch = t.blocks[size_t(own % t.n_blocks)].word;
     auto idle_since = Clock::now();
     uint32_t spins = 0;
+    // The epoch of the last loop this server claimed from (publish gives
+    // every block a new tag, a block without chunks too); ~0: none yet.
+    uint64_t seen = ~uint64_t(0);
     while (!t.stop.load(std::memory_order_relaxed)) {
-        if (run_chunks(t, own)) {
-            spins = 0;
-            idle_since = Clock::now();
+        const uint64_t tag = block_tag(watch.load(std::memory_order_acquire));
+        if (tag != seen) {
+            seen = tag;
+            if (run_chunks(t, own)) {
+                spins = 0;
+                idle_since = Clock::now();
+            }
             continue;
         }
         cpu_relax();
@@ -150,7 +197,9 @@ void serve(Team &t) {
         if (Clock::now() - idle_since < kServerIdle) continue;
         // Leave. The caller publishes a loop and then reads `live` to decide
         // whether to enqueue servers; we drop `live` and then look for a loop
-        // (all seq_cst), so either it sees us gone or we see its loop.
+        // (seq_cst on both sides), so either it sees us gone or we see its
+        // loop. Its chunks belong to an epoch this server has not claimed
+        // from (when it last did, none was left), so the next turn takes them.
         t.live.fetch_sub(1, std::memory_order_seq_cst);
         if (t.stop.load(std::memory_order_relaxed) || !has_open_chunks(t)) return;
         t.live.fetch_add(1, std::memory_order_seq_cst);
@@ -176,35 +225,37 @@ struct ThreadPool::Impl {
         arena.execute([&] { servers.wait(); });
     }
 
-    // Publishes [begin, end) cut for `threads` threads, chunks >= grain.
+    // Publishes [begin, end) cut for `threads` threads, chunks >= grain;
+    // returns the number of chunks.
     uint64_t publish(int32_t threads, RangeFn fn, void *user, uint64_t begin, uint64_t end, uint64_t grain) {
         Team &t = *team;
         const uint64_t tag = (++epoch & 0xFFFFFFFFu) << 32;
         // Nothing of the previous loop is left to claim (all its chunks are
-        // done), so the fields are free to rewrite before the words open.
-        t.fn = fn;
-        t.user = user;
+        // done and counted), so the blocks are free to rewrite before their
+        // words open.
         const uint64_t n = end - begin;
         // Blocks of at least one grain: fewer blocks than threads on short loops.
         const uint64_t blocks = std::clamp<uint64_t>(n / grain, 1, uint64_t(threads));
         uint64_t count = 0;
-        t.cuts[0] = begin;
-        uint64_t words[kMaxThreads];
-        for (uint64_t k = 0; k < blocks; ++k) {
-            const uint64_t b0 = begin + n * k / blocks, b1 = begin + n * (k + 1) / blocks;
-            const uint64_t first = count;
-            for (uint64_t at = b0; at < b1;) {
-                const uint64_t left = b1 - at;
-                uint64_t size = std::max(grain, (left + 2) / 3);
-                if (left - std::min(left, size) < grain || count - first + 1 == kMaxChunksPerBlock) size = left;
-                at += size;
-                t.cuts[++count] = at;
-            }
-            words[k] = block_word(tag, first, count);
-        }
         t.done.store(0, std::memory_order_relaxed);
-        for (int32_t k = 0; k < threads; ++k)
-            t.blocks[size_t(k)].word.store(uint64_t(k) < blocks ? words[k] : tag | kEmpty, std::memory_order_seq_cst);
+        for (int32_t k = 0; k < threads; ++k) {
+            Block &b = t.blocks[size_t(k)];
+            uint64_t word = tag | kEmpty;
+            if (uint64_t(k) < blocks) {
+                b.fn = fn;
+                b.user = user;
+                b.b0 = begin + n * uint64_t(k) / blocks;
+                b.b1 = begin + n * (uint64_t(k) + 1) / blocks;
+                b.grain = grain;
+                const uint64_t chunks = block_chunks(b.b0, b.b1, grain);
+                count += chunks;
+                word = block_word(tag, 0, chunks);
+            }
+            b.word.store(word, std::memory_order_release);
+        }
+        // Orders the words before run()'s read of `live` (a leaving server
+        // orders its decrement before its look at the words).
+        std::atomic_thread_fence(std::memory_order_seq_cst);
         return count;
     }
 

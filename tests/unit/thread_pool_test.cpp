@@ -185,3 +185,29 @@ TEST_CASE("thread_pool: destroyed right after a loop, while its servers spin") {
         check_exactly_once(pool, 0, 300, 1);
     }
 }
+
+TEST_CASE("thread_pool: short loops back to back, and loops after the servers went idle") {
+    // A waiting server watches only its own block for the next loop, and
+    // leaves after a millisecond without one: every loop, however soon it
+    // follows the last or however long after, runs each index once.
+    for (int32_t threads : {2, 3}) {
+        CAPTURE(threads);
+        ThreadPool pool(threads);
+        std::vector<std::atomic<int>> hits(64);
+        int bad = 0;
+        for (int rep = 0; rep < 20000; ++rep) {
+            const uint64_t n = 1 + uint64_t(rep) % 64;
+            for (uint64_t i = 0; i < n; ++i) hits[i].store(0, std::memory_order_relaxed);
+            pool.parallel_for(0, n, 1, [](void *u, uint64_t b, uint64_t e) {
+                auto *h = static_cast<std::vector<std::atomic<int>> *>(u);
+                for (uint64_t i = b; i < e; ++i) (*h)[i].fetch_add(1, std::memory_order_relaxed);
+            }, &hits);
+            for (uint64_t i = 0; i < n; ++i) bad += hits[i].load(std::memory_order_relaxed) != 1;
+        }
+        CHECK(bad == 0);
+        for (int rep = 0; rep < 4; ++rep) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the servers leave
+            check_exactly_once(pool, 0, 1000, 8);
+        }
+    }
+}
