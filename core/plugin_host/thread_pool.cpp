@@ -67,7 +67,11 @@ thread_local bool t_in_chunk = false;
 // A block's fields are read after a successful claim: the loop cannot finish
 // (and the caller cannot rewrite them) before the claimed chunk is done and
 // counted, and the CAS acquires the caller's release of the opened word.
-constexpr int32_t kMaxThreads = 2047;          // keeps a block's chunk indices under 2^16
+// The pool's size is capped at kMaxThreads. Chunk indices count within a
+// block (at most kMaxChunksPerBlock), so they fit the word's 16-bit fields
+// whatever the thread count; the cap kept a loop's chunks under 2^16 when
+// they were numbered across the whole loop.
+constexpr int32_t kMaxThreads = 2047;
 constexpr uint64_t kMaxChunksPerBlock = 32;
 constexpr uint64_t kEmpty = 0;                 // front 0, back 0: nothing to claim
 
