@@ -91,6 +91,12 @@ typedef struct cmf_error cmf_error;
  * cols / 32), what q4_block's decode_copy makes: a decode row reads one
  * stream. 2-D, cols % 32 == 0. */
 #define CMF_DTYPE_MEM_Q4_ROWS 512
+/* q1's payload of a 2-D matrix with cols % 512 == 0, each row in steps of
+ * 16 groups (96 bytes): 8 u64 pass masks, bit 4j+i of mask t = bit 4t+i
+ * of group j's 32 bits, then the 16 groups' f16 scales. What q1's
+ * decode_copy makes where its AVX-512 kernel runs: a pass of 64 weights
+ * is then a mask load, not a word permute and a bit shuffle. */
+#define CMF_DTYPE_MEM_Q1_PASSES 513
 
 /* required_features bits of the envelope (spec §1.1). */
 #define CMF_FEATURE_TENSOR_DIR    0x01u

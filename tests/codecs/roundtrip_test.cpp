@@ -497,6 +497,22 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
         CHECK(bits(y1) == bits(ya[4]));
         isa.rows_q1_xq(bytes.data() + 6 * g, xq.data(), xo.data(), xd.data(), g, 4, ya);
         CHECK(bits(ya[3]) == bits(y1));
+        // q1_passes (q1's decode copy): the bytes read as steps of pass
+        // masks, whole steps only; x's passes and the rows against them.
+        if (g % 16 == 0) {
+            alignas(64) uint8_t xta[k::kQ1PassesXStepBytes * 4], xtp[k::kQ1PassesXStepBytes * 4];
+            isa.q1_passes_x(xq.data(), g, xta);
+            k::portable::q1_passes_x(xq.data(), g, xtp);
+            CHECK(std::memcmp(xta, xtp, k::kQ1PassesXStepBytes * (g / 16)) == 0);
+            float qa[6], qp[6], q1 = 0;
+            qa[5] = qp[5] = -7.0f;
+            isa.rows_q1_passes_xq(bytes.data(), xta, xd.data(), g, 5, qa);
+            k::portable::rows_q1_passes_xq(bytes.data(), xtp, xd.data(), g, 5, qp);
+            for (int r = 0; r < 5; ++r) CHECK(near(qa[r], qp[r]));
+            CHECK((qa[5] == -7.0f && qp[5] == -7.0f));
+            isa.rows_q1_passes_xq(bytes.data() + 4 * 6 * g, xta, xd.data(), g, 1, &q1);
+            CHECK(bits(q1) == bits(qa[4]));
+        }
         // q1's int8 view: the same bytes and scales on every ISA, +-1 by the bits.
         std::vector<int8_t> ca(32 * g + 1, 99), cp(32 * g + 1, 99);
         std::vector<float> sa(g), sp(g);
@@ -971,6 +987,107 @@ TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the sa
             CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
             CHECK(rows_dt.column_block(tc) == 0);
         }
+    }
+}
+
+TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same bits") {
+    namespace k = cmf::codecs::kernels;
+    const Dtype &q1 = dtype(CMF_DTYPE_Q1), &passes = dtype(CMF_DTYPE_MEM_Q1_PASSES);
+    CHECK(!passes.can_quantize());
+    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{1024}), doctest::Contains("2-D"));
+    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{4, 96}), doctest::Contains("multiple of 512"));
+    uint64_t n = 7;
+    {  // no decode layout: 1-D, or rows that are not whole steps of 16 groups
+        std::vector<float> w = gaussian(4 * 512, 40);
+        std::vector<uint8_t> b = encode(CMF_DTYPE_Q1, {4, 512}, w.data());
+        for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{4 * 512}, std::vector<uint64_t>{16, 128}}) {
+            CHECK(q1.decode_layout(view(CMF_DTYPE_Q1, shape, b), &n) == -1);
+            CHECK(n == 0);
+        }
+    }
+    {  // where the AVX-512 kernel does not run, no copy either
+        std::vector<float> w = gaussian(2 * 512, 41);
+        std::vector<uint8_t> b = encode(CMF_DTYPE_Q1, {2, 512}, w.data());
+        CHECK(q1.decode_layout(view(CMF_DTYPE_Q1, {2, 512}, b), &n) == (k::q1_passes_kernel() ? CMF_DTYPE_MEM_Q1_PASSES : -1));
+    }
+    // The copy made by hand where the CPU would not make it: the view is
+    // still a q1_passes matrix every member reads (the portable kernels).
+    void *cctx = nullptr;
+    const cmf_codec_vt *vt = runtime().host_api()->find_codec(runtime().host_api()->host_ctx, CMF_DTYPE_Q1, &cctx);
+    REQUIRE(vt != nullptr);
+    for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{3, 512}, std::vector<uint64_t>{17, 1024},
+                                               std::vector<uint64_t>{40, 3072}}) {
+        CAPTURE(shape[0]);
+        CAPTURE(shape[1]);
+        const uint64_t rows = shape[0], cols = shape[1];
+        std::vector<float> w = gaussian(rows * cols, 42);
+        std::vector<uint8_t> b = encode(CMF_DTYPE_Q1, shape, w.data());
+        const cmf_tensor_view tb = view(CMF_DTYPE_Q1, shape, b);
+        std::vector<uint8_t> c(b.size() + 1, 0xAB);  // a guard byte past the copy
+        if (k::q1_passes_kernel()) {
+            int32_t id = -1;
+            REQUIRE(vt->decode_copy(cctx, &tb, nullptr, 0, &n, &id) == nullptr);
+            REQUIRE(id == CMF_DTYPE_MEM_Q1_PASSES);
+            REQUIRE(n == b.size());
+            uint64_t got = 0;
+            cmf_error *short_room = vt->decode_copy(cctx, &tb, c.data(), n - 1, &got, &id);
+            REQUIRE(short_room != nullptr);
+            CHECK(cmf_error_code(short_room) == CMF_ERR_INVALID_ARGUMENT);
+            cmf_error_free(short_room);
+            REQUIRE(vt->decode_copy(cctx, &tb, c.data(), n, &got, &id) == nullptr);
+            CHECK(got == n);
+        } else {
+            REQUIRE(passes.expected_size(shape) == b.size());
+            for (uint64_t s = 0; s < b.size() / 96; ++s) {  // the layout's rule, one bit at a time
+                uint64_t masks[8] = {};
+                for (unsigned j = 0; j < 16; ++j)
+                    for (unsigned e = 0; e < 32; ++e)
+                        if ((b[96 * s + 6 * j + 2 + e / 8] >> (e % 8)) & 1)
+                            masks[e / 4] |= uint64_t(1) << (4 * j + e % 4);
+                std::memcpy(c.data() + 96 * s, masks, 64);
+                for (unsigned j = 0; j < 16; ++j) std::memcpy(c.data() + 96 * s + 64 + 2 * j, b.data() + 96 * s + 6 * j, 2);
+            }
+        }
+        CHECK(c[b.size()] == 0xAB);
+        c.pop_back();
+        const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q1_PASSES, shape, c);
+        passes.validate(tc);
+        // Step 0 of row 0: mask t bit 4j+i is bit 4t+i of group j, then the scales.
+        for (unsigned j = 0; j < 16; ++j)
+            for (unsigned e = 0; e < 32; ++e)
+                CHECK(((c[8 * (e / 4) + (4 * j + e % 4) / 8] >> ((4 * j + e % 4) % 8)) & 1) ==
+                      ((b[6 * j + 2 + e / 8] >> (e % 8)) & 1));
+        CHECK(std::memcmp(c.data() + 64, b.data(), 2) == 0);
+        std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
+        q1.dequantize_rows(tb, 0, rows, db.data());
+        passes.dequantize_rows(tc, 0, rows, dc.data());
+        CHECK(std::memcmp(db.data(), dc.data(), db.size() * sizeof(float)) == 0);
+        passes.dequantize_rows(tc, 1, rows, dc.data());  // a range from row 1
+        CHECK(std::memcmp(db.data() + cols, dc.data(), (rows - 1) * cols * sizeof(float)) == 0);
+        // The same lanes in the same order as q1's BITALG kernel: the same
+        // bits; q1's other forms sum in another order.
+        const bool same_order = k::q1_passes_kernel() && k::has_avx512_bitalg();
+        for (uint64_t batch : {1u, 3u}) {
+            CAPTURE(batch);
+            std::vector<float> x = gaussian(batch * cols, 43), yb(batch * rows), yc(batch * rows, -7.0f);
+            q1.matmul_rows(tb, x.data(), cols, batch, 0, rows, yb.data(), rows);
+            passes.matmul_rows(tc, x.data(), cols, batch, 0, rows, yc.data(), rows);
+            for (uint64_t i = 0; i < yb.size(); ++i)
+                CHECK(std::fabs(yb[i] - yc[i]) <= 1e-5f * (std::fabs(yb[i]) + 1.0f));
+            if (same_order) CHECK(std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)) == 0);
+            std::vector<float> ycut(batch * rows, -7.0f);
+            for (uint64_t r0 = 0; r0 < rows; r0 += 7)
+                passes.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), ycut.data(), rows);
+            CHECK(std::memcmp(yc.data(), ycut.data(), yc.size() * sizeof(float)) == 0);
+        }
+        REQUIRE(passes.int8_view(tc));
+        std::vector<int8_t> qb(rows * cols), qc(rows * cols);
+        std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
+        q1.int8_rows(tb, 1, rows, qb.data(), sb.data());
+        passes.int8_rows(tc, 1, rows, qc.data(), sc.data());
+        CHECK(qb == qc);
+        CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
+        CHECK(passes.column_block(tc) == 0);
     }
 }
 

@@ -650,7 +650,7 @@ TEST_CASE("cpu backend: matmul_multi equals one matmul per weight, bit for bit, 
     for (auto *w : ws) be->vt.weight_free(be->ctx, w);
 }
 
-TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block matrices as q4_rows copies with the same bits") {
+TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block and q1 matrices as copies with the same bits") {
     ::setenv("CMF_CPU_DECODE_COPY", "0", 1);
     TestRuntime plain;  // the backend reads the variable when it starts
     ::setenv("CMF_CPU_DECODE_COPY", "1", 1);
@@ -659,11 +659,19 @@ TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block matrices as q4_rows c
     const cmf::BackendEntry *bp = plain.rt->backend("cpu"), *bc = copying.rt->backend("cpu");
     REQUIRE(bp != nullptr);
     REQUIRE(bc != nullptr);
-    const uint64_t cols = 96;
-    for (const auto &[dtype, rows] : std::vector<std::pair<int32_t, uint64_t>>{
-             {CMF_DTYPE_Q4_BLOCK, 37}, {CMF_DTYPE_Q4_BLOCK, 200}, {CMF_DTYPE_Q8_ROW, 5}, {CMF_DTYPE_Q4_TILED, 9}}) {
+    struct Case {
+        int32_t dtype;
+        uint64_t rows, cols;
+    };
+    for (const auto &[dtype, rows, cols] : std::vector<Case>{{CMF_DTYPE_Q4_BLOCK, 37, 96},
+                                                              {CMF_DTYPE_Q4_BLOCK, 200, 96},
+                                                              {CMF_DTYPE_Q8_ROW, 5, 96},
+                                                              {CMF_DTYPE_Q4_TILED, 9, 96},
+                                                              {CMF_DTYPE_Q1, 37, 1024},
+                                                              {CMF_DTYPE_Q1, 6, 96}}) {
         CAPTURE(dtype);
         CAPTURE(rows);
+        CAPTURE(cols);
         void *cctx = nullptr;
         const cmf_codec_vt *codec = find_test_codec(plain.rt, dtype, &cctx);
         REQUIRE(codec != nullptr);
@@ -694,11 +702,19 @@ TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block matrices as q4_rows c
         };
         const std::vector<float> want = run(bp, wp);
         CHECK(run(bc, wc) == want);
-        // Only q4_block has a decode layout, and its weight reads the copy,
-        // its own memory: the stored bytes no longer matter to it.
+        // A weight whose codec has a decode layout for it (q4_block; q1 with
+        // whole steps of 512 columns where its AVX-512 kernel runs) reads
+        // the copy, its own memory: the stored bytes no longer matter to it.
+        uint64_t copy_bytes = 0;
+        int32_t copy_dtype = -1;
+        REQUIRE(codec->decode_copy(cctx, &e.v, nullptr, 0, &copy_bytes, &copy_dtype) == nullptr);
+        if (dtype == CMF_DTYPE_Q1)
+            CHECK((cols % 512 == 0 || copy_dtype < 0));  // with 512 columns: where the CPU runs its kernel
+        else
+            CHECK((copy_dtype >= 0) == (dtype == CMF_DTYPE_Q4_BLOCK));
         std::fill(e.bytes.begin(), e.bytes.end(), uint8_t(0));
         const std::vector<float> after = run(bc, wc);
-        CHECK((after == want) == (dtype == CMF_DTYPE_Q4_BLOCK));
+        CHECK((after == want) == (copy_dtype >= 0));
         bp->vt.weight_free(bp->ctx, wp);
         bc->vt.weight_free(bc->ctx, wc);
     }

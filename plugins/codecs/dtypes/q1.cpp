@@ -7,6 +7,7 @@
 #include "kernels/kernels.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 namespace cmf::codecs {
@@ -86,6 +87,66 @@ void q1_base_rows(const uint8_t *tiles, uint64_t gpr, const QuantizedX &xq, uint
     }, 6 * gpr);
 }
 
+// A step of 16 q1 tiles (96 bytes) as q1_passes' step (kernels.hpp,
+// rows_q1_passes_xq: 8 u64 pass masks, then the 16 f16 scales), and back.
+// Byte b of mask t holds nibble t of groups 2b (low) and 2b+1 (high): the
+// masks are the transpose of the 8x8 byte matrix whose row b is groups 2b
+// and 2b+1 with their nibbles spread one a byte. Word operations, not one
+// bit at a time: the prefill GEMM takes a copy's int8 view back through
+// here for every panel (a bit loop cost the 0.6B q1 file's pp512 7 %).
+void transpose_bytes_8x8(uint64_t m[8]) {
+    constexpr uint64_t k4 = 0x00000000FFFFFFFFull, k2 = 0x0000FFFF0000FFFFull, k1 = 0x00FF00FF00FF00FFull;
+    for (int t = 0; t < 4; ++t) {
+        const uint64_t a = m[t], c = m[t + 4];
+        m[t] = (a & k4) | (c << 32);
+        m[t + 4] = (a >> 32) | (c & ~k4);
+    }
+    for (int t : {0, 1, 4, 5}) {
+        const uint64_t a = m[t], c = m[t + 2];
+        m[t] = (a & k2) | ((c & k2) << 16);
+        m[t + 2] = ((a >> 16) & k2) | (c & ~k2);
+    }
+    for (int t : {0, 2, 4, 6}) {
+        const uint64_t a = m[t], c = m[t + 1];
+        m[t] = (a & k1) | ((c & k1) << 8);
+        m[t + 1] = ((a >> 8) & k1) | (c & ~k1);
+    }
+}
+// 32 bits -> their 8 nibbles, one in the low half of each byte; and back.
+uint64_t spread_nibbles(uint32_t v) {
+    uint64_t y = v;
+    y = (y | (y << 16)) & 0x0000FFFF0000FFFFull;
+    y = (y | (y << 8)) & 0x00FF00FF00FF00FFull;
+    return (y | (y << 4)) & 0x0F0F0F0F0F0F0F0Full;
+}
+uint32_t gather_nibbles(uint64_t y) {
+    y &= 0x0F0F0F0F0F0F0F0Full;
+    y = (y | (y >> 4)) & 0x00FF00FF00FF00FFull;
+    y = (y | (y >> 8)) & 0x0000FFFF0000FFFFull;
+    return static_cast<uint32_t>(y | (y >> 16));
+}
+void q1_step_to_passes(const uint8_t *tiles, uint8_t *step) {
+    uint64_t m[8];
+    for (unsigned b = 0; b < 8; ++b) {
+        m[b] = spread_nibbles(load_u32(tiles + 12 * b + 2)) | spread_nibbles(load_u32(tiles + 12 * b + 8)) << 4;
+        std::memcpy(step + 64 + 4 * b, tiles + 12 * b, 2);
+        std::memcpy(step + 66 + 4 * b, tiles + 12 * b + 6, 2);
+    }
+    transpose_bytes_8x8(m);
+    std::memcpy(step, m, 64);
+}
+void q1_passes_to_step(const uint8_t *step, uint8_t *tiles) {
+    uint64_t m[8];
+    std::memcpy(m, step, 64);
+    transpose_bytes_8x8(m);
+    for (unsigned b = 0; b < 8; ++b) {
+        std::memcpy(tiles + 12 * b, step + 64 + 4 * b, 2);
+        store_u32(tiles + 12 * b + 2, gather_nibbles(m[b]));
+        std::memcpy(tiles + 12 * b + 6, step + 66 + 4 * b, 2);
+        store_u32(tiles + 12 * b + 8, gather_nibbles(m[b] >> 4));
+    }
+}
+
 class Q1 final : public Dtype {
 public:
     int32_t id() const override { return CMF_DTYPE_Q1; }
@@ -122,6 +183,81 @@ public:
         validate(t);
         const uint64_t gpr = t.shape[1] / 32;
         kernels::unpack_q1_groups(bytes_of(t) + 6 * r0 * gpr, (r1 - r0) * gpr, codes, scales);
+    }
+    // q1_passes, where its AVX-512 kernel runs and every row is whole steps
+    // of 16 groups; the copy is as large as the payload, step for step.
+    int32_t decode_layout(const cmf_tensor_view &t, uint64_t *bytes) const override {
+        *bytes = 0;
+        if (t.ndim != 2 || t.shape[1] == 0 || t.shape[1] % 512 != 0 || !kernels::q1_passes_kernel()) return -1;
+        *bytes = t.nbytes;
+        return CMF_DTYPE_MEM_Q1_PASSES;
+    }
+    void decode_copy(const cmf_tensor_view &t, uint8_t *dst) const override {
+        uint64_t n = 0;
+        if (decode_layout(t, &n) < 0) Dtype::decode_copy(t, dst);
+        validate(t);
+        const uint8_t *p = bytes_of(t);
+        for (uint64_t k = 0; k < t.nbytes / 96; ++k) q1_step_to_passes(p + 96 * k, dst + 96 * k);
+    }
+};
+
+// ---- q1_passes (memory-only: q1's decode copy) ------------------------------------
+// q1_passes: q1's payload of a matrix with whole steps of 16 groups a row,
+// each step's bits as the masks of the AVX-512 kernel's passes (ABI:
+// CMF_DTYPE_MEM_Q1_PASSES). It decodes, multiplies and gives its int8 view
+// with the bits q1 gives on the same weights (the AVX-512 row kernels sum
+// the same lanes in the same order); no encoder, no column selection.
+class Q1Passes final : public Dtype {
+public:
+    int32_t id() const override { return CMF_DTYPE_MEM_Q1_PASSES; }
+    const char *name() const override { return "q1_passes"; }
+    uint64_t expected_size(Shape shape) const override {
+        if (shape.size() != 2 || shape[1] % 512 != 0)
+            fail(CMF_ERR_INVALID_ARGUMENT, "q1_passes: 2-D with a multiple of 512 columns only");
+        return checked_mad(groups_of(elements(shape)), 6, 0, name());
+    }
+    // A row range step by step: its tiles remade, then q1's decode.
+    template <class Tiles>
+    static void each_step(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, Tiles fn) {
+        const uint64_t steps = (r1 - r0) * (t.shape[1] / 512);
+        const uint8_t *p = bytes_of(t) + 6 * (t.shape[1] / 32) * r0;
+        uint8_t tiles[96];
+        for (uint64_t k = 0; k < steps; ++k) {
+            q1_passes_to_step(p + 96 * k, tiles);
+            fn(tiles, k);
+        }
+    }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);
+        each_step(t, r0, r1, [&](const uint8_t *tiles, uint64_t k) { q1_values(tiles, 0, 512, dst + 512 * k); });
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        validate(w);
+        if (r0 >= r1) return;
+        const uint64_t cols = w.shape[1], gpr = cols / 32, per_x = kernels::kQ1PassesXStepBytes * (gpr / 16);
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
+        // x's passes, made once per x (xq.serial) for every row range of
+        // its matmul on this thread, in a room only this reads.
+        thread_local uint64_t made_from = 0;
+        uint8_t *xt = static_cast<uint8_t *>(kernels::thread_room(kernels::RoomSlot::q1_passes_x, n_batch * per_x));
+        if (made_from != xq.serial) {
+            for (uint64_t b = 0; b < n_batch; ++b) kernels::q1_passes_x(xq.q(b), gpr, xt + b * per_x);
+            made_from = xq.serial;
+        }
+        for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
+            kernels::rows_q1_passes_xq(bytes_of(w) + 6 * gpr * t0, xt + b * per_x, xq.d(b), gpr, t1 - t0,
+                                       y + b * ldy + t0);
+        }, 6 * gpr);
+    }
+    bool has_int8_rows() const override { return true; }
+    bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        validate(t);
+        each_step(t, r0, r1, [&](const uint8_t *tiles, uint64_t k) {
+            kernels::unpack_q1_groups(tiles, 16, codes + 512 * k, scales + 16 * k);
+        });
     }
 };
 
@@ -576,6 +712,7 @@ void Q1t::quantize(Shape shape, const float *src, const cmf_quantize_params *par
 }  // namespace
 
 std::unique_ptr<Dtype> make_q1() { return std::make_unique<Q1>(); }
+std::unique_ptr<Dtype> make_q1_passes() { return std::make_unique<Q1Passes>(); }
 std::unique_ptr<Dtype> make_q1s() { return std::make_unique<Q1s>(); }
 std::unique_ptr<Dtype> make_q1t() { return std::make_unique<Q1t>(); }
 

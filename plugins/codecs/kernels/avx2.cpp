@@ -1512,6 +1512,77 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
 }
 #endif
 
+#ifdef CMF_CODECS_VNNI
+namespace {
+// One pass of R q1_passes rows over a step's 16 groups: per pass t and row
+// a k-register load of the row's mask t, a zero-masked move of 2s under it
+// and a vpdpbusd against pass t of x (2 vector operations per 64 weights,
+// where q1_pass_bitalg takes 3, two of them on the shuffle port of the
+// Intel VM); the lanes hold each group's sum((2b-1)*q), converted and
+// multiplied by s*d once per step, as q1_pass_bitalg does them (the same
+// bits).
+template <int R>
+inline void q1_passes_pass(const uint8_t *steps, uint64_t ld, const uint8_t *xt, const float *xd, uint64_t groups,
+                           float *y) {
+    const __m512i twos = _mm512_set1_epi8(2);
+    const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
+    __m512 acc[R];
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) acc[q] = _mm512_setzero_ps();
+    for (uint64_t g0 = 0; g0 < groups; g0 += 16) {
+        const uint8_t *xs = xt + kQ1PassesXStepBytes * (g0 / 16);
+        const __m512 xd16 = _mm512_loadu_ps(xd + g0);
+        const uint8_t *st[R];
+        __m512i s[R];
+        __m512 sc[R];
+#pragma GCC unroll 4
+        for (int q = 0; q < R; ++q) {
+            st[q] = steps + q * ld + 6 * g0;
+            _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead + 64), _MM_HINT_T0);
+            sc[q] = _mm512_mul_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st[q] + 64))),
+                                  xd16);
+            s[q] = _mm512_load_si512(xs + 512);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+            const __m512i xv = _mm512_load_si512(xs + 64 * t);
+#pragma GCC unroll 4
+            for (int q = 0; q < R; ++q) {
+                // kmovq from memory: a load, where a mask moved in from a
+                // general register takes the shuffle port.
+                const __mmask64 m = _load_mask64(const_cast<__mmask64 *>(reinterpret_cast<const __mmask64 *>(st[q] + 8 * t)));
+                s[q] = _mm512_dpbusd_epi32(s[q], _mm512_maskz_mov_epi8(m, twos), xv);
+            }
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < R; ++q) acc[q] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s[q]), sc[q], acc[q]);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) y[q] = hsum512(acc[q]);
+}
+}  // namespace
+
+static_assert(kQ1StepBytes == kQ1PassesXStepBytes);
+void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) { q1_x_passes(xq, groups, xt); }
+
+void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                       float *y) {
+    const uint64_t ld = 6 * groups;
+    uint64_t r = 0;
+    for (; r + 4 <= rows; r += 4) q1_passes_pass<4>(steps + r * ld, ld, xt, xd, groups, y + r);
+    for (; r < rows; ++r) q1_passes_pass<1>(steps + r * ld, ld, xt, xd, groups, y + r);
+}
+#else
+// q1_passes is made only where the AVX-512 form runs (q1_passes_kernel):
+// here the portable reference serves a view made elsewhere.
+void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) { portable::q1_passes_x(xq, groups, xt); }
+void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                       float *y) {
+    portable::rows_q1_passes_xq(steps, xt, xd, groups, rows, y);
+}
+#endif
+
 void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, [[maybe_unused]] const int32_t *xoff, const float *xd,
                 uint64_t groups, uint64_t rows, float *y) {
 #ifdef CMF_CODECS_VNNI

@@ -201,6 +201,12 @@ void rows_q1_xq(const uint8_t *t, const int8_t *xq, const int32_t *xoff, const f
 void unpack_q1_groups(const uint8_t *t, uint64_t g, int8_t *codes, float *scales) {
     CMF_PICK(unpack_q1_groups, t, g, codes, scales);
 }
+void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) { CMF_PICK(q1_passes_x, xq, groups, xt); }
+void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                       float *y) {
+    CMF_PICK(rows_q1_passes_xq, steps, xt, xd, groups, rows, y);
+}
+bool q1_passes_kernel() { return has_avx512vnni(); }
 bool q1s_ascending(const uint8_t *e, uint64_t count) { return CMF_PICK(q1s_ascending, e, count); }
 void q1s_overlay_xq(const uint8_t *t, const uint8_t *e, uint64_t count, uint64_t phase, uint64_t begin, uint64_t cols,
                     uint64_t rows, const int8_t *xq, const float *xd, float *y) {

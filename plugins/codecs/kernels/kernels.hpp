@@ -158,6 +158,28 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, con
 // q1 tiles -> the int8 view the prefill GEMM takes: codes[32*g + k] = +1
 // where bit k of tile g is set, -1 where clear; scales[g] = its f16 scale.
 void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);
+// q1_passes (CMF_DTYPE_MEM_Q1_PASSES, q1's decode copy): a row is
+// groups / 16 steps of 96 bytes, step k holding groups 16k..16k+15 as 8
+// u64 pass masks (mask t, bit 4j+i = bit 4t+i of group j's 32 bits) then
+// their 16 f16 scales; groups % 16 == 0. The pass masks are what the
+// AVX-512 kernel of rows_q1_xq makes from a step's tiles with a word
+// permute and a vpshufbitqmb per pass (two shuffle-port operations per 64
+// weights; on the Intel VM of docs/performance.md its bound): here the
+// kernel reads each pass's mask as a k-register load.
+// q1_passes_x: x (natural order, exactly `groups` blocks) as the kernel's
+// passes: per step 576 bytes, pass t (64 bytes) holding codes 4t..4t+3 of
+// the step's group j in bytes 4j..4j+3, then 16 int32: minus the sum of
+// each group's 32 codes. xt 64-byte aligned.
+void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt);
+constexpr uint64_t kQ1PassesXStepBytes = 576;
+// The rows of a q1_passes matrix against q1_passes_x's passes of x and the
+// block scales xd: y[r] = the sum over groups of s * d[g] * (exact integer
+// sum of (2b-1)*q), the integers rows_q1_xq sums. steps 8-byte aligned.
+void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                       float *y);
+// Whether rows_q1_passes_xq runs its AVX-512 form on this CPU (q1 makes the
+// copy only then: the other forms decode the masks one bit at a time).
+bool q1_passes_kernel();
 // q1t rows against a natural-order x: row r is the `groups` tiles at
 // tiles + 9*groups*r, tile g = [f16 s][7 B base-3 digits]; element 5j+k of
 // the group (k < 5; byte 6 holds elements 30 and 31 as its digits 0 and 1)
@@ -313,7 +335,7 @@ void set_avx512_extensions(bool on);
 // std::vector in avx2.cpp: the vector's members would be instantiated
 // there, compiled with AVX-512 flags, as weak symbols another file's copy
 // could be merged with (tests/codecs/no_shared_inline_copies.sh).
-enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, q1_x_passes, q2_x_passes, vbit4_x_table, count };
+enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, q1_x_passes, q1_passes_x, q2_x_passes, vbit4_x_table, count };
 void *thread_room(RoomSlot slot, uint64_t bytes);
 
 }  // namespace cmf::codecs::kernels

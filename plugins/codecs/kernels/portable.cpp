@@ -121,6 +121,43 @@ void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, floa
     }
 }
 
+void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) {
+    for (uint64_t k = 0; k < groups / 16; ++k, xt += kQ1PassesXStepBytes) {
+        const int8_t *x = xq + 512 * k;
+        for (unsigned j = 0; j < 16; ++j) {
+            int32_t sum = 0;
+            for (unsigned e = 0; e < 32; ++e) {
+                xt[64 * (e / 4) + 4 * j + e % 4] = static_cast<uint8_t>(x[32 * j + e]);
+                sum += x[32 * j + e];
+            }
+            const int32_t start = -sum;
+            std::memcpy(xt + 512 + 4 * j, &start, 4);
+        }
+    }
+}
+
+void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                       float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (uint64_t k = 0; k < groups / 16; ++k) {
+            const uint8_t *st = steps + 96 * (groups / 16 * r + k), *xs = xt + kQ1PassesXStepBytes * k;
+            for (unsigned j = 0; j < 16; ++j) {
+                int32_t s;
+                std::memcpy(&s, xs + 512 + 4 * j, 4);
+                for (unsigned t = 0; t < 8; ++t) {
+                    uint64_t mask;
+                    std::memcpy(&mask, st + 8 * t, 8);
+                    for (unsigned i = 0; i < 4; ++i)
+                        if ((mask >> (4 * j + i)) & 1u) s += 2 * static_cast<int8_t>(xs[64 * t + 4 * j + i]);
+                }
+                acc += f16_at(st + 64 + 2 * j) * xd[16 * k + j] * static_cast<float>(s);
+            }
+        }
+        y[r] = acc;
+    }
+}
+
 bool q1s_ascending(const uint8_t *entries, uint64_t count) { return q1s_ascending_from(entries, 0, count); }
 
 // (One entry at a time, each row summed in one register: the same bits

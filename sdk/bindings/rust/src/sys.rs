@@ -44,6 +44,7 @@ pub const CMF_DTYPE_Q2TP: i32 = 16;
 pub const CMF_DTYPE_MEMORY_FIRST: i32 = 512;
 pub const CMF_DTYPE_MEMORY_LAST: i32 = 1023;
 pub const CMF_DTYPE_MEM_Q4_ROWS: i32 = 512;
+pub const CMF_DTYPE_MEM_Q1_PASSES: i32 = 513;
 pub const CMF_FEATURE_TENSOR_DIR: i32 = 1;
 pub const CMF_FEATURE_BINARY_MASKS: i32 = 2;
 pub const CMF_FEATURE_QUANT_2F: i32 = 4;
