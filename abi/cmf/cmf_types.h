@@ -97,6 +97,12 @@ typedef struct cmf_error cmf_error;
  * decode_copy makes where its AVX-512 kernel runs: a pass of 64 weights
  * is then a mask load, not a word permute and a bit shuffle. */
 #define CMF_DTYPE_MEM_Q1_PASSES 513
+/* q1t's base of a 2-D matrix without an overlay, cols % 512 == 0: each
+ * row in steps of 16 groups (160 bytes): 8 u64 masks of the +1 weights, 8
+ * of the -1 weights (bit 4j+i of mask t: element 4t+i of group j), then
+ * the 16 groups' f16 scales. What q1t's decode_copy makes where its
+ * AVX-512 kernel runs. */
+#define CMF_DTYPE_MEM_Q1T_PASSES 514
 
 /* required_features bits of the envelope (spec §1.1). */
 #define CMF_FEATURE_TENSOR_DIR    0x01u

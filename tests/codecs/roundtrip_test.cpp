@@ -512,6 +512,25 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             CHECK((qa[5] == -7.0f && qp[5] == -7.0f));
             isa.rows_q1_passes_xq(bytes.data() + 4 * 6 * g, xta, xd.data(), g, 1, &q1);
             CHECK(bits(q1) == bits(qa[4]));
+            // q1t_passes: the same bytes as steps of +1 and -1 masks (a
+            // weight in both reads as -1).
+            isa.rows_q1t_passes_xq(bytes.data(), xta, xd.data(), g, 5, qa);
+            k::portable::rows_q1t_passes_xq(bytes.data(), xtp, xd.data(), g, 5, qp);
+            for (int r = 0; r < 5; ++r) CHECK(near(qa[r], qp[r]));
+            CHECK((qa[5] == -7.0f && qp[5] == -7.0f));
+            isa.rows_q1t_passes_xq(bytes.data() + 4 * 10 * g, xta, xd.data(), g, 1, &q1);
+            CHECK(bits(q1) == bits(qa[4]));
+            // Their int8 views: the same codes and scales on every ISA.
+            std::vector<int8_t> ua(32 * g + 1, 99), up(32 * g + 1, 99);
+            std::vector<float> va(g), vp(g);
+            for (bool ternary : {false, true}) {
+                CAPTURE(ternary);
+                (ternary ? isa.unpack_q1t_passes : isa.unpack_q1_passes)(bytes.data(), g / 16, ua.data(), va.data());
+                (ternary ? k::portable::unpack_q1t_passes : k::portable::unpack_q1_passes)(bytes.data(), g / 16, up.data(), vp.data());
+                CHECK(ua == up);
+                CHECK(std::memcmp(va.data(), vp.data(), g * sizeof(float)) == 0);
+                CHECK(ua[32 * g] == 99);
+            }
         }
         // q1's int8 view: the same bytes and scales on every ISA, +-1 by the bits.
         std::vector<int8_t> ca(32 * g + 1, 99), cp(32 * g + 1, 99);
@@ -1088,6 +1107,95 @@ TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same b
         CHECK(qb == qc);
         CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
         CHECK(passes.column_block(tc) == 0);
+    }
+}
+
+TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the values q1t gives") {
+    namespace k = cmf::codecs::kernels;
+    const Dtype &q1t = dtype(CMF_DTYPE_Q1T), &passes = dtype(CMF_DTYPE_MEM_Q1T_PASSES);
+    CHECK(!passes.can_quantize());
+    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{1024}), doctest::Contains("2-D"));
+    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{4, 96}), doctest::Contains("multiple of 512"));
+    uint64_t n = 7;
+    {  // no decode layout: an overlay, or rows that are not whole steps
+        std::vector<float> w = gaussian(4 * 512, 50);
+        std::vector<uint8_t> with = encode(CMF_DTYPE_Q1T, {4, 512}, w.data(), "keep=0.01");
+        CHECK(q1t.decode_layout(view(CMF_DTYPE_Q1T, {4, 512}, with), &n) == -1);
+        std::vector<float> w96 = gaussian(4 * 96, 51);
+        std::vector<uint8_t> narrow = encode(CMF_DTYPE_Q1T, {4, 96}, w96.data());
+        CHECK(q1t.decode_layout(view(CMF_DTYPE_Q1T, {4, 96}, narrow), &n) == -1);
+        CHECK(n == 0);
+    }
+    if (!k::q1_passes_kernel()) {
+        std::vector<float> w = gaussian(2 * 512, 52);
+        std::vector<uint8_t> b = encode(CMF_DTYPE_Q1T, {2, 512}, w.data());
+        CHECK(q1t.decode_layout(view(CMF_DTYPE_Q1T, {2, 512}, b), &n) == -1);
+        return;  // the copy is made only where its kernel runs
+    }
+    void *cctx = nullptr;
+    const cmf_codec_vt *vt = runtime().host_api()->find_codec(runtime().host_api()->host_ctx, CMF_DTYPE_Q1T, &cctx);
+    REQUIRE(vt != nullptr);
+    for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{3, 512}, std::vector<uint64_t>{17, 1024},
+                                               std::vector<uint64_t>{40, 3072}}) {
+        CAPTURE(shape[0]);
+        CAPTURE(shape[1]);
+        const uint64_t rows = shape[0], cols = shape[1];
+        std::vector<float> w = gaussian(rows * cols, 53);
+        std::vector<uint8_t> b = encode(CMF_DTYPE_Q1T, shape, w.data());
+        const cmf_tensor_view tb = view(CMF_DTYPE_Q1T, shape, b);
+        int32_t id = -1;
+        REQUIRE(vt->decode_copy(cctx, &tb, nullptr, 0, &n, &id) == nullptr);
+        REQUIRE(id == CMF_DTYPE_MEM_Q1T_PASSES);
+        REQUIRE(n == 10 * rows * cols / 32);
+        std::vector<uint8_t> c(n + 1, 0xAB);  // a guard byte past the copy
+        uint64_t got = 0;
+        REQUIRE(vt->decode_copy(cctx, &tb, c.data(), n, &got, &id) == nullptr);
+        CHECK(got == n);
+        CHECK(c[n] == 0xAB);
+        c.pop_back();
+        const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q1T_PASSES, shape, c);
+        passes.validate(tc);
+        std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
+        q1t.dequantize_rows(tb, 0, rows, db.data());
+        passes.dequantize_rows(tc, 0, rows, dc.data());
+        CHECK(std::memcmp(db.data(), dc.data(), db.size() * sizeof(float)) == 0);
+        // Step 0 of row 0: the +1 and -1 masks by the layout's rule.
+        for (unsigned j = 0; j < 16; ++j)
+            for (unsigned e = 0; e < 32; ++e) {
+                const unsigned bit = 4 * j + e % 4, t = e / 4;
+                const bool plus = (c[8 * t + bit / 8] >> (bit % 8)) & 1, minus = (c[64 + 8 * t + bit / 8] >> (bit % 8)) & 1;
+                const float v = db[32 * j + e];
+                CHECK(plus == (v > 0.0f));
+                CHECK(minus == (v < 0.0f));
+            }
+        passes.dequantize_rows(tc, 1, rows, dc.data());  // a range from row 1
+        CHECK(std::memcmp(db.data() + cols, dc.data(), (rows - 1) * cols * sizeof(float)) == 0);
+        for (uint64_t batch : {1u, 3u}) {
+            CAPTURE(batch);
+            std::vector<float> x = gaussian(batch * cols, 54), yb(batch * rows), yc(batch * rows, -7.0f);
+            q1t.matmul_rows(tb, x.data(), cols, batch, 0, rows, yb.data(), rows);
+            passes.matmul_rows(tc, x.data(), cols, batch, 0, rows, yc.data(), rows);
+            for (uint64_t i = 0; i < yb.size(); ++i) CHECK(std::fabs(yb[i] - yc[i]) <= 1e-5f * (std::fabs(yb[i]) + 1.0f));
+            std::vector<float> ycut(batch * rows, -7.0f);
+            for (uint64_t r0 = 0; r0 < rows; r0 += 7)
+                passes.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), ycut.data(), rows);
+            CHECK(std::memcmp(yc.data(), ycut.data(), yc.size() * sizeof(float)) == 0);
+        }
+        REQUIRE(passes.int8_view(tc));
+        std::vector<int8_t> qb(rows * cols), qc(rows * cols);
+        std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
+        q1t.int8_rows(tb, 1, rows, qb.data(), sb.data());
+        passes.int8_rows(tc, 1, rows, qc.data(), sc.data());
+        CHECK(qb == qc);
+        CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
+        CHECK(passes.column_block(tc) == 0);
+        // A digit byte the decoder rejects fails the copy with its error.
+        b[2] = 250;
+        cmf_error *bad = vt->decode_copy(cctx, &tb, c.data(), n, &got, &id);
+        REQUIRE(bad != nullptr);
+        CHECK(cmf_error_code(bad) == CMF_ERR_PARSE);
+        CHECK(std::string(cmf_error_message(bad)).find("not a valid digit group") != std::string::npos);
+        cmf_error_free(bad);
     }
 }
 

@@ -668,7 +668,8 @@ TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block and q1 matrices as co
                                                               {CMF_DTYPE_Q8_ROW, 5, 96},
                                                               {CMF_DTYPE_Q4_TILED, 9, 96},
                                                               {CMF_DTYPE_Q1, 37, 1024},
-                                                              {CMF_DTYPE_Q1, 6, 96}}) {
+                                                              {CMF_DTYPE_Q1, 6, 96},
+                                                              {CMF_DTYPE_Q1T, 21, 512}}) {
         CAPTURE(dtype);
         CAPTURE(rows);
         CAPTURE(cols);
@@ -700,21 +701,30 @@ TEST_CASE("cpu backend: CMF_CPU_DECODE_COPY binds q4_block and q1 matrices as co
             out.insert(out.end(), emb.begin(), emb.end());
             return out;
         };
-        const std::vector<float> want = run(bp, wp);
-        CHECK(run(bc, wc) == want);
-        // A weight whose codec has a decode layout for it (q4_block; q1 with
-        // whole steps of 512 columns where its AVX-512 kernel runs) reads
-        // the copy, its own memory: the stored bytes no longer matter to it.
+        const std::vector<float> want = run(bp, wp), got = run(bc, wc);
+        // The same bits, but for the 1-bit copies' decode rows: the same
+        // integer sums of each group, added up in another order than q1t's
+        // kernel (and q1's other than its BITALG one) adds them.
+        if (dtype == CMF_DTYPE_Q1 || dtype == CMF_DTYPE_Q1T) {
+            REQUIRE(got.size() == want.size());
+            for (size_t i = 0; i < want.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 1e-5f * (std::fabs(want[i]) + 1.0f));
+        } else {
+            CHECK(got == want);
+        }
+        // A weight whose codec has a decode layout for it (q4_block; q1 and
+        // q1t with whole steps of 512 columns where their AVX-512 kernel
+        // runs) reads the copy, its own memory: the stored bytes no longer
+        // matter to it.
         uint64_t copy_bytes = 0;
         int32_t copy_dtype = -1;
         REQUIRE(codec->decode_copy(cctx, &e.v, nullptr, 0, &copy_bytes, &copy_dtype) == nullptr);
-        if (dtype == CMF_DTYPE_Q1)
+        if (dtype == CMF_DTYPE_Q1 || dtype == CMF_DTYPE_Q1T)
             CHECK((cols % 512 == 0 || copy_dtype < 0));  // with 512 columns: where the CPU runs its kernel
         else
             CHECK((copy_dtype >= 0) == (dtype == CMF_DTYPE_Q4_BLOCK));
         std::fill(e.bytes.begin(), e.bytes.end(), uint8_t(0));
         const std::vector<float> after = run(bc, wc);
-        CHECK((after == want) == (copy_dtype >= 0));
+        CHECK((after == got) == (copy_dtype >= 0));
         bp->vt.weight_free(bp->ctx, wp);
         bc->vt.weight_free(bc->ctx, wc);
     }

@@ -125,25 +125,39 @@ uint32_t gather_nibbles(uint64_t y) {
     y = (y | (y >> 8)) & 0x0000FFFF0000FFFFull;
     return static_cast<uint32_t>(y | (y >> 16));
 }
-void q1_step_to_passes(const uint8_t *tiles, uint8_t *step) {
-    uint64_t m[8];
-    for (unsigned b = 0; b < 8; ++b) {
-        m[b] = spread_nibbles(load_u32(tiles + 12 * b + 2)) | spread_nibbles(load_u32(tiles + 12 * b + 8)) << 4;
-        std::memcpy(step + 64 + 4 * b, tiles + 12 * b, 2);
-        std::memcpy(step + 66 + 4 * b, tiles + 12 * b + 6, 2);
-    }
+// 16 groups' 32 bits each -> the 8 pass masks (mask t, bit 4j+i = bit
+// 4t+i of group j), and back.
+void pass_masks_from_bits(const uint32_t bits[16], uint64_t m[8]) {
+    for (unsigned b = 0; b < 8; ++b) m[b] = spread_nibbles(bits[2 * b]) | spread_nibbles(bits[2 * b + 1]) << 4;
     transpose_bytes_8x8(m);
+}
+void bits_from_pass_masks(const uint64_t masks[8], uint32_t bits[16]) {
+    uint64_t m[8];
+    std::memcpy(m, masks, 64);
+    transpose_bytes_8x8(m);
+    for (unsigned b = 0; b < 8; ++b) {
+        bits[2 * b] = gather_nibbles(m[b]);
+        bits[2 * b + 1] = gather_nibbles(m[b] >> 4);
+    }
+}
+void q1_step_to_passes(const uint8_t *tiles, uint8_t *step) {
+    uint32_t bits[16];
+    uint64_t m[8];
+    for (unsigned j = 0; j < 16; ++j) {
+        bits[j] = load_u32(tiles + 6 * j + 2);
+        std::memcpy(step + 64 + 2 * j, tiles + 6 * j, 2);
+    }
+    pass_masks_from_bits(bits, m);
     std::memcpy(step, m, 64);
 }
 void q1_passes_to_step(const uint8_t *step, uint8_t *tiles) {
     uint64_t m[8];
+    uint32_t bits[16];
     std::memcpy(m, step, 64);
-    transpose_bytes_8x8(m);
-    for (unsigned b = 0; b < 8; ++b) {
-        std::memcpy(tiles + 12 * b, step + 64 + 4 * b, 2);
-        store_u32(tiles + 12 * b + 2, gather_nibbles(m[b]));
-        std::memcpy(tiles + 12 * b + 6, step + 66 + 4 * b, 2);
-        store_u32(tiles + 12 * b + 8, gather_nibbles(m[b] >> 4));
+    bits_from_pass_masks(m, bits);
+    for (unsigned j = 0; j < 16; ++j) {
+        std::memcpy(tiles + 6 * j, step + 64 + 2 * j, 2);
+        store_u32(tiles + 6 * j + 2, bits[j]);
     }
 }
 
@@ -202,6 +216,20 @@ public:
 };
 
 // ---- q1_passes (memory-only: q1's decode copy) ------------------------------------
+// x's passes for the q1_passes and q1t_passes kernels (kernels::q1_passes_x,
+// each activation row's after the other), made once per x (xq.serial) for
+// every row range of its matmul on this thread, in a room only this reads.
+const uint8_t *q1_passes_of_x(const QuantizedX &xq, uint64_t n_batch, uint64_t gpr) {
+    const uint64_t per_x = kernels::kQ1PassesXStepBytes * (gpr / 16);
+    thread_local uint64_t made_from = 0;
+    uint8_t *xt = static_cast<uint8_t *>(kernels::thread_room(kernels::RoomSlot::q1_passes_x, n_batch * per_x));
+    if (made_from != xq.serial) {
+        for (uint64_t b = 0; b < n_batch; ++b) kernels::q1_passes_x(xq.q(b), gpr, xt + b * per_x);
+        made_from = xq.serial;
+    }
+    return xt;
+}
+
 // q1_passes: q1's payload of a matrix with whole steps of 16 groups a row,
 // each step's bits as the masks of the AVX-512 kernel's passes (ABI:
 // CMF_DTYPE_MEM_Q1_PASSES). It decodes, multiplies and gives its int8 view
@@ -236,28 +264,20 @@ public:
                      uint64_t r1, float *y, uint64_t ldy) const override {
         validate(w);
         if (r0 >= r1) return;
-        const uint64_t cols = w.shape[1], gpr = cols / 32, per_x = kernels::kQ1PassesXStepBytes * (gpr / 16);
-        const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
-        // x's passes, made once per x (xq.serial) for every row range of
-        // its matmul on this thread, in a room only this reads.
-        thread_local uint64_t made_from = 0;
-        uint8_t *xt = static_cast<uint8_t *>(kernels::thread_room(kernels::RoomSlot::q1_passes_x, n_batch * per_x));
-        if (made_from != xq.serial) {
-            for (uint64_t b = 0; b < n_batch; ++b) kernels::q1_passes_x(xq.q(b), gpr, xt + b * per_x);
-            made_from = xq.serial;
-        }
+        const uint64_t gpr = w.shape[1] / 32;
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, w.shape[1], kernels::XOrder::natural);
+        const uint8_t *xt = q1_passes_of_x(xq, n_batch, gpr);
         for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
-            kernels::rows_q1_passes_xq(bytes_of(w) + 6 * gpr * t0, xt + b * per_x, xq.d(b), gpr, t1 - t0,
-                                       y + b * ldy + t0);
+            kernels::rows_q1_passes_xq(bytes_of(w) + 6 * gpr * t0, xt + b * kernels::kQ1PassesXStepBytes * (gpr / 16),
+                                       xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
         }, 6 * gpr);
     }
     bool has_int8_rows() const override { return true; }
     bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
     void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
         validate(t);
-        each_step(t, r0, r1, [&](const uint8_t *tiles, uint64_t k) {
-            kernels::unpack_q1_groups(tiles, 16, codes + 512 * k, scales + 16 * k);
-        });
+        const uint64_t spr = t.shape[1] / 512;
+        kernels::unpack_q1_passes(bytes_of(t) + 96 * spr * r0, (r1 - r0) * spr, codes, scales);
     }
 };
 
@@ -463,6 +483,31 @@ unsigned trit(const uint8_t *digits, unsigned k) {
 }
 float trit_value(unsigned d, float s) { return d == 0 ? 0.0f : (d == 1 ? s : -s); }
 
+// A group's 7 base-3 bytes -> the bits of its +1 and of its -1 weights,
+// failing on a byte q1t's decoder rejects, with its message.
+void q1t_group_bits(const uint8_t *digits, uint32_t *plus, uint32_t *minus) {
+    struct Table {
+        uint8_t plus[243], minus[243];
+        constexpr Table() : plus(), minus() {
+            for (unsigned v = 0; v < 243; ++v)
+                for (unsigned k = 0, d = v; k < 5; ++k, d /= 3) {
+                    plus[v] = static_cast<uint8_t>(plus[v] | (d % 3 == 1) << k);
+                    minus[v] = static_cast<uint8_t>(minus[v] | (d % 3 == 2) << k);
+                }
+        }
+    };
+    static constexpr Table kTable;
+    *plus = *minus = 0;
+    for (unsigned j = 0; j < 7; ++j) {
+        const unsigned byte = digits[j];
+        if (j == 6 ? byte > 8 : byte > 242)
+            fail(CMF_ERR_PARSE, "q1t base-3 byte " + std::to_string(byte) + " is not a valid digit group");
+        *plus |= uint32_t(kTable.plus[byte]) << (5 * j);
+        *minus |= uint32_t(kTable.minus[byte]) << (5 * j);
+    }
+}
+
+
 struct Q1tView {
     Matrix m;
     uint64_t groups;
@@ -581,6 +626,36 @@ public:
                     y[b * ldy + r] += delta * (xq.d(b)[c / 32] * static_cast<float>(xq.q(b)[c]));
             }
     }
+    // q1t_passes, for a matrix without an overlay whose rows are whole
+    // steps of 16 groups, where its AVX-512 kernel runs; 10 bytes a group
+    // where the file has 9 (docs/dtypes.md). A byte the decoder rejects
+    // fails the copy with the decoder's error.
+    int32_t decode_layout(const cmf_tensor_view &t, uint64_t *bytes) const override {
+        *bytes = 0;
+        if (t.ndim != 2 || t.shape[1] == 0 || t.shape[1] % 512 != 0 || !kernels::q1_passes_kernel()) return -1;
+        const Q1tView v = q1t_view(t);
+        if (v.ptr(v.m.rows) != 0) return -1;
+        *bytes = 10 * v.groups;
+        return CMF_DTYPE_MEM_Q1T_PASSES;
+    }
+    void decode_copy(const cmf_tensor_view &t, uint8_t *dst) const override {
+        uint64_t n = 0;
+        if (decode_layout(t, &n) < 0) Dtype::decode_copy(t, dst);
+        const Q1tView v = q1t_view(t);
+        for (uint64_t k = 0; k < v.groups / 16; ++k, dst += 160) {
+            uint32_t plus[16], minus[16];
+            uint64_t m[8];
+            for (unsigned j = 0; j < 16; ++j) {
+                const uint8_t *tile = v.tiles + 9 * (16 * k + j);
+                q1t_group_bits(tile + 2, &plus[j], &minus[j]);
+                std::memcpy(dst + 128 + 2 * j, tile, 2);
+            }
+            pass_masks_from_bits(plus, m);
+            std::memcpy(dst, m, 64);
+            pass_masks_from_bits(minus, m);
+            std::memcpy(dst + 64, m, 64);
+        }
+    }
     // int8 view: codes -1, 0, +1 and the group's scale, for a tensor with
     // whole groups per row and no overlay (the converter's default keep of
     // 0 writes none; an overlay value is no multiple of its group's scale).
@@ -593,6 +668,68 @@ public:
         if (v.ptr(v.m.rows) != 0) fail(CMF_ERR_UNSUPPORTED, "q1t tensor with an overlay: no int8 view");
         const uint64_t gpr = v.m.cols / 32;
         kernels::unpack_q1t_groups(v.tiles + 9 * r0 * gpr, (r1 - r0) * gpr, codes, scales);
+    }
+};
+
+// ---- q1t_passes (memory-only: q1t's decode copy) ---------------------------------
+// q1t_passes: the base of a q1t matrix without an overlay, with whole
+// steps of 16 groups a row, as two sets of pass masks (ABI:
+// CMF_DTYPE_MEM_Q1T_PASSES; kernels.hpp, rows_q1t_passes_xq). It decodes,
+// multiplies and gives its int8 view with the values q1t gives on the same
+// weights; no encoder, no column selection.
+class Q1tPasses final : public Dtype {
+public:
+    int32_t id() const override { return CMF_DTYPE_MEM_Q1T_PASSES; }
+    const char *name() const override { return "q1t_passes"; }
+    uint64_t expected_size(Shape shape) const override {
+        if (shape.size() != 2 || shape[1] % 512 != 0)
+            fail(CMF_ERR_INVALID_ARGUMENT, "q1t_passes: 2-D with a multiple of 512 columns only");
+        return checked_mad(groups_of(elements(shape)), 10, 0, name());
+    }
+    // A row range step by step: each group's +1 and -1 bits and its scale.
+    template <class Step>
+    static void each_step(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, Step fn) {
+        const uint64_t steps = (r1 - r0) * (t.shape[1] / 512);
+        const uint8_t *p = bytes_of(t) + 10 * (t.shape[1] / 32) * r0;
+        uint32_t plus[16], minus[16];
+        for (uint64_t k = 0; k < steps; ++k) {
+            uint64_t m[8];
+            std::memcpy(m, p + 160 * k, 64);
+            bits_from_pass_masks(m, plus);
+            std::memcpy(m, p + 160 * k + 64, 64);
+            bits_from_pass_masks(m, minus);
+            fn(plus, minus, p + 160 * k + 128, k);
+        }
+    }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        validate(t);
+        each_step(t, r0, r1, [&](const uint32_t *plus, const uint32_t *minus, const uint8_t *scales, uint64_t k) {
+            for (unsigned j = 0; j < 16; ++j) {
+                const float sc = load_f16(scales + 2 * j);
+                for (unsigned e = 0; e < 32; ++e)
+                    dst[512 * k + 32 * j + e] = (minus[j] >> e) & 1u ? trit_value(2, sc) : trit_value((plus[j] >> e) & 1u, sc);
+            }
+        });
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        validate(w);
+        if (r0 >= r1) return;
+        const uint64_t gpr = w.shape[1] / 32;
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, w.shape[1], kernels::XOrder::natural);
+        const uint8_t *xt = q1_passes_of_x(xq, n_batch, gpr);
+        for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
+            kernels::rows_q1t_passes_xq(bytes_of(w) + 10 * gpr * t0, xt + b * kernels::kQ1PassesXStepBytes * (gpr / 16),
+                                        xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
+        }, 10 * gpr);
+    }
+    bool has_int8_rows() const override { return true; }
+    bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
+    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
+        validate(t);
+        const uint64_t spr = t.shape[1] / 512;
+        kernels::unpack_q1t_passes(bytes_of(t) + 160 * spr * r0, (r1 - r0) * spr, codes, scales);
     }
 };
 
@@ -715,5 +852,6 @@ std::unique_ptr<Dtype> make_q1() { return std::make_unique<Q1>(); }
 std::unique_ptr<Dtype> make_q1_passes() { return std::make_unique<Q1Passes>(); }
 std::unique_ptr<Dtype> make_q1s() { return std::make_unique<Q1s>(); }
 std::unique_ptr<Dtype> make_q1t() { return std::make_unique<Q1t>(); }
+std::unique_ptr<Dtype> make_q1t_passes() { return std::make_unique<Q1tPasses>(); }
 
 }  // namespace cmf::codecs

@@ -1520,15 +1520,21 @@ namespace {
 // where q1_pass_bitalg takes 3, two of them on the shuffle port of the
 // Intel VM); the lanes hold each group's sum((2b-1)*q), converted and
 // multiplied by s*d once per step, as q1_pass_bitalg does them (the same
-// bits).
-template <int R>
+// bits). Ternary (q1t_passes): the bytes w+1 made from 1s by a move of 2s
+// under the +1 mask and of 0s under the -1 mask, against the same x and
+// lane starts (sum((w+1)*q) - sum(q) = sum(w*q)): 3 operations per 64.
+template <int R, bool Ternary>
 inline void q1_passes_pass(const uint8_t *steps, uint64_t ld, const uint8_t *xt, const float *xd, uint64_t groups,
                            float *y) {
-    const __m512i twos = _mm512_set1_epi8(2);
+    constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
+    const __m512i ones = _mm512_set1_epi8(1), twos = _mm512_set1_epi8(2), zero = _mm512_setzero_si512();
     const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
     __m512 acc[R];
 #pragma GCC unroll 4
     for (int q = 0; q < R; ++q) acc[q] = _mm512_setzero_ps();
+    // kmovq from memory: a load, where a mask moved in from a general
+    // register takes the shuffle port.
+    auto mask_at = [](const uint8_t *p) { return _load_mask64(const_cast<__mmask64 *>(reinterpret_cast<const __mmask64 *>(p))); };
     for (uint64_t g0 = 0; g0 < groups; g0 += 16) {
         const uint8_t *xs = xt + kQ1PassesXStepBytes * (g0 / 16);
         const __m512 xd16 = _mm512_loadu_ps(xd + g0);
@@ -1537,11 +1543,13 @@ inline void q1_passes_pass(const uint8_t *steps, uint64_t ld, const uint8_t *xt,
         __m512 sc[R];
 #pragma GCC unroll 4
         for (int q = 0; q < R; ++q) {
-            st[q] = steps + q * ld + 6 * g0;
+            st[q] = steps + q * ld + kStep * (g0 / 16);
             _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead), _MM_HINT_T0);
             _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead + 64), _MM_HINT_T0);
-            sc[q] = _mm512_mul_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st[q] + 64))),
-                                  xd16);
+            if (Ternary) _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead + 128), _MM_HINT_T0);
+            sc[q] = _mm512_mul_ps(
+                _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st[q] + kScales))),
+                xd16);
             s[q] = _mm512_load_si512(xs + 512);
         }
 #pragma GCC unroll 8
@@ -1549,10 +1557,13 @@ inline void q1_passes_pass(const uint8_t *steps, uint64_t ld, const uint8_t *xt,
             const __m512i xv = _mm512_load_si512(xs + 64 * t);
 #pragma GCC unroll 4
             for (int q = 0; q < R; ++q) {
-                // kmovq from memory: a load, where a mask moved in from a
-                // general register takes the shuffle port.
-                const __mmask64 m = _load_mask64(const_cast<__mmask64 *>(reinterpret_cast<const __mmask64 *>(st[q] + 8 * t)));
-                s[q] = _mm512_dpbusd_epi32(s[q], _mm512_maskz_mov_epi8(m, twos), xv);
+                __m512i u;
+                if (Ternary)
+                    u = _mm512_mask_mov_epi8(_mm512_mask_mov_epi8(ones, mask_at(st[q] + 8 * t), twos),
+                                             mask_at(st[q] + 64 + 8 * t), zero);
+                else
+                    u = _mm512_maskz_mov_epi8(mask_at(st[q] + 8 * t), twos);
+                s[q] = _mm512_dpbusd_epi32(s[q], u, xv);
             }
         }
 #pragma GCC unroll 4
@@ -1561,25 +1572,78 @@ inline void q1_passes_pass(const uint8_t *steps, uint64_t ld, const uint8_t *xt,
 #pragma GCC unroll 4
     for (int q = 0; q < R; ++q) y[q] = hsum512(acc[q]);
 }
+template <bool Ternary>
+void q1_passes_rows(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                    float *y) {
+    const uint64_t ld = (Ternary ? 10 : 6) * groups;
+    uint64_t r = 0;
+    for (; r + 4 <= rows; r += 4) q1_passes_pass<4, Ternary>(steps + r * ld, ld, xt, xd, groups, y + r);
+    for (; r < rows; ++r) q1_passes_pass<1, Ternary>(steps + r * ld, ld, xt, xd, groups, y + r);
+}
 }  // namespace
 
+namespace {
+// Codes of `n` steps in pass order (byte 4j+i of pass t: element 4t+i of
+// group j), made with the kernel's mask moves, then each pair of groups'
+// 64 codes in element order by one dword gather from them.
+template <bool Ternary>
+void q1_passes_unpack(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
+    const __m512i ones = _mm512_set1_epi8(1), minus_ones = _mm512_set1_epi8(-1), zero = _mm512_setzero_si512();
+    // Output lane l of pair o: group 2o + l/8, pass l%8: dword 16*(l%8) + 2o + l/8.
+    const __m512i lane = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 1, 17, 33, 49, 65, 81, 97, 113);
+    alignas(64) int8_t pass_order[512];
+    auto mask_at = [](const uint8_t *p) { return _load_mask64(const_cast<__mmask64 *>(reinterpret_cast<const __mmask64 *>(p))); };
+    for (uint64_t k = 0; k < n; ++k, codes += 512, scales += 16) {
+        const uint8_t *st = steps + kStep * k;
+        for (int t = 0; t < 8; ++t) {
+            const __m512i u = Ternary ? _mm512_mask_mov_epi8(_mm512_mask_mov_epi8(zero, mask_at(st + 8 * t), ones),
+                                                             mask_at(st + 64 + 8 * t), minus_ones)
+                                      : _mm512_mask_mov_epi8(minus_ones, mask_at(st + 8 * t), ones);
+            _mm512_store_si512(pass_order + 64 * t, u);
+        }
+        for (int o = 0; o < 8; ++o)
+            _mm512_storeu_si512(codes + 64 * o,
+                                _mm512_mask_i32gather_epi32(zero, 0xFFFF, _mm512_add_epi32(lane, _mm512_set1_epi32(2 * o)),
+                                                            pass_order, 4));
+        _mm512_storeu_ps(scales, _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st + kScales))));
+    }
+}
+}  // namespace
+void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    q1_passes_unpack<false>(steps, n, codes, scales);
+}
+void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    q1_passes_unpack<true>(steps, n, codes, scales);
+}
 static_assert(kQ1StepBytes == kQ1PassesXStepBytes);
 void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) { q1_x_passes(xq, groups, xt); }
-
 void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                        float *y) {
-    const uint64_t ld = 6 * groups;
-    uint64_t r = 0;
-    for (; r + 4 <= rows; r += 4) q1_passes_pass<4>(steps + r * ld, ld, xt, xd, groups, y + r);
-    for (; r < rows; ++r) q1_passes_pass<1>(steps + r * ld, ld, xt, xd, groups, y + r);
+    q1_passes_rows<false>(steps, xt, xd, groups, rows, y);
+}
+void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                        float *y) {
+    q1_passes_rows<true>(steps, xt, xd, groups, rows, y);
 }
 #else
-// q1_passes is made only where the AVX-512 form runs (q1_passes_kernel):
-// here the portable reference serves a view made elsewhere.
+// q1_passes and q1t_passes are made only where the AVX-512 form runs
+// (q1_passes_kernel): here the portable reference serves a view made
+// elsewhere.
 void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) { portable::q1_passes_x(xq, groups, xt); }
 void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                        float *y) {
     portable::rows_q1_passes_xq(steps, xt, xd, groups, rows, y);
+}
+void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                        float *y) {
+    portable::rows_q1t_passes_xq(steps, xt, xd, groups, rows, y);
+}
+void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    portable::unpack_q1_passes(steps, n, codes, scales);
+}
+void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    portable::unpack_q1t_passes(steps, n, codes, scales);
 }
 #endif
 

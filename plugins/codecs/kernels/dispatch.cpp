@@ -206,6 +206,16 @@ void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd,
                        float *y) {
     CMF_PICK(rows_q1_passes_xq, steps, xt, xd, groups, rows, y);
 }
+void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                        float *y) {
+    CMF_PICK(rows_q1t_passes_xq, steps, xt, xd, groups, rows, y);
+}
+void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    CMF_PICK(unpack_q1_passes, steps, n, codes, scales);
+}
+void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    CMF_PICK(unpack_q1t_passes, steps, n, codes, scales);
+}
 bool q1_passes_kernel() { return has_avx512vnni(); }
 bool q1s_ascending(const uint8_t *e, uint64_t count) { return CMF_PICK(q1s_ascending, e, count); }
 void q1s_overlay_xq(const uint8_t *t, const uint8_t *e, uint64_t count, uint64_t phase, uint64_t begin, uint64_t cols,

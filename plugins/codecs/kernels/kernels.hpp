@@ -177,8 +177,22 @@ constexpr uint64_t kQ1PassesXStepBytes = 576;
 // sum of (2b-1)*q), the integers rows_q1_xq sums. steps 8-byte aligned.
 void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                        float *y);
-// Whether rows_q1_passes_xq runs its AVX-512 form on this CPU (q1 makes the
-// copy only then: the other forms decode the masks one bit at a time).
+// q1t_passes (CMF_DTYPE_MEM_Q1T_PASSES, q1t's decode copy of a matrix
+// without an overlay): steps of 160 bytes, 8 u64 masks of the +1 weights,
+// 8 of the -1 weights (bit 4j+i of mask t: element 4t+i of group j, as
+// above; a weight in both reads as -1), then the 16 f16 scales; against
+// the same passes of x. y[r] = the sum over groups of s * d[g] * (exact
+// integer sum of w*q), the integers rows_q1t_xq sums.
+void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                        float *y);
+// `n` steps of q1_passes (q1t_passes) -> the int8 view the prefill GEMM
+// takes, 512 codes and 16 scales a step: codes +-1 (q1t: -1, 0, +1) in
+// element order, scales the f16 scales.
+void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales);
+void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales);
+// Whether rows_q1_passes_xq and rows_q1t_passes_xq run their AVX-512 form
+// on this CPU (q1 and q1t make their copies only then: the other forms
+// decode the masks one bit at a time).
 bool q1_passes_kernel();
 // q1t rows against a natural-order x: row r is the `groups` tiles at
 // tiles + 9*groups*r, tile g = [f16 s][7 B base-3 digits]; element 5j+k of

@@ -136,26 +136,69 @@ void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) {
     }
 }
 
-void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
-                       float *y) {
+namespace {
+// Both q1 forms of passes: a weight's byte is 2b (q1_passes) or w+1 from
+// the +1 and -1 masks (q1t_passes), summed against x from the lane start
+// minus the group's sum of x, as the AVX-512 kernel does.
+template <bool Ternary>
+void q1_passes_rows(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
     for (uint64_t r = 0; r < rows; ++r) {
         float acc = 0.0f;
         for (uint64_t k = 0; k < groups / 16; ++k) {
-            const uint8_t *st = steps + 96 * (groups / 16 * r + k), *xs = xt + kQ1PassesXStepBytes * k;
+            const uint8_t *st = steps + kStep * (groups / 16 * r + k), *xs = xt + kQ1PassesXStepBytes * k;
             for (unsigned j = 0; j < 16; ++j) {
                 int32_t s;
                 std::memcpy(&s, xs + 512 + 4 * j, 4);
                 for (unsigned t = 0; t < 8; ++t) {
-                    uint64_t mask;
-                    std::memcpy(&mask, st + 8 * t, 8);
-                    for (unsigned i = 0; i < 4; ++i)
-                        if ((mask >> (4 * j + i)) & 1u) s += 2 * static_cast<int8_t>(xs[64 * t + 4 * j + i]);
+                    uint64_t plus, minus = 0;
+                    std::memcpy(&plus, st + 8 * t, 8);
+                    if (Ternary) std::memcpy(&minus, st + 64 + 8 * t, 8);
+                    for (unsigned i = 0; i < 4; ++i) {
+                        const bool p = (plus >> (4 * j + i)) & 1u, m = (minus >> (4 * j + i)) & 1u;
+                        const int u = Ternary ? (m ? 0 : p ? 2 : 1) : (p ? 2 : 0);
+                        s += u * static_cast<int8_t>(xs[64 * t + 4 * j + i]);
+                    }
                 }
-                acc += f16_at(st + 64 + 2 * j) * xd[16 * k + j] * static_cast<float>(s);
+                acc += f16_at(st + kScales + 2 * j) * xd[16 * k + j] * static_cast<float>(s);
             }
         }
         y[r] = acc;
     }
+}
+template <bool Ternary>
+void q1_passes_unpack(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
+    for (uint64_t k = 0; k < n; ++k, codes += 512, scales += 16) {
+        const uint8_t *st = steps + kStep * k;
+        for (unsigned t = 0; t < 8; ++t) {
+            uint64_t plus, minus = 0;
+            std::memcpy(&plus, st + 8 * t, 8);
+            if (Ternary) std::memcpy(&minus, st + 64 + 8 * t, 8);
+            for (unsigned j = 0; j < 16; ++j)
+                for (unsigned i = 0; i < 4; ++i) {
+                    const bool p = (plus >> (4 * j + i)) & 1u, m = (minus >> (4 * j + i)) & 1u;
+                    codes[32 * j + 4 * t + i] = static_cast<int8_t>(Ternary ? (m ? -1 : p ? 1 : 0) : (p ? 1 : -1));
+                }
+        }
+        for (unsigned j = 0; j < 16; ++j) scales[j] = f16_at(st + kScales + 2 * j);
+    }
+}
+}  // namespace
+
+void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    q1_passes_unpack<false>(steps, n, codes, scales);
+}
+void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
+    q1_passes_unpack<true>(steps, n, codes, scales);
+}
+void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                       float *y) {
+    q1_passes_rows<false>(steps, xt, xd, groups, rows, y);
+}
+void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                        float *y) {
+    q1_passes_rows<true>(steps, xt, xd, groups, rows, y);
 }
 
 bool q1s_ascending(const uint8_t *entries, uint64_t count) { return q1s_ascending_from(entries, 0, count); }

@@ -32,6 +32,10 @@
     void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt);                                              \
     void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,  \
                            float *y);                                                                                 \
+    void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows, \
+                            float *y);                                                                                \
+    void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales);                          \
+    void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales);                         \
     void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64_t groups, uint64_t rows,         \
                      float *y);                                                                                       \
     void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);                   \
@@ -90,7 +94,7 @@ CMF_CODECS_KERNEL_DECLS
 // Every kernel above, by name, for X-macro tables.
 #define CMF_CODECS_KERNEL_NAMES(X)                                                                                    \
     X(dot_f32) X(dot_f16) X(dot_bf16) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
-    X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(q1_passes_x) X(rows_q1_passes_xq) X(rows_q1t_xq) X(unpack_q1t_groups) X(q1s_ascending) X(q1s_overlay_xq)                                            \
+    X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(q1_passes_x) X(rows_q1_passes_xq) X(rows_q1t_passes_xq) X(unpack_q1_passes) X(unpack_q1t_passes) X(rows_q1t_xq) X(unpack_q1t_groups) X(q1s_ascending) X(q1s_overlay_xq)                                            \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(q4_pair_x_table) X(dot_q4_groups_xq)                \
     X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(rows_q4tp_xq) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
     X(unpack_q4_groups)
