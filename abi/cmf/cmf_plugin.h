@@ -201,12 +201,15 @@ typedef struct cmf_codec_vt {
     /* A copy of t's payload in a memory-only layout (CMF_DTYPE_MEMORY_FIRST
      * ..LAST) whose codec, registered by the same plugin, multiplies it
      * faster than this dtype's own layout when its bytes stream from memory
-     * (one decode stream instead of two). dst == NULL asks: *out_dtype gets
-     * the copy's dtype (-1: no such layout for this tensor) and *out_bytes
-     * its size. Then dst (dst_bytes == *out_bytes) receives the copy, the
-     * shape being t's, written straight where the caller keeps it. Every
-     * member of the copy's codec gives the same bits on the copy as this
-     * codec on t. A backend makes the copy when a weight is bound, if it was
+     * (one decode stream instead of two; masks a kernel would otherwise
+     * make for every row). dst == NULL asks: *out_dtype gets the copy's
+     * dtype (-1: no such layout for this tensor) and *out_bytes its size.
+     * Then dst (dst_bytes == *out_bytes) receives the copy, the shape being
+     * t's, written straight where the caller keeps it. Every member of the
+     * copy's codec gives on the copy what this codec gives on t: the same
+     * bits from dequantize_rows and int8_rows, and matmuls of the same
+     * products, whose f32 sums may be added in another order (the last
+     * bits of a result can differ with and without the copy). A backend makes the copy when a weight is bound, if it was
      * asked to spend the memory. Optional (NULL: none; added after plugin
      * ABI 1's first release, so hosts and backends read it only when
      * struct_size covers it). Reentrant. */

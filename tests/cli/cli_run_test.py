@@ -207,6 +207,23 @@ check(copy_logits["--decode-copy"] == copy_logits["--no-decode-copy"] == copy_lo
       "q4 logits: the same bits with every decode copy, with none and by default")
 check(copy_text["--decode-copy"] == copy_text["--no-decode-copy"] == copy_text[None] and copy_text[None],
       "q4 run --greedy: the same text with every decode copy, with none and by default")
+# q1 and q1t copy their 512-column matrices (the MLP's down projection
+# here) into pass masks where the codecs' AVX-512 kernels run: the same
+# products per group, summed in another order for q1t (and for q1 without
+# BITALG), so the decode logits agree to f32 rounding, not bit for bit.
+for quant in ("q1", "q1t"):
+    qpath = os.path.join(work, f"austen-{quant}.cmf")
+    subprocess.run([make_model, hf, qpath, quant], check=True)
+    got = {}
+    for flag in ("--decode-copy", "--no-decode-copy"):
+        o = os.path.join(work, f"logits-{quant}-{flag}.f32")
+        run(["logits", qpath, "--ids", ",".join(map(str, qids[:12])), "--out", o, flag])
+        got[flag] = np.fromfile(o, dtype="<f4").astype(np.float64)
+    a, b = got["--decode-copy"], got["--no-decode-copy"]
+    ok = a.size == b.size == 12 * V
+    drift = float(np.abs(a - b).max() / np.abs(b).max()) if ok else float("inf")
+    print(f"     {quant}: decode logits with and without decode copies, max difference {drift:.2e} of the largest")
+    check(ok and drift <= 1e-4, f"{quant} logits with and without decode copies agree to f32 rounding ({drift:.2e})")
 p = run(["bench", q4path, "-p", "8", "-n", "0", "--decode-copy", "--no-decode-copy"], expect=2)
 check("contradict" in p.stderr.decode(), "bench --decode-copy --no-decode-copy: clear error")
 # The file's q4 weights have a decode layout: a budget of 0 MiB stops the
