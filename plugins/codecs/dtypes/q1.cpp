@@ -88,12 +88,11 @@ void q1_base_rows(const uint8_t *tiles, uint64_t gpr, const QuantizedX &xq, uint
 }
 
 // A step of 16 q1 tiles (96 bytes) as q1_passes' step (kernels.hpp,
-// rows_q1_passes_xq: 8 u64 pass masks, then the 16 f16 scales), and back.
-// Byte b of mask t holds nibble t of groups 2b (low) and 2b+1 (high): the
-// masks are the transpose of the 8x8 byte matrix whose row b is groups 2b
-// and 2b+1 with their nibbles spread one a byte. Word operations, not one
-// bit at a time: the prefill GEMM takes a copy's int8 view back through
-// here for every panel (a bit loop cost the 0.6B q1 file's pp512 7 %).
+// rows_q1_passes_xq: 8 u64 pass masks, then the 16 f16 scales). Byte b of
+// mask t holds nibble t of groups 2b (low) and 2b+1 (high): the masks are
+// the transpose of the 8x8 byte matrix whose row b is groups 2b and 2b+1
+// with their nibbles spread one a byte (word operations, not a bit at a
+// time: the copies are made as a model loads).
 void transpose_bytes_8x8(uint64_t m[8]) {
     constexpr uint64_t k4 = 0x00000000FFFFFFFFull, k2 = 0x0000FFFF0000FFFFull, k1 = 0x00FF00FF00FF00FFull;
     for (int t = 0; t < 4; ++t) {
@@ -112,33 +111,16 @@ void transpose_bytes_8x8(uint64_t m[8]) {
         m[t + 1] = ((a >> 8) & k1) | (c & ~k1);
     }
 }
-// 32 bits -> their 8 nibbles, one in the low half of each byte; and back.
+// 32 bits -> their 8 nibbles, one in the low half of each byte.
 uint64_t spread_nibbles(uint32_t v) {
     uint64_t y = v;
     y = (y | (y << 16)) & 0x0000FFFF0000FFFFull;
     y = (y | (y << 8)) & 0x00FF00FF00FF00FFull;
     return (y | (y << 4)) & 0x0F0F0F0F0F0F0F0Full;
 }
-uint32_t gather_nibbles(uint64_t y) {
-    y &= 0x0F0F0F0F0F0F0F0Full;
-    y = (y | (y >> 4)) & 0x00FF00FF00FF00FFull;
-    y = (y | (y >> 8)) & 0x0000FFFF0000FFFFull;
-    return static_cast<uint32_t>(y | (y >> 16));
-}
-// 16 groups' 32 bits each -> the 8 pass masks (mask t, bit 4j+i = bit
-// 4t+i of group j), and back.
 void pass_masks_from_bits(const uint32_t bits[16], uint64_t m[8]) {
     for (unsigned b = 0; b < 8; ++b) m[b] = spread_nibbles(bits[2 * b]) | spread_nibbles(bits[2 * b + 1]) << 4;
     transpose_bytes_8x8(m);
-}
-void bits_from_pass_masks(const uint64_t masks[8], uint32_t bits[16]) {
-    uint64_t m[8];
-    std::memcpy(m, masks, 64);
-    transpose_bytes_8x8(m);
-    for (unsigned b = 0; b < 8; ++b) {
-        bits[2 * b] = gather_nibbles(m[b]);
-        bits[2 * b + 1] = gather_nibbles(m[b] >> 4);
-    }
 }
 void q1_step_to_passes(const uint8_t *tiles, uint8_t *step) {
     uint32_t bits[16];
@@ -150,17 +132,6 @@ void q1_step_to_passes(const uint8_t *tiles, uint8_t *step) {
     pass_masks_from_bits(bits, m);
     std::memcpy(step, m, 64);
 }
-void q1_passes_to_step(const uint8_t *step, uint8_t *tiles) {
-    uint64_t m[8];
-    uint32_t bits[16];
-    std::memcpy(m, step, 64);
-    bits_from_pass_masks(m, bits);
-    for (unsigned j = 0; j < 16; ++j) {
-        std::memcpy(tiles + 6 * j, step + 64 + 2 * j, 2);
-        store_u32(tiles + 6 * j + 2, bits[j]);
-    }
-}
-
 class Q1 final : public Dtype {
 public:
     int32_t id() const override { return CMF_DTYPE_Q1; }
@@ -215,7 +186,7 @@ public:
     }
 };
 
-// ---- q1_passes (memory-only: q1's decode copy) ------------------------------------
+// ---- q1_passes and q1t_passes (memory-only: q1's and q1t's decode copies) ----------
 // x's passes for the q1_passes and q1t_passes kernels (kernels::q1_passes_x,
 // each activation row's after the other), made once per x (xq.serial) for
 // every row range of its matmul on this thread, in a room only this reads.
@@ -230,34 +201,45 @@ const uint8_t *q1_passes_of_x(const QuantizedX &xq, uint64_t n_batch, uint64_t g
     return xt;
 }
 
-// q1_passes: q1's payload of a matrix with whole steps of 16 groups a row,
-// each step's bits as the masks of the AVX-512 kernel's passes (ABI:
-// CMF_DTYPE_MEM_Q1_PASSES). It decodes, multiplies and gives its int8 view
-// with the bits q1 gives on the same weights (the AVX-512 row kernels sum
-// the same lanes in the same order); no encoder, no column selection.
-class Q1Passes final : public Dtype {
+// q1_passes (Ternary false) and q1t_passes: q1's payload, and q1t's base
+// without an overlay, of a matrix with whole steps of 16 groups a row, each
+// step's bits as the masks of the AVX-512 kernel's passes (ABI:
+// CMF_DTYPE_MEM_Q1_PASSES, CMF_DTYPE_MEM_Q1T_PASSES; kernels.hpp,
+// rows_q1_passes_xq and rows_q1t_passes_xq), memory-only: q1's and q1t's
+// decode copies. They decode and give their int8 views with the values q1
+// and q1t give on the same weights, and multiply with the same integer sum
+// per group (q1_passes adds the groups up as q1's BITALG kernel does, so
+// the same bits there); no encoder, no column selection.
+template <bool Ternary>
+class Q1PassesOf final : public Dtype {
+    static constexpr uint64_t kStepBytes = Ternary ? 160 : 96;  // 16 groups
+
 public:
-    int32_t id() const override { return CMF_DTYPE_MEM_Q1_PASSES; }
-    const char *name() const override { return "q1_passes"; }
+    int32_t id() const override { return Ternary ? CMF_DTYPE_MEM_Q1T_PASSES : CMF_DTYPE_MEM_Q1_PASSES; }
+    const char *name() const override { return Ternary ? "q1t_passes" : "q1_passes"; }
     uint64_t expected_size(Shape shape) const override {
         if (shape.size() != 2 || shape[1] % 512 != 0)
-            fail(CMF_ERR_INVALID_ARGUMENT, "q1_passes: 2-D with a multiple of 512 columns only");
-        return checked_mad(groups_of(elements(shape)), 6, 0, name());
+            fail(CMF_ERR_INVALID_ARGUMENT, std::string(name()) + ": 2-D with a multiple of 512 columns only");
+        return checked_mad(groups_of(elements(shape)), kStepBytes / 16, 0, name());
     }
-    // A row range step by step: its tiles remade, then q1's decode.
-    template <class Tiles>
-    static void each_step(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, Tiles fn) {
-        const uint64_t steps = (r1 - r0) * (t.shape[1] / 512);
-        const uint8_t *p = bytes_of(t) + 6 * (t.shape[1] / 32) * r0;
-        uint8_t tiles[96];
-        for (uint64_t k = 0; k < steps; ++k) {
-            q1_passes_to_step(p + 96 * k, tiles);
-            fn(tiles, k);
-        }
+    // Rows [r0, r1) as int8 codes (+-1; q1t: -1, 0, +1) and group scales.
+    static void unpack(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) {
+        const uint64_t spr = t.shape[1] / 512;
+        (Ternary ? kernels::unpack_q1t_passes : kernels::unpack_q1_passes)(bytes_of(t) + kStepBytes * spr * r0,
+                                                                           (r1 - r0) * spr, codes, scales);
     }
+    // A code picks 0, the scale or its negation, as q1's and q1t's decoders
+    // do (not code * scale: -1 * NaN keeps the NaN's sign, 0 * -s is -0).
     void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
         validate(t);
-        each_step(t, r0, r1, [&](const uint8_t *tiles, uint64_t k) { q1_values(tiles, 0, 512, dst + 512 * k); });
+        const uint64_t cols = t.shape[1];
+        std::vector<int8_t> codes(cols);
+        std::vector<float> scales(cols / 32);
+        for (uint64_t r = r0; r < r1; ++r, dst += cols) {
+            unpack(t, r, r + 1, codes.data(), scales.data());
+            for (uint64_t c = 0; c < cols; ++c)
+                dst[c] = codes[c] == 0 ? 0.0f : codes[c] > 0 ? scales[c / 32] : -scales[c / 32];
+        }
     }
     bool has_matmul() const override { return true; }
     void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
@@ -268,16 +250,16 @@ public:
         const QuantizedX &xq = quantized_x(x, ldx, n_batch, w.shape[1], kernels::XOrder::natural);
         const uint8_t *xt = q1_passes_of_x(xq, n_batch, gpr);
         for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
-            kernels::rows_q1_passes_xq(bytes_of(w) + 6 * gpr * t0, xt + b * kernels::kQ1PassesXStepBytes * (gpr / 16),
-                                       xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
-        }, 6 * gpr);
+            (Ternary ? kernels::rows_q1t_passes_xq : kernels::rows_q1_passes_xq)(
+                bytes_of(w) + kStepBytes * (gpr / 16) * t0, xt + b * kernels::kQ1PassesXStepBytes * (gpr / 16), xq.d(b),
+                gpr, t1 - t0, y + b * ldy + t0);
+        }, kStepBytes * (gpr / 16));
     }
     bool has_int8_rows() const override { return true; }
     bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
     void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
         validate(t);
-        const uint64_t spr = t.shape[1] / 512;
-        kernels::unpack_q1_passes(bytes_of(t) + 96 * spr * r0, (r1 - r0) * spr, codes, scales);
+        unpack(t, r0, r1, codes, scales);
     }
 };
 
@@ -671,68 +653,6 @@ public:
     }
 };
 
-// ---- q1t_passes (memory-only: q1t's decode copy) ---------------------------------
-// q1t_passes: the base of a q1t matrix without an overlay, with whole
-// steps of 16 groups a row, as two sets of pass masks (ABI:
-// CMF_DTYPE_MEM_Q1T_PASSES; kernels.hpp, rows_q1t_passes_xq). It decodes,
-// multiplies and gives its int8 view with the values q1t gives on the same
-// weights; no encoder, no column selection.
-class Q1tPasses final : public Dtype {
-public:
-    int32_t id() const override { return CMF_DTYPE_MEM_Q1T_PASSES; }
-    const char *name() const override { return "q1t_passes"; }
-    uint64_t expected_size(Shape shape) const override {
-        if (shape.size() != 2 || shape[1] % 512 != 0)
-            fail(CMF_ERR_INVALID_ARGUMENT, "q1t_passes: 2-D with a multiple of 512 columns only");
-        return checked_mad(groups_of(elements(shape)), 10, 0, name());
-    }
-    // A row range step by step: each group's +1 and -1 bits and its scale.
-    template <class Step>
-    static void each_step(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, Step fn) {
-        const uint64_t steps = (r1 - r0) * (t.shape[1] / 512);
-        const uint8_t *p = bytes_of(t) + 10 * (t.shape[1] / 32) * r0;
-        uint32_t plus[16], minus[16];
-        for (uint64_t k = 0; k < steps; ++k) {
-            uint64_t m[8];
-            std::memcpy(m, p + 160 * k, 64);
-            bits_from_pass_masks(m, plus);
-            std::memcpy(m, p + 160 * k + 64, 64);
-            bits_from_pass_masks(m, minus);
-            fn(plus, minus, p + 160 * k + 128, k);
-        }
-    }
-    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
-        validate(t);
-        each_step(t, r0, r1, [&](const uint32_t *plus, const uint32_t *minus, const uint8_t *scales, uint64_t k) {
-            for (unsigned j = 0; j < 16; ++j) {
-                const float sc = load_f16(scales + 2 * j);
-                for (unsigned e = 0; e < 32; ++e)
-                    dst[512 * k + 32 * j + e] = (minus[j] >> e) & 1u ? trit_value(2, sc) : trit_value((plus[j] >> e) & 1u, sc);
-            }
-        });
-    }
-    bool has_matmul() const override { return true; }
-    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
-                     uint64_t r1, float *y, uint64_t ldy) const override {
-        validate(w);
-        if (r0 >= r1) return;
-        const uint64_t gpr = w.shape[1] / 32;
-        const QuantizedX &xq = quantized_x(x, ldx, n_batch, w.shape[1], kernels::XOrder::natural);
-        const uint8_t *xt = q1_passes_of_x(xq, n_batch, gpr);
-        for_row_tiles(r0, r1, n_batch, [&](uint64_t t0, uint64_t t1, uint64_t b) {
-            kernels::rows_q1t_passes_xq(bytes_of(w) + 10 * gpr * t0, xt + b * kernels::kQ1PassesXStepBytes * (gpr / 16),
-                                        xq.d(b), gpr, t1 - t0, y + b * ldy + t0);
-        }, 10 * gpr);
-    }
-    bool has_int8_rows() const override { return true; }
-    bool int8_view(const cmf_tensor_view &t) const override { return rows_of_int8_blocks(t); }
-    void int8_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, int8_t *codes, float *scales) const override {
-        validate(t);
-        const uint64_t spr = t.shape[1] / 512;
-        kernels::unpack_q1t_passes(bytes_of(t) + 160 * spr * r0, (r1 - r0) * spr, codes, scales);
-    }
-};
-
 void Q1t::quantize(Shape shape, const float *src, const cmf_quantize_params *params, std::vector<uint8_t> &out) const {
     Options opt(params, name(), {"keep", "correct"});
     Matrix m = require_2d_groups(shape, name());
@@ -849,9 +769,9 @@ void Q1t::quantize(Shape shape, const float *src, const cmf_quantize_params *par
 }  // namespace
 
 std::unique_ptr<Dtype> make_q1() { return std::make_unique<Q1>(); }
-std::unique_ptr<Dtype> make_q1_passes() { return std::make_unique<Q1Passes>(); }
+std::unique_ptr<Dtype> make_q1_passes() { return std::make_unique<Q1PassesOf<false>>(); }
 std::unique_ptr<Dtype> make_q1s() { return std::make_unique<Q1s>(); }
 std::unique_ptr<Dtype> make_q1t() { return std::make_unique<Q1t>(); }
-std::unique_ptr<Dtype> make_q1t_passes() { return std::make_unique<Q1tPasses>(); }
+std::unique_ptr<Dtype> make_q1t_passes() { return std::make_unique<Q1PassesOf<true>>(); }
 
 }  // namespace cmf::codecs
