@@ -209,8 +209,9 @@ typedef struct cmf_codec_vt {
      * copy's codec gives on the copy what this codec gives on t: the same
      * bits from dequantize_rows and int8_rows, and matmuls of the same
      * products, whose f32 sums may be added in another order (the last
-     * bits of a result can differ with and without the copy). A backend makes the copy when a weight is bound, if it was
-     * asked to spend the memory. Optional (NULL: none; added after plugin
+     * bits of a result can differ with and without the copy). A backend
+     * makes the copy when a weight is bound, if it was asked to spend the
+     * memory. Optional (NULL: none; added after plugin
      * ABI 1's first release, so hosts and backends read it only when
      * struct_size covers it). Reentrant. */
     cmf_error *(*decode_copy)(void *ctx, const cmf_tensor_view *t, void *dst, uint64_t dst_bytes, uint64_t *out_bytes,
