@@ -923,6 +923,41 @@ TEST_CASE("roundtrip: q1s gives a row the same bits wherever its row range start
     }
 }
 
+// A decode copy read by every member against its original: the same
+// decoded values (whole and from row 1), matmuls of the same products
+// (bit for bit where same_bits) and the same for every row range, the same
+// int8 view from row 1, no column selection.
+void check_copy_members(const Dtype &orig, const cmf_tensor_view &tb, const Dtype &copy, const cmf_tensor_view &tc,
+                        unsigned seed, bool same_bits, std::initializer_list<uint64_t> batches = {1, 3}) {
+    const uint64_t rows = tb.shape[0], cols = tb.shape[1];
+    std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
+    orig.dequantize_rows(tb, 0, rows, db.data());
+    copy.dequantize_rows(tc, 0, rows, dc.data());
+    CHECK(std::memcmp(db.data(), dc.data(), db.size() * sizeof(float)) == 0);
+    copy.dequantize_rows(tc, 1, rows, dc.data());  // a range from row 1
+    CHECK(std::memcmp(db.data() + cols, dc.data(), (rows - 1) * cols * sizeof(float)) == 0);
+    for (uint64_t batch : batches) {
+        CAPTURE(batch);
+        std::vector<float> x = gaussian(batch * cols, seed), yb(batch * rows), yc(batch * rows, -7.0f);
+        orig.matmul_rows(tb, x.data(), cols, batch, 0, rows, yb.data(), rows);
+        copy.matmul_rows(tc, x.data(), cols, batch, 0, rows, yc.data(), rows);
+        for (uint64_t i = 0; i < yb.size(); ++i) CHECK(std::fabs(yb[i] - yc[i]) <= 1e-5f * (std::fabs(yb[i]) + 1.0f));
+        if (same_bits) CHECK(std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)) == 0);
+        std::vector<float> ycut(batch * rows, -7.0f);
+        for (uint64_t r0 = 0; r0 < rows; r0 += 7)
+            copy.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), ycut.data(), rows);
+        CHECK(std::memcmp(yc.data(), ycut.data(), yc.size() * sizeof(float)) == 0);
+    }
+    REQUIRE(copy.int8_view(tc));
+    std::vector<int8_t> qb(rows * cols), qc(rows * cols);
+    std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
+    orig.int8_rows(tb, 1, rows, qb.data(), sb.data());
+    copy.int8_rows(tc, 1, rows, qc.data(), sc.data());
+    CHECK(qb == qc);
+    CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
+    CHECK(copy.column_block(tc) == 0);
+}
+
 TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the same bits") {
     // The dispatched kernels here; the row kernel on every ISA with the
     // scales after each row's nibbles is in "row-range kernels equal the
@@ -980,31 +1015,7 @@ TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the sa
             rows_dt.validate(tc);
             // Row 0's scales follow its nibbles.
             CHECK(std::memcmp(c.data() + 16 * (cols / 32), b.data() + 16 * rows * (cols / 32), 2 * (cols / 32)) == 0);
-            std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
-            block.dequantize_rows(tb, 0, rows, db.data());
-            rows_dt.dequantize_rows(tc, 0, rows, dc.data());
-            CHECK(std::memcmp(db.data(), dc.data(), db.size() * sizeof(float)) == 0);
-            rows_dt.dequantize_rows(tc, 1, rows, dc.data());  // a range from row 1
-            CHECK(std::memcmp(db.data() + cols, dc.data(), (rows - 1) * cols * sizeof(float)) == 0);
-            for (uint64_t batch : {1u, 3u, 20u}) {
-                CAPTURE(batch);
-                std::vector<float> x = gaussian(batch * cols, 32), yb(batch * rows), yc(batch * rows, -7.0f);
-                block.matmul_rows(tb, x.data(), cols, batch, 0, rows, yb.data(), rows);
-                rows_dt.matmul_rows(tc, x.data(), cols, batch, 0, rows, yc.data(), rows);
-                CHECK(std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)) == 0);
-                std::fill(yc.begin(), yc.end(), -7.0f);
-                for (uint64_t r0 = 0; r0 < rows; r0 += 7)
-                    rows_dt.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), yc.data(), rows);
-                CHECK(std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)) == 0);
-            }
-            REQUIRE(rows_dt.int8_view(tc));
-            std::vector<int8_t> qb(rows * cols), qc(rows * cols);
-            std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
-            block.int8_rows(tb, 1, rows, qb.data(), sb.data());
-            rows_dt.int8_rows(tc, 1, rows, qc.data(), sc.data());
-            CHECK(qb == qc);
-            CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
-            CHECK(rows_dt.column_block(tc) == 0);
+            check_copy_members(block, tb, rows_dt, tc, 32, true, {1, 3, 20});
         }
     }
 }
@@ -1077,36 +1088,9 @@ TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same b
                 CHECK(((c[8 * (e / 4) + (4 * j + e % 4) / 8] >> ((4 * j + e % 4) % 8)) & 1) ==
                       ((b[6 * j + 2 + e / 8] >> (e % 8)) & 1));
         CHECK(std::memcmp(c.data() + 64, b.data(), 2) == 0);
-        std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
-        q1.dequantize_rows(tb, 0, rows, db.data());
-        passes.dequantize_rows(tc, 0, rows, dc.data());
-        CHECK(std::memcmp(db.data(), dc.data(), db.size() * sizeof(float)) == 0);
-        passes.dequantize_rows(tc, 1, rows, dc.data());  // a range from row 1
-        CHECK(std::memcmp(db.data() + cols, dc.data(), (rows - 1) * cols * sizeof(float)) == 0);
         // The same lanes in the same order as q1's BITALG kernel: the same
         // bits; q1's other forms sum in another order.
-        const bool same_order = k::q1_passes_kernel() && k::has_avx512_bitalg();
-        for (uint64_t batch : {1u, 3u}) {
-            CAPTURE(batch);
-            std::vector<float> x = gaussian(batch * cols, 43), yb(batch * rows), yc(batch * rows, -7.0f);
-            q1.matmul_rows(tb, x.data(), cols, batch, 0, rows, yb.data(), rows);
-            passes.matmul_rows(tc, x.data(), cols, batch, 0, rows, yc.data(), rows);
-            for (uint64_t i = 0; i < yb.size(); ++i)
-                CHECK(std::fabs(yb[i] - yc[i]) <= 1e-5f * (std::fabs(yb[i]) + 1.0f));
-            if (same_order) CHECK(std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)) == 0);
-            std::vector<float> ycut(batch * rows, -7.0f);
-            for (uint64_t r0 = 0; r0 < rows; r0 += 7)
-                passes.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), ycut.data(), rows);
-            CHECK(std::memcmp(yc.data(), ycut.data(), yc.size() * sizeof(float)) == 0);
-        }
-        REQUIRE(passes.int8_view(tc));
-        std::vector<int8_t> qb(rows * cols), qc(rows * cols);
-        std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
-        q1.int8_rows(tb, 1, rows, qb.data(), sb.data());
-        passes.int8_rows(tc, 1, rows, qc.data(), sc.data());
-        CHECK(qb == qc);
-        CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
-        CHECK(passes.column_block(tc) == 0);
+        check_copy_members(q1, tb, passes, tc, 43, k::q1_passes_kernel() && k::has_avx512_bitalg());
     }
 }
 
@@ -1155,10 +1139,8 @@ TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the valu
         c.pop_back();
         const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q1T_PASSES, shape, c);
         passes.validate(tc);
-        std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
-        q1t.dequantize_rows(tb, 0, rows, db.data());
-        passes.dequantize_rows(tc, 0, rows, dc.data());
-        CHECK(std::memcmp(db.data(), dc.data(), db.size() * sizeof(float)) == 0);
+        std::vector<float> db(cols);
+        q1t.dequantize_rows(tb, 0, 1, db.data());
         // Step 0 of row 0: the +1 and -1 masks by the layout's rule.
         for (unsigned j = 0; j < 16; ++j)
             for (unsigned e = 0; e < 32; ++e) {
@@ -1168,27 +1150,8 @@ TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the valu
                 CHECK(plus == (v > 0.0f));
                 CHECK(minus == (v < 0.0f));
             }
-        passes.dequantize_rows(tc, 1, rows, dc.data());  // a range from row 1
-        CHECK(std::memcmp(db.data() + cols, dc.data(), (rows - 1) * cols * sizeof(float)) == 0);
-        for (uint64_t batch : {1u, 3u}) {
-            CAPTURE(batch);
-            std::vector<float> x = gaussian(batch * cols, 54), yb(batch * rows), yc(batch * rows, -7.0f);
-            q1t.matmul_rows(tb, x.data(), cols, batch, 0, rows, yb.data(), rows);
-            passes.matmul_rows(tc, x.data(), cols, batch, 0, rows, yc.data(), rows);
-            for (uint64_t i = 0; i < yb.size(); ++i) CHECK(std::fabs(yb[i] - yc[i]) <= 1e-5f * (std::fabs(yb[i]) + 1.0f));
-            std::vector<float> ycut(batch * rows, -7.0f);
-            for (uint64_t r0 = 0; r0 < rows; r0 += 7)
-                passes.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), ycut.data(), rows);
-            CHECK(std::memcmp(yc.data(), ycut.data(), yc.size() * sizeof(float)) == 0);
-        }
-        REQUIRE(passes.int8_view(tc));
-        std::vector<int8_t> qb(rows * cols), qc(rows * cols);
-        std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
-        q1t.int8_rows(tb, 1, rows, qb.data(), sb.data());
-        passes.int8_rows(tc, 1, rows, qc.data(), sc.data());
-        CHECK(qb == qc);
-        CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
-        CHECK(passes.column_block(tc) == 0);
+        // The same products as q1t's VBMI kernel, summed in another order.
+        check_copy_members(q1t, tb, passes, tc, 54, false);
         // A digit byte the decoder rejects fails the copy with its error.
         b[2] = 250;
         cmf_error *bad = vt->decode_copy(cctx, &tb, c.data(), n, &got, &id);

@@ -122,6 +122,11 @@ void pass_masks_from_bits(const uint32_t bits[16], uint64_t m[8]) {
     for (unsigned b = 0; b < 8; ++b) m[b] = spread_nibbles(bits[2 * b]) | spread_nibbles(bits[2 * b + 1]) << 4;
     transpose_bytes_8x8(m);
 }
+// Whether q1's and q1t's decode copies are made for t: a matrix whose rows
+// are whole steps of 16 groups, where the copies' AVX-512 kernel runs.
+bool pass_steps_pay(const cmf_tensor_view &t) {
+    return t.ndim == 2 && t.shape[1] != 0 && t.shape[1] % 512 == 0 && kernels::q1_passes_kernel();
+}
 void q1_step_to_passes(const uint8_t *tiles, uint8_t *step) {
     uint32_t bits[16];
     uint64_t m[8];
@@ -173,7 +178,7 @@ public:
     // of 16 groups; the copy is as large as the payload, step for step.
     int32_t decode_layout(const cmf_tensor_view &t, uint64_t *bytes) const override {
         *bytes = 0;
-        if (t.ndim != 2 || t.shape[1] == 0 || t.shape[1] % 512 != 0 || !kernels::q1_passes_kernel()) return -1;
+        if (!pass_steps_pay(t)) return -1;
         *bytes = t.nbytes;
         return CMF_DTYPE_MEM_Q1_PASSES;
     }
@@ -614,7 +619,7 @@ public:
     // fails the copy with the decoder's error.
     int32_t decode_layout(const cmf_tensor_view &t, uint64_t *bytes) const override {
         *bytes = 0;
-        if (t.ndim != 2 || t.shape[1] == 0 || t.shape[1] % 512 != 0 || !kernels::q1_passes_kernel()) return -1;
+        if (!pass_steps_pay(t)) return -1;
         const Q1tView v = q1t_view(t);
         if (v.ptr(v.m.rows) != 0) return -1;
         *bytes = 10 * v.groups;

@@ -137,35 +137,9 @@ void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) {
 }
 
 namespace {
-// Both q1 forms of passes: a weight's byte is 2b (q1_passes) or w+1 from
-// the +1 and -1 masks (q1t_passes), summed against x from the lane start
-// minus the group's sum of x, as the AVX-512 kernel does.
-template <bool Ternary>
-void q1_passes_rows(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows, float *y) {
-    constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
-    for (uint64_t r = 0; r < rows; ++r) {
-        float acc = 0.0f;
-        for (uint64_t k = 0; k < groups / 16; ++k) {
-            const uint8_t *st = steps + kStep * (groups / 16 * r + k), *xs = xt + kQ1PassesXStepBytes * k;
-            for (unsigned j = 0; j < 16; ++j) {
-                int32_t s;
-                std::memcpy(&s, xs + 512 + 4 * j, 4);
-                for (unsigned t = 0; t < 8; ++t) {
-                    uint64_t plus, minus = 0;
-                    std::memcpy(&plus, st + 8 * t, 8);
-                    if (Ternary) std::memcpy(&minus, st + 64 + 8 * t, 8);
-                    for (unsigned i = 0; i < 4; ++i) {
-                        const bool p = (plus >> (4 * j + i)) & 1u, m = (minus >> (4 * j + i)) & 1u;
-                        const int u = Ternary ? (m ? 0 : p ? 2 : 1) : (p ? 2 : 0);
-                        s += u * static_cast<int8_t>(xs[64 * t + 4 * j + i]);
-                    }
-                }
-                acc += f16_at(st + kScales + 2 * j) * xd[16 * k + j] * static_cast<float>(s);
-            }
-        }
-        y[r] = acc;
-    }
-}
+// A step's codes in element order: +-1 by the mask (q1_passes), or -1, 0,
+// +1 by the -1 and +1 masks (q1t_passes, -1 where both are set, as the
+// AVX-512 kernel reads them), and its 16 scales.
 template <bool Ternary>
 void q1_passes_unpack(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
     constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
@@ -182,6 +156,29 @@ void q1_passes_unpack(const uint8_t *steps, uint64_t n, int8_t *codes, float *sc
                 }
         }
         for (unsigned j = 0; j < 16; ++j) scales[j] = f16_at(st + kScales + 2 * j);
+    }
+}
+// Each step's codes (q1_passes_unpack) against x's passes: a group is
+// s * d * (exact integer sum of w*q), the integers the AVX-512 kernel sums
+// from its lane starts.
+template <bool Ternary>
+void q1_passes_rows(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows, float *y) {
+    constexpr uint64_t kStep = Ternary ? 160 : 96;
+    int8_t codes[512];
+    float scales[16];
+    for (uint64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (uint64_t k = 0; k < groups / 16; ++k) {
+            q1_passes_unpack<Ternary>(steps + kStep * (groups / 16 * r + k), 1, codes, scales);
+            const uint8_t *xs = xt + kQ1PassesXStepBytes * k;
+            for (unsigned j = 0; j < 16; ++j) {
+                int32_t s = 0;
+                for (unsigned e = 0; e < 32; ++e)
+                    s += codes[32 * j + e] * static_cast<int8_t>(xs[64 * (e / 4) + 4 * j + e % 4]);
+                acc += scales[j] * xd[16 * k + j] * static_cast<float>(s);
+            }
+        }
+        y[r] = acc;
     }
 }
 }  // namespace
