@@ -24,6 +24,7 @@ std::vector<std::unique_ptr<Dtype>> make_all_dtypes() {
     v.push_back(make_q4_rows());  // memory-only (CMF_DTYPE_MEM_Q4_ROWS)
     v.push_back(make_q1_passes());  // memory-only (CMF_DTYPE_MEM_Q1_PASSES)
     v.push_back(make_q1t_passes());  // memory-only (CMF_DTYPE_MEM_Q1T_PASSES)
+    v.push_back(make_q1s_passes());  // memory-only (CMF_DTYPE_MEM_Q1S_PASSES)
     return v;
 }
 

@@ -520,6 +520,40 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             CHECK((qa[5] == -7.0f && qp[5] == -7.0f));
             isa.rows_q1t_passes_xq(bytes.data() + 4 * 10 * g, xta, xd.data(), g, 1, &q1);
             CHECK(bits(q1) == bits(qa[4]));
+            // q1s_passes's overlay sums of a slice: live slots and empty
+            // ones (0xFFFF and any column >= cols), base values of either
+            // sign; the same bits on every ISA, and lane 0 by hand.
+            {
+                const uint64_t cols = 32 * g, n_steps = 3;
+                std::vector<float> xf(cols);
+                for (uint64_t c = 0; c < cols; ++c) xf[c] = xd[c / 32] * float(xq[c]);
+                std::vector<uint8_t> st(96 * n_steps);
+                for (uint64_t k2 = 0; k2 < n_steps; ++k2)
+                    for (unsigned l = 0; l < 16; ++l) {
+                        const uint32_t pick = uint32_t(rng() % 8);
+                        const uint16_t col = pick == 0 ? uint16_t(0xFFFF) : pick == 1 ? uint16_t(cols + rng() % (0xFFFF - cols))
+                                                                         : uint16_t(rng() % cols);
+                        const uint16_t val = cmf::codecs::f32_to_f16(float(int(rng() % 200) - 100) * 0.01f);
+                        const uint16_t base = cmf::codecs::f32_to_f16(float(int(rng() % 200) - 100) * 0.001f);
+                        std::memcpy(st.data() + 96 * k2 + 2 * l, &col, 2);
+                        std::memcpy(st.data() + 96 * k2 + 32 + 2 * l, &val, 2);
+                        std::memcpy(st.data() + 96 * k2 + 64 + 2 * l, &base, 2);
+                    }
+                alignas(64) float sa[16], sp[16];
+                isa.q1s_slice_sums(st.data(), n_steps, cols, xf.data(), sa);
+                k::portable::q1s_slice_sums(st.data(), n_steps, cols, xf.data(), sp);
+                CHECK(std::memcmp(sa, sp, sizeof sa) == 0);
+                float want = 0.0f;
+                for (uint64_t k2 = 0; k2 < n_steps; ++k2) {
+                    uint16_t col, val, base;
+                    std::memcpy(&col, st.data() + 96 * k2, 2);
+                    std::memcpy(&val, st.data() + 96 * k2 + 32, 2);
+                    std::memcpy(&base, st.data() + 96 * k2 + 64, 2);
+                    if (col >= cols) continue;
+                    want = want + (cmf::codecs::f16_to_f32(val) - cmf::codecs::f16_to_f32(base)) * xf[col];
+                }
+                CHECK(bits(sa[0]) == bits(want));
+            }
             // Their int8 views: the same codes and scales on every ISA.
             std::vector<int8_t> ua(32 * g + 1, 99), up(32 * g + 1, 99);
             std::vector<float> va(g), vp(g);
@@ -928,7 +962,8 @@ TEST_CASE("roundtrip: q1s gives a row the same bits wherever its row range start
 // (bit for bit where same_bits) and the same for every row range, the same
 // int8 view from row 1, no column selection.
 void check_copy_members(const Dtype &orig, const cmf_tensor_view &tb, const Dtype &copy, const cmf_tensor_view &tc,
-                        unsigned seed, bool same_bits, std::initializer_list<uint64_t> batches = {1, 3}) {
+                        unsigned seed, bool same_bits, std::initializer_list<uint64_t> batches = {1, 3},
+                        bool has_int8_view = true) {
     const uint64_t rows = tb.shape[0], cols = tb.shape[1];
     std::vector<float> db(rows * cols), dc(rows * cols, -1.0f);
     orig.dequantize_rows(tb, 0, rows, db.data());
@@ -948,6 +983,11 @@ void check_copy_members(const Dtype &orig, const cmf_tensor_view &tb, const Dtyp
             copy.matmul_rows(tc, x.data(), cols, batch, r0, std::min(rows, r0 + 7), ycut.data(), rows);
         CHECK(std::memcmp(yc.data(), ycut.data(), yc.size() * sizeof(float)) == 0);
     }
+    CHECK(copy.column_block(tc) == 0);
+    if (!has_int8_view) {
+        CHECK_FALSE(copy.int8_view(tc));
+        return;
+    }
     REQUIRE(copy.int8_view(tc));
     std::vector<int8_t> qb(rows * cols), qc(rows * cols);
     std::vector<float> sb(rows * cols / 32), sc(rows * cols / 32);
@@ -955,7 +995,6 @@ void check_copy_members(const Dtype &orig, const cmf_tensor_view &tb, const Dtyp
     copy.int8_rows(tc, 1, rows, qc.data(), sc.data());
     CHECK(qb == qc);
     CHECK(std::memcmp(sb.data(), sc.data(), sb.size() * sizeof(float)) == 0);
-    CHECK(copy.column_block(tc) == 0);
 }
 
 TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the same bits") {
@@ -1159,6 +1198,120 @@ TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the valu
         CHECK(cmf_error_code(bad) == CMF_ERR_PARSE);
         CHECK(std::string(cmf_error_message(bad)).find("not a valid digit group") != std::string::npos);
         cmf_error_free(bad);
+    }
+}
+
+TEST_CASE("roundtrip: q1s's decode copy (q1s_passes) gives every member the values q1s gives") {
+    namespace k = cmf::codecs::kernels;
+    const Dtype &q1s = dtype(CMF_DTYPE_Q1S), &passes = dtype(CMF_DTYPE_MEM_Q1S_PASSES);
+    CHECK(!passes.can_quantize());
+    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{1024}), doctest::Contains("2-D"));
+    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{4, 96}), doctest::Contains("multiple of 512"));
+    uint64_t n = 7;
+    {  // no decode layout: rows that are not whole steps, a list that does not ascend
+        const Q1sSample narrow = q1s_sample(4, 96, 60, "keep=0.05");
+        CHECK(q1s.decode_layout(view(CMF_DTYPE_Q1S, {4, 96}, narrow.bytes), &n) == -1);
+        CHECK(n == 0);
+        Q1sSample q = q1s_sample(4, 512, 61, "keep=0.05");
+        REQUIRE(q.count >= 2);
+        std::swap_ranges(q.bytes.begin() + q.base + 4, q.bytes.begin() + q.base + 10, q.bytes.begin() + q.base + 10);
+        CHECK(q1s.decode_layout(view(CMF_DTYPE_Q1S, {4, 512}, q.bytes), &n) == -1);
+    }
+    if (!k::q1_passes_kernel()) {
+        const Q1sSample q = q1s_sample(2, 512, 62, "keep=0.05");
+        CHECK(q1s.decode_layout(view(CMF_DTYPE_Q1S, {2, 512}, q.bytes), &n) == -1);
+        return;  // the copy is made only where q1_passes's kernel runs
+    }
+    void *cctx = nullptr;
+    const cmf_codec_vt *vt = runtime().host_api()->find_codec(runtime().host_api()->host_ctx, CMF_DTYPE_Q1S, &cctx);
+    REQUIRE(vt != nullptr);
+    struct Case {
+        std::vector<uint64_t> shape;
+        const char *options;
+    };
+    // Rows of 0 to past 16 entries, slices whole and cut (3, 17, 40 rows),
+    // no list at all.
+    for (const Case &cs : {Case{{3, 512}, "keep=0.01"}, Case{{17, 1024}, "keep=0.05"}, Case{{40, 3072}, "keep=0.01"},
+                           Case{{20, 512}, "keep=0"}}) {
+        CAPTURE(cs.shape[0]);
+        CAPTURE(cs.shape[1]);
+        CAPTURE(cs.options);
+        const uint64_t rows = cs.shape[0], cols = cs.shape[1];
+        const Q1sSample q = q1s_sample(rows, cols, 63, cs.options);
+        const cmf_tensor_view tb = view(CMF_DTYPE_Q1S, cs.shape, q.bytes);
+        int32_t id = -1;
+        REQUIRE(vt->decode_copy(cctx, &tb, nullptr, 0, &n, &id) == nullptr);
+        REQUIRE(id == CMF_DTYPE_MEM_Q1S_PASSES);
+        // the base, the tables, then whole steps: each window's rows by
+        // descending outlier count 16 to a slice, a slice as many steps as
+        // its fullest row has outliers
+        const uint64_t slices = (rows + 15) / 16;
+        const uint64_t steps_at = (6 * rows * cols / 32 + 4 * (slices + 1) + 16 * slices + 63) / 64 * 64;
+        std::vector<uint64_t> per_row(rows, 0);
+        for (uint32_t e = 0; e < q.count; ++e) {
+            uint32_t idx;
+            std::memcpy(&idx, q.bytes.data() + q.base + 4 + 6 * e, 4);
+            ++per_row[idx / cols];
+        }
+        uint64_t want_steps = 0;
+        for (uint64_t w0 = 0; w0 < rows; w0 += 64) {
+            std::vector<uint64_t> win(per_row.begin() + int64_t(w0), per_row.begin() + int64_t(std::min(rows, w0 + 64)));
+            std::sort(win.rbegin(), win.rend());
+            for (uint64_t q16 = 0; q16 < win.size(); q16 += 16) want_steps += win[q16];
+        }
+        REQUIRE(n == steps_at + 96 * want_steps);
+        std::vector<uint8_t> c(n + 1, 0xAB);  // a guard byte past the copy
+        uint64_t got = 0;
+        REQUIRE(vt->decode_copy(cctx, &tb, c.data(), n, &got, &id) == nullptr);
+        CHECK(got == n);
+        CHECK(c[n] == 0xAB);
+        c.pop_back();
+        const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q1S_PASSES, cs.shape, c);
+        passes.validate(tc);
+        // Its base is q1's copy of the base tiles, byte for byte.
+        std::vector<uint8_t> base_q1(q.bytes.begin(), q.bytes.begin() + int64_t(q.base)), base_copy(q.base);
+        const cmf_tensor_view tq1 = view(CMF_DTYPE_Q1, cs.shape, base_q1);
+        REQUIRE(dtype(CMF_DTYPE_Q1).decode_layout(tq1, &got) == CMF_DTYPE_MEM_Q1_PASSES);
+        dtype(CMF_DTYPE_Q1).decode_copy(tq1, base_copy.data());
+        CHECK(std::memcmp(base_copy.data(), c.data(), q.base) == 0);
+        // The same products as q1s's kernels, summed in another order.
+        check_copy_members(q1s, tb, passes, tc, 64, false, {1, 3}, false);
+    }
+    {  // a malformed copy: a step table that does not reach its steps or
+       // decreases, a lane naming a row twice or one past the tensor
+        const uint64_t rows = 40;
+        const Q1sSample q = q1s_sample(rows, 512, 65, "keep=0.05");
+        const cmf_tensor_view tb = view(CMF_DTYPE_Q1S, {rows, 512}, q.bytes);
+        REQUIRE(q1s.decode_layout(tb, &n) == CMF_DTYPE_MEM_Q1S_PASSES);
+        std::vector<uint8_t> c(n);
+        q1s.decode_copy(tb, c.data());
+        const uint64_t table = 6 * rows * 512 / 32, lanes = table + 4 * 4;
+        passes.validate(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, c));
+        std::vector<uint8_t> shorter(c.begin(), c.end() - 96);
+        CHECK_THROWS_WITH(passes.validate(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, shorter)), doctest::Contains("step table"));
+        std::vector<uint8_t> ragged(c.begin(), c.end() - 1);
+        CHECK_THROWS_WITH(passes.validate(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, ragged)), doctest::Contains("whole steps"));
+        std::vector<float> x = gaussian(512, 66);
+        float y[rows];
+        std::vector<uint8_t> twice = c;
+        twice[lanes + 1] = twice[lanes];
+        CHECK_THROWS_WITH(passes.validate(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, twice)), doctest::Contains("named twice"));
+        std::vector<uint8_t> past = c;
+        past[lanes + 16 * 2 + 3] = 45;  // rows 40..63 of the window do not exist
+        CHECK_THROWS_WITH(passes.validate(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, past)), doctest::Contains("out of range"));
+        // The members read them without a fault (the sanitizer build
+        // checks): a lane past the rows is left out.
+        for (const std::vector<uint8_t> *m : {&twice, &past}) {
+            passes.matmul_rows(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, *m), x.data(), 512, 1, 0, rows, y, rows);
+            std::vector<float> d(rows * 512);
+            passes.dequantize_rows(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, *m), 0, rows, d.data());
+        }
+        uint32_t first1;
+        std::memcpy(&first1, c.data() + table + 4, 4);
+        const uint32_t beyond = first1 + 1000;
+        std::memcpy(c.data() + table + 8, &beyond, 4);  // slice 1 ends past slice 2's end
+        CHECK_THROWS_WITH(passes.matmul_rows(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, c), x.data(), 512, 1, 0, rows, y, rows),
+                          doctest::Contains("decreases at slice 2"));
     }
 }
 

@@ -70,6 +70,7 @@ TEST_CASE("the build's plugins load from CMF_PLUGIN_PATH") {
     CHECK(has_codec(rt.rt, CMF_DTYPE_MEM_Q4_ROWS));  // a memory-only dtype (q4_block's decode copy)
     CHECK(has_codec(rt.rt, CMF_DTYPE_MEM_Q1_PASSES));  // q1's decode copy
     CHECK(has_codec(rt.rt, CMF_DTYPE_MEM_Q1T_PASSES));  // q1t's decode copy
+    CHECK(has_codec(rt.rt, CMF_DTYPE_MEM_Q1S_PASSES));  // q1s's decode copy
     CHECK(cmf_runtime_component_count(rt.rt, CMF_COMPONENT_BACKEND) >= 1);
 }
 

@@ -19,6 +19,7 @@ std::unique_ptr<Dtype> make_q4_rows();
 std::unique_ptr<Dtype> make_q1();
 std::unique_ptr<Dtype> make_q1_passes();
 std::unique_ptr<Dtype> make_q1t_passes();
+std::unique_ptr<Dtype> make_q1s_passes();
 std::unique_ptr<Dtype> make_q1s();
 std::unique_ptr<Dtype> make_q1t();
 std::unique_ptr<Dtype> make_q4tp();

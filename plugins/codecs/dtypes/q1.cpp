@@ -240,10 +240,17 @@ public:
         const uint64_t cols = t.shape[1];
         std::vector<int8_t> codes(cols);
         std::vector<float> scales(cols / 32);
-        for (uint64_t r = r0; r < r1; ++r, dst += cols) {
+        // A group's scale and its negation held for its 32 codes: picked per
+        // element from scales[c / 32], the loop did not vectorize and took a
+        // third of a q1s prefill through its copy.
+        for (uint64_t r = r0; r < r1; ++r) {
             unpack(t, r, r + 1, codes.data(), scales.data());
-            for (uint64_t c = 0; c < cols; ++c)
-                dst[c] = codes[c] == 0 ? 0.0f : codes[c] > 0 ? scales[c / 32] : -scales[c / 32];
+            for (uint64_t g = 0; g < cols / 32; ++g, dst += 32) {
+                const int8_t *code = codes.data() + 32 * g;
+                const float s = scales[g], ns = -s;
+                for (unsigned k = 0; k < 32; ++k)
+                    dst[k] = Ternary ? (code[k] == 0 ? 0.0f : code[k] > 0 ? s : ns) : code[k] > 0 ? s : ns;
+            }
         }
     }
     bool has_matmul() const override { return true; }
@@ -288,6 +295,61 @@ Q1sView q1s_view(const cmf_tensor_view &t) {
         fail(CMF_ERR_BOUNDS, "q1s payload is " + std::to_string(t.nbytes) + " bytes, " + std::to_string(v.count) +
                                  " outliers need " + std::to_string(base + 4 + 6 * v.count));
     return v;
+}
+
+// q1s_passes (CMF_DTYPE_MEM_Q1S_PASSES, q1s's decode copy; docs/dtypes.md):
+// the base as q1_passes, then u32 first_step[slices + 1], then u8
+// lane_row[16 * slices], then from the next multiple of 64 bytes the
+// slices' steps of 96 bytes (16 u16 columns, 16 f16 values, 16 f16 base
+// values). Slice i belongs to the window of rows 64*(i/4) .. +63; its lane
+// l holds the outliers of row 64*(i/4) + lane_row[16i + l] (0xFF: none),
+// in ascending column order, a column >= cols an empty slot (0xFFFF).
+// Within a window the rows go to the slices fullest first, so a slice's
+// rows have about as many outliers each: at the encoder's 1 % on 1024
+// columns, 84 % of the slots hold an outlier where 16 rows in their own
+// order filled 63 %.
+constexpr uint64_t kQ1sPassesMaxCols = 0xFFFF;  // u16 columns, 0xFFFF free to mean "empty"
+constexpr uint64_t kQ1sStepBytes = 96;
+constexpr uint8_t kQ1sNoRow = 0xFF;
+struct Q1sPassesLayout {
+    uint64_t rows, cols, base_bytes, slices, table_at, lanes_at, steps_at;
+    Q1sPassesLayout(uint64_t rows_, uint64_t cols_)
+        : rows(rows_),
+          cols(cols_),
+          base_bytes(checked_mad(groups_of(checked_mad(rows, cols, 0, "q1s_passes")), 6, 0, "q1s_passes")),
+          slices((rows + 15) / 16),
+          table_at(base_bytes),
+          lanes_at(checked_mad(slices + 1, 4, base_bytes, "q1s_passes")),
+          steps_at((checked_mad(slices, 16, lanes_at, "q1s_passes") + 63) & ~uint64_t(63)) {}
+};
+// Where each row of a q1s matrix whose outlier indices strictly ascend
+// goes in its copy: each window's rows by descending outlier count (ties
+// by row), 16 to a slice, a slice as many steps as its first row has
+// outliers.
+struct Q1sOverlayPlan {
+    std::vector<uint32_t> first_step;  // slices + 1
+    std::vector<uint8_t> lane_row;     // 16 * slices
+    std::vector<uint32_t> slot_of_row; // 16 * slice + lane
+};
+Q1sOverlayPlan q1s_overlay_plan(const uint8_t *entries, uint64_t count, const Q1sPassesLayout &l) {
+    std::vector<uint32_t> per_row(l.rows, 0);
+    for (uint64_t e = 0; e < count; ++e) ++per_row[load_u32(entries + 6 * e) / l.cols];
+    Q1sOverlayPlan p{std::vector<uint32_t>(l.slices + 1, 0), std::vector<uint8_t>(16 * l.slices, kQ1sNoRow),
+                     std::vector<uint32_t>(l.rows, 0)};
+    for (uint64_t w0 = 0; w0 < l.rows; w0 += 64) {
+        const unsigned n = static_cast<unsigned>(std::min<uint64_t>(64, l.rows - w0));
+        unsigned order[64];
+        std::iota(order, order + n, 0u);
+        std::stable_sort(order, order + n, [&](unsigned a, unsigned b) { return per_row[w0 + a] > per_row[w0 + b]; });
+        for (unsigned q = 0; q < n; ++q) {
+            const uint64_t slot = 16 * (w0 / 16) + q;
+            p.lane_row[slot] = static_cast<uint8_t>(order[q]);
+            p.slot_of_row[w0 + order[q]] = static_cast<uint32_t>(slot);
+            if (q % 16 == 0) p.first_step[slot / 16 + 1] = per_row[w0 + order[q]];
+        }
+    }
+    for (uint64_t i = 0; i < l.slices; ++i) p.first_step[i + 1] += p.first_step[i];
+    return p;
 }
 
 class Q1s final : public Dtype {
@@ -378,6 +440,52 @@ public:
         }
     }
 
+    // q1s_passes, where q1_passes is made for the base (the AVX-512
+    // kernel runs and rows are whole steps of 16 groups), for a list that
+    // strictly ascends within the tensor (the original writes it so): the
+    // base as q1_passes, the outliers one row a lane (docs/dtypes.md).
+    int32_t decode_layout(const cmf_tensor_view &t, uint64_t *bytes) const override {
+        *bytes = 0;
+        if (!pass_steps_pay(t) || t.shape[1] > kQ1sPassesMaxCols) return -1;
+        const Q1sView v = q1s_view(t);
+        if (!((t.facts & kQ1sAscending) || kernels::q1s_ascending(v.entries, v.count))) return -1;
+        if (v.count != 0 && load_u32(v.entries + 6 * (v.count - 1)) >= v.n) return -1;
+        const Q1sPassesLayout l(t.shape[0], t.shape[1]);
+        *bytes = checked_mad(q1s_overlay_plan(v.entries, v.count, l).first_step.back(), kQ1sStepBytes, l.steps_at,
+                             "q1s_passes");
+        return CMF_DTYPE_MEM_Q1S_PASSES;
+    }
+    void decode_copy(const cmf_tensor_view &t, uint8_t *dst) const override {
+        uint64_t n = 0;
+        if (decode_layout(t, &n) < 0) Dtype::decode_copy(t, dst);
+        const Q1sView v = q1s_view(t);
+        const Q1sPassesLayout l(t.shape[0], t.shape[1]);
+        for (uint64_t k = 0; k < l.base_bytes / 96; ++k) q1_step_to_passes(v.tiles + 96 * k, dst + 96 * k);
+        const Q1sOverlayPlan p = q1s_overlay_plan(v.entries, v.count, l);
+        std::memset(dst + l.table_at, 0, l.steps_at - l.table_at);
+        std::memcpy(dst + l.table_at, p.first_step.data(), 4 * p.first_step.size());
+        std::memcpy(dst + l.lanes_at, p.lane_row.data(), p.lane_row.size());
+        uint8_t *steps = dst + l.steps_at;
+        for (uint64_t k = 0; k < p.first_step.back(); ++k) {
+            for (unsigned j = 0; j < 16; ++j) store_u16(steps + kQ1sStepBytes * k + 2 * j, 0xFFFF);
+            std::memset(steps + kQ1sStepBytes * k + 32, 0, 64);
+        }
+        uint64_t row = 0, row_end = l.cols;
+        uint32_t in_row = 0;
+        for (uint64_t e = 0; e < v.count; ++e) {
+            const uint8_t *entry = v.entries + 6 * e;
+            const uint32_t idx = load_u32(entry);
+            if (idx >= row_end) row = idx / l.cols, row_end = (row + 1) * l.cols, in_row = 0;
+            const uint8_t *tile = v.tiles + 6 * (idx / 32);
+            const uint32_t bit = (load_u32(tile + 2) >> (idx % 32)) & 1u;
+            const uint32_t slot = p.slot_of_row[row];
+            uint8_t *st = steps + kQ1sStepBytes * (p.first_step[slot / 16] + in_row++);
+            store_u16(st + 2 * (slot % 16), static_cast<uint16_t>(idx - row * l.cols));
+            std::memcpy(st + 32 + 2 * (slot % 16), entry + 4, 2);
+            store_u16(st + 64 + 2 * (slot % 16), static_cast<uint16_t>(load_u16(tile) ^ (bit ? 0 : 0x8000)));  // +-s
+        }
+    }
+
 private:
     // cmf_tensor_view.facts bit: the outlier indices strictly ascend.
     static constexpr uint32_t kQ1sAscending = 1;
@@ -456,6 +564,126 @@ public:
                 put_u32(out, static_cast<uint32_t>(i));
                 put_u16(out, f32_to_f16(src[i]));
             }
+    }
+};
+
+// ---- q1s_passes (memory-only: q1s's decode copy) --------------------------------
+// The base is a q1_passes matrix and multiplies as one; the overlay is a
+// slice's 16 rows in the 16 lanes of kernels::q1s_slice_sums, each row's
+// corrections (value - base value) * x summed in its own lane and added to
+// the row once. The file's list gathered each entry's tile (its base bit
+// and scale) and summed a row's entries across lanes, four rows a pass:
+// its overlay took 1.4x the base's time (docs/performance.md). Decodes to
+// the values q1s decodes; multiplies with the same products (the base's
+// as q1's BITALG kernel, the overlay's (value - base value) * x) summed in
+// another order. No int8 view (an outlier is no multiple of its scale).
+class Q1sPasses final : public Dtype {
+    struct View {
+        Q1sPassesLayout l;
+        const uint8_t *table, *lane_row, *steps;
+        uint32_t first(uint64_t s) const { return load_u32(table + 4 * s); }
+        const uint8_t *step(uint64_t k) const { return steps + kQ1sStepBytes * k; }
+    };
+    // The copy's parts, its step table checked for the windows of rows
+    // [r0, r1): it does not decrease. With `rows_named` (validate) also
+    // that each row there is named by at most one lane and a lane past the
+    // tensor's rows by none, as decode_copy writes them; the members read
+    // any lane_row safely (a lane naming no row of the range is left out,
+    // a row named twice gets both lanes) and do not check it per call: per
+    // decode token that was 4 % of a q1s run.
+    View view_of(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, bool rows_named = false) const {
+        expected_size(shape_of(t));
+        View v{Q1sPassesLayout(t.shape[0], t.shape[1]), nullptr, nullptr, nullptr};
+        if (t.nbytes < v.l.steps_at || (t.nbytes - v.l.steps_at) % kQ1sStepBytes != 0)
+            fail(CMF_ERR_BOUNDS, "q1s_passes payload is " + std::to_string(t.nbytes) + " bytes: its base and tables need " +
+                                     std::to_string(v.l.steps_at) + ", then whole steps of 96");
+        v.table = bytes_of(t) + v.l.table_at;
+        v.lane_row = bytes_of(t) + v.l.lanes_at;
+        v.steps = bytes_of(t) + v.l.steps_at;
+        const uint64_t n_steps = (t.nbytes - v.l.steps_at) / kQ1sStepBytes;
+        if (v.first(0) != 0 || v.first(v.l.slices) != n_steps)
+            fail(CMF_ERR_PARSE, "q1s_passes step table does not run from 0 to its " + std::to_string(n_steps) + " steps");
+        for (uint64_t w0 = r0 / 64 * 64; w0 < r1; w0 += 64) {
+            uint64_t named = 0;
+            for (uint64_t s = w0 / 16; s < std::min(v.l.slices, w0 / 16 + 4); ++s) {
+                if (v.first(s + 1) < v.first(s)) fail(CMF_ERR_PARSE, "q1s_passes step table decreases at slice " + std::to_string(s));
+                for (unsigned lane = 0; rows_named && lane < 16; ++lane) {
+                    const uint8_t r = v.lane_row[16 * s + lane];
+                    if (r == kQ1sNoRow) continue;
+                    if (r >= 64 || w0 + r >= v.l.rows || (named >> r & 1))
+                        fail(CMF_ERR_PARSE, "q1s_passes lane " + std::to_string(lane) + " of slice " + std::to_string(s) +
+                                                " names row " + std::to_string(r) + " of its window, out of range or named twice");
+                    named |= uint64_t(1) << r;
+                }
+            }
+        }
+        return v;
+    }
+    static cmf_tensor_view base_of(const cmf_tensor_view &t, const View &v) {
+        cmf_tensor_view b = t;
+        b.dtype = CMF_DTYPE_MEM_Q1_PASSES;
+        b.nbytes = v.l.base_bytes;
+        return b;
+    }
+    static const Dtype &base_dtype() {
+        static const Q1PassesOf<false> base;
+        return base;
+    }
+
+public:
+    int32_t id() const override { return CMF_DTYPE_MEM_Q1S_PASSES; }
+    const char *name() const override { return "q1s_passes"; }
+    uint32_t flags() const override { return CMF_CODEC_VARIABLE_SIZE; }
+    uint64_t expected_size(Shape shape) const override {
+        if (shape.size() != 2 || shape[1] % 512 != 0)
+            fail(CMF_ERR_INVALID_ARGUMENT, "q1s_passes: 2-D with a multiple of 512 columns only");
+        return CMF_SIZE_VARIABLE;
+    }
+    void validate(const cmf_tensor_view &t) const override { view_of(t, 0, t.ndim == 2 ? t.shape[0] : 0, true); }
+    void dequantize_rows(const cmf_tensor_view &t, uint64_t r0, uint64_t r1, float *dst) const override {
+        if (r0 >= r1) return;
+        const View v = view_of(t, r0, r1);
+        base_dtype().dequantize_rows(base_of(t, v), r0, r1, dst);
+        for (uint64_t w0 = r0 / 64 * 64; w0 < r1; w0 += 64)
+            for (uint64_t s = w0 / 16; s < std::min(v.l.slices, w0 / 16 + 4); ++s)
+                for (unsigned lane = 0; lane < 16; ++lane) {
+                    const uint64_t r = w0 + v.lane_row[16 * s + lane];
+                    if (v.lane_row[16 * s + lane] == kQ1sNoRow || r < r0 || r >= r1) continue;
+                    for (uint32_t k = v.first(s); k < v.first(s + 1); ++k) {
+                        const uint64_t c = load_u16(v.step(k) + 2 * lane);
+                        if (c < v.l.cols) dst[(r - r0) * v.l.cols + c] = load_f16(v.step(k) + 32 + 2 * lane);
+                    }
+                }
+    }
+    bool has_matmul() const override { return true; }
+    void matmul_rows(const cmf_tensor_view &w, const float *x, uint64_t ldx, uint64_t n_batch, uint64_t r0,
+                     uint64_t r1, float *y, uint64_t ldy) const override {
+        if (r0 >= r1) return;
+        const View v = view_of(w, r0, r1);
+        base_dtype().matmul_rows(base_of(w, v), x, ldx, n_batch, r0, r1, y, ldy);
+        // x's values xd[c / 32] * xq[c], made once per x for every row
+        // range of its matmul on this thread
+        const uint64_t cols = v.l.cols;
+        const QuantizedX &xq = quantized_x(x, ldx, n_batch, cols, kernels::XOrder::natural);
+        thread_local uint64_t made_from = 0;
+        float *xf = static_cast<float *>(kernels::thread_room(kernels::RoomSlot::q1s_passes_x, 4 * n_batch * cols));
+        if (made_from != xq.serial) {
+            for (uint64_t b = 0; b < n_batch; ++b)
+                for (uint64_t c = 0; c < cols; ++c) xf[b * cols + c] = xq.d(b)[c / 32] * static_cast<float>(xq.q(b)[c]);
+            made_from = xq.serial;
+        }
+        // Every slice of each window the range touches (a window's rows lie
+        // in any of its slices), its lanes added to the rows in the range.
+        alignas(64) float sums[16];
+        for (uint64_t w0 = r0 / 64 * 64; w0 < r1; w0 += 64)
+            for (uint64_t s = w0 / 16; s < std::min(v.l.slices, w0 / 16 + 4); ++s)
+                for (uint64_t b = 0; b < n_batch; ++b) {
+                    kernels::q1s_slice_sums(v.step(v.first(s)), v.first(s + 1) - v.first(s), cols, xf + b * cols, sums);
+                    for (unsigned lane = 0; lane < 16; ++lane) {
+                        const uint64_t r = w0 + v.lane_row[16 * s + lane];
+                        if (v.lane_row[16 * s + lane] != kQ1sNoRow && r >= r0 && r < r1) y[b * ldy + r] += sums[lane];
+                    }
+                }
     }
 };
 
@@ -776,6 +1004,7 @@ void Q1t::quantize(Shape shape, const float *src, const cmf_quantize_params *par
 std::unique_ptr<Dtype> make_q1() { return std::make_unique<Q1>(); }
 std::unique_ptr<Dtype> make_q1_passes() { return std::make_unique<Q1PassesOf<false>>(); }
 std::unique_ptr<Dtype> make_q1s() { return std::make_unique<Q1s>(); }
+std::unique_ptr<Dtype> make_q1s_passes() { return std::make_unique<Q1sPasses>(); }
 std::unique_ptr<Dtype> make_q1t() { return std::make_unique<Q1t>(); }
 std::unique_ptr<Dtype> make_q1t_passes() { return std::make_unique<Q1PassesOf<true>>(); }
 

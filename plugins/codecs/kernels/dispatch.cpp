@@ -218,6 +218,9 @@ void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *s
 }
 bool q1_passes_kernel() { return has_avx512vnni(); }
 bool q1s_ascending(const uint8_t *e, uint64_t count) { return CMF_PICK(q1s_ascending, e, count); }
+void q1s_slice_sums(const uint8_t *steps, uint64_t n_steps, uint64_t cols, const float *xf, float *sums) {
+    CMF_PICK(q1s_slice_sums, steps, n_steps, cols, xf, sums);
+}
 void q1s_overlay_xq(const uint8_t *t, const uint8_t *e, uint64_t count, uint64_t phase, uint64_t begin, uint64_t cols,
                     uint64_t rows, const int8_t *xq, const float *xd, float *y) {
     CMF_PICK(q1s_overlay_xq, t, e, count, phase, begin, cols, rows, xq, xd, y);

@@ -211,6 +211,15 @@ void rows_q1t_xq(const uint8_t *tiles, const int8_t *xq, const float *xd, uint64
 // overlay): codes[32*g + i] = the weight of element i by the rule above
 // (-1, 0, +1), scales[g] = its f16 scale.
 void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);
+// q1s_passes (CMF_DTYPE_MEM_Q1S_PASSES, q1s's decode copy): its base is a
+// q1_passes matrix, its overlay slices of 16 rows stored lane by lane. The
+// overlay sums of one slice: over its n_steps steps of 96 bytes in order
+// (16 u16 columns, 16 f16 values, 16 f16 base values; lane l's slot is
+// column, value and base value l), lane l gets the products (v - b) * xf[c]
+// of its live slots, a slot live where its column c < cols. sums[l]
+// starts at 0 and adds the products in step order (the same bits on every
+// ISA). xf holds cols floats, x's values xd[c / 32] * xq[c].
+void q1s_slice_sums(const uint8_t *steps, uint64_t n_steps, uint64_t cols, const float *xf, float *sums);
 // Whether the u32 indices of `count` 6-byte q1s overlay entries strictly ascend.
 bool q1s_ascending(const uint8_t *entries, uint64_t count);
 // q1s's overlay on the rows_q1_xq base of a row range: y[r] += (value - base
@@ -349,7 +358,7 @@ void set_avx512_extensions(bool on);
 // std::vector in avx2.cpp: the vector's members would be instantiated
 // there, compiled with AVX-512 flags, as weak symbols another file's copy
 // could be merged with (tests/codecs/no_shared_inline_copies.sh).
-enum class RoomSlot { q4_x_table, q1s_x_floats, q1t_x_table, q1_x_passes, q1_passes_x, q2_x_passes, vbit4_x_table, count };
+enum class RoomSlot { q4_x_table, q1s_x_floats, q1s_passes_x, q1t_x_table, q1_x_passes, q1_passes_x, q2_x_passes, vbit4_x_table, count };
 void *thread_room(RoomSlot slot, uint64_t bytes);
 
 }  // namespace cmf::codecs::kernels

@@ -200,6 +200,21 @@ void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd
 
 bool q1s_ascending(const uint8_t *entries, uint64_t count) { return q1s_ascending_from(entries, 0, count); }
 
+void q1s_slice_sums(const uint8_t *steps, uint64_t n_steps, uint64_t cols, const float *xf, float *sums) {
+    for (unsigned l = 0; l < 16; ++l) {
+        float acc = 0.0f;
+        for (uint64_t k = 0; k < n_steps; ++k) {
+            const uint8_t *st = steps + 96 * k;
+            uint16_t c;
+            std::memcpy(&c, st + 2 * l, 2);
+            if (c >= cols) continue;
+            const float prod = (f16_at(st + 32 + 2 * l) - f16_at(st + 64 + 2 * l)) * xf[c];
+            acc = acc + prod;
+        }
+        sums[l] = acc;
+    }
+}
+
 // (One entry at a time, each row summed in one register: the same bits
 // wherever a range begins; `phase` is for the AVX-512 form's steps.)
 void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t /*phase*/, uint64_t begin,

@@ -40,6 +40,7 @@
                      float *y);                                                                                       \
     void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);                   \
     bool q1s_ascending(const uint8_t *entries, uint64_t count);                                                      \
+    void q1s_slice_sums(const uint8_t *steps, uint64_t n_steps, uint64_t cols, const float *xf, float *sums);     \
     void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count, uint64_t phase,             \
                         uint64_t begin, uint64_t cols, uint64_t rows, const int8_t *xq, const float *xd, float *y);  \
     float dot_q4_tiled_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, const float *xd,              \
@@ -94,7 +95,7 @@ CMF_CODECS_KERNEL_DECLS
 // Every kernel above, by name, for X-macro tables.
 #define CMF_CODECS_KERNEL_NAMES(X)                                                                                    \
     X(dot_f32) X(dot_f16) X(dot_bf16) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
-    X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(q1_passes_x) X(rows_q1_passes_xq) X(rows_q1t_passes_xq) X(unpack_q1_passes) X(unpack_q1t_passes) X(rows_q1t_xq) X(unpack_q1t_groups) X(q1s_ascending) X(q1s_overlay_xq)                                            \
+    X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(q1_passes_x) X(rows_q1_passes_xq) X(rows_q1t_passes_xq) X(unpack_q1_passes) X(unpack_q1t_passes) X(rows_q1t_xq) X(unpack_q1t_groups) X(q1s_ascending) X(q1s_overlay_xq) X(q1s_slice_sums)                                            \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(q4_pair_x_table) X(dot_q4_groups_xq)                \
     X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(rows_q4tp_xq) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
     X(unpack_q4_groups)
