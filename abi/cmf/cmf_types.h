@@ -103,15 +103,18 @@ typedef struct cmf_error cmf_error;
  * the 16 groups' f16 scales. What q1t's decode_copy makes where its
  * AVX-512 kernel runs. */
 #define CMF_DTYPE_MEM_Q1T_PASSES 514
-/* q1s of a 2-D matrix, cols % 512 == 0 and cols <= 32767, its outlier
- * indices strictly ascending: the base as CMF_DTYPE_MEM_Q1_PASSES, then
- * u32 first_step[slices + 1] (slice i: rows 16i..16i+15), then from the
- * next multiple of 64 bytes the slices' steps of 64 bytes: 16 u16 words
- * (lane l: row 16i+l; bits 0-14 the column, bit 15 the base bit there; a
- * column >= cols is an empty lane) and 16 f16 values. A row's outliers
- * fill its lane in ascending order. What q1s's decode_copy makes where
- * q1's does: a slice's overlay is then one gather of x and one of the
- * scales per 16 rows, each row summed in its own lane. */
+/* q1s of a 2-D matrix, cols % 512 == 0, its outlier indices strictly
+ * ascending: the base as CMF_DTYPE_MEM_Q1_PASSES, then u32
+ * first_step[S + 1] (S = ceil(rows / 16) slices), then u8 lane_row[16 S],
+ * then from the next multiple of 64 bytes the slices' steps of 96 bytes:
+ * 16 u16 columns, then 16 f32 corrections (value - base value). Slice i
+ * lies in the window of rows 64 (i / 4) .. 64 (i / 4) + 63; its lane l
+ * holds the outliers of row 64 (i / 4) + lane_row[16 i + l] (0xFF: none)
+ * in ascending column order, a column >= cols an empty slot; each
+ * window's rows go to its slices fullest first. What q1s's decode_copy
+ * makes where q1's does (and base value + correction gives every value
+ * back): the overlay is then one gather of x per 16 rows, each row summed
+ * in its own lane. */
 #define CMF_DTYPE_MEM_Q1S_PASSES 515
 
 /* required_features bits of the envelope (spec §1.1). */

@@ -1626,9 +1626,9 @@ void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd
                         float *y) {
     q1_passes_rows<true>(steps, xt, xd, groups, rows, y);
 }
-// A slice's 16 rows in the 16 lanes: per step three loads (columns,
-// values, base values), one gather of x, a subtraction, a product and a
-// sum; no lane waits on another and no row is summed across lanes (the
+// A slice's 16 rows in the 16 lanes: per step a load of the columns, a
+// gather of x, a product with the corrections and a sum; no lane waits on
+// another and no row is summed across lanes (the
 // file's list took each entry's tile by two 8-lane gathers, and a row's
 // entries were summed across lanes, four rows a pass). Each lane adds its
 // products in step order, as the portable loop does: the same bits.
@@ -1644,12 +1644,10 @@ void q1s_slice_sums(const uint8_t *steps, uint64_t n_steps, uint64_t cols, const
         _mm_prefetch(reinterpret_cast<const char *>(st + kPrefetchAhead + 64), _MM_HINT_T0);
         const __m512i c = _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st)));
         const __mmask16 live = _mm512_cmplt_epu32_mask(c, ncols);
-        const __m512 v = _mm512_maskz_cvtph_ps(all, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st + 32)));
-        const __m512 b = _mm512_maskz_cvtph_ps(all, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st + 64)));
         const __m512 xc = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, c, xf, 4);
         // masked-off lanes add +0: a sum that starts at +0 is never -0, so
         // adding +0 leaves its bits as the portable loop's skip does
-        acc = _mm512_maskz_add_ps(all, acc, _mm512_maskz_mul_ps(live, _mm512_maskz_sub_ps(all, v, b), xc));
+        acc = _mm512_maskz_add_ps(all, acc, _mm512_maskz_mul_ps(live, _mm512_loadu_ps(st + 32), xc));
     }
     _mm512_storeu_ps(sums, acc);
 }

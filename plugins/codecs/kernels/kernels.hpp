@@ -214,11 +214,11 @@ void unpack_q1t_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, flo
 // q1s_passes (CMF_DTYPE_MEM_Q1S_PASSES, q1s's decode copy): its base is a
 // q1_passes matrix, its overlay slices of 16 rows stored lane by lane. The
 // overlay sums of one slice: over its n_steps steps of 96 bytes in order
-// (16 u16 columns, 16 f16 values, 16 f16 base values; lane l's slot is
-// column, value and base value l), lane l gets the products (v - b) * xf[c]
-// of its live slots, a slot live where its column c < cols. sums[l]
-// starts at 0 and adds the products in step order (the same bits on every
-// ISA). xf holds cols floats, x's values xd[c / 32] * xq[c].
+// (16 u16 columns, then 16 f32 corrections; lane l's slot is column and
+// correction l), lane l gets the products d * xf[c] of its live slots, a
+// slot live where its column c < cols. sums[l] starts at 0 and adds the
+// products in step order (the same bits on every ISA). xf holds cols
+// floats, x's values xd[c / 32] * xq[c].
 void q1s_slice_sums(const uint8_t *steps, uint64_t n_steps, uint64_t cols, const float *xf, float *sums);
 // Whether the u32 indices of `count` 6-byte q1s overlay entries strictly ascend.
 bool q1s_ascending(const uint8_t *entries, uint64_t count);

@@ -208,7 +208,9 @@ void q1s_slice_sums(const uint8_t *steps, uint64_t n_steps, uint64_t cols, const
             uint16_t c;
             std::memcpy(&c, st + 2 * l, 2);
             if (c >= cols) continue;
-            const float prod = (f16_at(st + 32 + 2 * l) - f16_at(st + 64 + 2 * l)) * xf[c];
+            float d;
+            std::memcpy(&d, st + 32 + 4 * l, 4);
+            const float prod = d * xf[c];
             acc = acc + prod;
         }
         sums[l] = acc;
