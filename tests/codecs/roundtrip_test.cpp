@@ -1317,10 +1317,16 @@ TEST_CASE("roundtrip: q1s's decode copy (q1s_passes) gives every member the valu
         }
         uint32_t first1;
         std::memcpy(&first1, c.data() + table + 4, 4);
-        const uint32_t beyond = first1 + 1000;
-        std::memcpy(c.data() + table + 8, &beyond, 4);  // slice 1 ends past slice 2's end
-        CHECK_THROWS_WITH(passes.matmul_rows(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, c), x.data(), 512, 1, 0, rows, y, rows),
-                          doctest::Contains("decreases at slice 2"));
+        REQUIRE(first1 > 0);
+        std::vector<uint8_t> down = c;
+        const uint32_t less = first1 - 1;
+        std::memcpy(down.data() + table + 8, &less, 4);  // slice 1 ends before it starts
+        CHECK_THROWS_WITH(passes.matmul_rows(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, down), x.data(), 512, 1, 0, rows, y, rows),
+                          doctest::Contains("decreases at slice 1"));
+        const uint32_t beyond = uint32_t((c.size() - table) / 96 + 1000);
+        std::memcpy(c.data() + table + 4, &beyond, 4);  // slice 0 ends past every step
+        CHECK_THROWS_WITH(passes.dequantize_rows(view(CMF_DTYPE_MEM_Q1S_PASSES, {rows, 512}, c), 0, 1, x.data()),
+                          doctest::Contains("slice 0 ends past"));
     }
 }
 

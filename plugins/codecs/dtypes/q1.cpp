@@ -600,7 +600,7 @@ class Q1sPasses final : public Dtype {
         const uint8_t *step(uint64_t k) const { return steps + kQ1sStepBytes * k; }
     };
     // The copy's parts, its step table checked for the windows of rows
-    // [r0, r1): it does not decrease. With `rows_named` (validate) also
+    // [r0, r1): it does not decrease nor pass the steps there are. With `rows_named` (validate) also
     // that each row there is named by at most one lane and a lane past the
     // tensor's rows by none, as decode_copy writes them; the members read
     // any lane_row safely (a lane naming no row of the range is left out,
@@ -622,6 +622,9 @@ class Q1sPasses final : public Dtype {
             uint64_t named = 0;
             for (uint64_t s = w0 / 16; s < std::min(v.l.slices, w0 / 16 + 4); ++s) {
                 if (v.first(s + 1) < v.first(s)) fail(CMF_ERR_PARSE, "q1s_passes step table decreases at slice " + std::to_string(s));
+                if (v.first(s + 1) > n_steps)
+                    fail(CMF_ERR_PARSE, "q1s_passes slice " + std::to_string(s) + " ends past the copy's " +
+                                            std::to_string(n_steps) + " steps");
                 for (unsigned lane = 0; rows_named && lane < 16; ++lane) {
                     const uint8_t r = v.lane_row[16 * s + lane];
                     if (r == kQ1sNoRow) continue;
