@@ -1058,12 +1058,18 @@ TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the sa
     }
 }
 
-TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same bits") {
-    namespace k = cmf::codecs::kernels;
-    const Dtype &q1 = dtype(CMF_DTYPE_Q1), &passes = dtype(CMF_DTYPE_MEM_Q1_PASSES);
+// A pass-mask copy (q1_passes, q1t_passes, q1s_passes): memory-only, no
+// encoder, 2-D matrices of whole 16-group steps a row only.
+void check_passes_shapes(const Dtype &passes) {
     CHECK(!passes.can_quantize());
     CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{1024}), doctest::Contains("2-D"));
     CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{4, 96}), doctest::Contains("multiple of 512"));
+}
+
+TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same bits") {
+    namespace k = cmf::codecs::kernels;
+    const Dtype &q1 = dtype(CMF_DTYPE_Q1), &passes = dtype(CMF_DTYPE_MEM_Q1_PASSES);
+    check_passes_shapes(passes);
     uint64_t n = 7;
     {  // no decode layout: 1-D, or rows that are not whole steps of 16 groups
         std::vector<float> w = gaussian(4 * 512, 40);
@@ -1135,9 +1141,7 @@ TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same b
 TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the values q1t gives") {
     namespace k = cmf::codecs::kernels;
     const Dtype &q1t = dtype(CMF_DTYPE_Q1T), &passes = dtype(CMF_DTYPE_MEM_Q1T_PASSES);
-    CHECK(!passes.can_quantize());
-    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{1024}), doctest::Contains("2-D"));
-    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{4, 96}), doctest::Contains("multiple of 512"));
+    check_passes_shapes(passes);
     uint64_t n = 7;
     {  // no decode layout: an overlay, or rows that are not whole steps
         std::vector<float> w = gaussian(4 * 512, 50);
@@ -1203,9 +1207,7 @@ TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the valu
 TEST_CASE("roundtrip: q1s's decode copy (q1s_passes) gives every member the values q1s gives") {
     namespace k = cmf::codecs::kernels;
     const Dtype &q1s = dtype(CMF_DTYPE_Q1S), &passes = dtype(CMF_DTYPE_MEM_Q1S_PASSES);
-    CHECK(!passes.can_quantize());
-    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{1024}), doctest::Contains("2-D"));
-    CHECK_THROWS_WITH(passes.expected_size(std::vector<uint64_t>{4, 96}), doctest::Contains("multiple of 512"));
+    check_passes_shapes(passes);
     uint64_t n = 7;
     {  // no decode layout: rows that are not whole steps, a list that does not ascend
         const Q1sSample narrow = q1s_sample(4, 96, 60, "keep=0.05");
