@@ -1058,6 +1058,19 @@ TEST_CASE("roundtrip: q4_block's decode copy (q4_rows) gives every member the sa
     }
 }
 
+// The decode copy of tb through the codec's vtable into a room of the n
+// bytes it asked for, a guard byte past it left as it was.
+std::vector<uint8_t> copy_into_room(const cmf_codec_vt *vt, void *cctx, const cmf_tensor_view &tb, uint64_t n) {
+    std::vector<uint8_t> c(n + 1, 0xAB);
+    uint64_t got = 0;
+    int32_t id = -1;
+    REQUIRE(vt->decode_copy(cctx, &tb, c.data(), n, &got, &id) == nullptr);
+    CHECK(got == n);
+    CHECK(c[n] == 0xAB);
+    c.pop_back();
+    return c;
+}
+
 // A pass-mask copy (q1_passes, q1t_passes, q1s_passes): memory-only, no
 // encoder, 2-D matrices of whole 16-group steps a row only.
 void check_passes_shapes(const Dtype &passes) {
@@ -1173,12 +1186,8 @@ TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the valu
         REQUIRE(vt->decode_copy(cctx, &tb, nullptr, 0, &n, &id) == nullptr);
         REQUIRE(id == CMF_DTYPE_MEM_Q1T_PASSES);
         REQUIRE(n == 10 * rows * cols / 32);
-        std::vector<uint8_t> c(n + 1, 0xAB);  // a guard byte past the copy
+        std::vector<uint8_t> c = copy_into_room(vt, cctx, tb, n);
         uint64_t got = 0;
-        REQUIRE(vt->decode_copy(cctx, &tb, c.data(), n, &got, &id) == nullptr);
-        CHECK(got == n);
-        CHECK(c[n] == 0xAB);
-        c.pop_back();
         const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q1T_PASSES, shape, c);
         passes.validate(tc);
         std::vector<float> db(cols);
@@ -1271,12 +1280,8 @@ TEST_CASE("roundtrip: q1s's decode copy (q1s_passes) gives every member the valu
             for (uint64_t q16 = 0; q16 < win.size(); q16 += 16) want_steps += win[q16];
         }
         REQUIRE(n == steps_at + 96 * want_steps);
-        std::vector<uint8_t> c(n + 1, 0xAB);  // a guard byte past the copy
+        std::vector<uint8_t> c = copy_into_room(vt, cctx, tb, n);
         uint64_t got = 0;
-        REQUIRE(vt->decode_copy(cctx, &tb, c.data(), n, &got, &id) == nullptr);
-        CHECK(got == n);
-        CHECK(c[n] == 0xAB);
-        c.pop_back();
         const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q1S_PASSES, cs.shape, c);
         passes.validate(tc);
         // Its base is q1's copy of the base tiles, byte for byte.
