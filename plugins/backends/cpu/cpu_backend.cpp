@@ -507,6 +507,20 @@ void matmul_chunk_dequant(void *user, uint64_t r0, uint64_t r1) {
     }
 }
 
+// A thread's scratch of n elements that starts on a 64-byte line. The GEMM
+// micro-kernels load whole zmm rows of their packed panels and pack_w reads
+// the widened rows a zmm at a time; a std::vector starts only 16-byte
+// aligned, and where in a line it started changed with whatever the
+// process had allocated before: q1s's decode copies moved the f32 GEMM's
+// panels off their lines and its pp512 from 266 to 226 tok/s; aligned,
+// f16's pp512 went from 244-256 to 265-271 (the Intel Xeon VM).
+template <class T>
+T *line_aligned(std::vector<T> &v, uint64_t n) {
+    v.resize(n + 64 / sizeof(T));
+    const uintptr_t at = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + (64 - at % 64) % 64 / sizeof(T);
+}
+
 // Prefill: [p0, p1) are panels of kPanelRows weight rows. Each panel is
 // widened to f32 (f32 weights are read in place) and packed k-major into a
 // per-thread buffer, where it stays in L2 while it meets every token block
@@ -519,20 +533,19 @@ void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
     // Thread-local: a chunk runs to completion on one thread, and the pool
     // threads live as long as the runtime, so no allocation (and no fresh
     // pages to fault in) per chunk.
-    thread_local std::vector<float> wide, packed;
-    if (w->view.dtype != CMF_DTYPE_F32) wide.resize(kPanelRows * cols);
-    packed.resize(cmf::cpu::packed_w_floats(kPanelRows, cols));
+    thread_local std::vector<float> wide_room, packed_room;
+    float *const wide = w->view.dtype == CMF_DTYPE_F32 && w->runs.empty() ? nullptr : line_aligned(wide_room, kPanelRows * cols);
+    float *const packed = line_aligned(packed_room, cmf::cpu::packed_w_floats(kPanelRows, cols));
     for (uint64_t p = p0; p < p1; ++p) {
         const uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows);
-        if (w->view.dtype == CMF_DTYPE_F32 && !w->runs.empty()) wide.resize(kPanelRows * cols);
-        const float *src = wide.data();
+        const float *src = wide;
         if (w->view.dtype == CMF_DTYPE_F32 && w->runs.empty()) {
             src = static_cast<const float *>(w->view.data) + r0 * cols;
         } else {
             bool failed = false;
             for_source_rows(w, r0, r1, [&](uint64_t s0, uint64_t s1, uint64_t off) {
                 const uint64_t n = (s1 - s0) * cols;
-                float *dst = wide.data() + off * cols;
+                float *dst = wide + off * cols;
                 switch (w->view.dtype) {
                 case CMF_DTYPE_F32: std::memcpy(dst, static_cast<const float *>(w->view.data) + s0 * cols, n * sizeof(float)); break;
                 case CMF_DTYPE_F16: k.convert_f16(static_cast<const uint16_t *>(w->view.data) + s0 * cols, n, dst); break;
@@ -547,8 +560,8 @@ void matmul_chunk_gemm(void *user, uint64_t p0, uint64_t p1) {
             });
             if (failed) return;
         }
-        k.pack_w(src, cols, r1 - r0, cols, packed.data());
-        k.gemm_packed(packed.data(), r1 - r0, cols, job->xp, job->n_batch, job->y + r0, w->rows);
+        k.pack_w(src, cols, r1 - r0, cols, packed);
+        k.gemm_packed(packed, r1 - r0, cols, job->xp, job->n_batch, job->y + r0, w->rows);
     }
 }
 
@@ -565,10 +578,10 @@ void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
     const uint64_t cols = w->cols, nb = i8::blocks(cols);
     thread_local std::vector<int8_t> codes;
     thread_local std::vector<float> scales, wd;
-    thread_local std::vector<int16_t> wp;
+    thread_local std::vector<int16_t> wp_room;
     codes.resize(kInt8PanelRows * nb * i8::kBlock);
     scales.resize(kInt8PanelRows * nb);
-    wp.resize(i8::packed_w_count(kInt8PanelRows, cols));
+    int16_t *const wp = line_aligned(wp_room, i8::packed_w_count(kInt8PanelRows, cols));
     wd.resize(i8::packed_wd_floats(kInt8PanelRows, cols));
     for (uint64_t p = p0; p < p1; ++p) {
         const uint64_t r0 = p * kInt8PanelRows, r1 = std::min(w->rows, r0 + kInt8PanelRows);
@@ -582,8 +595,8 @@ void matmul_chunk_int8(void *user, uint64_t p0, uint64_t p1) {
             }
         });
         if (failed) return;
-        k.pack_w(codes.data(), scales.data(), r1 - r0, cols, wp.data(), wd.data());
-        k.gemm(wp.data(), wd.data(), r1 - r0, cols, job->xq, job->xd, job->n_batch, job->y + r0, w->rows);
+        k.pack_w(codes.data(), scales.data(), r1 - r0, cols, wp, wd.data());
+        k.gemm(wp, wd.data(), r1 - r0, cols, job->xq, job->xd, job->n_batch, job->y + r0, w->rows);
     }
 }
 
@@ -595,16 +608,17 @@ void matmul_chunk_bf16(void *user, uint64_t p0, uint64_t p1) {
     namespace b16 = cmf::cpu::bf16;
     const uint64_t cols = w->cols;
     const auto *src = static_cast<const uint16_t *>(w->view.data);
-    thread_local std::vector<uint32_t> packed;
-    packed.resize(b16::packed_w_words(kPanelRows, cols));
+    thread_local std::vector<uint32_t> packed_room;
+    const uint64_t words = b16::packed_w_words(kPanelRows, cols);
+    uint32_t *const packed = line_aligned(packed_room, words);
     const b16::GemmFn gemm = b16::gemm();
     for (uint64_t p = p0; p < p1; ++p) {
         const uint64_t r0 = p * kPanelRows, r1 = std::min(w->rows, r0 + kPanelRows);
-        if (r1 - r0 < kPanelRows) std::fill(packed.begin(), packed.end(), 0u);
+        if (r1 - r0 < kPanelRows) std::fill(packed, packed + words, 0u);
         for_source_rows(w, r0, r1, [&](uint64_t s0, uint64_t s1, uint64_t off) {
-            b16::pack_w(src + s0 * cols, cols, s1 - s0, cols, off, packed.data());
+            b16::pack_w(src + s0 * cols, cols, s1 - s0, cols, off, packed);
         });
-        gemm(packed.data(), r1 - r0, cols, job->xb, job->n_batch, job->y + r0, w->rows);
+        gemm(packed, r1 - r0, cols, job->xb, job->n_batch, job->y + r0, w->rows);
     }
 }
 
@@ -720,14 +734,14 @@ cmf_error *matmul_op(void *ctx, const cmf_backend_weight *w, const float *x, uin
         // buffer belongs to the calling thread (it waits for the loop).
         thread_local std::vector<float> xp;
         const auto &k = cmf::cpu::kernels();
-        xp.resize(cmf::cpu::packed_x_floats(n_batch, w->cols));
-        job.xp = xp.data();
+        float *const packed_x = line_aligned(xp, cmf::cpu::packed_x_floats(n_batch, w->cols));
+        job.xp = packed_x;
         struct PackJob {
             const cmf::cpu::Kernels *k;
             const float *x;
             uint64_t n_batch, cols;
             float *xp;
-        } pj{&k, x, n_batch, w->cols, xp.data()};
+        } pj{&k, x, n_batch, w->cols, packed_x};
         be->host->parallel_for(
             be->host->host_ctx, 0, cmf::cpu::gemm_x_blocks(n_batch), 8,
             [](void *u, uint64_t b0, uint64_t b1) {
