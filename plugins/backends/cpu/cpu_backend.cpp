@@ -19,9 +19,9 @@
 //    (cmf_codec_vt.int8_rows: q8_row, q4_block/q4_tiled): the int8 GEMM of
 //    gemm_i8.hpp instead (matmul_int8 below), unless kInt8Gemm is false or
 //    the environment sets CMF_CPU_INT8_GEMM=0 (A/B benchmarks);
-//  - many tokens, bf16 weights and a CPU with AVX-512 BF16: the bf16 GEMM of
-//    gemm_bf16.hpp (the activations rounded to bf16), unless the
-//    environment sets CMF_CPU_BF16_GEMM=0.
+//  - many tokens, bf16 weights and an AMD CPU with AVX-512 BF16: the bf16
+//    GEMM of gemm_bf16.hpp (the activations rounded to bf16), unless the
+//    environment sets CMF_CPU_BF16_GEMM=0 (=1: on other CPUs too).
 #include "backend.hpp"
 #include "delta_net.hpp"
 #include "gemm_bf16.hpp"

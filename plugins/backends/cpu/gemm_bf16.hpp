@@ -43,7 +43,9 @@ void pack_w(const uint16_t *w, uint64_t ldw, uint64_t n, uint64_t cols, uint64_t
 using GemmFn = void (*)(const uint32_t *wp, uint64_t n_rows, uint64_t cols, const uint32_t *xp, uint64_t n_batch,
                         float *y, uint64_t ldy);
 // The AVX-512 BF16 kernel, or nullptr where the CPU, the build or the
-// environment (CMF_CPU_BF16_GEMM=0, CMF_CPU_ISA below avx512) rules it out.
+// environment (CMF_CPU_BF16_GEMM=0, CMF_CPU_ISA below avx512) rules it out;
+// on CPUs other than AMD's only with CMF_CPU_BF16_GEMM=1 (there the f32
+// GEMM over widened panels was faster: gemm_bf16.cpp).
 GemmFn gemm();
 // The kernel whatever the environment says (tests); nullptr without the CPU
 // feature or native kernels.
