@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 namespace cmf::codecs {
 
@@ -458,27 +459,19 @@ public:
     // base as q1_passes, the outliers one row a lane (docs/dtypes.md).
     int32_t decode_layout(const cmf_tensor_view &t, uint64_t *bytes) const override {
         *bytes = 0;
-        if (!pass_steps_pay(t) || t.shape[1] > kQ1sPassesMaxCols) return -1;
-        const Q1sView v = q1s_view(t);
-        if (!((t.facts & kQ1sAscending) || kernels::q1s_ascending(v.entries, v.count))) return -1;
-        if (v.count != 0 && load_u32(v.entries + 6 * (v.count - 1)) >= v.n) return -1;
-        for (uint64_t e = 0; e < v.count; ++e) {
-            const uint8_t *entry = v.entries + 6 * e;
-            const float b = base_value(v.tiles, load_u32(entry)), value = load_f16(entry + 4);
-            if (!same_bits(b + (value - b), value)) return -1;
-        }
-        const Q1sPassesLayout l(t.shape[0], t.shape[1]);
-        *bytes = checked_mad(q1s_overlay_plan(v.entries, v.count, l).first_step.back(), kQ1sStepBytes, l.steps_at,
+        const std::optional<Q1sOverlayPlan> p = passes_plan(t);
+        if (!p) return -1;
+        *bytes = checked_mad(p->first_step.back(), kQ1sStepBytes, Q1sPassesLayout(t.shape[0], t.shape[1]).steps_at,
                              "q1s_passes");
         return CMF_DTYPE_MEM_Q1S_PASSES;
     }
     void decode_copy(const cmf_tensor_view &t, uint8_t *dst) const override {
-        uint64_t n = 0;
-        if (decode_layout(t, &n) < 0) Dtype::decode_copy(t, dst);
+        const std::optional<Q1sOverlayPlan> plan = passes_plan(t);
+        if (!plan) Dtype::decode_copy(t, dst);
+        const Q1sOverlayPlan &p = *plan;
         const Q1sView v = q1s_view(t);
         const Q1sPassesLayout l(t.shape[0], t.shape[1]);
         for (uint64_t k = 0; k < l.base_bytes / 96; ++k) q1_step_to_passes(v.tiles + 96 * k, dst + 96 * k);
-        const Q1sOverlayPlan p = q1s_overlay_plan(v.entries, v.count, l);
         std::memset(dst + l.table_at, 0, l.steps_at - l.table_at);
         std::memcpy(dst + l.table_at, p.first_step.data(), 4 * p.first_step.size());
         std::memcpy(dst + l.lanes_at, p.lane_row.data(), p.lane_row.size());
@@ -504,6 +497,20 @@ public:
 private:
     // cmf_tensor_view.facts bit: the outlier indices strictly ascend.
     static constexpr uint32_t kQ1sAscending = 1;
+    // Where each row goes in t's q1s_passes copy, if one is made for t:
+    // decode_layout's answer and decode_copy's plan, found once per call.
+    std::optional<Q1sOverlayPlan> passes_plan(const cmf_tensor_view &t) const {
+        if (!pass_steps_pay(t) || t.shape[1] > kQ1sPassesMaxCols) return std::nullopt;
+        const Q1sView v = q1s_view(t);
+        if (!((t.facts & kQ1sAscending) || kernels::q1s_ascending(v.entries, v.count))) return std::nullopt;
+        if (v.count != 0 && load_u32(v.entries + 6 * (v.count - 1)) >= v.n) return std::nullopt;
+        for (uint64_t e = 0; e < v.count; ++e) {
+            const uint8_t *entry = v.entries + 6 * e;
+            const float b = base_value(v.tiles, load_u32(entry)), value = load_f16(entry + 4);
+            if (!same_bits(b + (value - b), value)) return std::nullopt;
+        }
+        return q1s_overlay_plan(v.entries, v.count, Q1sPassesLayout(t.shape[0], t.shape[1]));
+    }
     // The first entry whose index is >= `index`, in a list that ascends.
     static uint64_t first_at(const Q1sView &v, uint64_t index) {
         uint64_t lo = 0, hi = v.count;
