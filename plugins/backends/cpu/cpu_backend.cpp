@@ -512,8 +512,8 @@ void matmul_chunk_dequant(void *user, uint64_t r0, uint64_t r1) {
 // the widened rows a zmm at a time; a std::vector starts only 16-byte
 // aligned, and where in a line it started changed with whatever the
 // process had allocated before: q1s's decode copies moved the f32 GEMM's
-// panels off their lines and its pp512 from 266 to 226 tok/s; aligned,
-// f16's pp512 went from 244-256 to 265-271 (the Intel Xeon VM).
+// panels off their lines and its pp512 from 265-269 to 225-227 tok/s;
+// aligned, f16's pp512 went from 243-256 to 265-271 (the Intel Xeon VM).
 template <class T>
 T *line_aligned(std::vector<T> &v, uint64_t n) {
     v.resize(n + 64 / sizeof(T));

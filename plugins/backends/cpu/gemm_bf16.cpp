@@ -120,8 +120,8 @@ GemmFn gemm_native() {
 // By default on AMD only. Zen 4 and 5 retire vdpbf16ps at the rate of an
 // f32 FMA with twice its multiply-adds (pp512 on the 0.6B bf16 file: 551
 // against f16's 279 tok/s on the Zen 5 VM); on the Intel Xeon VM (Sapphire
-// Rapids' instruction set) this GEMM ran pp512 at 165-167 tok/s and the
-// f32 GEMM over widened panels at 275-278, so Intel keeps the f32 GEMM.
+// Rapids' instruction set) this GEMM ran pp512 at 164.6-167.0 tok/s and the
+// f32 GEMM over widened panels at 274.5-278.0, so Intel keeps the f32 GEMM.
 // CMF_CPU_BF16_GEMM=0 rules it out anywhere, =1 takes it wherever the CPU
 // has the instruction.
 GemmFn gemm() {
