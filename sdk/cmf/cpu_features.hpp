@@ -69,6 +69,23 @@ inline bool cpu_has_avx512_bitalg() {
 #endif
 }
 
+// GFNI (vgf2p8affineqb: a bit matrix applied to every byte), on top of
+// cpu_has_avx512_vnni: the codecs' q1 and q1t decode copies take each
+// pass's bytes from a step's lane bytes with it (Ice Lake and later, Zen 4
+// and later; Cascade Lake has VNNI without it). Read from CPUID.(7,0):ECX
+// bit 8 directly, as F16C is above.
+inline bool cpu_has_gfni() {
+#if defined(__x86_64__)
+    static const bool yes = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        return cpu_has_avx512_vnni() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 8)) != 0;
+    }();
+    return yes;
+#else
+    return false;
+#endif
+}
+
 // AVX-512 F + BF16 (with AVX2 + FMA + F16C): the CPU backend's bf16 GEMM
 // (vdpbf16ps, two bf16 products per f32 lane).
 inline bool cpu_has_avx512_bf16() {

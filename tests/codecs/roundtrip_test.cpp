@@ -512,8 +512,8 @@ TEST_CASE("roundtrip: SIMD and portable kernels agree") {
             CHECK((qa[5] == -7.0f && qp[5] == -7.0f));
             isa.rows_q1_passes_xq(bytes.data() + 4 * 6 * g, xta, xd.data(), g, 1, &q1);
             CHECK(bits(q1) == bits(qa[4]));
-            // q1t_passes: the same bytes as steps of +1 and -1 masks (a
-            // weight in both reads as -1).
+            // q1t_passes: the same bytes as steps of two-bit codes w+1 (a 3
+            // reads as +2).
             isa.rows_q1t_passes_xq(bytes.data(), xta, xd.data(), g, 5, qa);
             k::portable::rows_q1t_passes_xq(bytes.data(), xtp, xd.data(), g, 5, qp);
             for (int r = 0; r < 5; ++r) CHECK(near(qa[r], qp[r]));
@@ -1126,12 +1126,12 @@ TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same b
         } else {
             REQUIRE(passes.expected_size(shape) == b.size());
             for (uint64_t s = 0; s < b.size() / 96; ++s) {  // the layout's rule, one bit at a time
-                uint64_t masks[8] = {};
+                uint8_t lanes[64] = {};
                 for (unsigned j = 0; j < 16; ++j)
                     for (unsigned e = 0; e < 32; ++e)
                         if ((b[96 * s + 6 * j + 2 + e / 8] >> (e % 8)) & 1)
-                            masks[e / 4] |= uint64_t(1) << (4 * j + e % 4);
-                std::memcpy(c.data() + 96 * s, masks, 64);
+                            lanes[4 * j + e % 4] |= uint8_t(1u << (e / 4));
+                std::memcpy(c.data() + 96 * s, lanes, 64);
                 for (unsigned j = 0; j < 16; ++j) std::memcpy(c.data() + 96 * s + 64 + 2 * j, b.data() + 96 * s + 6 * j, 2);
             }
         }
@@ -1139,11 +1139,10 @@ TEST_CASE("roundtrip: q1's decode copy (q1_passes) gives every member the same b
         c.pop_back();
         const cmf_tensor_view tc = view(CMF_DTYPE_MEM_Q1_PASSES, shape, c);
         passes.validate(tc);
-        // Step 0 of row 0: mask t bit 4j+i is bit 4t+i of group j, then the scales.
+        // Step 0 of row 0: bit t of lane byte 4j+i is bit 4t+i of group j, then the scales.
         for (unsigned j = 0; j < 16; ++j)
             for (unsigned e = 0; e < 32; ++e)
-                CHECK(((c[8 * (e / 4) + (4 * j + e % 4) / 8] >> ((4 * j + e % 4) % 8)) & 1) ==
-                      ((b[6 * j + 2 + e / 8] >> (e % 8)) & 1));
+                CHECK(((c[4 * j + e % 4] >> (e / 4)) & 1) == ((b[6 * j + 2 + e / 8] >> (e % 8)) & 1));
         CHECK(std::memcmp(c.data() + 64, b.data(), 2) == 0);
         // The same lanes in the same order as q1's BITALG kernel: the same
         // bits; q1's other forms sum in another order.
@@ -1192,14 +1191,14 @@ TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the valu
         passes.validate(tc);
         std::vector<float> db(cols);
         q1t.dequantize_rows(tb, 0, 1, db.data());
-        // Step 0 of row 0: the +1 and -1 masks by the layout's rule.
+        // Step 0 of row 0 by the layout's rule: w+1 in bits 2(t%4), 2(t%4)+1
+        // of lane byte 4j+i of half t/4 (element 4t+i of group j).
         for (unsigned j = 0; j < 16; ++j)
             for (unsigned e = 0; e < 32; ++e) {
-                const unsigned bit = 4 * j + e % 4, t = e / 4;
-                const bool plus = (c[8 * t + bit / 8] >> (bit % 8)) & 1, minus = (c[64 + 8 * t + bit / 8] >> (bit % 8)) & 1;
+                const unsigned lane = 4 * j + e % 4, t = e / 4;
+                const unsigned code = (c[64 * (t / 4) + lane] >> (2 * (t % 4))) & 3u;
                 const float v = db[32 * j + e];
-                CHECK(plus == (v > 0.0f));
-                CHECK(minus == (v < 0.0f));
+                CHECK(code == (v > 0.0f ? 2u : v < 0.0f ? 0u : 1u));
             }
         // The same products as q1t's VBMI kernel, summed in another order.
         check_copy_members(q1t, tb, passes, tc, 54, false);

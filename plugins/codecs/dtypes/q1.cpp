@@ -88,29 +88,19 @@ void q1_base_rows(const uint8_t *tiles, uint64_t gpr, const QuantizedX &xq, uint
     }, 6 * gpr);
 }
 
-// A step of 16 q1 tiles (96 bytes) as q1_passes' step (kernels.hpp,
-// rows_q1_passes_xq: 8 u64 pass masks, then the 16 f16 scales). Byte b of
-// mask t holds nibble t of groups 2b (low) and 2b+1 (high): the masks are
-// the transpose of the 8x8 byte matrix whose row b is groups 2b and 2b+1
-// with their nibbles spread one a byte (word operations, not a bit at a
-// time: the copies are made as a model loads).
-void transpose_bytes_8x8(uint64_t m[8]) {
-    constexpr uint64_t k4 = 0x00000000FFFFFFFFull, k2 = 0x0000FFFF0000FFFFull, k1 = 0x00FF00FF00FF00FFull;
-    for (int t = 0; t < 4; ++t) {
-        const uint64_t a = m[t], c = m[t + 4];
-        m[t] = (a & k4) | (c << 32);
-        m[t + 4] = (a >> 32) | (c & ~k4);
-    }
-    for (int t : {0, 1, 4, 5}) {
-        const uint64_t a = m[t], c = m[t + 2];
-        m[t] = (a & k2) | ((c & k2) << 16);
-        m[t + 2] = ((a >> 16) & k2) | (c & ~k2);
-    }
-    for (int t : {0, 2, 4, 6}) {
-        const uint64_t a = m[t], c = m[t + 1];
-        m[t] = (a & k1) | ((c & k1) << 8);
-        m[t + 1] = ((a >> 8) & k1) | (c & ~k1);
-    }
+// A step of 16 groups' bits as q1_passes' 64 lane bytes (kernels.hpp,
+// rows_q1_passes_xq: bit t of byte 4j+i is bit 4t+i of group j), eight
+// lanes a word: word b holds groups 2b and 2b+1, whose nibbles t spread one
+// a byte give an 8x8 bit matrix (byte t, bit k: element 4t+k%4 of group
+// 2b+k/4) that one transpose turns into lanes 8b..8b+7 (word operations,
+// not a bit at a time: the copies are made as a model loads).
+uint64_t transpose_bits_8x8(uint64_t x) {  // bit 8r+c -> bit 8c+r
+    uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+    x ^= t ^ (t << 7);
+    t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+    x ^= t ^ (t << 14);
+    t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+    return x ^ t ^ (t << 28);
 }
 // 32 bits -> their 8 nibbles, one in the low half of each byte.
 uint64_t spread_nibbles(uint32_t v) {
@@ -119,24 +109,32 @@ uint64_t spread_nibbles(uint32_t v) {
     y = (y | (y << 8)) & 0x00FF00FF00FF00FFull;
     return (y | (y << 4)) & 0x0F0F0F0F0F0F0F0Full;
 }
-void pass_masks_from_bits(const uint32_t bits[16], uint64_t m[8]) {
-    for (unsigned b = 0; b < 8; ++b) m[b] = spread_nibbles(bits[2 * b]) | spread_nibbles(bits[2 * b + 1]) << 4;
-    transpose_bytes_8x8(m);
+void pass_lanes_from_bits(const uint32_t bits[16], uint64_t lanes[8]) {
+    for (unsigned b = 0; b < 8; ++b)
+        lanes[b] = transpose_bits_8x8(spread_nibbles(bits[2 * b]) | spread_nibbles(bits[2 * b + 1]) << 4);
+}
+// Each byte's low nibble to its even bits (bit k -> bit 2k), eight bytes a word.
+uint64_t spread_to_even_bits(uint64_t x) {
+    x &= 0x0F0F0F0F0F0F0F0Full;
+    x = (x | (x << 2)) & 0x3333333333333333ull;
+    return (x | (x << 1)) & 0x5555555555555555ull;
 }
 // Whether q1's and q1t's decode copies are made for t: a matrix whose rows
 // are whole steps of 16 groups, where the copies' AVX-512 kernel runs.
 bool pass_steps_pay(const cmf_tensor_view &t) {
     return t.ndim == 2 && t.shape[1] != 0 && t.shape[1] % 512 == 0 && kernels::q1_passes_kernel();
 }
+// A step of 16 q1 tiles (96 bytes) as q1_passes' step: the 64 lane bytes,
+// then the 16 f16 scales.
 void q1_step_to_passes(const uint8_t *tiles, uint8_t *step) {
     uint32_t bits[16];
-    uint64_t m[8];
+    uint64_t lanes[8];
     for (unsigned j = 0; j < 16; ++j) {
         bits[j] = load_u32(tiles + 6 * j + 2);
         std::memcpy(step + 64 + 2 * j, tiles + 6 * j, 2);
     }
-    pass_masks_from_bits(bits, m);
-    std::memcpy(step, m, 64);
+    pass_lanes_from_bits(bits, lanes);
+    std::memcpy(step, lanes, 64);
 }
 class Q1 final : public Dtype {
 public:
@@ -249,8 +247,11 @@ public:
             for (uint64_t g = 0; g < cols / 32; ++g, dst += 32) {
                 const int8_t *code = codes.data() + 32 * g;
                 const float s = scales[g], ns = -s;
+                // (q1t_passes: a code of 2, from a 3 no copy holds, as 2s,
+                // as the kernel multiplies it)
                 for (unsigned k = 0; k < 32; ++k)
-                    dst[k] = Ternary ? (code[k] == 0 ? 0.0f : code[k] > 0 ? s : ns) : code[k] > 0 ? s : ns;
+                    dst[k] = Ternary ? (code[k] == 0 ? 0.0f : code[k] == 1 ? s : code[k] < 0 ? ns : s + s)
+                                     : code[k] > 0 ? s : ns;
             }
         }
     }
@@ -892,18 +893,25 @@ public:
         uint64_t n = 0;
         if (decode_layout(t, &n) < 0) Dtype::decode_copy(t, dst);
         const Q1tView v = q1t_view(t);
+        // Per lane and pass the code w+1 in two bits (0 for -1, 1 for 0, 2
+        // for +1): bit 0 the zero weights' lane bit, bit 1 the +1 weights'.
         for (uint64_t k = 0; k < v.groups / 16; ++k, dst += 160) {
-            uint32_t plus[16], minus[16];
-            uint64_t m[8];
+            uint32_t plus[16], zero[16];
+            uint64_t p[8], z[8], halves[16];
             for (unsigned j = 0; j < 16; ++j) {
                 const uint8_t *tile = v.tiles + 9 * (16 * k + j);
-                q1t_group_bits(tile + 2, &plus[j], &minus[j]);
+                uint32_t minus = 0;
+                q1t_group_bits(tile + 2, &plus[j], &minus);
+                zero[j] = ~(plus[j] | minus);
                 std::memcpy(dst + 128 + 2 * j, tile, 2);
             }
-            pass_masks_from_bits(plus, m);
-            std::memcpy(dst, m, 64);
-            pass_masks_from_bits(minus, m);
-            std::memcpy(dst + 64, m, 64);
+            pass_lanes_from_bits(plus, p);
+            pass_lanes_from_bits(zero, z);
+            for (unsigned b = 0; b < 8; ++b) {
+                halves[b] = spread_to_even_bits(z[b]) | spread_to_even_bits(p[b]) << 1;            // passes 0-3
+                halves[8 + b] = spread_to_even_bits(z[b] >> 4) | spread_to_even_bits(p[b] >> 4) << 1;  // passes 4-7
+            }
+            std::memcpy(dst, halves, 128);
         }
     }
     // int8 view: codes -1, 0, +1 and the group's scale, for a tensor with

@@ -1514,94 +1514,124 @@ void q1s_overlay_xq(const uint8_t *tiles, const uint8_t *entries, uint64_t count
 
 #ifdef CMF_CODECS_VNNI
 namespace {
-// One pass of R q1_passes rows over a step's 16 groups: per pass t and row
-// a k-register load of the row's mask t, a zero-masked move of 2s under it
-// and a vpdpbusd against pass t of x (2 vector operations per 64 weights,
-// where q1_pass_bitalg takes 3, two of them on the shuffle port of the
-// Intel VM); the lanes hold each group's sum((2b-1)*q), converted and
-// multiplied by s*d once per step, as q1_pass_bitalg does them (the same
-// bits). Ternary (q1t_passes): the bytes w+1 made from 1s by a move of 2s
-// under the +1 mask and of 0s under the -1 mask, against the same x and
-// lane starts (sum((w+1)*q) - sum(q) = sum(w*q)): 3 operations per 64.
-template <int R, bool Ternary>
+// vgf2p8affineqb (GFNI) by inline assembly: its intrinsic needs the gfni
+// target on every function it is inlined through, and the same loops run
+// without GFNI (on AVX-512 VNNI CPUs without it, Cascade Lake) by shifts.
+// Byte k of the result: bit i = parity(byte 7-i of the qword of `a` AND
+// byte k of x).
+inline __m512i gf2p8_affine(__m512i x, __m512i a) {
+    __m512i r;
+    __asm__("vgf2p8affineqb $0, %2, %1, %0" : "=v"(r) : "v"(x), "v"(a));
+    return r;
+}
+// The bytes pass T of a q1_passes (q1t_passes) step multiplies x's pass T
+// by, from its lane bytes (q1t_passes: the half holding pass T): 2 where bit
+// T is set, else 0 (q1t_passes: w+1, bits 2(T%4) and 2(T%4)+1). One
+// vgf2p8affineqb with the matrix that moves those bits to bits 1 (and 0);
+// without GFNI a word shift and an and (bits from the next byte are masked
+// off).
+template <bool Ternary, bool Gfni, int T>
+inline __m512i q1_pass_bytes(__m512i lanes) {
+    if constexpr (Gfni) {
+        constexpr uint64_t m =
+            Ternary ? (uint64_t(1) << (2 * (T % 4)) << 56) | (uint64_t(1) << (2 * (T % 4) + 1) << 48) : uint64_t(1) << T << 48;
+        return gf2p8_affine(lanes, _mm512_set1_epi64(int64_t(m)));
+    } else if constexpr (Ternary) {
+        return _mm512_and_si512(_mm512_srli_epi16(lanes, 2 * (T % 4)), _mm512_set1_epi8(3));
+    } else if constexpr (T == 0) {
+        return _mm512_and_si512(_mm512_add_epi8(lanes, lanes), _mm512_set1_epi8(2));
+    } else {
+        return _mm512_and_si512(_mm512_srli_epi16(lanes, T - 1), _mm512_set1_epi8(2));
+    }
+}
+template <int... T, class F>
+inline void for_passes(std::integer_sequence<int, T...>, F &&f) {
+    (f(std::integral_constant<int, T>{}), ...);
+}
+// One pass of R q1_passes rows over a step's 16 groups: per row a load of
+// its lane bytes (q1t: two), then per pass t the bytes it multiplies
+// (q1_pass_bytes: one operation) and a vpdpbusd against pass t of x, 2
+// vector operations per 64 weights and no mask register (a k-register
+// load and a masked move per pass took 1.8 cycles a pass on the Intel VM of
+// docs/performance.md, these 1.2); the lanes hold each group's
+// sum((2b-1)*q), converted and multiplied by s*d once per step, as
+// q1_pass_bitalg does them (the same bits). Ternary (q1t_passes): the
+// bytes are w+1, against the same x and lane starts (sum((w+1)*q) - sum(q)
+// = sum(w*q)).
+template <int R, bool Ternary, bool Gfni>
 inline void q1_passes_pass(const uint8_t *steps, uint64_t ld, const uint8_t *xt, const float *xd, uint64_t groups,
                            float *y) {
     constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
-    const __m512i ones = _mm512_set1_epi8(1), twos = _mm512_set1_epi8(2), zero = _mm512_setzero_si512();
     const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
     __m512 acc[R];
 #pragma GCC unroll 4
     for (int q = 0; q < R; ++q) acc[q] = _mm512_setzero_ps();
-    // kmovq from memory: a load, where a mask moved in from a general
-    // register takes the shuffle port.
-    auto mask_at = [](const uint8_t *p) { return _load_mask64(const_cast<__mmask64 *>(reinterpret_cast<const __mmask64 *>(p))); };
     for (uint64_t g0 = 0; g0 < groups; g0 += 16) {
         const uint8_t *xs = xt + kQ1PassesXStepBytes * (g0 / 16);
         const __m512 xd16 = _mm512_loadu_ps(xd + g0);
-        const uint8_t *st[R];
-        __m512i s[R];
+        __m512i lanes[R][Ternary ? 2 : 1], s[R];
         __m512 sc[R];
 #pragma GCC unroll 4
         for (int q = 0; q < R; ++q) {
-            st[q] = steps + q * ld + kStep * (g0 / 16);
-            _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead + 64), _MM_HINT_T0);
-            if (Ternary) _mm_prefetch(reinterpret_cast<const char *>(st[q] + ahead + 128), _MM_HINT_T0);
+            const uint8_t *st = steps + q * ld + kStep * (g0 / 16);
+            _mm_prefetch(reinterpret_cast<const char *>(st + ahead), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char *>(st + ahead + 64), _MM_HINT_T0);
+            if (Ternary) _mm_prefetch(reinterpret_cast<const char *>(st + ahead + 128), _MM_HINT_T0);
+            lanes[q][0] = _mm512_loadu_si512(st);
+            if constexpr (Ternary) lanes[q][1] = _mm512_loadu_si512(st + 64);
             sc[q] = _mm512_mul_ps(
-                _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st[q] + kScales))),
+                _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st + kScales))),
                 xd16);
             s[q] = _mm512_load_si512(xs + 512);
         }
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) {
+        for_passes(std::make_integer_sequence<int, 8>{}, [&](auto tc) {
+            constexpr int t = decltype(tc)::value;
             const __m512i xv = _mm512_load_si512(xs + 64 * t);
 #pragma GCC unroll 4
-            for (int q = 0; q < R; ++q) {
-                __m512i u;
-                if (Ternary)
-                    u = _mm512_mask_mov_epi8(_mm512_mask_mov_epi8(ones, mask_at(st[q] + 8 * t), twos),
-                                             mask_at(st[q] + 64 + 8 * t), zero);
-                else
-                    u = _mm512_maskz_mov_epi8(mask_at(st[q] + 8 * t), twos);
-                s[q] = _mm512_dpbusd_epi32(s[q], u, xv);
-            }
-        }
+            for (int q = 0; q < R; ++q)
+                s[q] = _mm512_dpbusd_epi32(s[q], q1_pass_bytes<Ternary, Gfni, t>(lanes[q][Ternary ? t / 4 : 0]), xv);
+        });
 #pragma GCC unroll 4
         for (int q = 0; q < R; ++q) acc[q] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, s[q]), sc[q], acc[q]);
     }
 #pragma GCC unroll 4
     for (int q = 0; q < R; ++q) y[q] = hsum512(acc[q]);
 }
-template <bool Ternary>
+template <bool Ternary, bool Gfni>
 void q1_passes_rows(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                     float *y) {
     const uint64_t ld = (Ternary ? 10 : 6) * groups;
     uint64_t r = 0;
-    for (; r + 4 <= rows; r += 4) q1_passes_pass<4, Ternary>(steps + r * ld, ld, xt, xd, groups, y + r);
-    for (; r < rows; ++r) q1_passes_pass<1, Ternary>(steps + r * ld, ld, xt, xd, groups, y + r);
+    for (; r + 4 <= rows; r += 4) q1_passes_pass<4, Ternary, Gfni>(steps + r * ld, ld, xt, xd, groups, y + r);
+    for (; r < rows; ++r) q1_passes_pass<1, Ternary, Gfni>(steps + r * ld, ld, xt, xd, groups, y + r);
+}
+template <bool Ternary>
+void q1_passes_rows_any(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
+                        float *y) {
+    if (has_gfni()) return q1_passes_rows<Ternary, true>(steps, xt, xd, groups, rows, y);
+    q1_passes_rows<Ternary, false>(steps, xt, xd, groups, rows, y);
 }
 }  // namespace
 
 namespace {
 // Codes of `n` steps in pass order (byte 4j+i of pass t: element 4t+i of
-// group j), made with the kernel's mask moves, then each pair of groups'
-// 64 codes in element order by one dword gather from them.
-template <bool Ternary>
+// group j), the kernel's bytes less 1, then each pair of groups' 64 codes
+// in element order by one dword gather from them.
+template <bool Ternary, bool Gfni>
 void q1_passes_unpack(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
     constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
-    const __m512i ones = _mm512_set1_epi8(1), minus_ones = _mm512_set1_epi8(-1), zero = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
     // Output lane l of pair o: group 2o + l/8, pass l%8: dword 16*(l%8) + 2o + l/8.
     const __m512i lane = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 1, 17, 33, 49, 65, 81, 97, 113);
     alignas(64) int8_t pass_order[512];
-    auto mask_at = [](const uint8_t *p) { return _load_mask64(const_cast<__mmask64 *>(reinterpret_cast<const __mmask64 *>(p))); };
     for (uint64_t k = 0; k < n; ++k, codes += 512, scales += 16) {
         const uint8_t *st = steps + kStep * k;
-        for (int t = 0; t < 8; ++t) {
-            const __m512i u = Ternary ? _mm512_mask_mov_epi8(_mm512_mask_mov_epi8(zero, mask_at(st + 8 * t), ones),
-                                                             mask_at(st + 64 + 8 * t), minus_ones)
-                                      : _mm512_mask_mov_epi8(minus_ones, mask_at(st + 8 * t), ones);
-            _mm512_store_si512(pass_order + 64 * t, u);
-        }
+        const __m512i lanes[2] = {_mm512_loadu_si512(st), Ternary ? _mm512_loadu_si512(st + 64) : zero};
+        for_passes(std::make_integer_sequence<int, 8>{}, [&](auto tc) {
+            constexpr int t = decltype(tc)::value;
+            _mm512_store_si512(pass_order + 64 * t,
+                               _mm512_sub_epi8(q1_pass_bytes<Ternary, Gfni, t>(lanes[Ternary ? t / 4 : 0]), ones));
+        });
         for (int o = 0; o < 8; ++o)
             _mm512_storeu_si512(codes + 64 * o,
                                 _mm512_mask_i32gather_epi32(zero, 0xFFFF, _mm512_add_epi32(lane, _mm512_set1_epi32(2 * o)),
@@ -1611,20 +1641,22 @@ void q1_passes_unpack(const uint8_t *steps, uint64_t n, int8_t *codes, float *sc
 }
 }  // namespace
 void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
-    q1_passes_unpack<false>(steps, n, codes, scales);
+    if (has_gfni()) return q1_passes_unpack<false, true>(steps, n, codes, scales);
+    q1_passes_unpack<false, false>(steps, n, codes, scales);
 }
 void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
-    q1_passes_unpack<true>(steps, n, codes, scales);
+    if (has_gfni()) return q1_passes_unpack<true, true>(steps, n, codes, scales);
+    q1_passes_unpack<true, false>(steps, n, codes, scales);
 }
 static_assert(kQ1StepBytes == kQ1PassesXStepBytes);
 void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) { q1_x_passes(xq, groups, xt); }
 void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                        float *y) {
-    q1_passes_rows<false>(steps, xt, xd, groups, rows, y);
+    q1_passes_rows_any<false>(steps, xt, xd, groups, rows, y);
 }
 void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                         float *y) {
-    q1_passes_rows<true>(steps, xt, xd, groups, rows, y);
+    q1_passes_rows_any<true>(steps, xt, xd, groups, rows, y);
 }
 // A slice's 16 rows in the 16 lanes: per step a load of the columns, a
 // gather of x, a product with the corrections and a sum; no lane waits on

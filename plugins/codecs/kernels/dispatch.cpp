@@ -66,9 +66,11 @@ void set_avx512_extensions(bool on) { avx512_extensions_on.store(on, std::memory
 #if defined(__x86_64__) && defined(CMF_CODECS_HAVE_AVX512VNNI)
 bool has_avx512_vbmi() { return avx512_extension(cmf::cpu_has_avx512_vbmi()); }
 bool has_avx512_bitalg() { return avx512_extension(cmf::cpu_has_avx512_bitalg()); }
+bool has_gfni() { return avx512_extension(cmf::cpu_has_gfni()); }
 #else
 bool has_avx512_vbmi() { return false; }
 bool has_avx512_bitalg() { return false; }
+bool has_gfni() { return false; }
 #endif
 
 void *thread_room(RoomSlot slot, uint64_t bytes) {

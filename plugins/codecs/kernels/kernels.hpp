@@ -159,13 +159,14 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, const int32_t *xoff, con
 // where bit k of tile g is set, -1 where clear; scales[g] = its f16 scale.
 void unpack_q1_groups(const uint8_t *tiles, uint64_t groups, int8_t *codes, float *scales);
 // q1_passes (CMF_DTYPE_MEM_Q1_PASSES, q1's decode copy): a row is
-// groups / 16 steps of 96 bytes, step k holding groups 16k..16k+15 as 8
-// u64 pass masks (mask t, bit 4j+i = bit 4t+i of group j's 32 bits) then
-// their 16 f16 scales; groups % 16 == 0. The pass masks are what the
-// AVX-512 kernel of rows_q1_xq makes from a step's tiles with a word
-// permute and a vpshufbitqmb per pass (two shuffle-port operations per 64
-// weights; on the Intel VM of docs/performance.md its bound): here the
-// kernel reads each pass's mask as a k-register load.
+// groups / 16 steps of 96 bytes, step k holding groups 16k..16k+15 as 64
+// lane bytes (bit t of byte 4j+i = bit 4t+i of group j's 32 bits: the
+// weight that pass t multiplies by lane 4j+i of x's pass t) then their 16
+// f16 scales; groups % 16 == 0. Pass t's bytes are bit t of every lane
+// byte, one vgf2p8affineqb (or a shift and an and) where the AVX-512
+// kernel of rows_q1_xq makes them from a step's tiles with a word permute
+// and a vpshufbitqmb per pass (two shuffle-port operations per 64 weights;
+// on the Intel VM of docs/performance.md its bound).
 // q1_passes_x: x (natural order, exactly `groups` blocks) as the kernel's
 // passes: per step 576 bytes, pass t (64 bytes) holding codes 4t..4t+3 of
 // the step's group j in bytes 4j..4j+3, then 16 int32: minus the sum of
@@ -178,21 +179,22 @@ constexpr uint64_t kQ1PassesXStepBytes = 576;
 void rows_q1_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                        float *y);
 // q1t_passes (CMF_DTYPE_MEM_Q1T_PASSES, q1t's decode copy of a matrix
-// without an overlay): steps of 160 bytes, 8 u64 masks of the +1 weights,
-// 8 of the -1 weights (bit 4j+i of mask t: element 4t+i of group j, as
-// above; a weight in both reads as -1), then the 16 f16 scales; against
-// the same passes of x. y[r] = the sum over groups of s * d[g] * (exact
-// integer sum of w*q), the integers rows_q1t_xq sums.
+// without an overlay): steps of 160 bytes, 64 lane bytes for passes 0-3,
+// 64 for passes 4-7, then the 16 f16 scales; bits 2(t%4) and 2(t%4)+1 of
+// byte 4j+i of half t/4 hold w+1 of element 4t+i of group j (0 for -1, 1
+// for 0, 2 for +1; a 3, which no copy holds, reads as +2 in every member),
+// against the same passes of x. y[r] = the sum over groups of s * d[g] *
+// (exact integer sum of w*q), the integers rows_q1t_xq sums.
 void rows_q1t_passes_xq(const uint8_t *steps, const uint8_t *xt, const float *xd, uint64_t groups, uint64_t rows,
                         float *y);
 // `n` steps of q1_passes (q1t_passes) -> the int8 view the prefill GEMM
-// takes, 512 codes and 16 scales a step: codes +-1 (q1t: -1, 0, +1) in
+// takes, 512 codes and 16 scales a step: codes +-1 (q1t: -1, 0, +1; +2 for a 3) in
 // element order, scales the f16 scales.
 void unpack_q1_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales);
 void unpack_q1t_passes(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales);
 // Whether rows_q1_passes_xq and rows_q1t_passes_xq run their AVX-512 form
 // on this CPU (q1 and q1t make their copies only then: the other forms
-// decode the masks one bit at a time).
+// decode the lane bytes one bit at a time).
 bool q1_passes_kernel();
 // q1t rows against a natural-order x: row r is the `groups` tiles at
 // tiles + 9*groups*r, tile g = [f16 s][7 B base-3 digits]; element 5j+k of
@@ -348,7 +350,9 @@ bool prefetch_weights_nta();
 bool has_avx512_vbmi();
 // cmf::cpu_has_avx512_bitalg, the same way.
 bool has_avx512_bitalg();
-// Off: the AVX-512 VNNI build runs its forms without VBMI and BITALG
+// cmf::cpu_has_gfni, the same way.
+bool has_gfni();
+// Off: the AVX-512 VNNI build runs its forms without VBMI, BITALG and GFNI
 // whatever the CPU has (tests hold both against the portable kernels).
 void set_avx512_extensions(bool on);
 

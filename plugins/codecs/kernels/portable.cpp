@@ -137,24 +137,24 @@ void q1_passes_x(const int8_t *xq, uint64_t groups, uint8_t *xt) {
 }
 
 namespace {
-// A step's codes in element order: +-1 by the mask (q1_passes), or -1, 0,
-// +1 by the -1 and +1 masks (q1t_passes, -1 where both are set, as the
-// AVX-512 kernel reads them), and its 16 scales.
+// A step's codes in element order, element 4t+i of group j from lane byte
+// 4j+i and pass t: +-1 by its bit t (q1_passes), or w = the two bits
+// 2(t%4), 2(t%4)+1 of the lane byte of half t/4, less 1 (q1t_passes: -1, 0,
+// +1, and +2 for the 3 a copy never holds, as the AVX-512 kernel reads it);
+// and its 16 scales.
 template <bool Ternary>
 void q1_passes_unpack(const uint8_t *steps, uint64_t n, int8_t *codes, float *scales) {
     constexpr uint64_t kStep = Ternary ? 160 : 96, kScales = Ternary ? 128 : 64;
     for (uint64_t k = 0; k < n; ++k, codes += 512, scales += 16) {
         const uint8_t *st = steps + kStep * k;
-        for (unsigned t = 0; t < 8; ++t) {
-            uint64_t plus, minus = 0;
-            std::memcpy(&plus, st + 8 * t, 8);
-            if (Ternary) std::memcpy(&minus, st + 64 + 8 * t, 8);
+        for (unsigned t = 0; t < 8; ++t)
             for (unsigned j = 0; j < 16; ++j)
                 for (unsigned i = 0; i < 4; ++i) {
-                    const bool p = (plus >> (4 * j + i)) & 1u, m = (minus >> (4 * j + i)) & 1u;
-                    codes[32 * j + 4 * t + i] = static_cast<int8_t>(Ternary ? (m ? -1 : p ? 1 : 0) : (p ? 1 : -1));
+                    const unsigned lane = 4 * j + i;
+                    codes[32 * j + 4 * t + i] =
+                        static_cast<int8_t>(Ternary ? int((st[64 * (t / 4) + lane] >> (2 * (t % 4))) & 3u) - 1
+                                                    : ((st[lane] >> t) & 1u) ? 1 : -1);
                 }
-        }
         for (unsigned j = 0; j < 16; ++j) scales[j] = f16_at(st + kScales + 2 * j);
     }
 }
