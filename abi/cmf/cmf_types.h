@@ -92,16 +92,18 @@ typedef struct cmf_error cmf_error;
  * stream. 2-D, cols % 32 == 0. */
 #define CMF_DTYPE_MEM_Q4_ROWS 512
 /* q1's payload of a 2-D matrix with cols % 512 == 0, each row in steps of
- * 16 groups (96 bytes): 8 u64 pass masks, bit 4j+i of mask t = bit 4t+i
- * of group j's 32 bits, then the 16 groups' f16 scales. What q1's
- * decode_copy makes where its AVX-512 kernel runs: a pass of 64 weights
- * is then a mask load, not a word permute and a bit shuffle. */
+ * 16 groups (96 bytes): 64 lane bytes, bit t of byte 4j+i = bit 4t+i of
+ * group j's 32 bits, then the 16 groups' f16 scales. What q1's
+ * decode_copy makes where its AVX-512 kernel runs: the bytes a pass of 64
+ * weights multiplies are then one GFNI affine operation on the lane bytes,
+ * not a word permute and a bit shuffle. */
 #define CMF_DTYPE_MEM_Q1_PASSES 513
 /* q1t's base of a 2-D matrix without an overlay, cols % 512 == 0: each
- * row in steps of 16 groups (160 bytes): 8 u64 masks of the +1 weights, 8
- * of the -1 weights (bit 4j+i of mask t: element 4t+i of group j), then
- * the 16 groups' f16 scales. What q1t's decode_copy makes where its
- * AVX-512 kernel runs. */
+ * row in steps of 16 groups (160 bytes): 64 lane bytes for passes 0-3, 64
+ * for passes 4-7, then the 16 groups' f16 scales; bits 2(t%4) and
+ * 2(t%4)+1 of byte 4j+i of half t/4 hold w+1 of element 4t+i of group j
+ * (0 for -1, 1 for 0, 2 for +1; a 3, never written, reads as +2). What
+ * q1t's decode_copy makes where its AVX-512 kernel runs. */
 #define CMF_DTYPE_MEM_Q1T_PASSES 514
 /* q1s of a 2-D matrix, cols % 512 == 0, its outlier indices strictly
  * ascending: the base as CMF_DTYPE_MEM_Q1_PASSES, then u32

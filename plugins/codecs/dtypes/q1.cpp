@@ -207,7 +207,7 @@ const uint8_t *q1_passes_of_x(const QuantizedX &xq, uint64_t n_batch, uint64_t g
 
 // q1_passes (Ternary false) and q1t_passes: q1's payload, and q1t's base
 // without an overlay, of a matrix with whole steps of 16 groups a row, each
-// step's bits as the masks of the AVX-512 kernel's passes (ABI:
+// step's bits as the lane bytes of the AVX-512 kernel's passes (ABI:
 // CMF_DTYPE_MEM_Q1_PASSES, CMF_DTYPE_MEM_Q1T_PASSES; kernels.hpp,
 // rows_q1_passes_xq and rows_q1t_passes_xq), memory-only: q1's and q1t's
 // decode copies. They decode and give their int8 views with the values q1
