@@ -1202,6 +1202,18 @@ TEST_CASE("roundtrip: q1t's decode copy (q1t_passes) gives every member the valu
             }
         // The same products as q1t's VBMI kernel, summed in another order.
         check_copy_members(q1t, tb, passes, tc, 54, false);
+        {  // A two-bit 3, which no copy holds, reads as +2: element 0 of group 0.
+            std::vector<uint8_t> c3 = c;
+            c3[0] |= 3;
+            const cmf_tensor_view t3 = view(CMF_DTYPE_MEM_Q1T_PASSES, shape, c3);
+            std::vector<int8_t> codes(cols);
+            std::vector<float> scales(cols / 32), d3(cols);
+            passes.int8_rows(t3, 0, 1, codes.data(), scales.data());
+            passes.dequantize_rows(t3, 0, 1, d3.data());
+            CHECK(codes[0] == 2);
+            CHECK(bits(d3[0]) == bits(scales[0] + scales[0]));
+            CHECK(std::memcmp(d3.data() + 1, db.data() + 1, (cols - 1) * sizeof(float)) == 0);
+        }
         // A digit byte the decoder rejects fails the copy with its error.
         b[2] = 250;
         cmf_error *bad = vt->decode_copy(cctx, &tb, c.data(), n, &got, &id);
