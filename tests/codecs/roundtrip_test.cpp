@@ -1791,6 +1791,73 @@ TEST_CASE("roundtrip: rows_q4tp_xq gives the bits of ladder_scales_powers then r
         }
 }
 
+TEST_CASE("roundtrip: rows_q2tp_xq gives the bits of ladder_scales_powers then rows_q2_groups_xq, on every ISA") {
+    // With GFNI the AVX-512 build picks each pass's four rows' scales just
+    // before the pass (8 groups a step, a last step short of 8); without it
+    // (the "extensions off" switch) and elsewhere the scales come first, 64
+    // rows at a time. Group counts reach every step; a spare byte of ones
+    // past each row's codes makes a pick that reads past them take a wrong
+    // rung; rows past 64 cross a ladder block, 5 and 70 leave rows past the
+    // last pass of four; y past the last row must stay as it was.
+    namespace k = cmf::codecs::kernels;
+    std::mt19937 rng(29);
+    std::uniform_real_distribution<float> lg(-12.0f, -4.0f), lr(0.05f, 0.3f);
+    for (bool extensions : {true, false})
+    for (uint64_t g : {1u, 7u, 8u, 9u, 16u, 17u, 32u, 33u, 96u, 97u})
+        for (uint64_t rows : {1u, 5u, 17u, 70u}) {
+            k::set_avx512_extensions(extensions);
+            CAPTURE(extensions);
+            CAPTURE(g);
+            CAPTURE(rows);
+            const uint64_t code_stride = (5 * g + 7) / 8 + 1;
+            std::vector<uint8_t> chunks(8 * g * rows), codes(code_stride * rows);
+            for (auto &b : chunks) b = static_cast<uint8_t>(rng());
+            for (auto &b : codes) b = static_cast<uint8_t>(rng());
+            for (uint64_t r = 0; r < rows; ++r) codes[code_stride * r + code_stride - 1] = 0xff;
+            std::vector<float> first(rows), ratio(rows);
+            for (uint64_t r = 0; r < rows; ++r) first[r] = std::exp2(lg(rng)), ratio[r] = std::exp2(lr(rng));
+            std::vector<float> x = gaussian(32 * g, static_cast<uint32_t>(rng()), 0.0f), xd(g);
+            std::vector<int8_t> xq(32 * g);
+            std::vector<int32_t> xo(8 * g);
+            k::quantize_x(x.data(), 32 * g, k::XOrder::q2_quads, xq.data(), xd.data());
+            k::q2_offset(xq.data(), g, xo.data());
+            std::vector<float> scratch(k::kLadderMaxRows * g);
+            // The two steps, each ISA's own, 64 rows at a time.
+            auto two_steps = [&](auto powers, auto row_kernel, float *y) {
+                std::vector<float> scales(k::kLadderMaxRows * g);
+                for (uint64_t r0 = 0; r0 < rows; r0 += k::kLadderMaxRows) {
+                    const unsigned n = unsigned(std::min<uint64_t>(k::kLadderMaxRows, rows - r0));
+                    powers(first.data() + r0, ratio.data() + r0, true, codes.data() + code_stride * r0, code_stride, g,
+                           n, scales.data());
+                    row_kernel(chunks.data() + 8 * g * r0, scales.data(), xq.data(), xo.data(), xd.data(), g, n, y + r0);
+                }
+            };
+            std::vector<float> want(rows + 1, -7.0f), got(rows + 1, -7.0f);
+            two_steps(k::portable::ladder_scales_powers, k::portable::rows_q2_groups_xq, want.data());
+            k::portable::rows_q2tp_xq(chunks.data(), first.data(), ratio.data(), codes.data(), code_stride, xq.data(),
+                                      xo.data(), xd.data(), g, rows, scratch.data(), got.data());
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+            for (const k::SimdKernels &isa : k::simd_kernels()) {
+                CAPTURE(isa.isa);
+                std::vector<float> ws(rows + 1, -7.0f), gs(rows + 1, -7.0f);
+                two_steps(isa.ladder_scales_powers, isa.rows_q2_groups_xq, ws.data());
+                isa.rows_q2tp_xq(chunks.data(), first.data(), ratio.data(), codes.data(), code_stride, xq.data(),
+                                 xo.data(), xd.data(), g, rows, scratch.data(), gs.data());
+                CHECK(std::memcmp(gs.data(), ws.data(), gs.size() * sizeof(float)) == 0);
+                for (uint64_t r = 0; r < rows; ++r) CHECK(std::fabs(gs[r] - want[r]) <= 1e-3f * (std::fabs(want[r]) + 1e-3f));
+                // A row's bits do not depend on the rows beside it.
+                for (uint64_t r = 0; r < rows; r += 3) {
+                    float alone = -7.0f;
+                    isa.rows_q2tp_xq(chunks.data() + 8 * g * r, first.data() + r, ratio.data() + r,
+                                     codes.data() + code_stride * r, code_stride, xq.data(), xo.data(), xd.data(), g, 1,
+                                     scratch.data(), &alone);
+                    CHECK(std::memcmp(&alone, &gs[r], sizeof(float)) == 0);
+                }
+            }
+        }
+    k::set_avx512_extensions(true);
+}
+
 TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
     // rows_* sum four rows per horizontal-add tree: a lane mix-up would put a
     // row's sum in its neighbour's y. Every row differs, one row has a NaN

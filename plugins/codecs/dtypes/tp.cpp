@@ -210,14 +210,16 @@ public:
         // a step of 1/127 of its block's largest |x|), far coarser than the
         // few ulps the powers move a scale by, and the sequential ladder's
         // chains and transposes were a fifth of q4tp decode (docs/dtypes.md).
-        if (!Two && n_batch == 1) {
+        if (n_batch == 1) {
             // One token: the rows' scales picked inside the row loop
-            // (kernels::rows_q4tp_xq), no block of scales made first.
+            // (kernels::rows_q4tp_xq, rows_q2tp_xq), no block of scales
+            // made first.
             if (r0 >= r1) return;
             float *room = scratch(l).data();
             for_ladder_blocks(l, r0, r1, [&](uint64_t rb, unsigned n, const float *first, const float *ratio) {
-                kernels::rows_q4tp_xq(l.chunks + rb * l.gpr * kChunk, first, ratio, l.codes + rb * stride(l.gpr),
-                                      stride(l.gpr), xq.q(0), xq.offset(0), xq.d(0), l.gpr, n, room, y + rb);
+                (Two ? kernels::rows_q2tp_xq : kernels::rows_q4tp_xq)(
+                    l.chunks + rb * l.gpr * kChunk, first, ratio, l.codes + rb * stride(l.gpr), stride(l.gpr), xq.q(0),
+                    xq.offset(0), xq.d(0), l.gpr, n, room, y + rb);
             });
             return;
         }

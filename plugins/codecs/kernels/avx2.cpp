@@ -2142,31 +2142,34 @@ __attribute__((always_inline)) inline void q2_acc_rows(const uint8_t *chunks, co
     }
 }
 
-// The VBMI form (CPUs with AVX-512 VBMI, checked at run time), 8 groups
-// (64 code bytes, one load) a step: x transposed so that pass t (0..3)
-// holds bytes 8t..8t+7 of each group's q2_quads block (the codes in bits
-// 2t..2t+1 of the group's 8 bytes) in the group's qword (q2_x_passes, made
-// once per call, then each lane started at -3 * the sum of the x codes it
-// meets). vpmultishiftqb picks for byte i of pass t the 8 bits from bit
-// 8i + 2t - 1 of the group's qword, which masked by 6 is 2c: one multishift,
-// one and, one vpdpbusd per 64 weights, where the pair loop above takes a
-// permute, a shift, an and, a doubling and three float operations (a permute
-// of the scales, a convert, an FMA) per 64. The float work comes once per 8
-// groups (lanes 2g, 2g+1 hold group g's halves). A last step short of 8
-// groups reads only its groups (masked loads; zero x past them).
+// The GFNI form (CPUs with GFNI, checked at run time), 8 groups (64 code
+// bytes, one load) a step: x transposed so that pass t (0..3) holds bytes
+// 8t..8t+7 of each group's q2_quads block (the codes in bits 2t..2t+1 of the
+// group's 8 bytes) in the group's qword (q2_x_passes, made once per call,
+// then each lane started at -3 * the sum of the x codes it meets). One
+// vgf2p8affineqb moves bits 2t, 2t+1 of every code byte to bits 1, 2, which
+// is 2c: one affine and one vpdpbusd per 64 weights, where the pair loop above
+// takes a permute, a shift, an and, a doubling and three float operations (a
+// permute of the scales, a convert, an FMA) per 64, and a VBMI multishift
+// with an and took three (one core, weights in L2, 1024x1024 on the Intel
+// VM: docs/performance.md). The float work comes once per 8 groups (lanes
+// 2g, 2g+1 hold group g's halves). A last step short of 8 groups reads only
+// its groups (masked loads; zero x past them).
 constexpr uint64_t kQ2StepBytes = 6 * 64;  // 4 passes of x, the lanes' starts, d per lane
-struct Q2VbmiTables {
-    alignas(64) uint8_t shift[4][64] = {};  // pass t: byte 8g+i <- bits 8i+2t-1 .. of qword g
-    alignas(64) int64_t pass_qwords[4][8] = {};  // pass t, group g: qword 4(g%4)+t of two x registers
-    constexpr Q2VbmiTables() {
+// Pass t, group g: qword 4(g%4)+t of two x registers.
+struct Q2PassQwords {
+    alignas(64) int64_t v[4][8] = {};
+    constexpr Q2PassQwords() {
         for (int t = 0; t < 4; ++t)
-            for (int g = 0; g < 8; ++g) {
-                for (int i = 0; i < 8; ++i) shift[t][8 * g + i] = static_cast<uint8_t>((8 * i + 2 * t + 63) % 64);
-                pass_qwords[t][g] = 4 * (g % 4) + t;
-            }
+            for (int g = 0; g < 8; ++g) v[t][g] = 4 * (g % 4) + t;
     }
 };
-constexpr Q2VbmiTables kQ2Vbmi;
+constexpr Q2PassQwords kQ2PassQwords;
+// The affine matrix of pass t: result bit 1 from bit 2t, bit 2 from bit 2t+1
+// (gf2p8_affine: result bit i reads byte 7-i of the matrix).
+constexpr uint64_t q2_pass_matrix(int t) {
+    return (uint64_t(1) << (2 * t) << 48) | (uint64_t(1) << (2 * t + 1) << 40);
+}
 
 void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt) {
     const __m512i ones = _mm512_set1_epi8(1);
@@ -2177,7 +2180,7 @@ void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt
         load_x8(xq, g0, n, X);
         __m512i sum = _mm512_setzero_si512();
         for (int t = 0; t < 4; ++t) {
-            const __m512i idx = _mm512_load_si512(kQ2Vbmi.pass_qwords[t]);
+            const __m512i idx = _mm512_load_si512(kQ2PassQwords.v[t]);
             const __m512i v = _mm512_mask_blend_epi64(0xF0, _mm512_maskz_permutex2var_epi64(0xFF, X[0], idx, X[1]),
                                                       _mm512_maskz_permutex2var_epi64(0xFF, X[2], idx, X[3]));
             _mm512_store_si512(o + 64 * t, v);
@@ -2190,10 +2193,9 @@ void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt
 }
 
 template <int R, bool Nta>
-__attribute__((target("avx512vbmi"), always_inline)) inline void q2_pass_vbmi(const uint8_t *chunks, uint64_t ld,
+__attribute__((always_inline)) inline void q2_pass_gfni(const uint8_t *chunks, uint64_t ld,
                                                                              const float *scales, const uint8_t *xt,
                                                                              uint64_t groups, float *y) {
-    const __m512i six = _mm512_set1_epi8(6);
     const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
     __m512 acc[R];
 #pragma GCC unroll 4
@@ -2212,10 +2214,9 @@ __attribute__((target("avx512vbmi"), always_inline)) inline void q2_pass_vbmi(co
         }
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
-            const __m512i sh = _mm512_load_si512(kQ2Vbmi.shift[t]), xv = _mm512_load_si512(xs + 64 * t);
+            const __m512i m = _mm512_set1_epi64(int64_t(q2_pass_matrix(t))), xv = _mm512_load_si512(xs + 64 * t);
 #pragma GCC unroll 4
-            for (int q = 0; q < R; ++q)
-                s[q] = _mm512_dpbusd_epi32(s[q], _mm512_and_si512(_mm512_maskz_multishift_epi64_epi8(~__mmask64{0}, sh, codes[q]), six), xv);
+            for (int q = 0; q < R; ++q) s[q] = _mm512_dpbusd_epi32(s[q], gf2p8_affine(codes[q], m), xv);
         }
         const __m512 d = _mm512_load_ps(xs + 320);
 #pragma GCC unroll 4
@@ -2230,12 +2231,12 @@ __attribute__((target("avx512vbmi"), always_inline)) inline void q2_pass_vbmi(co
 }
 
 template <bool Nta>
-__attribute__((target("avx512vbmi"))) void q2_rows_vbmi(const uint8_t *chunks, const float *scales, const uint8_t *xt,
+void q2_rows_gfni(const uint8_t *chunks, const float *scales, const uint8_t *xt,
                                                         uint64_t groups, uint64_t rows, float *y) {
     const uint64_t ld = 8 * groups;
     uint64_t r = 0;
-    for (; r + 4 <= rows; r += 4) q2_pass_vbmi<4, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
-    for (; r < rows; ++r) q2_pass_vbmi<1, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
+    for (; r + 4 <= rows; r += 4) q2_pass_gfni<4, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
+    for (; r < rows; ++r) q2_pass_gfni<1, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
 }
 }  // namespace
 #endif
@@ -2243,11 +2244,11 @@ __attribute__((target("avx512vbmi"))) void q2_rows_vbmi(const uint8_t *chunks, c
 void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y) {
 #ifdef CMF_CODECS_VNNI
-    if (has_avx512_vbmi()) {
+    if (has_gfni()) {
         if (rows == 0) return;
         uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q2_x_passes, kQ2StepBytes * ((groups + 7) / 8)));
         q2_x_passes(xq, xd, groups, xt);
-        with_weights_hint([&](auto nta) { q2_rows_vbmi<decltype(nta)::value>(chunks, scales, xt, groups, rows, y); });
+        with_weights_hint([&](auto nta) { q2_rows_gfni<decltype(nta)::value>(chunks, scales, xt, groups, rows, y); });
         return;
     }
     with_weights_hint([&](auto nta) {
@@ -2260,6 +2261,61 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
     for (uint64_t r = 0; r < rows; ++r)
         y[r] = dot_q2_groups_xq(chunks + 8 * groups * r, scales + groups * r, xq, xoff, xd, groups);
 #endif
+}
+
+// q2tp rows with their scales from ladder_scales_powers (rows_q2tp_xq's
+// contract). The builds that pick the scales first: a block of up to
+// kLadderMaxRows rows' scales, then the block through rows_q2_groups_xq.
+namespace {
+void q2tp_rows_two_steps(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
+                         uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                         uint64_t rows, float *scratch, float *y) {
+    for (uint64_t r0 = 0; r0 < rows; r0 += kLadderMaxRows) {
+        const unsigned n = unsigned(std::min<uint64_t>(kLadderMaxRows, rows - r0));
+        ladder_scales_powers(first + r0, ratio + r0, true, codes + code_stride * r0, code_stride, groups, n, scratch);
+        rows_q2_groups_xq(chunks + 8 * groups * r0, scratch, xq, xoff, xd, groups, n, y + r0);
+    }
+}
+}  // namespace
+
+// With GFNI each pass of four rows picks its rows' scales just before it
+// (into scratch, which stays in L1), where the two steps make a block of 64
+// rows' scales first: a burst of arithmetic with no weight loads in it,
+// about a fifth of one core's time on 3072x1024 (perf), during which the
+// weight stream of a one-token matmul stalls. The same picks, products and
+// sums in the same order: the same bits.
+void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
+                  uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                  uint64_t rows, float *scratch, float *y) {
+#ifdef CMF_CODECS_VNNI
+    if (has_gfni()) {
+        if (rows == 0) return;
+        uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q2_x_passes, kQ2StepBytes * ((groups + 7) / 8)));
+        q2_x_passes(xq, xd, groups, xt);
+        const uint64_t ld = 8 * groups;
+        auto pick = [&](uint64_t r, int n) __attribute__((always_inline)) {
+            for (int q = 0; q < n; ++q) {
+                __m512 lo, hi;
+                powers_rungs(first[r + q], ratio[r + q], true, lo, hi);
+                pick_rungs16(lo, hi, codes + code_stride * (r + q), groups, scratch + groups * q);
+            }
+        };
+        with_weights_hint([&](auto nta) {
+            constexpr bool kNta = decltype(nta)::value;
+            uint64_t r = 0;
+            for (; r + 4 <= rows; r += 4) {
+                pick(r, 4);
+                q2_pass_gfni<4, kNta>(chunks + r * ld, ld, scratch, xt, groups, y + r);
+            }
+            for (; r < rows; ++r) {
+                pick(r, 1);
+                q2_pass_gfni<1, kNta>(chunks + r * ld, ld, scratch, xt, groups, y + r);
+            }
+        });
+        return;
+    }
+#endif
+    q2tp_rows_two_steps(chunks, first, ratio, codes, code_stride, xq, xoff, xd, groups, rows, scratch, y);
 }
 
 // ---- q1t ------------------------------------------------------------------------

@@ -175,6 +175,11 @@ void rows_q2_groups_xq(const uint8_t *c, const float *s, const int8_t *xq, const
                        uint64_t rows, float *y) {
     CMF_PICK(rows_q2_groups_xq, c, s, xq, xoff, xd, g, rows, y);
 }
+void rows_q2tp_xq(const uint8_t *c, const float *first, const float *ratio, const uint8_t *codes, uint64_t code_stride,
+                  const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t g, uint64_t rows, float *scratch,
+                  float *y) {
+    CMF_PICK(rows_q2tp_xq, c, first, ratio, codes, code_stride, xq, xoff, xd, g, rows, scratch, y);
+}
 void q2_offset(const int8_t *q, uint64_t blocks, int32_t *offset) {
     // i8_offset's lane sums (-128 * sum of 4 codes), rescaled: exact.
     i8_offset(q, blocks, offset);

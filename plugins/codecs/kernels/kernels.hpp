@@ -315,6 +315,14 @@ float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 // x on AVX-512 VNNI).
 void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,
                        const float *xd, uint64_t groups, uint64_t rows, float *y);
+// q2tp rows with their scales from ladder_scales_powers: y[r] for r < rows
+// is rows_q2_groups_xq of row r (chunks + 8*groups*r) with the scales
+// ladder_scales_powers(first + r, ratio + r, true, codes + code_stride*r,
+// ...) gives, the same bits. scratch: room for min(rows, kLadderMaxRows) *
+// groups floats.
+void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
+                  uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                  uint64_t rows, float *scratch, float *y);
 // -3 * (sum of each 4 consecutive codes) of every x block (8 int32 per
 // block, exact): the offset term of Σ(2c - 3)·x, which the VNNI q2 dot
 // starts its integer sums from.

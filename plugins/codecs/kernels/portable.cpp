@@ -343,6 +343,14 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
     for (uint64_t r = 0; r < rows; ++r)
         y[r] = dot_q2_groups_xq(chunks + 8 * groups * r, scales + groups * r, xq, xoff, xd, groups);
 }
+void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
+                  uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                  uint64_t rows, float *scratch, float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        ladder_scales_powers(first + r, ratio + r, true, codes + code_stride * r, code_stride, groups, 1, scratch);
+        y[r] = dot_q2_groups_xq(chunks + 8 * groups * r, scratch, xq, xoff, xd, groups);
+    }
+}
 
 namespace {
 // Weight of digit k of a q1t byte (kernels.hpp): floor(b / 3^k) mod 3 as 0, +1, -1.

@@ -68,6 +68,9 @@
                            const float *xd, uint64_t groups);                                                         \
     void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *xoff,       \
                            const float *xd, uint64_t groups, uint64_t rows, float *y);                                \
+    void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,          \
+                      uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, \
+                      uint64_t rows, float *scratch, float *y);                                                       \
     void dequant_q4_groups(const uint8_t *nibbles, uint64_t stride, const float *scales, uint64_t groups, float *dst); \
     void dequant_q2_groups(const uint8_t *chunks, const float *scales, uint64_t groups, float *dst);                  \
     void dequant_vbit_groups(const uint8_t *codes, unsigned b, const uint8_t *f16_scales, uint64_t groups,            \
@@ -97,7 +100,7 @@ CMF_CODECS_KERNEL_DECLS
     X(dot_f32) X(dot_f16) X(dot_bf16) X(quantize_x) X(q4_pair_offset) X(i8_offset)                \
     X(dot_i8_xq) X(rows_i8_xq) X(rows_i8_xq_batch) X(dot_vbit_xq) X(rows_vbit_xq) X(unpack_vbit_groups) X(rows_q1_xq) X(unpack_q1_groups) X(q1_passes_x) X(rows_q1_passes_xq) X(rows_q1t_passes_xq) X(unpack_q1_passes) X(unpack_q1t_passes) X(rows_q1t_xq) X(unpack_q1t_groups) X(q1s_ascending) X(q1s_overlay_xq) X(q1s_slice_sums)                                            \
     X(dot_q4_tiled_xq) X(dot_q4_split_xq) X(rows_q4_tiled_xq) X(rows_q4_split_xq) X(q4_pair_x_table) X(dot_q4_groups_xq)                \
-    X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(rows_q4tp_xq) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
+    X(rows_q4_groups_xq) X(ladder_scales) X(ladder_scales_powers) X(rows_q4tp_xq) X(dot_q2_groups_xq) X(rows_q2_groups_xq) X(rows_q2tp_xq) X(dequant_q4_groups) X(dequant_q2_groups) X(dequant_vbit_groups)    \
     X(unpack_q4_groups)
 
 namespace cmf::codecs::kernels {
