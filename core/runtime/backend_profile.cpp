@@ -55,8 +55,8 @@ struct Shim<Member, Name> {
 };
 
 #define CMF_PROFILE_OPS(X)                                                                                            \
-    X(matmul) X(buffer_alloc) X(buffer_free) X(buffer_write) X(buffer_read) X(copy) X(rms_norm) X(rope) X(attention) \
-        X(gated_act) X(add) X(add_bias) X(embed) X(kv_write) X(attention_kv) X(attention_ring) X(modulate)     \
+    X(matmul) X(buffer_alloc) X(buffer_free) X(buffer_write) X(buffer_read) X(copy) X(rms_norm) X(rope)              \
+        X(gated_act) X(add) X(add_bias) X(embed) X(kv_write) X(attention_ring) X(modulate)                     \
         X(add_gated) X(activation) X(layer_norm) X(rope_table) X(attention_full) X(conv2d) X(group_norm)        \
         X(upsample2x) X(gather_rows) X(scatter_rows) X(copy_rows) X(causal_conv1d_silu) X(gated_delta_net)
 #define CMF_PROFILE_NAME(op) constexpr char k_##op[] = #op;
@@ -123,6 +123,47 @@ cmf_error *matmul_grouped_shim(void *ctx, uint32_t n, const cmf_backend_weight *
     return e;
 }
 
+// attention and attention_kv: the cache rows the calls read, K and V. A
+// query at position p reads rows max(0, p - window + 1) .. p, so the n
+// queries of a call read the rows up to the last one's, from the first
+// one's window start (each row once: decode's one query, and a prefill
+// tile's keys read once for its queries). Counted so that decode's
+// attention shows the rate it streams its cache at beside the matmuls'.
+uint64_t kv_read_bytes(int32_t cache_dtype, uint64_t n_kv_heads, uint64_t head_dim, uint64_t n_tokens, uint64_t pos0,
+                       uint32_t window) {
+    if (n_tokens == 0) return 0;
+    const uint64_t row_len = n_kv_heads * head_dim, end = pos0 + n_tokens;
+    const uint64_t begin = window > 0 && pos0 + 1 > window ? pos0 + 1 - window : 0;
+    const uint64_t row_bytes = cache_dtype == CMF_KV_DTYPE_Q8_32 ? CMF_KV_Q8_32_ROW_BYTES(row_len)
+                               : cache_dtype == CMF_DTYPE_F16  ? 2 * row_len
+                                                               : 4 * row_len;
+    return 2 * (end - begin) * row_bytes;
+}
+constexpr char k_attention[] = "attention";
+cmf_error *attention_shim(void *ctx, const float *q, const float *k_cache, const float *v_cache, float *out,
+                          uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                          float scale, uint32_t window, float softcap) {
+    auto *p = static_cast<BackendProfile *>(ctx);
+    const auto t0 = Clock::now();
+    cmf_error *e = p->inner().attention(p->inner_ctx(), q, k_cache, v_cache, out, n_tokens, pos0, n_heads, n_kv_heads,
+                                        head_dim, scale, window, softcap);
+    p->record(k_attention, nullptr, std::chrono::duration<double>(Clock::now() - t0).count(),
+              kv_read_bytes(CMF_DTYPE_F32, n_kv_heads, head_dim, n_tokens, pos0, window));
+    return e;
+}
+constexpr char k_attention_kv[] = "attention_kv";
+cmf_error *attention_kv_shim(void *ctx, const float *q, const float *k_cache, const float *v_cache, int32_t cache_dtype,
+                             float *out, uint64_t n_tokens, uint64_t pos0, uint32_t n_heads, uint32_t n_kv_heads,
+                             uint32_t head_dim, float scale, uint32_t window, float softcap) {
+    auto *p = static_cast<BackendProfile *>(ctx);
+    const auto t0 = Clock::now();
+    cmf_error *e = p->inner().attention_kv(p->inner_ctx(), q, k_cache, v_cache, cache_dtype, out, n_tokens, pos0,
+                                           n_heads, n_kv_heads, head_dim, scale, window, softcap);
+    p->record(k_attention_kv, nullptr, std::chrono::duration<double>(Clock::now() - t0).count(),
+              kv_read_bytes(cache_dtype, n_kv_heads, head_dim, n_tokens, pos0, window));
+    return e;
+}
+
 const char *phase_name(int p) {
     switch (p) {
     case 1: return "prefill";
@@ -150,6 +191,8 @@ BackendProfile::BackendProfile(const cmf_backend_vt &inner, void *inner_ctx) : i
     CMF_PROFILE_OPS(CMF_PROFILE_WRAP)
 #undef CMF_PROFILE_WRAP
     if (inner_.matmul_multi) vt_.matmul_multi = matmul_multi_shim;
+    if (inner_.attention) vt_.attention = attention_shim;
+    if (inner_.attention_kv) vt_.attention_kv = attention_kv_shim;
     if (inner_.weight_bind_subset) vt_.weight_bind_subset = bind_subset_shim;
     if (inner_.matmul_grouped) vt_.matmul_grouped = matmul_grouped_shim;
 }

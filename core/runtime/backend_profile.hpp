@@ -42,16 +42,17 @@ public:
     void reset() { stats_.clear(); }
     // {"ops":[{"phase","op","weight","calls","seconds","weight_bytes",
     // "read_bytes"}, ...]}, sorted by phase, then by time (largest first);
-    // read_bytes: the weights' payload bytes over all calls (a
+    // read_bytes: the bytes the calls read: a weight's payload per call (a
     // matmul_grouped call reads the groups it is given: the experts a token
-    // picked).
+    // picked); attention and attention_kv the K and V cache rows their
+    // queries attend (kv_read_bytes).
     std::string to_json() const;
 
     // Used by the shims.
     struct Stat {
         uint64_t calls = 0;
         double seconds = 0;
-        uint64_t bytes = 0;  // weight payload bytes over the calls
+        uint64_t bytes = 0;  // bytes read over the calls (read_bytes)
     };
     // `bytes`: UINT64_MAX = the weight's payload (0 without one).
     void record(const char *op, const cmf_backend_weight *w, double seconds, uint64_t bytes = UINT64_MAX);

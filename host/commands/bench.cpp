@@ -73,6 +73,7 @@ struct Profile {
         uint64_t calls = 0;
         double seconds = 0;
         uint64_t weight_bytes = 0;
+        uint64_t read_bytes = 0;  // over the calls: weights, or the KV cache rows attention reads
     };
     std::map<std::tuple<std::string, std::string, std::string>, Entry> ops;
 
@@ -90,6 +91,7 @@ struct Profile {
             e.calls = o.at("calls").to_number<uint64_t>();
             e.seconds = o.at("seconds").to_number<double>();
             e.weight_bytes = o.at("weight_bytes").to_number<uint64_t>();
+            e.read_bytes = o.at("read_bytes").to_number<uint64_t>();
         }
         return p;
     }
@@ -99,6 +101,7 @@ struct Profile {
             Entry &x = d.ops[k];
             x.calls -= e.calls;
             x.seconds -= e.seconds;
+            x.read_bytes -= e.read_bytes;
         }
         return d;
     }
@@ -108,6 +111,7 @@ struct Profile {
             x.calls += e.calls;
             x.seconds += e.seconds;
             x.weight_bytes = e.weight_bytes;
+            x.read_bytes += e.read_bytes;
         }
         return *this;
     }
@@ -122,9 +126,10 @@ struct Profile {
 };
 
 // The text table of one phase: per token, per call and share of the phase's
-// backend time; matmul rows also the weight bytes they streamed per second
-// (a decode matmul reads its whole weight once per call, a matmul_multi all
-// of its weights).
+// backend time; in decode, matmul rows also the weight bytes they streamed
+// per second (a decode matmul reads its whole weight once per call, a
+// matmul_multi all of its weights) and attention rows the KV cache bytes
+// (the rows each query attends, K and V).
 void print_profile(const Profile &p, const char *phase, uint64_t tokens, double measured_seconds) {
     const auto rows = p.phase(phase);
     const bool decode = std::string(phase) == "decode";
@@ -140,8 +145,9 @@ void print_profile(const Profile &p, const char *phase, uint64_t tokens, double 
         // A decode matmul reads its whole weight (a prefill matmul is compute-bound:
         // no rate shown); embed reads one row of it, a norm a small vector.
         const bool matmul = std::get<1>(k) == "matmul" || std::get<1>(k) == "matmul_multi";
-        const bool streams = decode && matmul && e.weight_bytes > 0 && e.seconds > 0;
-        const double gbs = streams ? double(e.weight_bytes) * double(e.calls) / e.seconds / 1e9 : 0.0;
+        const bool attention = std::get<1>(k) == "attention" || std::get<1>(k) == "attention_kv";
+        const double streamed = matmul ? double(e.weight_bytes) * double(e.calls) : attention ? double(e.read_bytes) : 0.0;
+        const double gbs = decode && e.seconds > 0 ? streamed / e.seconds / 1e9 : 0.0;
         std::printf("  %-13s %-44s %10.2f %11.2f %10.3f %6.1f%% ", std::get<1>(k).c_str(), std::get<2>(k).c_str(),
                     double(e.calls) / double(tokens), 1e6 * e.seconds / double(e.calls), 1e3 * e.seconds / double(tokens),
                     100.0 * e.seconds / total);
@@ -153,11 +159,17 @@ void print_profile(const Profile &p, const char *phase, uint64_t tokens, double 
     if (!decode) return;
     // What decode reads of the weights per token: every matmul's weight
     // bytes per call (a task mask's subsets count their selected share).
-    double bytes = 0;
-    for (const auto &[k, e] : rows)
+    double bytes = 0, kv = 0, kv_seconds = 0;
+    for (const auto &[k, e] : rows) {
         if (std::get<1>(k) == "matmul" || std::get<1>(k) == "matmul_multi") bytes += double(e.weight_bytes) * double(e.calls);
-    std::printf("  decode reads %.1f MiB of weights per token (matmuls; embedding rows aside)\n",
-                bytes / double(tokens) / (1024.0 * 1024.0));
+        if (std::get<1>(k) == "attention" || std::get<1>(k) == "attention_kv")
+            kv += double(e.read_bytes), kv_seconds += e.seconds;
+    }
+    std::printf("  decode reads %.1f MiB of weights per token (matmuls; embedding rows aside)", bytes / double(tokens) / (1024.0 * 1024.0));
+    if (kv > 0)
+        std::printf(" and %.2f MiB of KV cache (attention: %.1f %% of the backend time)", kv / double(tokens) / (1024.0 * 1024.0),
+                    100.0 * kv_seconds / total);
+    std::printf("\n");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -492,7 +504,7 @@ int cmd_bench(const std::vector<std::string> &args) {
                 for (const auto &[k, e] : profile.phase(ph))
                     rows.push_back(boost::json::object{{"phase", ph}, {"op", std::get<1>(k)}, {"weight", std::get<2>(k)},
                                                        {"calls", e.calls}, {"seconds", e.seconds},
-                                                       {"weight_bytes", e.weight_bytes}});
+                                                       {"weight_bytes", e.weight_bytes}, {"read_bytes", e.read_bytes}});
             o["profile"] = boost::json::object{{"prefill_tokens", uint64_t(n_prompt) * (n_prompt ? reps : 0)},
                                                {"prefill_seconds", pp_seconds},
                                                {"decode_tokens", uint64_t(n_gen) * (n_gen ? reps : 0)},

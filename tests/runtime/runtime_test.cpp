@@ -783,9 +783,13 @@ TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the r
                              std::to_string(tt.shape[1]) + "]";
                 qkv_bytes += tt.count * sizeof(float);
             }
-    for (const auto &tt : c.tensors)
+    uint64_t kv_dim = 0;  // a K or V cache row: n_kv_heads * head_dim
+    for (const auto &tt : c.tensors) {
         if (tt.name.find(".mlp.down_proj.weight") != std::string::npos) ++layers;
+        if (tt.name == "model.layers.0.self_attn.k_proj.weight") kv_dim = tt.shape[0];
+    }
     REQUIRE(layers > 0);
+    REQUIRE(kv_dim > 0);
     REQUIRE(qkv_label.find("]+[") != std::string::npos);
 
     cmf_session_options so;
@@ -832,7 +836,7 @@ TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the r
     cmf_string_free(json);
     simdjson::dom::parser parser;
     simdjson::dom::element doc = parser.parse(text);
-    std::map<std::string, uint64_t> matmul_calls, multi_calls, binds;
+    std::map<std::string, uint64_t> matmul_calls, multi_calls, binds, attention_bytes;
     double decode_seconds = 0;
     bool qkv_seen = false;
     for (simdjson::dom::element op : doc["ops"].get_array()) {
@@ -845,6 +849,7 @@ TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the r
         if (name == "matmul") matmul_calls[phase] += calls;
         if (name == "matmul_multi") multi_calls[phase] += calls;
         if (name == "weight_bind") binds[phase] += calls;
+        if (name == "attention") attention_bytes[phase] += uint64_t(op["read_bytes"]);
         if (phase == "decode") decode_seconds += seconds;
         if (name == "matmul_multi" && weight == qkv_label) {
             qkv_seen = true;
@@ -859,6 +864,12 @@ TEST_CASE("parity: CMF_SESSION_PROFILE times every backend call and leaves the r
     CHECK(multi_calls["prefill"] == 2 * layers);
     CHECK(multi_calls["decode"] == 3 * (2 * layers));
     CHECK(binds["bind"] > 7 * layers);  // every weight the arch bound, norms included
+    // Attention (f32 caches, this session's default) reads the K and V rows
+    // its queries attend: the prompt's P rows in prefill, P + i + 1 at decode
+    // step i.
+    const uint64_t P = c.prompt.size(), row = 4 * kv_dim;
+    CHECK(attention_bytes["prefill"] == layers * 2 * P * row);
+    CHECK(attention_bytes["decode"] == layers * 2 * ((P + 1) + (P + 2) + (P + 3)) * row);
     CHECK(decode_seconds > 0);
     CHECK(decode_seconds <= decode_wall);  // wall time of calls inside the measured evals
 
