@@ -6,7 +6,7 @@
 //
 //   bench_qwen [--dtype f16|bf16|f32] [--pp 512] [--tg 128] [--threads 2] [--layers 28] [--bandwidth-only]
 //              [--gemm ROWSxCOLS [--dtype q8] [--reps 10] [--matrices 1] [--read-around] [--row-spread S]]
-//              [--attention DEPTH [--pp N]]
+//              [--attention DEPTH [--pp N] [--kv-cache f16|q8]]
 //              [--overlap ROUNDS [--overlap-loop-kib KIB] [--overlap-side]] [--plugin-path DIRS]
 //
 // --gemm times the backend's matmul alone (the prefill GEMM when --pp >= 4):
@@ -20,7 +20,8 @@
 // --row-spread S scales row r by 2^(S z), z uniform in [-1, 1] (vbit's
 // widths follow its rows' maxima: 1.5 gives it rows of 3 to 6 bits).
 // --attention DEPTH times the backend's decode attention alone over --layers
-// f16 KV caches of DEPTH rows in rotation: us per call, KV GB/s; with --pp N
+// KV caches of DEPTH rows in rotation (f16, or q8 blocks with --kv-cache q8):
+// us per call, KV GB/s; with --pp N
 // given too, prefill attention instead: N new tokens at positions DEPTH on
 // (the caches hold DEPTH + N rows), ms per call and GFLOP/s (the causal
 // product's multiply-adds, QK^T and PV, counted as 2 flops each).
@@ -537,25 +538,31 @@ int gemm_bench(cmf_runtime *rt, const std::string &dtype_name, uint64_t rows, ui
     return 0;
 }
 
-// `layers` pairs of f16 K and V caches of `rows` rows (Qwen3-0.6B's KV
-// heads), filled with the same random rows, in backend buffers; and the
-// median-sorted seconds per layer of attention_kv over them: n_new tokens
-// at positions pos0.. (rep 0 warms up).
+// `layers` pairs of K and V caches of `rows` rows (Qwen3-0.6B's KV heads)
+// in f16 or q8 blocks (CMF_KV_DTYPE_Q8_32), filled through kv_write with the
+// same random rows, in backend buffers; and the median-sorted seconds per
+// layer of attention_kv over them: n_new tokens at positions pos0.. (rep 0
+// warms up).
 struct AttentionCaches {
     const cmf::BackendEntry &be;
+    int32_t dtype;
     std::vector<float *> ks, vs;
     uint64_t bytes;  // of one cache
-    AttentionCaches(const cmf::BackendEntry &b, const Shape &shape, uint64_t rows, Rng &rng)
-        : be(b), ks(shape.layers), vs(shape.layers), bytes(rows * shape.kv * shape.head_dim * 2) {
-        std::vector<uint16_t> fill(bytes / 2);
-        for (auto &h : fill) h = cmf::codecs::f32_to_f16(rng.next(1.0f));
+    AttentionCaches(const cmf::BackendEntry &b, const Shape &shape, uint64_t rows, int32_t dtype_, Rng &rng)
+        : be(b), dtype(dtype_), ks(shape.layers), vs(shape.layers),
+          bytes(rows * (dtype_ == CMF_KV_DTYPE_Q8_32 ? CMF_KV_Q8_32_ROW_BYTES(shape.kv * shape.head_dim)
+                                                     : shape.kv * shape.head_dim * 2)) {
+        const uint64_t row_len = shape.kv * shape.head_dim;
+        std::vector<float> fill(rows * row_len);
+        for (auto &v : fill) v = rng.next(1.0f);
         for (uint64_t l = 0; l < shape.layers; ++l) {
             cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, bytes, &ks[l]));
             cmf::throw_if_error(be.vt.buffer_alloc(be.ctx, bytes, &vs[l]));
-            std::memcpy(ks[l], fill.data(), bytes);
-            std::memcpy(vs[l], fill.data(), bytes);
+            cmf::throw_if_error(be.vt.kv_write(be.ctx, ks[l], dtype, row_len, 0, fill.data(), rows));
+            cmf::throw_if_error(be.vt.kv_write(be.ctx, vs[l], dtype, row_len, 0, fill.data(), rows));
         }
     }
+    const char *name() const { return dtype == CMF_KV_DTYPE_Q8_32 ? "q8" : "f16"; }
     ~AttentionCaches() {
         for (size_t l = 0; l < ks.size(); ++l) {
             be.vt.buffer_free(be.ctx, ks[l]);
@@ -573,7 +580,7 @@ struct AttentionCaches {
         for (int rep = 0; rep <= reps; ++rep) {
             auto t = Clock::now();
             for (size_t l = 0; l < ks.size(); ++l)
-                cmf::throw_if_error(be.vt.attention_kv(be.ctx, q.data(), ks[l], vs[l], CMF_DTYPE_F16, out.data(), n_new,
+                cmf::throw_if_error(be.vt.attention_kv(be.ctx, q.data(), ks[l], vs[l], dtype, out.data(), n_new,
                                                        pos0, uint32_t(shape.heads), uint32_t(shape.kv),
                                                        uint32_t(shape.head_dim), scale, 0, 0.0f));
             if (rep > 0) secs.push_back(since(t) / double(ks.size()));
@@ -584,34 +591,35 @@ struct AttentionCaches {
 };
 
 // Prefill attention alone: n_new query tokens at positions depth.. over
-// `layers` f16 caches of depth + n_new rows in rotation (Qwen3-0.6B's heads).
-int prefill_attention_bench(const cmf::BackendEntry &be, const Shape &shape, uint64_t depth, int reps, uint64_t n_new) {
+// `layers` caches of depth + n_new rows in rotation (Qwen3-0.6B's heads).
+int prefill_attention_bench(const cmf::BackendEntry &be, const Shape &shape, uint64_t depth, int reps, uint64_t n_new,
+                            int32_t kv_dtype) {
     Rng rng;
-    const AttentionCaches caches(be, shape, depth + n_new, rng);
+    const AttentionCaches caches(be, shape, depth + n_new, kv_dtype, rng);
     const std::vector<double> secs = caches.time(shape, n_new, depth, reps, rng);
     const double med = secs[secs.size() / 2];
     // Token t sees depth + t + 1 keys; per key and head 2 * head_dim multiply-adds.
     const double pairs = double(n_new) * double(depth) + double(n_new) * double(n_new + 1) / 2.0;
     const double flops = pairs * double(shape.heads) * double(shape.head_dim) * 4.0;
-    std::printf("prefill attention f16 cache, %llu tokens at depth %llu, %llu caches in rotation: median %.2f ms per call "
+    std::printf("prefill attention %s cache, %llu tokens at depth %llu, %llu caches in rotation: median %.2f ms per call "
                 "(best %.2f) = %.1f GFLOP/s (best %.1f)\n",
-                (unsigned long long)n_new, (unsigned long long)depth, (unsigned long long)shape.layers, med * 1e3,
+                caches.name(), (unsigned long long)n_new, (unsigned long long)depth, (unsigned long long)shape.layers, med * 1e3,
                 secs.front() * 1e3, flops / med / 1e9, flops / secs.front() / 1e9);
     return 0;
 }
 
 // Decode attention alone: one query token at position depth-1 against
-// `layers` distinct f16 KV caches (Qwen3-0.6B's 16 heads, 8 KV heads,
+// `layers` distinct f16 or q8 KV caches (Qwen3-0.6B's 16 heads, 8 KV heads,
 // head_dim 128) in rotation, as a model's layers are, so the rows stream
 // from memory and not from the caches. Prints us per call and the KV bytes
 // per second (K and V rows read once per call).
-int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int reps, uint64_t n_new) {
+int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int reps, uint64_t n_new, int32_t kv_dtype) {
     const cmf::BackendEntry *be = rt->backend("cpu");
     if (be == nullptr || be->vt.attention_kv == nullptr) throw cmf::Error(CMF_ERR_PLUGIN, "no cpu backend attention_kv");
     if (depth == 0) throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--attention wants a depth of at least 1");
-    if (n_new > 0) return prefill_attention_bench(*be, shape, depth, reps, n_new);
+    if (n_new > 0) return prefill_attention_bench(*be, shape, depth, reps, n_new, kv_dtype);
     Rng rng;
-    const AttentionCaches caches(*be, shape, depth, rng);
+    const AttentionCaches caches(*be, shape, depth, kv_dtype, rng);
     const uint64_t cache_bytes = caches.bytes;
     const std::vector<double> secs = caches.time(shape, 1, depth - 1, reps, rng);
     // The ceiling: the same rows read plainly (read_bandwidth's prefetching
@@ -639,9 +647,9 @@ int attention_bench(cmf_runtime *rt, const Shape &shape, uint64_t depth, int rep
     if (job.sum == 42) std::printf(" ");  // keep the sum alive
     std::sort(plain.begin(), plain.end());
     const double med = secs[secs.size() / 2];
-    std::printf("attention f16 cache, depth %llu, %llu caches in rotation (%.1f MB): median %.1f us per call (best %.1f), "
+    std::printf("attention %s cache, depth %llu, %llu caches in rotation (%.1f MB): median %.1f us per call (best %.1f), "
                 "KV rows read at %.2f GB/s (best %.2f)\n",
-                (unsigned long long)depth, (unsigned long long)shape.layers,
+                caches.name(), (unsigned long long)depth, (unsigned long long)shape.layers,
                 2.0 * double(cache_bytes) * double(shape.layers) / 1e6, med * 1e6, secs.front() * 1e6,
                 2.0 * double(cache_bytes) / med / 1e9, 2.0 * double(cache_bytes) / secs.front() / 1e9);
     std::printf("  a plain read of the same rows: median %.1f us per layer = %.2f GB/s; attention is %.0f %% of it\n",
@@ -658,7 +666,7 @@ int main(int argc, char **argv) {
     uint32_t pp = 512, tg = 128;
     int32_t threads = 2;
     Shape shape;
-    std::string gemm, plugin_path = CMF_BENCH_PLUGIN_PATH;
+    std::string gemm, plugin_path = CMF_BENCH_PLUGIN_PATH, kv_cache = "f16";
     int reps = 10;
     uint64_t matrices = 1, attention_depth = 0;
     bool pp_given = false;
@@ -683,6 +691,7 @@ int main(int argc, char **argv) {
         else if (a == "--bandwidth-only") bandwidth_only = true;
         else if (a == "--gemm") gemm = next();
         else if (a == "--attention") attention_depth = std::stoull(next());
+        else if (a == "--kv-cache") kv_cache = next();
         else if (a == "--reps") reps = std::max(1, std::stoi(next()));
         else if (a == "--matrices") matrices = std::max<uint64_t>(1, std::stoull(next()));
         else if (a == "--plugin-path") plugin_path = next();
@@ -696,7 +705,7 @@ int main(int argc, char **argv) {
             std::fprintf(stderr, "usage: bench_qwen [--dtype f16|bf16|f32] [--pp N] [--tg N] [--threads N] [--layers N] "
                                  "[--bandwidth-only] [--gemm ROWSxCOLS [--dtype f32|f16|bf16|q8|q4|DTYPE] [--reps N] [--matrices N] "
                                  "[--read-around] [--row-spread S]] "
-                                 "[--attention DEPTH [--pp N] [--layers N] [--reps N]] [--overlap ROUNDS [--overlap-loop-kib KIB] "
+                                 "[--attention DEPTH [--pp N] [--layers N] [--reps N] [--kv-cache f16|q8]] [--overlap ROUNDS [--overlap-loop-kib KIB] "
                                  "[--overlap-side] [--overlap-row-bytes N]] [--plugin-path DIRS]\n");
             return 2;
         }
@@ -729,7 +738,10 @@ int main(int argc, char **argv) {
             return rc;
         }
         if (attention_depth > 0) {
-            int rc = attention_bench(rt, shape, attention_depth, reps, pp_given ? pp : 0);
+            if (kv_cache != "f16" && kv_cache != "q8")
+                throw cmf::Error(CMF_ERR_INVALID_ARGUMENT, "--kv-cache wants f16 or q8, not " + kv_cache);
+            int rc = attention_bench(rt, shape, attention_depth, reps, pp_given ? pp : 0,
+                                     kv_cache == "q8" ? CMF_KV_DTYPE_Q8_32 : CMF_DTYPE_F16);
             cmf_runtime_free(rt);
             return rc;
         }

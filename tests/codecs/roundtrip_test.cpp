@@ -1730,87 +1730,30 @@ TEST_CASE("roundtrip: ladder_scales_powers gives every ISA the same rungs, withi
         }
 }
 
-TEST_CASE("roundtrip: rows_q4tp_xq gives the bits of ladder_scales_powers then rows_q4_groups_xq, on every ISA") {
-    // The AVX-512 build picks each row's scales inside its pass over x, 16
-    // groups a step, then 8, then pairs one by one and an odd last group;
-    // the others pick the scales first. Group counts reach every one of
-    // those steps; a spare byte of ones past each row's codes makes a pick
-    // that reads past them take a wrong rung; rows past 64 cross a ladder
-    // block; y past the last row must stay as it was.
+// rows_q4tp_xq (Two = false) or rows_q2tp_xq against each ISA's two steps,
+// ladder_scales_powers then rows_q4_groups_xq / rows_q2_groups_xq, 64 rows
+// at a time: the same bits, with the AVX-512 extensions on and off. Group
+// counts reach every step of the kernels; a spare byte of ones past each
+// row's codes makes a pick that reads past them take a wrong rung; rows past
+// 64 cross a ladder block, 5 and 70 leave rows past the last pass of four;
+// y past the last row must stay as it was; a row's bits do not depend on
+// the rows beside it.
+template <bool Two>
+void check_tp_rows(uint32_t seed, std::initializer_list<uint64_t> group_counts) {
     namespace k = cmf::codecs::kernels;
-    std::mt19937 rng(23);
-    std::uniform_real_distribution<float> lg(-12.0f, -4.0f), lr(0.05f, 0.3f);
-    for (uint64_t g : {1u, 2u, 7u, 8u, 9u, 15u, 16u, 17u, 24u, 25u, 31u, 32u, 33u, 40u, 48u, 96u, 97u})
-        for (uint64_t rows : {1u, 5u, 17u, 70u}) {
-            CAPTURE(g);
-            CAPTURE(rows);
-            const uint64_t code_stride = (5 * g + 7) / 8 + 1;
-            std::vector<uint8_t> nib(16 * g * rows), codes(code_stride * rows);
-            for (auto &b : nib) b = static_cast<uint8_t>(rng());
-            for (auto &b : codes) b = static_cast<uint8_t>(rng());
-            for (uint64_t r = 0; r < rows; ++r) codes[code_stride * r + code_stride - 1] = 0xff;
-            std::vector<float> first(rows), ratio(rows);
-            for (uint64_t r = 0; r < rows; ++r) first[r] = std::exp2(lg(rng)), ratio[r] = std::exp2(lr(rng));
-            std::vector<float> x = gaussian(32 * g, static_cast<uint32_t>(rng()), 0.0f), xd(g);
-            std::vector<int8_t> xq(32 * g);
-            std::vector<int32_t> xb(8 * (g / 2));
-            k::quantize_x(x.data(), 32 * g, k::XOrder::q4_pair_blocks, xq.data(), xd.data());
-            k::q4_pair_offset(xq.data(), g, xb.data());
-            std::vector<float> scratch(k::kLadderMaxRows * g);
-            // The two steps, each ISA's own, 64 rows at a time.
-            auto two_steps = [&](auto powers, auto row_kernel, float *y) {
-                std::vector<float> scales(k::kLadderMaxRows * g);
-                for (uint64_t r0 = 0; r0 < rows; r0 += k::kLadderMaxRows) {
-                    const unsigned n = unsigned(std::min<uint64_t>(k::kLadderMaxRows, rows - r0));
-                    powers(first.data() + r0, ratio.data() + r0, false, codes.data() + code_stride * r0, code_stride, g,
-                           n, scales.data());
-                    row_kernel(nib.data() + 16 * g * r0, scales.data(), xq.data(), xb.data(), xd.data(), g, n, y + r0);
-                }
-            };
-            std::vector<float> want(rows + 1, -7.0f), got(rows + 1, -7.0f);
-            two_steps(k::portable::ladder_scales_powers, k::portable::rows_q4_groups_xq, want.data());
-            k::portable::rows_q4tp_xq(nib.data(), first.data(), ratio.data(), codes.data(), code_stride, xq.data(),
-                                      xb.data(), xd.data(), g, rows, scratch.data(), got.data());
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
-            for (const k::SimdKernels &isa : k::simd_kernels()) {
-                CAPTURE(isa.isa);
-                std::vector<float> ws(rows + 1, -7.0f), gs(rows + 1, -7.0f);
-                two_steps(isa.ladder_scales_powers, isa.rows_q4_groups_xq, ws.data());
-                isa.rows_q4tp_xq(nib.data(), first.data(), ratio.data(), codes.data(), code_stride, xq.data(), xb.data(),
-                                 xd.data(), g, rows, scratch.data(), gs.data());
-                CHECK(std::memcmp(gs.data(), ws.data(), gs.size() * sizeof(float)) == 0);
-                // A row's bits do not depend on the rows beside it.
-                for (uint64_t r = 0; r < rows; r += 3) {
-                    float alone = -7.0f;
-                    isa.rows_q4tp_xq(nib.data() + 16 * g * r, first.data() + r, ratio.data() + r,
-                                     codes.data() + code_stride * r, code_stride, xq.data(), xb.data(), xd.data(), g, 1,
-                                     scratch.data(), &alone);
-                    CHECK(std::memcmp(&alone, &gs[r], sizeof(float)) == 0);
-                }
-            }
-        }
-}
-
-TEST_CASE("roundtrip: rows_q2tp_xq gives the bits of ladder_scales_powers then rows_q2_groups_xq, on every ISA") {
-    // With GFNI the AVX-512 build picks each pass's four rows' scales just
-    // before the pass (8 groups a step, a last step short of 8); without it
-    // (the "extensions off" switch) and elsewhere the scales come first, 64
-    // rows at a time. Group counts reach every step; a spare byte of ones
-    // past each row's codes makes a pick that reads past them take a wrong
-    // rung; rows past 64 cross a ladder block, 5 and 70 leave rows past the
-    // last pass of four; y past the last row must stay as it was.
-    namespace k = cmf::codecs::kernels;
-    std::mt19937 rng(29);
+    constexpr uint64_t kChunk = Two ? 8 : 16;
+    constexpr k::XOrder kOrder = Two ? k::XOrder::q2_quads : k::XOrder::q4_pair_blocks;
+    std::mt19937 rng(seed);
     std::uniform_real_distribution<float> lg(-12.0f, -4.0f), lr(0.05f, 0.3f);
     for (bool extensions : {true, false})
-    for (uint64_t g : {1u, 7u, 8u, 9u, 16u, 17u, 32u, 33u, 96u, 97u})
+    for (uint64_t g : group_counts)
         for (uint64_t rows : {1u, 5u, 17u, 70u}) {
             k::set_avx512_extensions(extensions);
             CAPTURE(extensions);
             CAPTURE(g);
             CAPTURE(rows);
             const uint64_t code_stride = (5 * g + 7) / 8 + 1;
-            std::vector<uint8_t> chunks(8 * g * rows), codes(code_stride * rows);
+            std::vector<uint8_t> chunks(kChunk * g * rows), codes(code_stride * rows);
             for (auto &b : chunks) b = static_cast<uint8_t>(rng());
             for (auto &b : codes) b = static_cast<uint8_t>(rng());
             for (uint64_t r = 0; r < rows; ++r) codes[code_stride * r + code_stride - 1] = 0xff;
@@ -1818,44 +1761,67 @@ TEST_CASE("roundtrip: rows_q2tp_xq gives the bits of ladder_scales_powers then r
             for (uint64_t r = 0; r < rows; ++r) first[r] = std::exp2(lg(rng)), ratio[r] = std::exp2(lr(rng));
             std::vector<float> x = gaussian(32 * g, static_cast<uint32_t>(rng()), 0.0f), xd(g);
             std::vector<int8_t> xq(32 * g);
-            std::vector<int32_t> xo(8 * g);
-            k::quantize_x(x.data(), 32 * g, k::XOrder::q2_quads, xq.data(), xd.data());
-            k::q2_offset(xq.data(), g, xo.data());
+            std::vector<int32_t> xo(Two ? 8 * g : 8 * (g / 2));
+            k::quantize_x(x.data(), 32 * g, kOrder, xq.data(), xd.data());
+            if constexpr (Two)
+                k::q2_offset(xq.data(), g, xo.data());
+            else
+                k::q4_pair_offset(xq.data(), g, xo.data());
             std::vector<float> scratch(k::kLadderMaxRows * g);
-            // The two steps, each ISA's own, 64 rows at a time.
             auto two_steps = [&](auto powers, auto row_kernel, float *y) {
                 std::vector<float> scales(k::kLadderMaxRows * g);
                 for (uint64_t r0 = 0; r0 < rows; r0 += k::kLadderMaxRows) {
                     const unsigned n = unsigned(std::min<uint64_t>(k::kLadderMaxRows, rows - r0));
-                    powers(first.data() + r0, ratio.data() + r0, true, codes.data() + code_stride * r0, code_stride, g,
+                    powers(first.data() + r0, ratio.data() + r0, Two, codes.data() + code_stride * r0, code_stride, g,
                            n, scales.data());
-                    row_kernel(chunks.data() + 8 * g * r0, scales.data(), xq.data(), xo.data(), xd.data(), g, n, y + r0);
+                    row_kernel(chunks.data() + kChunk * g * r0, scales.data(), xq.data(), xo.data(), xd.data(), g, n,
+                               y + r0);
                 }
             };
+            auto fused = [&](auto kernel, uint64_t r, uint64_t n, float *y) {
+                kernel(chunks.data() + kChunk * g * r, first.data() + r, ratio.data() + r, codes.data() + code_stride * r,
+                       code_stride, xq.data(), xo.data(), xd.data(), g, n, scratch.data(), y);
+            };
             std::vector<float> want(rows + 1, -7.0f), got(rows + 1, -7.0f);
-            two_steps(k::portable::ladder_scales_powers, k::portable::rows_q2_groups_xq, want.data());
-            k::portable::rows_q2tp_xq(chunks.data(), first.data(), ratio.data(), codes.data(), code_stride, xq.data(),
-                                      xo.data(), xd.data(), g, rows, scratch.data(), got.data());
+            if constexpr (Two) {
+                two_steps(k::portable::ladder_scales_powers, k::portable::rows_q2_groups_xq, want.data());
+                fused(k::portable::rows_q2tp_xq, 0, rows, got.data());
+            } else {
+                two_steps(k::portable::ladder_scales_powers, k::portable::rows_q4_groups_xq, want.data());
+                fused(k::portable::rows_q4tp_xq, 0, rows, got.data());
+            }
             CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
             for (const k::SimdKernels &isa : k::simd_kernels()) {
                 CAPTURE(isa.isa);
+                const auto kernel = Two ? isa.rows_q2tp_xq : isa.rows_q4tp_xq;
                 std::vector<float> ws(rows + 1, -7.0f), gs(rows + 1, -7.0f);
-                two_steps(isa.ladder_scales_powers, isa.rows_q2_groups_xq, ws.data());
-                isa.rows_q2tp_xq(chunks.data(), first.data(), ratio.data(), codes.data(), code_stride, xq.data(),
-                                 xo.data(), xd.data(), g, rows, scratch.data(), gs.data());
+                two_steps(isa.ladder_scales_powers, Two ? isa.rows_q2_groups_xq : isa.rows_q4_groups_xq, ws.data());
+                fused(kernel, 0, rows, gs.data());
                 CHECK(std::memcmp(gs.data(), ws.data(), gs.size() * sizeof(float)) == 0);
+                // Within f32 summation order of the portable form.
                 for (uint64_t r = 0; r < rows; ++r) CHECK(std::fabs(gs[r] - want[r]) <= 1e-3f * (std::fabs(want[r]) + 1e-3f));
-                // A row's bits do not depend on the rows beside it.
                 for (uint64_t r = 0; r < rows; r += 3) {
                     float alone = -7.0f;
-                    isa.rows_q2tp_xq(chunks.data() + 8 * g * r, first.data() + r, ratio.data() + r,
-                                     codes.data() + code_stride * r, code_stride, xq.data(), xo.data(), xd.data(), g, 1,
-                                     scratch.data(), &alone);
+                    fused(kernel, r, 1, &alone);
                     CHECK(std::memcmp(&alone, &gs[r], sizeof(float)) == 0);
                 }
             }
         }
-    k::set_avx512_extensions(true);
+    cmf::codecs::kernels::set_avx512_extensions(true);
+}
+
+TEST_CASE("roundtrip: rows_q4tp_xq gives the bits of ladder_scales_powers then rows_q4_groups_xq, on every ISA") {
+    // The AVX-512 build picks each row's scales inside its pass over x, 16
+    // groups a step, then 8, then pairs one by one and an odd last group;
+    // the others pick the scales first.
+    check_tp_rows<false>(23, {1u, 2u, 7u, 8u, 9u, 15u, 16u, 17u, 24u, 25u, 31u, 32u, 33u, 40u, 48u, 96u, 97u});
+}
+
+TEST_CASE("roundtrip: rows_q2tp_xq gives the bits of ladder_scales_powers then rows_q2_groups_xq, on every ISA") {
+    // With GFNI the AVX-512 build picks each pass's four rows' scales just
+    // before the pass (8 groups a step, a last step short of 8); without it
+    // (the "extensions off" switch) and elsewhere the scales come first.
+    check_tp_rows<true>(29, {1u, 7u, 8u, 9u, 16u, 17u, 32u, 33u, 96u, 97u});
 }
 
 TEST_CASE("roundtrip: row-range kernels equal the per-row dots, row for row") {
