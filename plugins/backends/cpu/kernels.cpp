@@ -1042,6 +1042,18 @@ AVX512 inline __m128 sums4(const __m512 acc[4]) {
     const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
+// o[k] = the sum of acc[k] for k < NK.
+template <int NK>
+AVX512 __attribute__((always_inline)) inline void store_sums4(const __m512 acc[4], float *o) {
+    const __m128 s = sums4(acc);
+    if constexpr (NK == 4) {
+        _mm_storeu_ps(o, s);
+    } else {
+        alignas(16) float tmp[4];
+        _mm_store_ps(tmp, s);
+        for (int k = 0; k < NK; ++k) o[k] = tmp[k];
+    }
+}
 // heads_dot_block on zmm (see there): NK <= 4 keys against a pair of heads.
 template <class T, int NK, bool Pair, bool Shared>
 AVX512 __attribute__((always_inline)) inline void heads_dot_block16(const float *q0, const float *q1, const T *k0,
@@ -1060,17 +1072,8 @@ AVX512 __attribute__((always_inline)) inline void heads_dot_block16(const float 
             if constexpr (Pair) acc[1][k] = _mm512_fmadd_ps(qb, Shared ? ka : load16_wide(k1 + k * ldrow + d), acc[1][k]);
         }
     }
-    for (int p = 0; p < (Pair ? 2 : 1); ++p) {
-        const __m128 s = sums4(acc[p]);
-        float *o = p ? o1 : o0;
-        if constexpr (NK == 4) {
-            _mm_storeu_ps(o, s);
-        } else {
-            alignas(16) float tmp[4];
-            _mm_store_ps(tmp, s);
-            for (int k = 0; k < NK; ++k) o[k] = tmp[k];
-        }
-    }
+    store_sums4<NK>(acc[0], o0);
+    if constexpr (Pair) store_sums4<NK>(acc[1], o1);
 }
 template <class T, int NK>
 AVX512 __attribute__((always_inline)) inline void heads_dot_keys16(const float *q, const T *rows, uint64_t ldrow,
@@ -1174,7 +1177,10 @@ AVX512 void heads_axpy_avx512(const float *a, uint64_t lda, const T *rows, uint6
 // two cores of the Intel Xeon VM at depth 4096, under half of what its f16
 // cache streams at: their widening and the per-key trees were the work.
 // The dot keeps the contract's form, d * (q . c) per block; the axpy adds
-// (a * d) * c per key in key order, the AVX2 kernel's operations.
+// (a * d) * c per key in key order, the AVX2 kernel's operations. The key
+// and head loops repeat the f16 kernels' on purpose, for the reason given
+// there (one target attribute per template, the blocks inlined into their
+// loops): here a head is a run of 34-byte blocks, not of elements.
 // (maskz forms: the plain ones start from an undefined register, see sums4.)
 AVX512 inline void q8_codes16(const uint8_t *blk, __m512 &lo, __m512 &hi) {
     constexpr __mmask16 all = 0xFFFF;
@@ -1221,17 +1227,8 @@ AVX512 __attribute__((always_inline)) inline void heads_dot_q8_block16(const flo
             }
         }
     }
-    for (int p = 0; p < (Pair ? 2 : 1); ++p) {
-        const __m128 s = sums4(acc[p]);
-        float *o = p ? o1 : o0;
-        if constexpr (NK == 4) {
-            _mm_storeu_ps(o, s);
-        } else {
-            alignas(16) float tmp[4];
-            _mm_store_ps(tmp, s);
-            for (int k = 0; k < NK; ++k) o[k] = tmp[k];
-        }
-    }
+    store_sums4<NK>(acc[0], o0);
+    if constexpr (Pair) store_sums4<NK>(acc[1], o1);
 }
 template <int NK>
 AVX512 __attribute__((always_inline)) inline void heads_dot_q8_keys16(const float *q, const uint8_t *rows,

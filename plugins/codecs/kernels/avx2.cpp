@@ -1724,6 +1724,24 @@ void rows_q1_xq(const uint8_t *tiles, const int8_t *xq, [[maybe_unused]] const i
 #endif
 }
 
+// q4tp / q2tp rows with their scales from ladder_scales_powers
+// (rows_q4tp_xq's and rows_q2tp_xq's contract), where the scales come
+// first: a block of up to kLadderMaxRows rows' scales into scratch, then
+// the block through the row-range kernel.
+namespace {
+template <bool Two>
+void tp_rows_two_steps(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
+                       uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
+                       uint64_t rows, float *scratch, float *y) {
+    for (uint64_t r0 = 0; r0 < rows; r0 += kLadderMaxRows) {
+        const unsigned n = unsigned(std::min<uint64_t>(kLadderMaxRows, rows - r0));
+        ladder_scales_powers(first + r0, ratio + r0, Two, codes + code_stride * r0, code_stride, groups, n, scratch);
+        (Two ? rows_q2_groups_xq : rows_q4_groups_xq)(chunks + (Two ? 8 : 16) * groups * r0, scratch, xq, xoff, xd,
+                                                      groups, n, y + r0);
+    }
+}
+}  // namespace
+
 #ifdef CMF_CODECS_VNNI
 
 namespace {
@@ -2043,11 +2061,7 @@ void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung
 void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
                   uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                   uint64_t rows, float *scratch, float *y) {
-    for (uint64_t r0 = 0; r0 < rows; r0 += kLadderMaxRows) {
-        const unsigned n = unsigned(std::min<uint64_t>(kLadderMaxRows, rows - r0));
-        ladder_scales_powers(first + r0, ratio + r0, false, codes + code_stride * r0, code_stride, groups, n, scratch);
-        rows_q4_groups_xq(nibbles + 16 * groups * r0, scratch, xq, xoff, xd, groups, n, y + r0);
-    }
+    tp_rows_two_steps<false>(nibbles, first, ratio, codes, code_stride, xq, xoff, xd, groups, rows, scratch, y);
 }
 #endif
 
@@ -2263,21 +2277,6 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 #endif
 }
 
-// q2tp rows with their scales from ladder_scales_powers (rows_q2tp_xq's
-// contract). The builds that pick the scales first: a block of up to
-// kLadderMaxRows rows' scales, then the block through rows_q2_groups_xq.
-namespace {
-void q2tp_rows_two_steps(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
-                         uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
-                         uint64_t rows, float *scratch, float *y) {
-    for (uint64_t r0 = 0; r0 < rows; r0 += kLadderMaxRows) {
-        const unsigned n = unsigned(std::min<uint64_t>(kLadderMaxRows, rows - r0));
-        ladder_scales_powers(first + r0, ratio + r0, true, codes + code_stride * r0, code_stride, groups, n, scratch);
-        rows_q2_groups_xq(chunks + 8 * groups * r0, scratch, xq, xoff, xd, groups, n, y + r0);
-    }
-}
-}  // namespace
-
 // With GFNI each pass of four rows picks its rows' scales just before it
 // (into scratch, which stays in L1), where the two steps make a block of 64
 // rows' scales first: a burst of arithmetic with no weight loads in it,
@@ -2315,7 +2314,7 @@ void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio,
         return;
     }
 #endif
-    q2tp_rows_two_steps(chunks, first, ratio, codes, code_stride, xq, xoff, xd, groups, rows, scratch, y);
+    tp_rows_two_steps<true>(chunks, first, ratio, codes, code_stride, xq, xoff, xd, groups, rows, scratch, y);
 }
 
 // ---- q1t ------------------------------------------------------------------------

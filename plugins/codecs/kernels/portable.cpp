@@ -317,13 +317,24 @@ void ladder_scales_powers(const float *first, const float *ratio, bool zero_rung
     }
 }
 
+namespace {
+// q4tp / q2tp rows one by one: the row's scales (ladder_scales_powers), then its dot.
+template <bool Two>
+void tp_rows(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes, uint64_t code_stride,
+             const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups, uint64_t rows, float *scratch,
+             float *y) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        ladder_scales_powers(first + r, ratio + r, Two, codes + code_stride * r, code_stride, groups, 1, scratch);
+        y[r] = (Two ? dot_q2_groups_xq : dot_q4_groups_xq)(chunks + (Two ? 8 : 16) * groups * r, scratch, xq, xoff, xd,
+                                                           groups);
+    }
+}
+}  // namespace
+
 void rows_q4tp_xq(const uint8_t *nibbles, const float *first, const float *ratio, const uint8_t *codes,
                   uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                   uint64_t rows, float *scratch, float *y) {
-    for (uint64_t r = 0; r < rows; ++r) {
-        ladder_scales_powers(first + r, ratio + r, false, codes + code_stride * r, code_stride, groups, 1, scratch);
-        y[r] = dot_q4_groups_xq(nibbles + 16 * groups * r, scratch, xq, xoff, xd, groups);
-    }
+    tp_rows<false>(nibbles, first, ratio, codes, code_stride, xq, xoff, xd, groups, rows, scratch, y);
 }
 float dot_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t *xq, const int32_t *,
                        const float *xd, uint64_t groups) {
@@ -346,10 +357,7 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
                   uint64_t code_stride, const int8_t *xq, const int32_t *xoff, const float *xd, uint64_t groups,
                   uint64_t rows, float *scratch, float *y) {
-    for (uint64_t r = 0; r < rows; ++r) {
-        ladder_scales_powers(first + r, ratio + r, true, codes + code_stride * r, code_stride, groups, 1, scratch);
-        y[r] = dot_q2_groups_xq(chunks + 8 * groups * r, scratch, xq, xoff, xd, groups);
-    }
+    tp_rows<true>(chunks, first, ratio, codes, code_stride, xq, xoff, xd, groups, rows, scratch, y);
 }
 
 namespace {
