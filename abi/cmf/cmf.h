@@ -745,10 +745,13 @@ CMF_API cmf_error *cmf_session_eval(cmf_session *s, const int32_t *tokens, size_
  * CMF_SESSION_PROFILE, as JSON (free with cmf_string_free):
  *   {"ops":[{"phase":"bind"|"prefill"|"decode", "op":"matmul", "weight":
  *            "q4_block [3072,1024]" or "", "calls":N, "seconds":S,
- *            "weight_bytes":B}, ...]}
+ *            "weight_bytes":B, "read_bytes":R}, ...]}
  * one entry per (phase, operation, weight shape and dtype: the same matrix
  * of every layer shares one), each phase's entries largest time first;
- * weight_bytes is the weight's payload, per call. A forward of more than one token is prefill, of one decode.
+ * weight_bytes is the weight's payload, per call; read_bytes what all the
+ * calls read: a matmul's weight bytes per call, attention's K and V cache
+ * rows (those its queries attend). A forward of more than one token is
+ * prefill, of one decode.
  * Times are the wall time of each backend call (calls are synchronous), so
  * they add up to the forward passes' time less the arch's own work.
  * Without the flag: CMF_ERR_INVALID_ARGUMENT. */
