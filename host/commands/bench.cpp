@@ -125,6 +125,11 @@ struct Profile {
     }
 };
 
+// Profile rows that stream a weight whole per decode call, and those that
+// read the KV cache.
+bool is_matmul_op(const std::string &op) { return op == "matmul" || op == "matmul_multi"; }
+bool is_attention_op(const std::string &op) { return op == "attention" || op == "attention_kv"; }
+
 // The text table of one phase: per token, per call and share of the phase's
 // backend time; in decode, matmul rows also the weight bytes they streamed
 // per second (a decode matmul reads its whole weight once per call, a
@@ -144,9 +149,9 @@ void print_profile(const Profile &p, const char *phase, uint64_t tokens, double 
     for (const auto &[k, e] : rows) {
         // A decode matmul reads its whole weight (a prefill matmul is compute-bound:
         // no rate shown); embed reads one row of it, a norm a small vector.
-        const bool matmul = std::get<1>(k) == "matmul" || std::get<1>(k) == "matmul_multi";
-        const bool attention = std::get<1>(k) == "attention" || std::get<1>(k) == "attention_kv";
-        const double streamed = matmul ? double(e.weight_bytes) * double(e.calls) : attention ? double(e.read_bytes) : 0.0;
+        const double streamed = is_matmul_op(std::get<1>(k))      ? double(e.weight_bytes) * double(e.calls)
+                                : is_attention_op(std::get<1>(k)) ? double(e.read_bytes)
+                                                                  : 0.0;
         const double gbs = decode && e.seconds > 0 ? streamed / e.seconds / 1e9 : 0.0;
         std::printf("  %-13s %-44s %10.2f %11.2f %10.3f %6.1f%% ", std::get<1>(k).c_str(), std::get<2>(k).c_str(),
                     double(e.calls) / double(tokens), 1e6 * e.seconds / double(e.calls), 1e3 * e.seconds / double(tokens),
@@ -157,13 +162,13 @@ void print_profile(const Profile &p, const char *phase, uint64_t tokens, double 
             std::printf("%8s\n", "");
     }
     if (!decode) return;
-    // What decode reads of the weights per token: every matmul's weight
-    // bytes per call (a task mask's subsets count their selected share).
+    // What decode reads per token: every matmul's weight bytes per call (a
+    // task mask's subsets count their selected share), and attention's KV
+    // cache rows.
     double bytes = 0, kv = 0, kv_seconds = 0;
     for (const auto &[k, e] : rows) {
-        if (std::get<1>(k) == "matmul" || std::get<1>(k) == "matmul_multi") bytes += double(e.weight_bytes) * double(e.calls);
-        if (std::get<1>(k) == "attention" || std::get<1>(k) == "attention_kv")
-            kv += double(e.read_bytes), kv_seconds += e.seconds;
+        if (is_matmul_op(std::get<1>(k))) bytes += double(e.weight_bytes) * double(e.calls);
+        if (is_attention_op(std::get<1>(k))) kv += double(e.read_bytes), kv_seconds += e.seconds;
     }
     std::printf("  decode reads %.1f MiB of weights per token (matmuls; embedding rows aside)", bytes / double(tokens) / (1024.0 * 1024.0));
     if (kv > 0)

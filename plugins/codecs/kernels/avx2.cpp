@@ -2185,7 +2185,9 @@ constexpr uint64_t q2_pass_matrix(int t) {
     return (uint64_t(1) << (2 * t) << 48) | (uint64_t(1) << (2 * t + 1) << 40);
 }
 
-void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt) {
+// x's passes for one call, in this thread's room.
+const uint8_t *q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups) {
+    uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q2_x_passes, kQ2StepBytes * ((groups + 7) / 8)));
     const __m512i ones = _mm512_set1_epi8(1);
     for (uint64_t g0 = 0; g0 < groups; g0 += 8) {
         const uint64_t n = std::min<uint64_t>(8, groups - g0);
@@ -2204,12 +2206,12 @@ void q2_x_passes(const int8_t *xq, const float *xd, uint64_t groups, uint8_t *xt
         _mm512_store_si512(o + 256, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(sum, _mm512_add_epi32(sum, sum))));
         _mm512_store_ps(o + 320, pairs_of8(xd + g0, n));
     }
+    return xt;
 }
 
 template <int R, bool Nta>
-__attribute__((always_inline)) inline void q2_pass_gfni(const uint8_t *chunks, uint64_t ld,
-                                                                             const float *scales, const uint8_t *xt,
-                                                                             uint64_t groups, float *y) {
+__attribute__((always_inline)) inline void q2_pass_gfni(const uint8_t *chunks, uint64_t ld, const float *scales,
+                                                        const uint8_t *xt, uint64_t groups, float *y) {
     const long ahead = R > 1 ? std::max(long(R * ld), kPrefetchAhead) : kPrefetchAhead;
     __m512 acc[R];
 #pragma GCC unroll 4
@@ -2244,13 +2246,15 @@ __attribute__((always_inline)) inline void q2_pass_gfni(const uint8_t *chunks, u
     for (int q = 0; q < R; ++q) y[q] = 0.5f * hsum512(acc[q]);
 }
 
-template <bool Nta>
-void q2_rows_gfni(const uint8_t *chunks, const float *scales, const uint8_t *xt,
-                                                        uint64_t groups, uint64_t rows, float *y) {
+// The rows four a pass, then one by one; scales_of(r, n) gives the group
+// scales of rows r .. r+n-1 (n * groups floats, row by row).
+template <bool Nta, class ScalesOf>
+void q2_rows_gfni(const uint8_t *chunks, const uint8_t *xt, uint64_t groups, uint64_t rows, float *y,
+                  ScalesOf &&scales_of) {
     const uint64_t ld = 8 * groups;
     uint64_t r = 0;
-    for (; r + 4 <= rows; r += 4) q2_pass_gfni<4, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
-    for (; r < rows; ++r) q2_pass_gfni<1, Nta>(chunks + r * ld, ld, scales + r * groups, xt, groups, y + r);
+    for (; r + 4 <= rows; r += 4) q2_pass_gfni<4, Nta>(chunks + r * ld, ld, scales_of(r, 4), xt, groups, y + r);
+    for (; r < rows; ++r) q2_pass_gfni<1, Nta>(chunks + r * ld, ld, scales_of(r, 1), xt, groups, y + r);
 }
 }  // namespace
 #endif
@@ -2260,9 +2264,11 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 #ifdef CMF_CODECS_VNNI
     if (has_gfni()) {
         if (rows == 0) return;
-        uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q2_x_passes, kQ2StepBytes * ((groups + 7) / 8)));
-        q2_x_passes(xq, xd, groups, xt);
-        with_weights_hint([&](auto nta) { q2_rows_gfni<decltype(nta)::value>(chunks, scales, xt, groups, rows, y); });
+        const uint8_t *xt = q2_x_passes(xq, xd, groups);
+        with_weights_hint([&](auto nta) {
+            q2_rows_gfni<decltype(nta)::value>(chunks, xt, groups, rows, y,
+                                               [&](uint64_t r, int) { return scales + r * groups; });
+        });
         return;
     }
     with_weights_hint([&](auto nta) {
@@ -2289,28 +2295,16 @@ void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio,
 #ifdef CMF_CODECS_VNNI
     if (has_gfni()) {
         if (rows == 0) return;
-        uint8_t *xt = static_cast<uint8_t *>(thread_room(RoomSlot::q2_x_passes, kQ2StepBytes * ((groups + 7) / 8)));
-        q2_x_passes(xq, xd, groups, xt);
-        const uint64_t ld = 8 * groups;
+        const uint8_t *xt = q2_x_passes(xq, xd, groups);
         auto pick = [&](uint64_t r, int n) __attribute__((always_inline)) {
             for (int q = 0; q < n; ++q) {
                 __m512 lo, hi;
                 powers_rungs(first[r + q], ratio[r + q], true, lo, hi);
                 pick_rungs16(lo, hi, codes + code_stride * (r + q), groups, scratch + groups * q);
             }
+            return static_cast<const float *>(scratch);
         };
-        with_weights_hint([&](auto nta) {
-            constexpr bool kNta = decltype(nta)::value;
-            uint64_t r = 0;
-            for (; r + 4 <= rows; r += 4) {
-                pick(r, 4);
-                q2_pass_gfni<4, kNta>(chunks + r * ld, ld, scratch, xt, groups, y + r);
-            }
-            for (; r < rows; ++r) {
-                pick(r, 1);
-                q2_pass_gfni<1, kNta>(chunks + r * ld, ld, scratch, xt, groups, y + r);
-            }
-        });
+        with_weights_hint([&](auto nta) { q2_rows_gfni<decltype(nta)::value>(chunks, xt, groups, rows, y, pick); });
         return;
     }
 #endif
