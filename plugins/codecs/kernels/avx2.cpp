@@ -2286,7 +2286,7 @@ void rows_q2_groups_xq(const uint8_t *chunks, const float *scales, const int8_t 
 // With GFNI each pass of four rows picks its rows' scales just before it
 // (into scratch, which stays in L1), where the two steps make a block of 64
 // rows' scales first: a burst of arithmetic with no weight loads in it,
-// about a fifth of one core's time on 3072x1024 (perf), during which the
+// a quarter of one core's time on 3072x1024 (perf), during which the
 // weight stream of a one-token matmul stalls. The same picks, products and
 // sums in the same order: the same bits.
 void rows_q2tp_xq(const uint8_t *chunks, const float *first, const float *ratio, const uint8_t *codes,
